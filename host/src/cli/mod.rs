@@ -1,0 +1,51 @@
+//! The `wt` command line: argument parsing and one module per subcommand. Human output goes
+//! to stderr; machine output to stdout or files.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::exit;
+
+pub mod hooks;
+
+/// Wind Tunnel: evaluate AI agents against packs of scenarios.
+#[derive(Debug, Parser)]
+#[command(name = "wt", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Inspect, check and install hook plugins.
+    #[command(subcommand)]
+    Hooks(hooks::HooksCommand),
+}
+
+/// Parses the command line, runs the subcommand and maps the outcome to an exit code.
+pub fn main() -> ExitCode {
+    init_logging();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Hooks(cmd) => hooks::run(cmd),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            exit::code_for(&err)
+        }
+    }
+}
+
+fn init_logging() {
+    use tracing_subscriber::{EnvFilter, fmt};
+    let filter = EnvFilter::try_from_env("WT_LOG").unwrap_or_else(|_| EnvFilter::new("warn"));
+    let _ = fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .without_time()
+        .try_init();
+}

@@ -1,0 +1,41 @@
+//! Exit codes, in one place.
+
+use std::process::ExitCode;
+
+/// Every run passed (or the command succeeded).
+pub const SUCCESS: u8 = 0;
+/// At least one run failed.
+pub const RUN_FAILED: u8 = 1;
+/// Usage or configuration error: bad flags, a malformed pack, an unknown hook, a refused plugin.
+pub const USAGE: u8 = 2;
+/// At least one run could not be judged (ERROR).
+pub const RUN_ERROR: u8 = 3;
+/// Interrupted (Ctrl-C).
+pub const INTERRUPTED: u8 = 130;
+
+/// An error that carries the exit code it should end the process with.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct CodedError {
+    pub code: u8,
+    pub message: String,
+}
+
+impl CodedError {
+    pub fn usage(message: impl Into<String>) -> Self {
+        CodedError {
+            code: USAGE,
+            message: message.into(),
+        }
+    }
+}
+
+/// The exit code for an error that reached `main`: a [`CodedError`] anywhere in the chain
+/// decides; anything else is a configuration or environment problem (2).
+pub fn code_for(err: &anyhow::Error) -> ExitCode {
+    let code = err
+        .chain()
+        .find_map(|e| e.downcast_ref::<CodedError>())
+        .map_or(USAGE, |c| c.code);
+    ExitCode::from(code)
+}

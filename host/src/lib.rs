@@ -1,0 +1,16 @@
+//! Wind Tunnel: a harness that evaluates AI agents.
+//!
+//! The `wt` binary is a thin shell over this library. Where things live:
+//!
+//! - [`cli`] — one file per subcommand (`run`, `report`, `rescore`, `hooks`, …) and the one
+//!   place that maps errors to exit codes ([`exit`]).
+//! - [`plugin`] — finding, vetting and loading hook plugins (`cdylib`s built against the SDK).
+//! - [`registry`] — built-in hooks plus plugins, and `--hook NAME` resolution.
+//! - [`pack`], [`runtime`], [`runner`], [`score`], [`store`], [`report`] — the evaluation
+//!   core: scenarios, the agents they drive, the run loop, the four scorer layers, files on
+//!   disk and the reports over them.
+
+pub mod cli;
+pub mod exit;
+pub mod plugin;
+pub mod registry;
