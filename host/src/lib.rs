@@ -11,6 +11,8 @@
 //!   disk and the reports over them.
 
 pub mod cli;
+pub mod deadlines;
 pub mod exit;
+pub mod hooks;
 pub mod plugin;
 pub mod registry;

@@ -1,1 +1,6 @@
+//! The end-to-end suite: builds the workspace's plugins from source and drives the real
+//! `wt` binary.
 
+mod fixtures;
+mod loader;
+mod plugins_cli;
