@@ -4,3 +4,4 @@
 mod fixtures;
 mod loader;
 mod plugins_cli;
+mod sdk_compat;
