@@ -12,6 +12,7 @@
 
 pub mod cli;
 pub mod deadlines;
+pub mod dispatch;
 pub mod exit;
 pub mod hooks;
 pub mod plugin;

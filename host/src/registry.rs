@@ -419,6 +419,19 @@ impl FfiContext for FfiHost<'_> {
 }
 
 impl ActiveHook {
+    /// A fresh instance of a built-in hook.
+    pub fn from_builtin(b: &BuiltIn) -> ActiveHook {
+        ActiveHook {
+            name: b.name.to_owned(),
+            source: Source::BuiltIn,
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            sdk_version: windtunnel_sdk::SDK_VERSION.to_owned(),
+            points: b.points,
+            sha256: None,
+            hook: (b.new)(),
+        }
+    }
+
     /// Does the hook declare `point`?
     pub fn declares(&self, point: u32) -> bool {
         self.points & point::bit(point) != 0
