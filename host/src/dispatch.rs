@@ -18,7 +18,7 @@
 use std::{
     sync::{
         Arc, Mutex, MutexGuard, OnceLock,
-        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
     },
     thread::Thread,
     time::{Duration, Instant},
@@ -139,14 +139,18 @@ impl std::fmt::Display for ConverseError {
     }
 }
 
-/// The run's live session, for `ctx.converse()`. Implemented by the runner.
-pub trait Conversation {
+/// The run's live session, for `ctx.converse()` and `ctx.probe_state()`. Implemented by
+/// the runner; always called on the dispatching thread, never on a hook's worker.
+pub trait Session {
     /// One turn into the run's session, bounded by `timeout`. Never recorded in the trace.
     fn converse(&self, text: &str, timeout: Duration) -> Result<String, ConverseError>;
+    /// The agent's state as its runtime reports it.
+    fn probe_state(&self) -> Result<Value, String>;
 }
 
-struct ConverseRequest {
-    text: String,
+enum SessionRequest {
+    Converse(String),
+    ProbeState,
 }
 
 /// One hook call's outcome as the worker saw it.
@@ -162,11 +166,12 @@ struct CallRecord {
 struct Job {
     seq: u64,
     point: u32,
-    order: Vec<usize>,
-    hooks: Vec<Arc<ActiveHook>>,
+    /// Slots to call, as a bitmask in activation order (bit i = hook i).
+    order: u64,
+    hooks: Arc<[Arc<ActiveHook>]>,
     data: Arc<Snapshot>,
     runner: Thread,
-    can_converse: bool,
+    has_session: bool,
 }
 
 /// State shared by the dispatching thread and one worker generation.
@@ -174,13 +179,12 @@ struct Shared {
     job: Mutex<Option<Job>>,
     submitted: AtomicU64,
     done: AtomicU64,
-    /// Slot index of the hook being called, and when its call started (ns since `epoch`).
-    current: AtomicUsize,
-    started_ns: AtomicU64,
-    calls: AtomicU64,
-    epoch: Instant,
+    /// The call in progress: `(call number << 16) | (slot + 1)`, 0 when idle. The waiting
+    /// thread times each call from when it first sees its number, so the worker reads no
+    /// clock.
+    current: AtomicU64,
     records: Mutex<Vec<CallRecord>>,
-    request: Mutex<Option<ConverseRequest>>,
+    request: Mutex<Option<SessionRequest>>,
     reply: Mutex<Option<Result<String, ConverseError>>>,
     abandoned: AtomicBool,
 }
@@ -202,10 +206,7 @@ impl Worker {
             job: Mutex::new(None),
             submitted: AtomicU64::new(0),
             done: AtomicU64::new(0),
-            current: AtomicUsize::new(usize::MAX),
-            started_ns: AtomicU64::new(0),
-            calls: AtomicU64::new(0),
-            epoch: Instant::now(),
+            current: AtomicU64::new(0),
             records: Mutex::new(Vec::new()),
             request: Mutex::new(None),
             reply: Mutex::new(None),
@@ -253,12 +254,16 @@ fn worker_loop(shared: &Arc<Shared>) {
 }
 
 fn run_job(shared: &Arc<Shared>, job: &Job) {
-    for (&slot, hook) in job.order.iter().zip(&job.hooks) {
-        shared.calls.fetch_add(1, Ordering::AcqRel);
-        shared.current.store(slot, Ordering::Release);
-        let started = u64::try_from(shared.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        shared.started_ns.store(started, Ordering::Release);
-        shared.calls.fetch_add(1, Ordering::AcqRel);
+    let mut bits = job.order;
+    let mut call = job.seq << 8;
+    while bits != 0 {
+        let slot = bits.trailing_zeros() as usize;
+        bits &= bits - 1;
+        let hook = &job.hooks[slot];
+        call += 1;
+        shared
+            .current
+            .store((call << 16) | (slot as u64 + 1), Ordering::Release);
 
         let services = WorkerServices {
             shared,
@@ -270,9 +275,7 @@ fn run_job(shared: &Arc<Shared>, job: &Job) {
             timed_out: AtomicBool::new(false),
         };
         let result = hook.call(job.point, &services);
-        shared.calls.fetch_add(1, Ordering::AcqRel);
-        shared.current.store(usize::MAX, Ordering::Release);
-        shared.calls.fetch_add(1, Ordering::AcqRel);
+        shared.current.store(0, Ordering::Release);
         if shared.abandoned.load(Ordering::Acquire) {
             return;
         }
@@ -332,11 +335,11 @@ impl HostServices for WorkerServices<'_> {
                         point::name(self.job.point)
                     ));
                 }
-                if !self.job.can_converse {
+                if !self.job.has_session {
                     return Err("the run's session is unusable; converse is unavailable".into());
                 }
                 self.conversed.store(true, Ordering::Release);
-                match self.converse(arg) {
+                match self.ask(SessionRequest::Converse(arg.to_owned())) {
                     Ok(reply) => serde_json::to_string(&reply).map_err(|e| e.to_string()),
                     Err(e) => {
                         if matches!(e, ConverseError::TimedOut(_)) {
@@ -346,18 +349,34 @@ impl HostServices for WorkerServices<'_> {
                     }
                 }
             }
+            op::PROBE_STATE => {
+                if !matches!(
+                    self.job.point,
+                    point::ON_RUN_START | point::ON_RUN_SCORED | point::ON_RUN_END
+                ) {
+                    return Err(format!(
+                        "probe_state is valid only at run points, not {}",
+                        point::name(self.job.point)
+                    ));
+                }
+                if !self.job.has_session {
+                    return Err("the run's session is unusable; probe_state is unavailable".into());
+                }
+                self.ask(SessionRequest::ProbeState).map_err(|e| match e {
+                    ConverseError::Failed(e) => e,
+                    other => other.to_string(),
+                })
+            }
             other => Err(format!("this wt offers no host service `{other}`")),
         }
     }
 }
 
 impl WorkerServices<'_> {
-    /// Posts the turn to the dispatching thread and waits for its reply.
-    fn converse(&self, text: &str) -> Result<String, ConverseError> {
+    /// Posts a session request to the dispatching thread and waits for its reply.
+    fn ask(&self, request: SessionRequest) -> Result<String, ConverseError> {
         *lock(&self.shared.reply) = None;
-        *lock(&self.shared.request) = Some(ConverseRequest {
-            text: text.to_owned(),
-        });
+        *lock(&self.shared.request) = Some(request);
         self.job.runner.unpark();
         loop {
             if let Some(reply) = lock(&self.shared.reply).take() {
@@ -372,7 +391,6 @@ impl WorkerServices<'_> {
 }
 
 struct Health {
-    quarantined: bool,
     consecutive: u32,
     first_error: Option<String>,
 }
@@ -380,28 +398,40 @@ struct Health {
 struct Inner {
     worker: Option<Worker>,
     health: Vec<Health>,
+    /// Bitmask of quarantined hooks.
+    quarantined: u64,
     seq: u64,
+    /// A record buffer kept between dispatches so a dispatch allocates none.
+    spare: Vec<CallRecord>,
 }
 
 /// The active hooks of one invocation and everything needed to call them safely.
 pub struct Dispatcher {
-    hooks: Vec<Arc<ActiveHook>>,
-    by_point: [Vec<usize>; 10],
+    hooks: Arc<[Arc<ActiveHook>]>,
+    /// Per point, the bitmask of hooks that declared it.
+    by_point: [u64; 10],
     deadlines: Deadlines,
     inner: Mutex<Inner>,
 }
 
 impl Dispatcher {
+    /// At most 64 hooks can be active at once.
+    pub const MAX_HOOKS: usize = 64;
+
     pub fn new(hooks: Vec<ActiveHook>, deadlines: Deadlines) -> Dispatcher {
-        let hooks: Vec<Arc<ActiveHook>> = hooks.into_iter().map(Arc::new).collect();
-        let mut by_point: [Vec<usize>; 10] = Default::default();
+        assert!(hooks.len() <= Self::MAX_HOOKS, "at most 64 active hooks");
+        let hooks: Arc<[Arc<ActiveHook>]> = hooks.into_iter().map(Arc::new).collect();
+        let mut by_point = [0u64; 10];
         for p in point::ALL {
-            by_point[p as usize] = (0..hooks.len()).filter(|&i| hooks[i].declares(p)).collect();
+            for (i, h) in hooks.iter().enumerate() {
+                if h.declares(p) {
+                    by_point[p as usize] |= 1 << i;
+                }
+            }
         }
         let health = hooks
             .iter()
             .map(|_| Health {
-                quarantined: false,
                 consecutive: 0,
                 first_error: None,
             })
@@ -413,7 +443,9 @@ impl Dispatcher {
             inner: Mutex::new(Inner {
                 worker: None,
                 health,
+                quarantined: 0,
                 seq: 0,
+                spare: Vec::new(),
             }),
         }
     }
@@ -431,43 +463,36 @@ impl Dispatcher {
     pub fn wants(&self, point: u32) -> bool {
         self.by_point
             .get(point as usize)
-            .is_some_and(|v| !v.is_empty())
+            .is_some_and(|&bits| bits != 0)
     }
 
     /// Calls every hook that declared `point`, in activation order, and returns what they
-    /// produced. `conversation` is the run's live session at `on_run_scored` (None when the
-    /// session is unusable or at other points).
+    /// produced. `session` is the run's live session at run points (None when the session
+    /// is unusable, and at scenario and pack points).
     pub fn dispatch(
         &self,
         point: u32,
         data: CallData,
-        conversation: Option<&dyn Conversation>,
+        session: Option<&dyn Session>,
     ) -> DispatchOutput {
         if !self.wants(point) {
             return DispatchOutput::default();
         }
         let mut inner = lock(&self.inner);
         let mut out = DispatchOutput::default();
-        let order: Vec<usize> = self.by_point[point as usize]
-            .iter()
-            .copied()
-            .filter(|&i| !inner.health[i].quarantined)
-            .collect();
-        if order.is_empty() {
+        let mut order = self.by_point[point as usize] & !inner.quarantined;
+        if order == 0 {
             return out;
         }
         let snapshot = Arc::new(Snapshot {
             data,
             cache: Default::default(),
         });
-        let mut remaining = order;
-        while !remaining.is_empty() {
-            match self.run_batch(&mut inner, point, &remaining, &snapshot, conversation, &mut out) {
+        while order != 0 {
+            match self.run_batch(&mut inner, point, order, &snapshot, session, &mut out) {
                 Ok(()) => break,
-                Err(hung) => {
-                    let pos = remaining.iter().position(|&i| i == hung).unwrap_or(0);
-                    remaining.drain(..=pos);
-                }
+                // Go on with the hooks after the one that hung.
+                Err(hung) => order &= !((2u64 << hung) - 1),
             }
         }
         out
@@ -479,18 +504,22 @@ impl Dispatcher {
         &self,
         inner: &mut Inner,
         point: u32,
-        order: &[usize],
+        order: u64,
         snapshot: &Arc<Snapshot>,
-        conversation: Option<&dyn Conversation>,
+        session: Option<&dyn Session>,
         out: &mut DispatchOutput,
     ) -> Result<(), usize> {
         if inner.worker.is_none() {
             match Worker::spawn() {
                 Ok(w) => inner.worker = Some(w),
                 Err(e) => {
-                    for &i in order {
-                        out.warnings
-                            .push(format!("hook:{}: not called: cannot start a thread: {e}", self.hooks[i].name));
+                    for (i, h) in self.hooks.iter().enumerate() {
+                        if order & (1 << i) != 0 {
+                            out.warnings.push(format!(
+                                "hook:{}: not called: cannot start a thread: {e}",
+                                h.name
+                            ));
+                        }
                     }
                     return Ok(());
                 }
@@ -502,15 +531,14 @@ impl Dispatcher {
         let shared = worker.shared.clone();
         inner.seq += 1;
         let seq = inner.seq;
-        lock(&shared.records).clear();
         *lock(&shared.job) = Some(Job {
             seq,
             point,
-            order: order.to_vec(),
-            hooks: order.iter().map(|&i| self.hooks[i].clone()).collect(),
+            order,
+            hooks: self.hooks.clone(),
             data: snapshot.clone(),
             runner: std::thread::current(),
-            can_converse: conversation.is_some(),
+            has_session: session.is_some(),
         });
         shared.submitted.store(seq, Ordering::Release);
         worker.thread.unpark();
@@ -521,15 +549,17 @@ impl Dispatcher {
             &shared,
             seq,
             deadline,
-            conversation,
+            session,
             self.deadlines.converse,
             &worker_thread,
         );
 
-        let records = std::mem::take(&mut *lock(&shared.records));
-        for r in records {
+        let mut records = std::mem::take(&mut inner.spare);
+        std::mem::swap(&mut records, &mut *lock(&shared.records));
+        for r in records.drain(..) {
             self.absorb(inner, r, out);
         }
+        inner.spare = records;
         match hung {
             None => Ok(()),
             Some(slot) => {
@@ -538,7 +568,7 @@ impl Dispatcher {
                     w.thread.unpark();
                 }
                 let name = &self.hooks[slot].name;
-                inner.health[slot].quarantined = true;
+                inner.quarantined |= 1 << slot;
                 let msg = format!(
                     "hook:{name}: timed out after {} in {}; abandoned and quarantined for the rest of this invocation",
                     human(deadline),
@@ -579,8 +609,8 @@ impl Dispatcher {
                 let msg = format!("hook:{name}: {e}");
                 tracing::warn!("{msg}");
                 out.warnings.push(msg);
-                if health.consecutive >= FAILURE_LATCH && !health.quarantined {
-                    health.quarantined = true;
+                if health.consecutive >= FAILURE_LATCH && inner.quarantined & (1 << r.slot) == 0 {
+                    inner.quarantined |= 1 << r.slot;
                     let msg = format!(
                         "hook:{name}: disabled for the rest of this invocation after {} consecutive failures (first: {})",
                         health.consecutive,
@@ -601,12 +631,14 @@ fn wait(
     shared: &Shared,
     seq: u64,
     deadline: Duration,
-    conversation: Option<&dyn Conversation>,
+    session: Option<&dyn Session>,
     converse_timeout: Duration,
     worker: &Thread,
 ) -> Option<usize> {
     let spin_until = Instant::now() + SPIN;
     let mut spins = 0u32;
+    // The call in progress and when this thread first saw it.
+    let mut observed = (0u64, Instant::now());
     loop {
         if shared.done.load(Ordering::Acquire) == seq {
             return None;
@@ -616,26 +648,26 @@ fn wait(
             std::hint::spin_loop();
             continue;
         }
-        if let Some(req) = lock(&shared.request).take() {
-            let reply = match conversation {
-                Some(c) => c.converse(&req.text, converse_timeout),
-                None => Err(ConverseError::Failed("no session".into())),
+        let request = lock(&shared.request).take();
+        if let Some(req) = request {
+            let reply = match (session, req) {
+                (None, _) => Err(ConverseError::Failed("no session".into())),
+                (Some(s), SessionRequest::Converse(text)) => s.converse(&text, converse_timeout),
+                (Some(s), SessionRequest::ProbeState) => s
+                    .probe_state()
+                    .map(|v| v.to_string())
+                    .map_err(ConverseError::Failed),
             };
             *lock(&shared.reply) = Some(reply);
             worker.unpark();
             continue;
         }
         let now = Instant::now();
-        // A consistent (hook, start) pair: the call counter is odd while it is written.
-        let before = shared.calls.load(Ordering::Acquire);
-        let slot = shared.current.load(Ordering::Acquire);
-        let started = shared.started_ns.load(Ordering::Acquire);
-        let after = shared.calls.load(Ordering::Acquire);
-        if before == after && before % 2 == 0 && slot != usize::MAX {
-            let started_at = shared.epoch + Duration::from_nanos(started);
-            if now.saturating_duration_since(started_at) > deadline {
-                return Some(slot);
-            }
+        let current = shared.current.load(Ordering::Acquire);
+        if current != observed.0 {
+            observed = (current, now);
+        } else if current != 0 && now.saturating_duration_since(observed.1) > deadline {
+            return Some((current & 0xffff) as usize - 1);
         }
         if now > spin_until {
             std::thread::park_timeout(Duration::from_millis(2));
@@ -678,7 +710,11 @@ mod tests {
             impl Hook for $ty {
                 const NAME: &'static str = $name;
                 fn on_run_start(&mut self, ctx: &Context<'_>) -> HookResult {
-                    LOG.lock().unwrap().push(format!("{}:{}", $name, ctx.run_id().unwrap_or_default()));
+                    LOG.lock().unwrap().push(format!(
+                        "{}:{}",
+                        $name,
+                        ctx.run_id().unwrap_or_default()
+                    ));
                     Ok(())
                 }
             }
@@ -747,7 +783,10 @@ mod tests {
 
     #[test]
     fn hooks_run_in_activation_order_and_undeclared_points_are_skipped() {
-        let d = Dispatcher::new(vec![active::<OrderB>(), active::<OrderA>()], deadlines(5000));
+        let d = Dispatcher::new(
+            vec![active::<OrderB>(), active::<OrderA>()],
+            deadlines(5000),
+        );
         assert!(!d.wants(point::ON_PACK_END));
         let out = d.dispatch(point::ON_RUN_START, data("r1"), None);
         assert!(out.warnings.is_empty(), "{:?}", out.warnings);
@@ -758,10 +797,16 @@ mod tests {
 
     #[test]
     fn a_hook_that_overruns_is_abandoned_and_quarantined_and_the_next_hook_still_runs() {
-        let d = Dispatcher::new(vec![active::<Sleeper>(), active::<OrderA>()], deadlines(100));
+        let d = Dispatcher::new(
+            vec![active::<Sleeper>(), active::<OrderA>()],
+            deadlines(100),
+        );
         let started = Instant::now();
         let out = d.dispatch(point::ON_RUN_START, data("r-hang"), None);
-        assert!(started.elapsed() < Duration::from_secs(2), "dispatch waited for the hung hook");
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "dispatch waited for the hung hook"
+        );
         assert_eq!(out.warnings.len(), 1, "{:?}", out.warnings);
         assert!(out.warnings[0].starts_with("hook:sleeper: timed out after 100ms in on_run_start"));
         assert!(LOG.lock().unwrap().contains(&"order-a:r-hang".to_string()));
@@ -770,7 +815,11 @@ mod tests {
         let out = d.dispatch(point::ON_RUN_START, data("r-hang-2"), None);
         assert!(started.elapsed() < Duration::from_millis(500));
         assert!(out.warnings.is_empty(), "{:?}", out.warnings);
-        assert!(LOG.lock().unwrap().contains(&"order-a:r-hang-2".to_string()));
+        assert!(
+            LOG.lock()
+                .unwrap()
+                .contains(&"order-a:r-hang-2".to_string())
+        );
     }
 
     #[test]
@@ -778,12 +827,20 @@ mod tests {
         let d = Dispatcher::new(vec![active::<Failing>(), active::<Boom>()], deadlines(5000));
         let out = d.dispatch(point::ON_RUN_END, data("x"), None);
         assert_eq!(out.warnings[0], "hook:failing: disk full");
-        assert!(out.warnings[1].starts_with("hook:boom: panicked at "), "{:?}", out.warnings);
+        assert!(
+            out.warnings[1].starts_with("hook:boom: panicked at "),
+            "{:?}",
+            out.warnings
+        );
         assert!(out.warnings[1].contains("boom went the hook"));
         let out2 = d.dispatch(point::ON_RUN_END, data("x"), None);
         let out3 = d.dispatch(point::ON_RUN_END, data("x"), None);
         assert_eq!(out2.warnings[0], "hook:failing: disk full");
-        let summary: Vec<&String> = out3.warnings.iter().filter(|w| w.contains("consecutive")).collect();
+        let summary: Vec<&String> = out3
+            .warnings
+            .iter()
+            .filter(|w| w.contains("consecutive"))
+            .collect();
         assert_eq!(summary.len(), 2, "{:?}", out3.warnings);
         assert!(summary[0].starts_with("hook:failing: disabled for the rest of this invocation after 3 consecutive failures (first: disk full)"));
         // Both are now quarantined: nothing is called.
@@ -792,12 +849,15 @@ mod tests {
     }
 
     struct Echo(Option<Duration>);
-    impl Conversation for Echo {
+    impl Session for Echo {
         fn converse(&self, text: &str, timeout: Duration) -> Result<String, ConverseError> {
             match self.0 {
                 Some(_) => Err(ConverseError::TimedOut(timeout)),
                 None => Ok(format!("echo: {text}")),
             }
+        }
+        fn probe_state(&self) -> Result<Value, String> {
+            Ok(serde_json::json!({"memory": []}))
         }
     }
 
@@ -817,7 +877,11 @@ mod tests {
         assert_eq!(a.payload["tools_disabled"], false);
         assert_eq!(a.payload["timed_out"], false);
 
-        let out = d.dispatch(point::ON_RUN_SCORED, data("c"), Some(&Echo(Some(Duration::ZERO))));
+        let out = d.dispatch(
+            point::ON_RUN_SCORED,
+            data("c"),
+            Some(&Echo(Some(Duration::ZERO))),
+        );
         let a = &out.artifacts[0];
         assert_eq!(a.payload["timed_out"], true);
         assert_eq!(a.payload["reply"], Value::Null);

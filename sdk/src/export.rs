@@ -134,9 +134,8 @@ impl<H: Hook> FfiHook for Adapter<H> {
                 point::ON_PACK_END => hook.on_pack_end(&cx),
                 other => return Err(format!("hook does not implement point {other}")),
             };
-            result
-                .map(|()| "null".to_owned())
-                .map_err(|e| e.to_string())
+            // Lifecycle points return no value: the empty string, which allocates nothing.
+            result.map(|()| String::new()).map_err(|e| e.to_string())
         }));
         match outcome {
             Ok(Ok(json)) => RResult::ROk(json.into()),

@@ -228,6 +228,13 @@ impl<'a> Context<'a> {
         self.call(op::EMIT_ARTIFACT, &arg.to_string()).map(drop)
     }
 
+    /// The agent's internal state as its runtime reports it (a state-probe endpoint, the
+    /// demo agent's memory). Valid at run points; an error where the runtime has no probe.
+    pub fn probe_state(&self) -> Result<serde_json::Value> {
+        let state = self.call(op::PROBE_STATE, "")?;
+        serde_json::from_str(&state).map_err(Error::from)
+    }
+
     /// Records a non-fatal diagnostic as `hook:<name>: <message>`.
     pub fn warn(&self, message: impl fmt::Display) {
         // A refused warning has nowhere else to go; it is not worth failing the hook for.

@@ -2,8 +2,9 @@
 //!
 //! The earlier release is the current SDK source with the previous patch version, built in
 //! its own workspace (two crates named `windtunnel-sdk` cannot share one) that uses this
-//! workspace's lock file and target directory, so only the SDK crates and the plugin are
-//! compiled.
+//! workspace's lock file and target directory, so only the SDK crate and the plugin are
+//! compiled. It depends on the same frozen `windtunnel-abi` 1.0.0 and macros crate, as a
+//! real earlier patch release does.
 
 use std::path::Path;
 
@@ -71,8 +72,12 @@ fn a_plugin_built_against_the_previous_sdk_patch_release_loads() {
     let root = workspace();
     let old = profile_dir().join("old-sdk-workspace");
     let _ = std::fs::remove_dir_all(old.join("sdk"));
-    copy_tree(&root.join("sdk"), &old.join("sdk"));
-    copy_tree(&root.join("tests/plugins/pair/src"), &old.join("plugin/src"));
+    copy_tree(&root.join("sdk/src"), &old.join("sdk/src"));
+    std::fs::copy(root.join("sdk/Cargo.toml"), old.join("sdk/Cargo.toml")).unwrap();
+    copy_tree(
+        &root.join("tests/plugins/pair/src"),
+        &old.join("plugin/src"),
+    );
     let current = windtunnel_sdk::SDK_VERSION;
     let earlier = previous_patch(current);
     set_package_version(&old.join("sdk/Cargo.toml"), &earlier);
@@ -81,9 +86,17 @@ fn a_plugin_built_against_the_previous_sdk_patch_release_loads() {
     let start = manifest.find("members = [").unwrap();
     let end = start + manifest[start..].find(']').unwrap() + 1;
     let manifest = format!(
-        "{}members = [\"sdk\", \"sdk/abi\", \"sdk/macros\", \"plugin\"]{}",
+        "{}members = [\"sdk\", \"plugin\"]{}",
         &manifest[..start],
         &manifest[end..]
+    )
+    .replace(
+        "path = \"sdk/abi\"",
+        &format!("path = \"{}/sdk/abi\"", root.display()),
+    )
+    .replace(
+        "path = \"sdk/macros\"",
+        &format!("path = \"{}/sdk/macros\"", root.display()),
     );
     std::fs::write(old.join("Cargo.toml"), manifest).unwrap();
     let plugin_manifest = std::fs::read_to_string(root.join("tests/plugins/pair/Cargo.toml"))
@@ -97,7 +110,14 @@ fn a_plugin_built_against_the_previous_sdk_patch_release_loads() {
         p => p.to_owned(),
     };
     let status = std::process::Command::new(std::env::var("CARGO").unwrap_or("cargo".into()))
-        .args(["build", "-p", "wt_test_pair_oldsdk", "--profile", &profile, "--target-dir"])
+        .args([
+            "build",
+            "-p",
+            "wt_test_pair_oldsdk",
+            "--profile",
+            &profile,
+            "--target-dir",
+        ])
         .arg(profile_dir().parent().unwrap())
         .current_dir(&old)
         .status()
@@ -112,8 +132,15 @@ fn a_plugin_built_against_the_previous_sdk_patch_release_loads() {
 
     let r = run(wt(tmp.path()).args(["hooks", "check"]).arg(&lib));
     assert_eq!(r.code, 0, "{r}");
-    let row = r.stdout.lines().find(|l| l.starts_with("pair_first")).unwrap();
-    assert!(row.contains(&format!(" {earlier} ")) && row.ends_with("ok"), "{row}");
+    let row = r
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("pair_first"))
+        .unwrap();
+    assert!(
+        row.contains(&format!(" {earlier} ")) && row.ends_with("ok"),
+        "{row}"
+    );
 
     let reg = Registry::discover(&[dir]);
     let hooks = reg.activate(&["pair_first".into()]).unwrap();
