@@ -13,6 +13,7 @@
 pub mod cli;
 pub mod deadlines;
 pub mod dispatch;
+pub mod events;
 pub mod exit;
 pub mod hooks;
 pub mod plugin;

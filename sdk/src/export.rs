@@ -125,20 +125,33 @@ impl<H: Hook> FfiHook for Adapter<H> {
                 return Err("hook is disabled after an earlier panic".to_owned());
             };
             let cx = Context::from_ffi(&ctx);
-            let result = match point {
-                point::ON_PROVISIONED => hook.on_provisioned(&cx),
-                point::ON_RUN_START => hook.on_run_start(&cx),
-                point::ON_RUN_SCORED => hook.on_run_scored(&cx),
-                point::ON_RUN_END => hook.on_run_end(&cx),
-                point::ON_SCENARIO_END => hook.on_scenario_end(&cx),
-                point::ON_PACK_END => hook.on_pack_end(&cx),
-                other => return Err(format!("hook does not implement point {other}")),
-            };
             // Lifecycle points return no value: the empty string, which allocates nothing.
-            result.map(|()| String::new()).map_err(|e| e.to_string())
+            let done = |r: crate::Result| r.map(|()| String::new()).map_err(|e| e.to_string());
+            match point {
+                point::ON_PROVISIONED => done(hook.on_provisioned(&cx)),
+                point::ON_RUN_START => done(hook.on_run_start(&cx)),
+                point::ON_RUN_SCORED => done(hook.on_run_scored(&cx)),
+                point::ON_RUN_END => done(hook.on_run_end(&cx)),
+                point::ON_SCENARIO_END => done(hook.on_scenario_end(&cx)),
+                point::ON_PACK_END => done(hook.on_pack_end(&cx)),
+                point::TURN_BEGIN => {
+                    let call = cx.turn_call().ok_or("no turn_call in context")?;
+                    done(hook.turn_begin(&call, &cx))
+                }
+                point::TURN_FINISH => {
+                    let result = cx.turn_result().ok_or("no turn_result in context")?;
+                    done(hook.turn_finish(&result, &cx))
+                }
+                point::GUARD_CHECK => {
+                    let call = cx.turn_call().ok_or("no turn_call in context")?;
+                    let decision = hook.guard_check(&call, &cx).map_err(|e| e.to_string())?;
+                    serde_json::to_string(&decision).map_err(|e| e.to_string())
+                }
+                other => Err(format!("hook does not implement point {other}")),
+            }
         }));
         match outcome {
-            Ok(Ok(json)) => RResult::ROk(json.into()),
+            Ok(Ok(value)) => RResult::ROk(value.into()),
             Ok(Err(message)) => RResult::RErr(message.into()),
             Err(payload) => RResult::RErr(panic_message(&*payload).into()),
         }

@@ -6,7 +6,10 @@ use abi_stable::std_types::{RResult, RStr};
 use serde::{Serialize, de::DeserializeOwned};
 use windtunnel_abi::{FfiContextRef, op};
 
-use crate::model::{AgentConfig, AggregateResult, Scenario, Score, Trace};
+use crate::{
+    model::{AgentConfig, AggregateResult, Scenario, Score, Trace},
+    turn::{GuardDecision, TurnCall, TurnResult},
+};
 
 /// The error a hook method returns. Any displayable error converts into it with `?`.
 pub struct Error {
@@ -106,6 +109,26 @@ pub trait Hook: Default + Send + 'static {
         let _ = ctx;
         Ok(())
     }
+
+    /// Turn observer: before the turn's `TurnStarted` is published. An error or panic here
+    /// is a warning; the turn still runs (observers fail open).
+    fn turn_begin(&mut self, call: &TurnCall, ctx: &Context<'_>) -> Result {
+        let _ = (call, ctx);
+        Ok(())
+    }
+    /// Turn observer: after the turn's terminal event is durable. Runs once for every
+    /// `turn_begin` that ran, in reverse activation order.
+    fn turn_finish(&mut self, result: &TurnResult, ctx: &Context<'_>) -> Result {
+        let _ = (result, ctx);
+        Ok(())
+    }
+    /// Guard: allow or deny the turn before it starts. Defining this makes the hook a
+    /// guard, which requires `wt run --policy-revision`. An error, a panic or an overrun
+    /// denies the turn (guards fail closed).
+    fn guard_check(&mut self, call: &TurnCall, ctx: &Context<'_>) -> Result<GuardDecision> {
+        let _ = (call, ctx);
+        Ok(GuardDecision::Allow)
+    }
 }
 
 /// The FFI context with its inner lifetime erased.
@@ -201,6 +224,16 @@ impl<'a> Context<'a> {
     /// The scenario's aggregate (at `on_scenario_end`).
     pub fn aggregate(&self) -> Option<&AggregateResult> {
         self.member(&self.aggregate, "aggregate")
+    }
+    /// The turn about to start (turn points).
+    pub fn turn_call(&self) -> Option<TurnCall> {
+        self.raw("turn_call")
+            .and_then(|t| serde_json::from_str(&t).ok())
+    }
+    /// The turn that ended (`turn_finish`).
+    pub fn turn_result(&self) -> Option<TurnResult> {
+        self.raw("turn_result")
+            .and_then(|t| serde_json::from_str(&t).ok())
     }
     /// Every scenario's aggregate (at `on_pack_end`).
     pub fn aggregates(&self) -> Option<&Vec<AggregateResult>> {
