@@ -11,6 +11,14 @@
 //!   disk and the reports over them.
 
 pub mod cli;
+pub mod clock;
 pub mod exit;
+pub mod pack;
 pub mod plugin;
 pub mod registry;
+pub mod report;
+pub mod runner;
+pub mod runtime;
+pub mod score;
+pub mod store;
+pub mod world;
