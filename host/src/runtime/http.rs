@@ -9,9 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use windtunnel_sdk::model::{AgentConfig, Scenario, ToolCall};
 
-use super::{
-    AgentHandle, HttpFailure, Reply, Runtime, RuntimeError, TurnCtx, http_json, with_retries,
-};
+use super::{AgentHandle, Reply, Runtime, RuntimeError, TurnCtx, http_json, with_retries};
 
 /// The environment variable that overrides the inject endpoint.
 pub const INJECT_URL_ENV: &str = "WT_INJECT_URL";
@@ -169,17 +167,15 @@ impl AgentHandle for HttpAgent {
 
     fn probe_state(&mut self) -> Option<Value> {
         let url = format!("{}/state", self.base);
-        match http_json(
+        http_json(
             &self.http,
             "GET",
             &url,
             self.key.as_deref(),
             None,
             self.timeout,
-        ) {
-            Ok(v) => Some(v),
-            Err(HttpFailure::Retryable(_) | HttpFailure::Fatal(_)) => None,
-        }
+        )
+        .ok()
     }
 
     fn teardown(&mut self) -> Result<(), RuntimeError> {
