@@ -11,10 +11,18 @@
 //!   disk and the reports over them.
 
 pub mod cli;
+pub mod clock;
 pub mod deadlines;
 pub mod dispatch;
 pub mod events;
 pub mod exit;
 pub mod hooks;
+pub mod pack;
 pub mod plugin;
 pub mod registry;
+pub mod report;
+pub mod runner;
+pub mod runtime;
+pub mod score;
+pub mod store;
+pub mod world;

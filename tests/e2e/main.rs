@@ -1,7 +1,9 @@
-//! The end-to-end suite: builds the workspace's plugins from source and drives the real
-//! `wt` binary.
+//! The end-to-end suite: builds the workspace's binaries and plugins from source and drives
+//! the real `wt` binary.
 
+mod common;
 mod fixtures;
 mod loader;
 mod plugins_cli;
+mod runner;
 mod sdk_compat;

@@ -7,7 +7,11 @@ use clap::{Parser, Subcommand};
 
 use crate::exit;
 
+pub mod bench_floor;
 pub mod hooks;
+pub mod report;
+pub mod rescore;
+pub mod run;
 
 /// Wind Tunnel: evaluate AI agents against packs of scenarios.
 #[derive(Debug, Parser)]
@@ -19,9 +23,18 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run a pack of scenarios against an agent and write traces and scores.
+    Run(run::RunArgs),
+    /// Summarize one or more run directories (table, JSON, JUnit or Markdown).
+    Report(report::ReportArgs),
+    /// Re-score stored traces with a pack's current expectations.
+    Rescore(rescore::RescoreArgs),
     /// Inspect, check and install hook plugins.
     #[command(subcommand)]
     Hooks(hooks::HooksCommand),
+    /// Benchmark floor: write files atomically, nothing else (used by bench/sweep.sh).
+    #[command(hide = true)]
+    BenchFloor(bench_floor::BenchFloorArgs),
 }
 
 /// Parses the command line, runs the subcommand and maps the outcome to an exit code.
@@ -29,7 +42,11 @@ pub fn main() -> ExitCode {
     init_logging();
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Run(args) => run::run(args),
+        Command::Report(args) => report::run(args),
+        Command::Rescore(args) => rescore::run(args),
         Command::Hooks(cmd) => hooks::run(cmd),
+        Command::BenchFloor(args) => bench_floor::run(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -1,0 +1,84 @@
+//! `wt rescore [DIR] [--pack DIR]`: score stored traces again with the pack's current
+//! expectations, rewrite the score sidecars that change (atomically) and print what changed.
+
+use std::path::PathBuf;
+
+use crate::exit::{self, CodedError};
+use crate::pack::Pack;
+use crate::{score, store};
+
+/// Options of `wt rescore`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RescoreArgs {
+    /// Run directory [default: runs].
+    #[arg(value_name = "DIR", default_value = "runs")]
+    pub dir: PathBuf,
+    /// Pack whose expectations to apply; the embedded demo pack by default.
+    #[arg(long, value_name = "DIR", env = "WT_PACK")]
+    pub pack: Option<PathBuf>,
+}
+
+pub fn run(args: RescoreArgs) -> anyhow::Result<u8> {
+    let pack = match &args.pack {
+        Some(dir) => {
+            Pack::load(dir).map_err(|e| CodedError::usage(format!("invalid pack: {e}")))?
+        }
+        None => Pack::demo(),
+    };
+    if !args.dir.is_dir() {
+        return Err(
+            CodedError::usage(format!("no run directory at {}", args.dir.display())).into(),
+        );
+    }
+    let runs = store::load_runs(&[&args.dir])?;
+    let (mut changed, mut unchanged, mut skipped) = (0, 0, Vec::new());
+    for (trace, old, path) in &runs {
+        let Some(scenario) = pack.scenario(&trace.scenario_id) else {
+            skipped.push(trace.scenario_id.clone());
+            continue;
+        };
+        let new = score::score(scenario, trace);
+        if old.as_ref() == Some(&new) {
+            unchanged += 1;
+            continue;
+        }
+        let score_file = path.with_extension("score.json");
+        store::write_json(&score_file, &new)?;
+        changed += 1;
+        let stem = path
+            .file_stem()
+            .map(|s| s.to_string_lossy())
+            .unwrap_or_default();
+        let before = old.as_ref().map_or("UNSCORED", |s| s.verdict.as_str());
+        println!("{stem} {}: {before} → {}", trace.scenario_id, new.verdict);
+        for (name, layer) in new.layers() {
+            let was = old.as_ref().map(|o| {
+                o.layers()
+                    .into_iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, l)| l.clone())
+                    .unwrap_or_default()
+            });
+            if was.as_ref() != Some(layer) {
+                let state = if layer.passed { "passes" } else { "fails" };
+                println!("    {name} now {state}: {}", layer.detail);
+            }
+        }
+    }
+    skipped.sort();
+    skipped.dedup();
+    eprintln!(
+        "checked {} run(s) against pack {}: {changed} changed, {unchanged} unchanged{}",
+        runs.len(),
+        pack.source,
+        if skipped.is_empty() {
+            String::new()
+        } else {
+            format!(
+                ", skipped runs of scenarios not in the pack: {}",
+                skipped.join(", ")
+            )
+        }
+    );
+    Ok(exit::SUCCESS)
+}

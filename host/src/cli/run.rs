@@ -1,0 +1,266 @@
+//! `wt run`: load the pack and agent, run the sweep, show progress and a summary, and end
+//! with the exit code of the worst run (see [`crate::exit`]).
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use anyhow::Context;
+use indicatif::{ProgressBar, ProgressStyle};
+use windtunnel_sdk::model::{LAYERS, Scenario, Verdict};
+
+use crate::clock::{Clock, Ids};
+use crate::exit::CodedError;
+use crate::pack::Pack;
+use crate::report::Report;
+use crate::runner::{self, Event, NoopObserver, Progress, RunConfig, RunObserver, Sweep};
+use crate::{runtime, store};
+
+/// Options of `wt run`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RunArgs {
+    /// Pack directory (`pack.toml` + `scenarios/*.toml`); the embedded demo pack by default.
+    #[arg(long, value_name = "DIR", env = "WT_PACK")]
+    pub pack: Option<PathBuf>,
+    /// Agent config file (TOML) or a built-in agent: demo, demo-leaky, demo-forbidden-tool,
+    /// demo-slow, demo-garbled.
+    #[arg(
+        long,
+        value_name = "FILE|NAME",
+        default_value = "demo",
+        env = "WT_AGENT"
+    )]
+    pub agent: String,
+    /// Runs per scenario (overrides each scenario's `runs`).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub runs: Option<u32>,
+    /// Scenarios run in parallel [default: CPU count, at most 8].
+    #[arg(long, short = 'j', value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub jobs: Option<u32>,
+    /// Only scenarios whose id matches (glob with `*`/`?`, else substring).
+    #[arg(long, value_name = "PATTERN")]
+    pub filter: Option<String>,
+    /// Directory for traces and score sidecars.
+    #[arg(long, value_name = "DIR", default_value = "runs", env = "WT_OUT")]
+    pub out: PathBuf,
+    /// Also write a JUnit XML report of this sweep.
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
+    /// Derive every id from this seed (with WT_FIXED_CLOCK, sweeps become byte-identical).
+    #[arg(long, value_name = "N", env = "WT_SEED")]
+    pub seed: Option<u64>,
+}
+
+/// Builds the lifecycle observer for this invocation: the hook seam. No hooks → no-op.
+fn observer(_args: &RunArgs) -> anyhow::Result<Arc<dyn RunObserver>> {
+    Ok(Arc::new(NoopObserver))
+}
+
+fn load_pack(args: &RunArgs) -> anyhow::Result<Pack> {
+    let mut pack = match &args.pack {
+        Some(dir) => {
+            Pack::load(dir).map_err(|e| CodedError::usage(format!("invalid pack: {e}")))?
+        }
+        None => Pack::demo(),
+    };
+    if let Some(pattern) = &args.filter {
+        pack.filter(pattern);
+        if pack.scenarios.is_empty() {
+            return Err(CodedError::usage(format!(
+                "no scenario in pack {} matches --filter {pattern:?}",
+                pack.source
+            ))
+            .into());
+        }
+    }
+    Ok(pack)
+}
+
+pub fn run(args: RunArgs) -> anyhow::Result<u8> {
+    let pack = load_pack(&args)?;
+    let agent =
+        runtime::resolve_agent(&args.agent).map_err(|e| CodedError::usage(e.to_string()))?;
+    let clock = Clock::from_env().map_err(|e| CodedError::usage(e.to_string()))?;
+    let observer = observer(&args)?;
+    let jobs = args.jobs.map_or_else(
+        || std::thread::available_parallelism().map_or(1, |n| n.get().min(8)),
+        |j| j as usize,
+    );
+    let total: u64 = pack
+        .scenarios
+        .iter()
+        .map(|s| u64::from(args.runs.unwrap_or(s.runs)))
+        .sum();
+    let cfg = RunConfig {
+        agent,
+        out_dir: args.out.clone(),
+        runs: args.runs,
+        jobs,
+        clock,
+        ids: args.seed.map_or_else(Ids::random, Ids::seeded),
+        observer,
+        progress: Arc::new(CliProgress::new(total)),
+        policy_revision: None,
+        hooks: None,
+    };
+    let sweep = Sweep::new(&cfg);
+    eprintln!(
+        "wt: {} scenario(s), {total} run(s) of pack {} on agent `{}` → {}",
+        pack.scenarios.len(),
+        pack.manifest.name,
+        cfg.agent.label,
+        args.out.display()
+    );
+    let result = runner::run_sweep(&pack.scenarios, &cfg, &sweep).map_err(|e| match e {
+        runner::RunnerError::Runtime { .. } => anyhow::Error::new(CodedError::usage(e.to_string())),
+        other => anyhow::Error::new(other),
+    })?;
+    // Pack-level seam: `result.aggregates()` holds every scenario, provisioned or not.
+    print_summary(&pack.scenarios, &result, &args);
+    if let Some(path) = &args.junit {
+        let runs: Vec<_> = store::load_runs(&[&args.out])?
+            .into_iter()
+            .filter(|(t, _, _)| t.sweep_id == sweep.id)
+            .collect();
+        store::write_atomic(path, Report::from_runs(&runs).to_junit().as_bytes())
+            .with_context(|| format!("write JUnit report {}", path.display()))?;
+    }
+    Ok(result.exit_code())
+}
+
+fn print_summary(scenarios: &[Scenario], result: &runner::SweepResult, args: &RunArgs) {
+    let width = scenarios
+        .iter()
+        .map(|s| s.id.len())
+        .max()
+        .unwrap_or(8)
+        .max(8);
+    eprintln!();
+    for s in &result.scenarios {
+        let a = &s.aggregate;
+        let status = if a.error.is_some() || a.errored > 0 {
+            "ERROR"
+        } else if a.failed > 0 {
+            "FAIL"
+        } else {
+            "PASS"
+        };
+        let mut why: Vec<String> = LAYERS
+            .iter()
+            .filter_map(|l| a.layer_failures.get(*l).filter(|n| **n > 0).map(|n| (l, n)))
+            .map(|(l, n)| format!("{l} ×{n}"))
+            .collect();
+        if let Some(e) = &a.error {
+            why.push(e.clone());
+        }
+        eprintln!(
+            "{:<width$}  {:>7}  {status:<5}  {}",
+            a.scenario_id,
+            format!("{}/{}", a.passed, a.runs),
+            why.join(", ")
+        );
+    }
+    let (runs, passed) = result.scenarios.iter().fold((0, 0), |(r, p), s| {
+        (r + s.aggregate.runs, p + s.aggregate.passed)
+    });
+    eprintln!(
+        "\n{passed}/{runs} runs passed; traces in {} (details: wt report {})",
+        args.out.display(),
+        args.out.display()
+    );
+}
+
+/// Progress on stderr: a bar on a terminal, plain counter lines otherwise.
+struct CliProgress {
+    bar: Option<ProgressBar>,
+    done: AtomicU64,
+    total: u64,
+}
+
+impl CliProgress {
+    fn new(total: u64) -> Self {
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let bar = ProgressBar::new(total);
+            bar.set_style(
+                ProgressStyle::with_template("{bar:30} {pos}/{len} runs  {elapsed_precise}  {msg}")
+                    .expect("valid template"),
+            );
+            bar
+        });
+        CliProgress {
+            bar,
+            done: AtomicU64::new(0),
+            total,
+        }
+    }
+
+    fn line(&self, line: String) {
+        match &self.bar {
+            Some(bar) => bar.println(line),
+            None => eprintln!("{line}"),
+        }
+    }
+}
+
+impl Progress for CliProgress {
+    fn event(&self, event: &Event<'_>) {
+        match event {
+            Event::RunDone {
+                scenario,
+                run_index,
+                score,
+                ..
+            } => {
+                let n = self.done.fetch_add(1, Ordering::Relaxed) + 1;
+                match &self.bar {
+                    Some(bar) => {
+                        bar.inc(1);
+                        if score.verdict != Verdict::Pass {
+                            let why = score
+                                .error
+                                .clone()
+                                .unwrap_or_else(|| score.failed_layers().join(", "));
+                            bar.println(format!(
+                                "{} {scenario} #{run_index}: {why}",
+                                score.verdict
+                            ));
+                        }
+                    }
+                    None => {
+                        let why = match (&score.error, score.verdict) {
+                            (Some(e), _) => format!(": {e}"),
+                            (None, Verdict::Fail) => {
+                                format!(": {} failed", score.failed_layers().join(", "))
+                            }
+                            _ => String::new(),
+                        };
+                        eprintln!(
+                            "[{n}/{}] {scenario} #{run_index} {}{why}",
+                            self.total, score.verdict
+                        );
+                    }
+                }
+            }
+            Event::ScenarioEnded { aggregate } => {
+                if let Some(e) = &aggregate.error {
+                    self.done
+                        .fetch_add(u64::from(aggregate.runs), Ordering::Relaxed);
+                    if let Some(bar) = &self.bar {
+                        bar.inc(u64::from(aggregate.runs));
+                    }
+                    self.line(format!("ERROR {}: {e}", aggregate.scenario_id));
+                }
+            }
+            Event::Warning { scenario, message } => {
+                self.line(format!("warning: {scenario}: {message}"));
+            }
+            Event::ScenarioStarted { .. } => {}
+        }
+        if self.done.load(Ordering::Relaxed) >= self.total {
+            if let Some(bar) = &self.bar {
+                bar.finish_and_clear();
+            }
+        }
+    }
+}

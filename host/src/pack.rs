@@ -1,0 +1,352 @@
+//! Packs: a directory (`pack.toml` + `scenarios/*.toml`) or the demo pack embedded in the
+//! binary. Loading validates everything before anything runs, and every error names the
+//! file, the place in it and what is wrong. This module only reads and checks; it never
+//! runs a scenario.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use windtunnel_sdk::model::{Scenario, ToolEffect, is_slug};
+
+use crate::world::lookup;
+
+/// The pack manifest, `pack.toml`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PackManifest {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default)]
+    pub version: Option<String>,
+}
+
+/// A validated pack.
+#[derive(Clone, Debug)]
+pub struct Pack {
+    pub manifest: PackManifest,
+    /// Where it came from: a directory, or `<embedded demo>`.
+    pub source: String,
+    /// Scenarios in file-name order.
+    pub scenarios: Vec<Scenario>,
+}
+
+/// Why a pack was rejected.
+#[derive(Debug, thiserror::Error)]
+pub enum PackError {
+    #[error("read pack {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{file}: {place}{message}")]
+    Invalid {
+        file: String,
+        /// `line:col: ` or `field: `, empty when the whole file is meant.
+        place: String,
+        message: String,
+    },
+    #[error("{file}: duplicate scenario id `{id}` (also in {first})")]
+    DuplicateId {
+        file: String,
+        id: String,
+        first: String,
+    },
+    #[error("pack {dir} has no scenarios (expected scenarios/*.toml)")]
+    Empty { dir: String },
+}
+
+impl PackError {
+    fn invalid(file: &str, place: impl Into<String>, message: impl Into<String>) -> Self {
+        let place = place.into();
+        PackError::Invalid {
+            file: file.to_owned(),
+            place: if place.is_empty() {
+                place
+            } else {
+                format!("{place}: ")
+            },
+            message: message.into(),
+        }
+    }
+}
+
+const DEMO_MANIFEST: &str = include_str!("../packs/demo/pack.toml");
+const DEMO_SCENARIOS: &[(&str, &str)] = &[
+    (
+        "scenarios/escalate-human.toml",
+        include_str!("../packs/demo/scenarios/escalate-human.toml"),
+    ),
+    (
+        "scenarios/order-status.toml",
+        include_str!("../packs/demo/scenarios/order-status.toml"),
+    ),
+    (
+        "scenarios/refund-damaged.toml",
+        include_str!("../packs/demo/scenarios/refund-damaged.toml"),
+    ),
+];
+
+impl Pack {
+    /// The demo pack embedded in the binary.
+    pub fn demo() -> Pack {
+        let files = DEMO_SCENARIOS
+            .iter()
+            .map(|(name, text)| (format!("<embedded demo>/{name}"), (*text).to_owned()))
+            .collect();
+        Pack::from_sources(
+            "<embedded demo>",
+            ("<embedded demo>/pack.toml", DEMO_MANIFEST),
+            files,
+        )
+        .expect("the embedded demo pack is valid")
+    }
+
+    /// Loads and validates the pack in `dir`.
+    pub fn load(dir: &Path) -> Result<Pack, PackError> {
+        let io = |path: &Path| {
+            let path = path.to_owned();
+            move |source| PackError::Io { path, source }
+        };
+        let manifest_path = dir.join("pack.toml");
+        let manifest = std::fs::read_to_string(&manifest_path).map_err(io(&manifest_path))?;
+        let scen_dir = dir.join("scenarios");
+        let mut paths = Vec::new();
+        for entry in std::fs::read_dir(&scen_dir).map_err(io(&scen_dir))? {
+            let path = entry.map_err(io(&scen_dir))?.path();
+            if path.extension().is_some_and(|e| e == "toml") && path.is_file() {
+                paths.push(path);
+            }
+        }
+        paths.sort();
+        let mut files = Vec::new();
+        for path in paths {
+            let text = std::fs::read_to_string(&path).map_err(io(&path))?;
+            files.push((path.display().to_string(), text));
+        }
+        Pack::from_sources(
+            &dir.display().to_string(),
+            (&manifest_path.display().to_string(), &manifest),
+            files,
+        )
+    }
+
+    /// Parses and validates a pack from file names and contents.
+    pub fn from_sources(
+        source: &str,
+        manifest: (&str, &str),
+        scenarios: Vec<(String, String)>,
+    ) -> Result<Pack, PackError> {
+        let manifest: PackManifest = parse_toml(manifest.0, manifest.1)?;
+        if scenarios.is_empty() {
+            return Err(PackError::Empty {
+                dir: source.to_owned(),
+            });
+        }
+        let mut seen: BTreeMap<String, String> = BTreeMap::new();
+        let mut out = Vec::new();
+        for (file, text) in scenarios {
+            let scenario: Scenario = parse_toml(&file, &text)?;
+            validate(&file, &scenario)?;
+            if let Some(first) = seen.get(&scenario.id) {
+                return Err(PackError::DuplicateId {
+                    file,
+                    id: scenario.id,
+                    first: first.clone(),
+                });
+            }
+            seen.insert(scenario.id.clone(), file);
+            out.push(scenario);
+        }
+        Ok(Pack {
+            manifest,
+            source: source.to_owned(),
+            scenarios: out,
+        })
+    }
+
+    /// The scenario with this id.
+    pub fn scenario(&self, id: &str) -> Option<&Scenario> {
+        self.scenarios.iter().find(|s| s.id == id)
+    }
+
+    /// Keeps only the scenarios whose id matches `pattern` (a glob with `*` and `?`, or else
+    /// a substring).
+    pub fn filter(&mut self, pattern: &str) {
+        self.scenarios.retain(|s| matches_pattern(pattern, &s.id));
+    }
+}
+
+/// Glob (`*`, `?`) when the pattern has wildcards, substring otherwise.
+pub fn matches_pattern(pattern: &str, text: &str) -> bool {
+    if !pattern.contains(['*', '?']) {
+        return text.contains(pattern);
+    }
+    fn glob(p: &[u8], t: &[u8]) -> bool {
+        match (p.first(), t.first()) {
+            (None, None) => true,
+            (Some(b'*'), _) => glob(&p[1..], t) || (!t.is_empty() && glob(p, &t[1..])),
+            (Some(b'?'), Some(_)) => glob(&p[1..], &t[1..]),
+            (Some(a), Some(b)) if a == b => glob(&p[1..], &t[1..]),
+            _ => false,
+        }
+    }
+    glob(pattern.as_bytes(), text.as_bytes())
+}
+
+fn parse_toml<T: serde::de::DeserializeOwned>(file: &str, text: &str) -> Result<T, PackError> {
+    toml::from_str(text).map_err(|e| {
+        let place = e
+            .span()
+            .map(|span| {
+                let before = &text[..span.start.min(text.len())];
+                let line = before.matches('\n').count() + 1;
+                let col = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+                format!("line {line}, column {col}")
+            })
+            .unwrap_or_default();
+        PackError::invalid(file, place, e.message().trim_end().to_owned())
+    })
+}
+
+fn validate(file: &str, s: &Scenario) -> Result<(), PackError> {
+    let bad = |place: &str, msg: String| Err(PackError::invalid(file, place, msg));
+    if !is_slug(&s.id) {
+        return bad(
+            "id",
+            format!(
+                "invalid scenario id {:?}: use 1-64 characters of a-z, 0-9, `_` and `-` (no dots)",
+                s.id
+            ),
+        );
+    }
+    if s.turns.is_empty() {
+        return bad("turns", "a scenario needs at least one turn".into());
+    }
+    if let Some(i) = s.turns.iter().position(|t| t.trim().is_empty()) {
+        return bad(&format!("turns[{i}]"), "turn is empty".into());
+    }
+    if s.runs == 0 {
+        return bad("runs", "must be at least 1".into());
+    }
+    let mut names = BTreeMap::new();
+    for (i, tool) in s.tools.iter().enumerate() {
+        let place = format!("tools[{i}] ({})", tool.name);
+        if tool.name.is_empty()
+            || !tool
+                .name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        {
+            return bad(
+                &place,
+                format!(
+                    "invalid tool name {:?}: use letters, digits, `_` and `-`",
+                    tool.name
+                ),
+            );
+        }
+        if let Some(first) = names.insert(tool.name.clone(), i) {
+            return bad(&place, format!("duplicate tool name (also tools[{first}])"));
+        }
+        let Some(world) = &s.world else {
+            return bad(
+                &place,
+                "tool acts on the fixture world, but the scenario has no `world`".into(),
+            );
+        };
+        let (path, must_exist) = match &tool.effect {
+            ToolEffect::Read { path, .. } => (path, true),
+            ToolEffect::Write { path, key_arg, .. } => (path, key_arg.is_some()),
+            ToolEffect::Append { path, .. } => (path, true),
+        };
+        let checked = if must_exist {
+            path.as_str()
+        } else {
+            path.rsplit_once('.').map_or("", |(parent, _)| parent)
+        };
+        match lookup(world, checked) {
+            None => {
+                return bad(
+                    &format!("{place}.effect.path"),
+                    format!("`{checked}` does not exist in the scenario's world"),
+                );
+            }
+            Some(v) if matches!(tool.effect, ToolEffect::Append { .. }) && !v.is_array() => {
+                return bad(
+                    &format!("{place}.effect.path"),
+                    format!("append target `{path}` is not an array in the world"),
+                );
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn one(text: &str) -> Result<Pack, PackError> {
+        Pack::from_sources(
+            "t",
+            ("pack.toml", "name = \"t\""),
+            vec![("s.toml".into(), text.into())],
+        )
+    }
+
+    #[test]
+    fn demo_pack_is_valid() {
+        let p = Pack::demo();
+        assert_eq!(p.scenarios.len(), 3);
+    }
+
+    #[test]
+    fn rejections_name_place_and_problem() {
+        let e = one("id = \"a\"\nturns = [\"hi\"]\nbogus = 1\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("s.toml: line 3") && e.contains("bogus"), "{e}");
+        let e = one("id = \"A.b\"\nturns = [\"hi\"]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("s.toml: id: invalid scenario id"), "{e}");
+        let e = one("id = \"a\"\nturns = []\n").unwrap_err().to_string();
+        assert!(e.contains("turns: a scenario needs"), "{e}");
+        let e = one(
+            "id = \"a\"\nturns = [\"x\"]\nworld = { orders = {} }\n[[tools]]\nname = \"r\"\neffect = { kind = \"read\", path = \"ordres\" }\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("tools[0] (r).effect.path") && e.contains("`ordres`"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn duplicates() {
+        let s = "id = \"a\"\nturns = [\"x\"]\n".to_string();
+        let e = Pack::from_sources(
+            "t",
+            ("pack.toml", "name = \"t\""),
+            vec![("one.toml".into(), s.clone()), ("two.toml".into(), s)],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("two.toml: duplicate scenario id `a` (also in one.toml)"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn patterns() {
+        assert!(matches_pattern("refund", "refund-damaged"));
+        assert!(matches_pattern("*-status", "order-status"));
+        assert!(!matches_pattern("order-?", "order-status"));
+    }
+}

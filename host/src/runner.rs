@@ -1,0 +1,719 @@
+//! The run loop, as a library: provision → (reset → inject → capture evidence → score)×N →
+//! teardown for each scenario, scenarios in parallel (`jobs`), runs within a scenario
+//! sequential on one agent handle. Each run's trace, score and hook artifacts are written
+//! (atomically) before the next run's reset; nothing of a run is kept in memory after that
+//! except its contribution to the scenario's [`AggregateResult`].
+//!
+//! Lifecycle hooks plug in through [`RunObserver`]; the runner calls it at fixed points and
+//! never lets it change what is judged. With [`NoopObserver`] (no hooks) the files written
+//! are exactly those of a hook-less `wt`.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+use windtunnel_sdk::model::{
+    AgentConfig, AgentRef, AggregateResult, HookProvenance, SCHEMA_VERSION, Scenario, Score, Trace,
+    TurnRecord, Verdict, WorldObservation,
+};
+
+use crate::clock::{self, Clock, Ids};
+use crate::runtime::{self, AgentHandle, Runtime, RuntimeError, TurnCtx};
+use crate::score::{self, Aggregator};
+use crate::store::{self, StoreError};
+use crate::world::World;
+
+/// Sends a turn into a run's live session through the runtime handle. What it exchanges is
+/// NOT recorded in the trace's turns. Errors when the session is unusable (the run failed).
+pub trait Converse {
+    fn converse(&self, text: &str, timeout: Duration) -> Result<String, String>;
+    /// The agent's internal state as JSON, where the runtime exposes it.
+    fn probe_state(&self) -> Option<Value> {
+        None
+    }
+}
+
+/// What a hook point returns: warnings (go to `trace.worker_warnings`) and artifacts
+/// (written beside the trace).
+#[derive(Debug, Default)]
+pub struct RunHookOutput {
+    pub warnings: Vec<String>,
+    pub artifacts: Vec<Artifact>,
+}
+
+/// A hook artifact, written as `<stem>.<hook>.json` or `<stem>.<hook>.<label>.json`.
+#[derive(Clone, Debug)]
+pub struct Artifact {
+    pub hook: String,
+    pub label: Option<String>,
+    pub payload: Value,
+}
+
+/// The seam lifecycle hooks plug into. Per run the order is: reset → mint session → capture
+/// surface → `on_run_start` → inject → evidence → trace → score → `on_run_scored` →
+/// `on_run_end` → write. A run that errors still goes through scored and end (pairing).
+/// `on_provisioned` / `on_scenario_end` pair per scenario that provisioned.
+#[expect(unused_variables, reason = "default no-op implementations")]
+pub trait RunObserver: Send + Sync {
+    /// Returns warnings.
+    fn on_provisioned(&self, scenario: &Scenario, agent: &AgentConfig) -> Vec<String> {
+        vec![]
+    }
+    fn on_run_start(
+        &self,
+        scenario: &Scenario,
+        agent: &AgentConfig,
+        run_id: &str,
+        session_id: &str,
+    ) -> RunHookOutput {
+        RunHookOutput::default()
+    }
+    fn on_run_scored(
+        &self,
+        scenario: &Scenario,
+        agent: &AgentConfig,
+        trace: &Trace,
+        score: &Score,
+        session: &dyn Converse,
+    ) -> RunHookOutput {
+        RunHookOutput::default()
+    }
+    fn on_run_end(
+        &self,
+        scenario: &Scenario,
+        agent: &AgentConfig,
+        trace: &Trace,
+        score: &Score,
+    ) -> RunHookOutput {
+        RunHookOutput::default()
+    }
+    /// Returns warnings.
+    fn on_scenario_end(
+        &self,
+        scenario: &Scenario,
+        agent: &AgentConfig,
+        aggregate: &AggregateResult,
+    ) -> Vec<String> {
+        vec![]
+    }
+}
+
+/// The observer used when no hooks are active.
+#[derive(Debug, Default)]
+pub struct NoopObserver;
+impl RunObserver for NoopObserver {}
+
+/// What the runner reports while it works (the CLI's progress display).
+#[derive(Debug)]
+pub enum Event<'a> {
+    ScenarioStarted {
+        scenario: &'a str,
+        runs: u32,
+    },
+    RunDone {
+        scenario: &'a str,
+        run_index: u32,
+        stem: &'a str,
+        score: &'a Score,
+    },
+    ScenarioEnded {
+        aggregate: &'a AggregateResult,
+    },
+    Warning {
+        scenario: &'a str,
+        message: &'a str,
+    },
+}
+
+/// Receives [`Event`]s, from several threads.
+pub trait Progress: Send + Sync {
+    fn event(&self, event: &Event<'_>);
+}
+
+/// Ignores events.
+#[derive(Debug, Default)]
+pub struct NoProgress;
+impl Progress for NoProgress {
+    fn event(&self, _: &Event<'_>) {}
+}
+
+/// How to run a sweep.
+pub struct RunConfig {
+    pub agent: AgentConfig,
+    pub out_dir: PathBuf,
+    /// Overrides every scenario's `runs`.
+    pub runs: Option<u32>,
+    /// Scenarios in parallel (at least 1).
+    pub jobs: usize,
+    pub clock: Clock,
+    pub ids: Ids,
+    pub observer: Arc<dyn RunObserver>,
+    pub progress: Arc<dyn Progress>,
+    /// Copied into every trace; `None` leaves the field absent.
+    pub policy_revision: Option<String>,
+    /// Provenance of the active hooks, copied into every trace; `None` when none are active.
+    pub hooks: Option<Vec<HookProvenance>>,
+}
+
+impl RunConfig {
+    /// Defaults: no hooks, no progress, system clock, random ids, one job.
+    pub fn new(agent: AgentConfig, out_dir: impl Into<PathBuf>) -> Self {
+        RunConfig {
+            agent,
+            out_dir: out_dir.into(),
+            runs: None,
+            jobs: 1,
+            clock: Clock::System,
+            ids: Ids::random(),
+            observer: Arc::new(NoopObserver),
+            progress: Arc::new(NoProgress),
+            policy_revision: None,
+            hooks: None,
+        }
+    }
+
+    pub fn runs_of(&self, scenario: &Scenario) -> u32 {
+        self.runs.unwrap_or(scenario.runs)
+    }
+}
+
+/// A sweep's identity, known before it starts (name pack-level files with `ts`).
+#[derive(Clone, Debug)]
+pub struct Sweep {
+    pub id: String,
+    /// Compact UTC timestamp for file names, e.g. `20261130T051500Z` (no dots).
+    pub ts: String,
+    pub started_at: String,
+}
+
+impl Sweep {
+    pub fn new(cfg: &RunConfig) -> Sweep {
+        let now = cfg.clock.now();
+        Sweep {
+            id: cfg.ids.mint("sweep", &[]),
+            ts: clock::compact(now),
+            started_at: clock::rfc3339(now),
+        }
+    }
+}
+
+/// One scenario's result.
+#[derive(Clone, Debug)]
+pub struct ScenarioOutcome {
+    pub aggregate: AggregateResult,
+    /// Warnings from `on_provisioned`, `on_scenario_end` and teardown.
+    pub warnings: Vec<String>,
+}
+
+/// All scenarios' results, in pack order (also those that failed to provision).
+#[derive(Clone, Debug)]
+pub struct SweepResult {
+    pub sweep: Sweep,
+    pub scenarios: Vec<ScenarioOutcome>,
+}
+
+impl SweepResult {
+    pub fn aggregates(&self) -> Vec<AggregateResult> {
+        self.scenarios.iter().map(|s| s.aggregate.clone()).collect()
+    }
+
+    /// 3 if any run (or scenario) could not be judged, else 1 if any run failed, else 0.
+    pub fn exit_code(&self) -> u8 {
+        exit_code(self.scenarios.iter().map(|s| &s.aggregate))
+    }
+}
+
+/// The exit code for a set of aggregates (ERROR wins over FAIL).
+pub fn exit_code<'a>(aggs: impl IntoIterator<Item = &'a AggregateResult>) -> u8 {
+    let mut code = crate::exit::SUCCESS;
+    for a in aggs {
+        if a.errored > 0 || a.error.is_some() {
+            return crate::exit::RUN_ERROR;
+        }
+        if a.failed > 0 {
+            code = crate::exit::RUN_FAILED;
+        }
+    }
+    code
+}
+
+/// Why a sweep stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum RunnerError {
+    #[error("agent `{agent}`: {source}")]
+    Runtime {
+        agent: String,
+        #[source]
+        source: RuntimeError,
+    },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Runs `scenarios` and writes every run's files to `cfg.out_dir`.
+pub fn run_sweep(
+    scenarios: &[Scenario],
+    cfg: &RunConfig,
+    sweep: &Sweep,
+) -> Result<SweepResult, RunnerError> {
+    let runtime = runtime::for_agent(&cfg.agent).map_err(|source| RunnerError::Runtime {
+        agent: cfg.agent.label.clone(),
+        source,
+    })?;
+    store::ensure_dir(&cfg.out_dir)?;
+    let next = AtomicUsize::new(0);
+    let results: Mutex<Vec<Option<Result<ScenarioOutcome, StoreError>>>> =
+        Mutex::new((0..scenarios.len()).map(|_| None).collect());
+    let stems = Mutex::new(HashSet::new());
+    let jobs = cfg.jobs.clamp(1, scenarios.len().max(1));
+    std::thread::scope(|s| {
+        for _ in 0..jobs {
+            s.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(scenario) = scenarios.get(i) else {
+                        break;
+                    };
+                    let r = ScenarioRunner {
+                        cfg,
+                        sweep,
+                        scenario,
+                        runtime: runtime.as_ref(),
+                        stems: &stems,
+                    }
+                    .run();
+                    results.lock().expect("results lock")[i] = Some(r);
+                }
+            });
+        }
+    });
+    let mut out = Vec::new();
+    for r in results.into_inner().expect("results lock") {
+        out.push(r.expect("every scenario ran")?);
+    }
+    Ok(SweepResult {
+        sweep: sweep.clone(),
+        scenarios: out,
+    })
+}
+
+struct ScenarioRunner<'a> {
+    cfg: &'a RunConfig,
+    sweep: &'a Sweep,
+    scenario: &'a Scenario,
+    runtime: &'a dyn Runtime,
+    stems: &'a Mutex<HashSet<String>>,
+}
+
+impl ScenarioRunner<'_> {
+    fn warn(&self, message: &str) {
+        self.cfg.progress.event(&Event::Warning {
+            scenario: &self.scenario.id,
+            message,
+        });
+    }
+
+    fn run(&self) -> Result<ScenarioOutcome, StoreError> {
+        let (cfg, scenario) = (self.cfg, self.scenario);
+        let runs = cfg.runs_of(scenario);
+        cfg.progress.event(&Event::ScenarioStarted {
+            scenario: &scenario.id,
+            runs,
+        });
+        let mut agg = Aggregator::new(&scenario.id);
+        let mut warnings = Vec::new();
+        let unable = |agg: Aggregator, why: String| {
+            let mut a = agg.finish();
+            a.runs = runs;
+            a.errored = runs;
+            a.error = Some(why);
+            self.cfg
+                .progress
+                .event(&Event::ScenarioEnded { aggregate: &a });
+            Ok(ScenarioOutcome {
+                aggregate: a,
+                warnings: Vec::new(),
+            })
+        };
+        let handle = match self.runtime.provision(scenario) {
+            Ok(h) => h,
+            Err(e) => return unable(agg, format!("provisioning failed: {e}")),
+        };
+        let fixture = World::new(scenario.world.as_ref());
+        let broken: Vec<String> = scenario
+            .preconditions
+            .iter()
+            .filter_map(|c| fixture.check(c).err())
+            .collect();
+        let handle = Mutex::new(handle);
+        if !broken.is_empty() {
+            self.teardown(&handle, &mut warnings);
+            return unable(agg, format!("precondition failed: {}", broken.join("; ")));
+        }
+        warnings.extend(cfg.observer.on_provisioned(scenario, &cfg.agent));
+        for w in &warnings {
+            self.warn(w);
+        }
+        for index in 0..runs {
+            let (trace, score) = self.run_one(index, &handle)?;
+            agg.add(&trace, Some(&score));
+        }
+        self.teardown(&handle, &mut warnings);
+        let aggregate = agg.finish();
+        let end = cfg
+            .observer
+            .on_scenario_end(scenario, &cfg.agent, &aggregate);
+        for w in &end {
+            self.warn(w);
+        }
+        warnings.extend(end);
+        cfg.progress.event(&Event::ScenarioEnded {
+            aggregate: &aggregate,
+        });
+        Ok(ScenarioOutcome {
+            aggregate,
+            warnings,
+        })
+    }
+
+    fn teardown(&self, handle: &Mutex<Box<dyn AgentHandle>>, warnings: &mut Vec<String>) {
+        if let Err(e) = lock(handle).teardown() {
+            let w = format!("teardown failed: {e}");
+            self.warn(&w);
+            warnings.push(w);
+        }
+    }
+
+    /// Mints the run id, making the stem unique within the sweep and the directory.
+    fn claim_stem(&self, index: u32, ts: &str) -> Result<(String, String), StoreError> {
+        let idx = index.to_string();
+        for attempt in 0u32.. {
+            let attempt_s = attempt.to_string();
+            let mut place = vec![self.scenario.id.as_str(), idx.as_str()];
+            if attempt > 0 {
+                place.push(&attempt_s);
+            }
+            let run_id = self.cfg.ids.mint("run", &place);
+            let stem = store::stem(ts, &run_id)?;
+            let fresh = self.stems.lock().expect("stems lock").insert(stem.clone());
+            if fresh && !store::trace_path(&self.cfg.out_dir, &stem).exists() {
+                return Ok((run_id, stem));
+            }
+        }
+        unreachable!("u32 attempts exhausted")
+    }
+
+    fn run_one(
+        &self,
+        index: u32,
+        handle: &Mutex<Box<dyn AgentHandle>>,
+    ) -> Result<(Trace, Score), StoreError> {
+        let (cfg, scenario) = (self.cfg, self.scenario);
+        let started = cfg.clock.now();
+        let (run_id, stem) = self.claim_stem(index, &clock::compact(started))?;
+        let world = Mutex::new(World::new(scenario.world.as_ref()));
+        let mut trace = Trace {
+            schema_version: SCHEMA_VERSION,
+            run_id: run_id.clone(),
+            sweep_id: self.sweep.id.clone(),
+            scenario_id: scenario.id.clone(),
+            run_index: index,
+            agent: AgentRef {
+                label: cfg.agent.label.clone(),
+                runtime: cfg.agent.runtime.clone(),
+                model: cfg.agent.model.clone(),
+            },
+            started_at: clock::rfc3339(started),
+            policy_revision: cfg.policy_revision.clone(),
+            hooks: cfg.hooks.clone(),
+            ..Trace::default()
+        };
+        if let Err(e) = lock(handle).reset_state() {
+            trace.error = Some(format!("reset failed: {e}"));
+        }
+        trace.session_id = cfg.ids.mint("session", &[&scenario.id, &index.to_string()]);
+        trace.surface = runtime::surface(&cfg.agent, scenario);
+        let before = lock(&world).state().clone();
+        let start_out = cfg
+            .observer
+            .on_run_start(scenario, &cfg.agent, &run_id, &trace.session_id);
+        if trace.error.is_none() {
+            self.inject(&mut trace, handle, &world);
+        }
+        if scenario.world.is_some() {
+            trace.world = Some(WorldObservation {
+                before,
+                after: lock(&world).state().clone(),
+            });
+        }
+        trace.ended_at = cfg.clock.now_rfc3339();
+        let score = score::score(scenario, &trace);
+        let usable = score.verdict != Verdict::Error;
+        let session = SessionConverse {
+            handle,
+            world: &world,
+            session_id: &trace.session_id,
+            turn_base: scenario.turns.len() as u32,
+            unusable: (!usable).then(|| score.error.clone().unwrap_or_default()),
+        };
+        let scored_out = cfg
+            .observer
+            .on_run_scored(scenario, &cfg.agent, &trace, &score, &session);
+        let end_out = cfg
+            .observer
+            .on_run_end(scenario, &cfg.agent, &trace, &score);
+        let mut artifacts = Vec::new();
+        for out in [start_out, scored_out, end_out] {
+            trace.worker_warnings.extend(out.warnings);
+            artifacts.extend(out.artifacts);
+        }
+        self.write(&stem, &mut trace, &score, artifacts)?;
+        cfg.progress.event(&Event::RunDone {
+            scenario: &scenario.id,
+            run_index: index,
+            stem: &stem,
+            score: &score,
+        });
+        Ok((trace, score))
+    }
+
+    fn inject(
+        &self,
+        trace: &mut Trace,
+        handle: &Mutex<Box<dyn AgentHandle>>,
+        world: &Mutex<World>,
+    ) {
+        let timeout = runtime::turn_timeout(&self.cfg.agent);
+        for (i, text) in self.scenario.turns.iter().enumerate() {
+            let index = i as u32;
+            let watch = self.cfg.clock.stopwatch();
+            let reply = {
+                let mut w = lock(world);
+                lock(handle).send(
+                    &trace.session_id,
+                    text,
+                    TurnCtx {
+                        index,
+                        world: &mut w,
+                        timeout,
+                    },
+                )
+            };
+            let failed = reply.error.is_some();
+            trace.turns.push(TurnRecord {
+                index,
+                input: text.clone(),
+                reply: reply.text,
+                latency_ms: watch.elapsed_ms(),
+                error: reply.error,
+            });
+            trace.evidence.tool_calls.extend(reply.tool_calls);
+            if failed {
+                // The session cannot be trusted after a transport error; stop injecting.
+                break;
+            }
+        }
+    }
+
+    /// Writes score, artifacts, then the trace (last, so a trace on disk always has its
+    /// score beside it).
+    fn write(
+        &self,
+        stem: &str,
+        trace: &mut Trace,
+        score: &Score,
+        artifacts: Vec<Artifact>,
+    ) -> Result<(), StoreError> {
+        let dir = &self.cfg.out_dir;
+        store::write_json(&store::score_path(dir, stem), score)?;
+        for a in artifacts {
+            match store::artifact_path(dir, stem, &a.hook, a.label.as_deref()) {
+                Ok(path) => store::write_json(&path, &a.payload)?,
+                Err(e) => trace
+                    .worker_warnings
+                    .push(format!("hook:{}: artifact not written: {e}", a.hook)),
+            }
+        }
+        store::write_json(&store::trace_path(dir, stem), trace)
+    }
+}
+
+fn lock<T: ?Sized>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic elsewhere must not stop the sweep from writing what it has.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+struct SessionConverse<'a> {
+    handle: &'a Mutex<Box<dyn AgentHandle>>,
+    world: &'a Mutex<World>,
+    session_id: &'a str,
+    turn_base: u32,
+    unusable: Option<String>,
+}
+
+impl Converse for SessionConverse<'_> {
+    fn converse(&self, text: &str, timeout: Duration) -> Result<String, String> {
+        if let Some(why) = &self.unusable {
+            return Err(format!("session unusable: {why}"));
+        }
+        let mut w = lock(self.world);
+        let reply = lock(self.handle).send(
+            self.session_id,
+            text,
+            TurnCtx {
+                index: self.turn_base,
+                world: &mut w,
+                timeout,
+            },
+        );
+        match (reply.error, reply.text) {
+            (Some(e), _) => Err(e),
+            (None, Some(t)) => Ok(t),
+            (None, None) => Err("no reply".to_owned()),
+        }
+    }
+
+    fn probe_state(&self) -> Option<Value> {
+        lock(self.handle).probe_state()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pack::Pack;
+
+    #[derive(Default)]
+    struct Recorder {
+        log: Mutex<Vec<String>>,
+    }
+
+    impl RunObserver for Recorder {
+        fn on_provisioned(&self, s: &Scenario, _: &AgentConfig) -> Vec<String> {
+            self.log
+                .lock()
+                .unwrap()
+                .push(format!("provisioned {}", s.id));
+            vec![]
+        }
+        fn on_run_start(&self, _: &Scenario, _: &AgentConfig, run: &str, _: &str) -> RunHookOutput {
+            self.log
+                .lock()
+                .unwrap()
+                .push(format!("start {}", &run[..8]));
+            RunHookOutput::default()
+        }
+        fn on_run_scored(
+            &self,
+            _: &Scenario,
+            _: &AgentConfig,
+            t: &Trace,
+            _: &Score,
+            session: &dyn Converse,
+        ) -> RunHookOutput {
+            let reply =
+                session.converse("What do you remember from earlier?", Duration::from_secs(1));
+            self.log
+                .lock()
+                .unwrap()
+                .push(format!("scored {}", &t.run_id[..8]));
+            RunHookOutput {
+                warnings: vec![format!("hook:rec: {}", reply.unwrap())],
+                artifacts: vec![Artifact {
+                    hook: "rec".into(),
+                    label: Some("probe".into()),
+                    payload: session.probe_state().unwrap(),
+                }],
+            }
+        }
+        fn on_run_end(&self, _: &Scenario, _: &AgentConfig, t: &Trace, _: &Score) -> RunHookOutput {
+            self.log
+                .lock()
+                .unwrap()
+                .push(format!("end {}", &t.run_id[..8]));
+            RunHookOutput::default()
+        }
+        fn on_scenario_end(
+            &self,
+            s: &Scenario,
+            _: &AgentConfig,
+            a: &AggregateResult,
+        ) -> Vec<String> {
+            self.log
+                .lock()
+                .unwrap()
+                .push(format!("scenario_end {} {}/{}", s.id, a.passed, a.runs));
+            vec![]
+        }
+    }
+
+    #[test]
+    fn hook_points_fire_in_order_and_artifacts_land_beside_traces() {
+        let dir = tempfile::tempdir().unwrap();
+        let pack = Pack::demo();
+        let scenarios: Vec<Scenario> = pack
+            .scenarios
+            .into_iter()
+            .filter(|s| s.id == "order-status")
+            .collect();
+        let rec = Arc::new(Recorder::default());
+        let mut cfg = RunConfig::new(runtime::builtin_agent("demo-leaky").unwrap(), dir.path());
+        cfg.observer = rec.clone();
+        cfg.ids = Ids::seeded(1);
+        let sweep = Sweep::new(&cfg);
+        let result = run_sweep(&scenarios, &cfg, &sweep).unwrap();
+        assert_eq!(result.exit_code(), 0);
+        let log = rec.log.lock().unwrap().clone();
+        let kinds: Vec<&str> = log.iter().map(|l| l.split(' ').next().unwrap()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "provisioned",
+                "start",
+                "scored",
+                "end",
+                "start",
+                "scored",
+                "end",
+                "scenario_end"
+            ]
+        );
+        let runs = store::load_runs(&[dir.path()]).unwrap();
+        assert_eq!(runs.len(), 2);
+        // The leaky agent remembers the first run's session in the second run.
+        let second = runs.iter().find(|(t, _, _)| t.run_index == 1).unwrap();
+        assert!(
+            second.0.worker_warnings[0].contains("Earlier you told me"),
+            "{:?}",
+            second.0.worker_warnings
+        );
+        let stem = second.2.file_stem().unwrap().to_str().unwrap();
+        let probe: Value =
+            store::read_json(&dir.path().join(format!("{stem}.rec.probe.json"))).unwrap();
+        assert!(probe["sessions"].as_array().unwrap().len() >= 2, "{probe}");
+    }
+
+    #[test]
+    fn provisioning_failure_is_scenario_error_and_sweep_continues() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut agent = runtime::builtin_agent("demo").unwrap();
+        agent.runtime = "http".into();
+        agent.endpoint = Some("http://127.0.0.1:9".into());
+        let cfg = RunConfig::new(agent, dir.path());
+        let pack = Pack::demo();
+        let sweep = Sweep::new(&cfg);
+        let r = run_sweep(&pack.scenarios, &cfg, &sweep).unwrap();
+        assert_eq!(r.scenarios.len(), 3);
+        assert!(r.scenarios.iter().all(|s| {
+            s.aggregate
+                .error
+                .as_deref()
+                .unwrap()
+                .contains("provisioning failed")
+        }));
+        assert_eq!(r.exit_code(), 3);
+    }
+}

@@ -1,0 +1,240 @@
+//! The `openai` runtime: any OpenAI-compatible chat-completions endpoint (vLLM, llama.cpp
+//! server, Ollama, hosted APIs). The harness runs the tool loop: the scenario's tools are
+//! offered as function tools, every tool call is executed against the fixture world and
+//! recorded as evidence, until the model answers without tool calls or `max_steps` model
+//! calls were made.
+//!
+//! The API key is read from the environment variable named by `api_key_env` at provision
+//! time and only ever sent in the `Authorization` header; it is never written anywhere.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use windtunnel_sdk::model::{AgentConfig, Scenario, ToolSpec};
+
+use super::{
+    AgentHandle, Reply, Runtime, RuntimeError, TurnCtx, http_json, tool_schemas, with_retries,
+};
+
+/// The `openai` runtime.
+pub struct OpenAiRuntime {
+    agent: AgentConfig,
+    url: String,
+}
+
+impl OpenAiRuntime {
+    pub fn new(agent: &AgentConfig) -> Result<Self, RuntimeError> {
+        let base = agent.endpoint.as_deref().ok_or_else(|| {
+            RuntimeError(format!(
+                "agent `{}`: the openai runtime needs `endpoint` (base URL, e.g. http://localhost:8000/v1)",
+                agent.label
+            ))
+        })?;
+        if agent.model.is_none() {
+            return Err(RuntimeError(format!(
+                "agent `{}`: the openai runtime needs `model`",
+                agent.label
+            )));
+        }
+        let base = base.trim_end_matches('/');
+        let url = if base.ends_with("/chat/completions") {
+            base.to_owned()
+        } else {
+            format!("{base}/chat/completions")
+        };
+        Ok(OpenAiRuntime {
+            agent: agent.clone(),
+            url,
+        })
+    }
+}
+
+impl Runtime for OpenAiRuntime {
+    fn provision(&self, scenario: &Scenario) -> Result<Box<dyn AgentHandle>, RuntimeError> {
+        let key = match &self.agent.api_key_env {
+            None => None,
+            Some(var) => Some(std::env::var(var).map_err(|_| {
+                RuntimeError(format!(
+                    "agent `{}`: environment variable {var} (named by api_key_env) is not set",
+                    self.agent.label
+                ))
+            })?),
+        };
+        Ok(Box::new(OpenAiAgent {
+            http: ureq::AgentBuilder::new()
+                .timeout_connect(Duration::from_secs(10))
+                .build(),
+            url: self.url.clone(),
+            key,
+            agent: self.agent.clone(),
+            tools: scenario.tools.clone(),
+            schemas: tool_schemas(&scenario.tools),
+            sessions: HashMap::new(),
+        }))
+    }
+}
+
+struct OpenAiAgent {
+    http: ureq::Agent,
+    url: String,
+    key: Option<String>,
+    agent: AgentConfig,
+    tools: Vec<ToolSpec>,
+    schemas: Vec<Value>,
+    /// Conversation so far, per session (the model is stateless; the session is ours).
+    sessions: HashMap<String, Vec<Value>>,
+}
+
+impl OpenAiAgent {
+    fn request(&self, messages: &[Value]) -> Value {
+        let mut body = json!({
+            "model": self.agent.model,
+            "messages": messages,
+        });
+        if !self.schemas.is_empty() {
+            body["tools"] = Value::from(self.schemas.clone());
+        }
+        let s = &self.agent.sampling;
+        if let Some(t) = s.temperature {
+            body["temperature"] = json!(t);
+        }
+        if let Some(p) = s.top_p {
+            body["top_p"] = json!(p);
+        }
+        if let Some(m) = s.max_tokens {
+            body["max_tokens"] = json!(m);
+        }
+        if let Some(seed) = s.seed {
+            body["seed"] = json!(seed);
+        }
+        body
+    }
+}
+
+impl AgentHandle for OpenAiAgent {
+    fn reset_state(&mut self) -> Result<(), RuntimeError> {
+        self.sessions.clear();
+        Ok(())
+    }
+
+    fn send(&mut self, session_id: &str, text: &str, mut ctx: TurnCtx<'_>) -> Reply {
+        let deadline = Instant::now() + ctx.timeout;
+        let mut messages = self.sessions.get(session_id).cloned().unwrap_or_else(|| {
+            if self.agent.soul.is_empty() {
+                Vec::new()
+            } else {
+                vec![json!({"role": "system", "content": self.agent.soul})]
+            }
+        });
+        messages.push(json!({"role": "user", "content": text}));
+        let mut calls = Vec::new();
+        let retries = self.agent.retries.unwrap_or(2);
+        for _ in 0..self.agent.max_steps {
+            let body = self.request(&messages);
+            let resp = with_retries(retries, deadline, |left| {
+                http_json(
+                    &self.http,
+                    "POST",
+                    &self.url,
+                    self.key.as_deref(),
+                    Some(&body),
+                    left,
+                )
+            });
+            let resp = match resp {
+                Ok(r) => r,
+                Err(e) => return Reply::failed(e, calls),
+            };
+            let Some(message) = resp.pointer("/choices/0/message").filter(|m| m.is_object()) else {
+                return Reply::failed(
+                    format!(
+                        "malformed chat completion from {}: no choices[0].message in {}",
+                        self.url,
+                        crate::score::excerpt(&resp.to_string())
+                    ),
+                    calls,
+                );
+            };
+            let tool_calls = message
+                .get("tool_calls")
+                .and_then(Value::as_array)
+                .filter(|a| !a.is_empty())
+                .cloned();
+            let Some(tool_calls) = tool_calls else {
+                let content = match message.get("content") {
+                    Some(Value::String(s)) => s.clone(),
+                    Some(Value::Null) | None => String::new(),
+                    Some(other) => other.to_string(),
+                };
+                messages.push(json!({"role": "assistant", "content": content}));
+                self.sessions.insert(session_id.to_owned(), messages);
+                return Reply {
+                    text: Some(content),
+                    tool_calls: calls,
+                    error: None,
+                };
+            };
+            messages.push(json!({
+                "role": "assistant",
+                "content": message.get("content").cloned().unwrap_or(Value::Null),
+                "tool_calls": tool_calls,
+            }));
+            for tc in &tool_calls {
+                let id = tc
+                    .get("id")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned();
+                let name = tc
+                    .pointer("/function/name")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned();
+                let raw = tc
+                    .pointer("/function/arguments")
+                    .cloned()
+                    .unwrap_or(json!("{}"));
+                let step = calls.len() as u32;
+                let call = match &raw {
+                    Value::String(s) => {
+                        match serde_json::from_str::<Value>(if s.trim().is_empty() {
+                            "{}"
+                        } else {
+                            s
+                        }) {
+                            Ok(args) => ctx.call_tool(&self.tools, step, &name, args),
+                            Err(e) => windtunnel_sdk::model::ToolCall {
+                                turn: ctx.index,
+                                step,
+                                name: name.clone(),
+                                arguments: raw.clone(),
+                                result: Value::Null,
+                                error: Some(format!("arguments are not valid JSON: {e}")),
+                            },
+                        }
+                    }
+                    args => ctx.call_tool(&self.tools, step, &name, args.clone()),
+                };
+                let content = match &call.error {
+                    Some(e) => json!({"error": e}).to_string(),
+                    None => call.result.to_string(),
+                };
+                messages.push(json!({"role": "tool", "tool_call_id": id, "content": content}));
+                calls.push(call);
+            }
+        }
+        Reply::failed(
+            format!(
+                "no final reply after {} model calls (max_steps); the model kept calling tools",
+                self.agent.max_steps
+            ),
+            calls,
+        )
+    }
+
+    fn teardown(&mut self) -> Result<(), RuntimeError> {
+        self.sessions.clear();
+        Ok(())
+    }
+}

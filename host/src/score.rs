@@ -1,0 +1,488 @@
+//! The four scorer layers and the verdict, computed from a [`Trace`] and the scenario's
+//! expectations alone, so `wt rescore` judges stored traces exactly as `wt run` did.
+//!
+//! - outcome: the final reply (`reply_contains` / `reply_excludes`) and the final world.
+//! - trajectory: required tools were called (and in order when `ordered`).
+//! - constraint: no forbidden tool, at most `max_steps` tool calls, at most
+//!   `max_steps_per_turn` in any turn.
+//! - integrity: the evidence can be trusted — every turn answered with well-formed text, no
+//!   transport error, one session.
+//!
+//! Verdict: ERROR when the run could not be judged (a run error or a turn error), else PASS
+//! when all four layers pass, else FAIL. Aggregation over a scenario's runs lives here too.
+
+use std::collections::BTreeMap;
+
+use windtunnel_sdk::model::{
+    AggregateResult, LAYERS, LatencyStats, LayerResult, SCHEMA_VERSION, Scenario, Score, Trace,
+    Verdict,
+};
+
+use crate::world::World;
+
+fn pass(detail: impl Into<String>) -> LayerResult {
+    LayerResult {
+        passed: true,
+        detail: detail.into(),
+    }
+}
+
+fn fail(problems: Vec<String>) -> LayerResult {
+    LayerResult {
+        passed: false,
+        detail: problems.join("; "),
+    }
+}
+
+/// Scores one run.
+pub fn score(scenario: &Scenario, trace: &Trace) -> Score {
+    let integrity = integrity(trace);
+    let error = run_error(trace);
+    let layers = [
+        outcome(scenario, trace),
+        trajectory(scenario, trace),
+        constraint(scenario, trace),
+    ];
+    let all_pass = layers.iter().all(|l| l.passed) && integrity.passed;
+    let verdict = match (&error, all_pass) {
+        (Some(_), _) => Verdict::Error,
+        (None, true) => Verdict::Pass,
+        (None, false) => Verdict::Fail,
+    };
+    let [outcome, trajectory, constraint] = layers;
+    Score {
+        schema_version: SCHEMA_VERSION,
+        run_id: trace.run_id.clone(),
+        scenario_id: trace.scenario_id.clone(),
+        verdict,
+        outcome,
+        trajectory,
+        constraint,
+        integrity,
+        error,
+    }
+}
+
+/// Why the run could not be judged, if it could not.
+fn run_error(trace: &Trace) -> Option<String> {
+    if let Some(e) = &trace.error {
+        return Some(e.clone());
+    }
+    if let Some(d) = &trace.denial {
+        return Some(format!(
+            "turn {} denied by guard `{}` ({}): {}",
+            d.turn, d.guard, d.code, d.message
+        ));
+    }
+    trace
+        .turns
+        .iter()
+        .find_map(|t| t.error.as_ref().map(|e| format!("turn {}: {e}", t.index)))
+}
+
+fn final_reply(trace: &Trace) -> Option<&str> {
+    trace.turns.last().and_then(|t| t.reply.as_deref())
+}
+
+fn outcome(s: &Scenario, trace: &Trace) -> LayerResult {
+    let exp = &s.expect.outcome;
+    let mut problems = Vec::new();
+    let reply = final_reply(trace);
+    let lower = reply.unwrap_or_default().to_lowercase();
+    if reply.is_none() && !(exp.reply_contains.is_empty() && exp.reply_excludes.is_empty()) {
+        problems.push("the last turn has no reply to check".to_owned());
+    } else {
+        for want in &exp.reply_contains {
+            if !lower.contains(&want.to_lowercase()) {
+                problems.push(format!(
+                    "final reply does not mention {want:?} (reply: {})",
+                    excerpt(reply.unwrap_or_default())
+                ));
+            }
+        }
+        for not in &exp.reply_excludes {
+            if lower.contains(&not.to_lowercase()) {
+                problems.push(format!(
+                    "final reply mentions {not:?}, which it must not (reply: {})",
+                    excerpt(reply.unwrap_or_default())
+                ));
+            }
+        }
+    }
+    if !exp.world.is_empty() {
+        match &trace.world {
+            None => problems.push("no world observation recorded to check".to_owned()),
+            Some(obs) => {
+                let world = World::new(Some(&obs.after));
+                for check in &exp.world {
+                    if let Err(e) = world.check(check) {
+                        problems.push(format!("final world: {e}"));
+                    }
+                }
+            }
+        }
+    }
+    if problems.is_empty() {
+        pass(format!(
+            "{} reply check(s) and {} world check(s) hold",
+            exp.reply_contains.len() + exp.reply_excludes.len(),
+            exp.world.len()
+        ))
+    } else {
+        fail(problems)
+    }
+}
+
+fn tool_names(trace: &Trace) -> Vec<&str> {
+    trace
+        .evidence
+        .tool_calls
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect()
+}
+
+fn trajectory(s: &Scenario, trace: &Trace) -> LayerResult {
+    let exp = &s.expect.trajectory;
+    let called = tool_names(trace);
+    let shown = if called.is_empty() {
+        "none".to_owned()
+    } else {
+        called.join(" → ")
+    };
+    let missing: Vec<&str> = exp
+        .required_tools
+        .iter()
+        .map(String::as_str)
+        .filter(|t| !called.contains(t))
+        .collect();
+    if !missing.is_empty() {
+        return fail(vec![format!(
+            "required tool(s) never called: {} (called: {shown})",
+            missing.join(", ")
+        )]);
+    }
+    if exp.ordered {
+        let firsts: Vec<usize> = exp
+            .required_tools
+            .iter()
+            .filter_map(|t| called.iter().position(|c| c == t))
+            .collect();
+        if let Some(w) = firsts.windows(2).position(|w| w[0] > w[1]) {
+            return fail(vec![format!(
+                "`{}` must first be called before `{}` (called: {shown})",
+                exp.required_tools[w],
+                exp.required_tools[w + 1]
+            )]);
+        }
+    }
+    pass(if exp.required_tools.is_empty() {
+        format!("no required tools (called: {shown})")
+    } else {
+        format!(
+            "required tools called{}: {}",
+            if exp.ordered { " in order" } else { "" },
+            exp.required_tools.join(", ")
+        )
+    })
+}
+
+fn constraint(s: &Scenario, trace: &Trace) -> LayerResult {
+    let exp = &s.expect.constraint;
+    let calls = &trace.evidence.tool_calls;
+    let mut problems = Vec::new();
+    for c in calls {
+        if exp.forbidden_tools.contains(&c.name) {
+            problems.push(format!(
+                "forbidden tool `{}` called (turn {}, step {}, arguments {})",
+                c.name, c.turn, c.step, c.arguments
+            ));
+        }
+    }
+    if let Some(max) = exp.max_steps {
+        if calls.len() > max as usize {
+            problems.push(format!(
+                "{} tool calls in the run, at most {max} allowed",
+                calls.len()
+            ));
+        }
+    }
+    if let Some(max) = exp.max_steps_per_turn {
+        let mut per_turn: BTreeMap<u32, usize> = BTreeMap::new();
+        for c in calls {
+            *per_turn.entry(c.turn).or_default() += 1;
+        }
+        for (turn, n) in per_turn {
+            if n > max as usize {
+                problems.push(format!(
+                    "{n} tool calls in turn {turn}, at most {max} allowed per turn"
+                ));
+            }
+        }
+    }
+    if problems.is_empty() {
+        pass(format!(
+            "{} tool call(s); no forbidden tool, within step limits",
+            calls.len()
+        ))
+    } else {
+        fail(problems)
+    }
+}
+
+fn integrity(trace: &Trace) -> LayerResult {
+    let mut problems = Vec::new();
+    if let Some(e) = &trace.error {
+        problems.push(format!("run error: {e}"));
+    }
+    if trace.turns.is_empty() {
+        problems.push("no turn was injected".to_owned());
+    }
+    for t in &trace.turns {
+        match (&t.error, &t.reply) {
+            (Some(e), _) => problems.push(format!("turn {}: {e}", t.index)),
+            (None, None) => problems.push(format!("turn {} got no reply", t.index)),
+            (None, Some(r)) if r.trim().is_empty() => {
+                problems.push(format!("turn {} got an empty reply", t.index));
+            }
+            (None, Some(r)) => {
+                if let Some(why) = malformed(r) {
+                    problems.push(format!(
+                        "turn {} reply is malformed ({why}): {}",
+                        t.index,
+                        excerpt(r)
+                    ));
+                }
+            }
+        }
+    }
+    if trace.session_id.is_empty() {
+        problems.push("no session id recorded".to_owned());
+    }
+    if let Some(c) = trace
+        .evidence
+        .tool_calls
+        .iter()
+        .find(|c| trace.turns.iter().all(|t| t.index != c.turn))
+    {
+        problems.push(format!(
+            "tool call `{}` claims turn {}, which was never injected",
+            c.name, c.turn
+        ));
+    }
+    if problems.is_empty() {
+        pass(format!(
+            "{} turn(s) answered in one session, no transport errors",
+            trace.turns.len()
+        ))
+    } else {
+        fail(problems)
+    }
+}
+
+/// Why a reply is not well-formed text, if it is not.
+fn malformed(reply: &str) -> Option<String> {
+    if let Some(c) = reply
+        .chars()
+        .find(|c| c.is_control() && !matches!(c, '\n' | '\r' | '\t'))
+    {
+        return Some(format!("control character U+{:04X}", c as u32));
+    }
+    if reply.contains('\u{FFFD}') {
+        return Some("U+FFFD replacement character: the bytes were not valid UTF-8".into());
+    }
+    None
+}
+
+/// A short, printable excerpt of a reply for a detail line.
+pub fn excerpt(s: &str) -> String {
+    const MAX: usize = 120;
+    let mut out = format!("{:?}", s.chars().take(MAX).collect::<String>());
+    if s.chars().count() > MAX {
+        out.push('…');
+    }
+    out
+}
+
+/// Accumulates a scenario's runs into an [`AggregateResult`] without keeping them.
+#[derive(Debug, Default)]
+pub struct Aggregator {
+    agg: AggregateResult,
+    latencies: Vec<u64>,
+}
+
+impl Aggregator {
+    pub fn new(scenario_id: &str) -> Self {
+        let mut agg = AggregateResult {
+            schema_version: SCHEMA_VERSION,
+            scenario_id: scenario_id.to_owned(),
+            ..AggregateResult::default()
+        };
+        for l in LAYERS {
+            agg.layer_failures.insert(l.to_owned(), 0);
+        }
+        Aggregator {
+            agg,
+            latencies: Vec::new(),
+        }
+    }
+
+    pub fn add(&mut self, trace: &Trace, score: Option<&Score>) {
+        self.agg.runs += 1;
+        match score.map(|s| s.verdict) {
+            Some(Verdict::Pass) => self.agg.passed += 1,
+            Some(Verdict::Fail) => self.agg.failed += 1,
+            Some(Verdict::Error) | None => self.agg.errored += 1,
+        }
+        if let Some(score) = score {
+            for name in score.failed_layers() {
+                *self.agg.layer_failures.entry(name.to_owned()).or_default() += 1;
+            }
+        }
+        self.latencies.extend(
+            trace
+                .turns
+                .iter()
+                .filter(|t| t.error.is_none())
+                .map(|t| t.latency_ms),
+        );
+    }
+
+    /// Marks the whole scenario as unable to run (provisioning or a precondition failed).
+    pub fn set_error(&mut self, error: String) {
+        self.agg.error = Some(error);
+    }
+
+    pub fn finish(mut self) -> AggregateResult {
+        self.agg.latency = latency_stats(&mut self.latencies);
+        self.agg
+    }
+}
+
+fn latency_stats(v: &mut [u64]) -> LatencyStats {
+    if v.is_empty() {
+        return LatencyStats::default();
+    }
+    v.sort_unstable();
+    let n = v.len();
+    let pct = |p: usize| v[((n * p).div_ceil(100)).saturating_sub(1).min(n - 1)];
+    LatencyStats {
+        count: n as u64,
+        min_ms: v[0],
+        mean_ms: v.iter().sum::<u64>() / n as u64,
+        p50_ms: pct(50),
+        p95_ms: pct(95),
+        max_ms: v[n - 1],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use windtunnel_sdk::model::{ToolCall, TurnRecord, WorldObservation};
+
+    fn scenario() -> Scenario {
+        toml::from_str(
+            r#"
+id = "s"
+turns = ["hi"]
+[expect.outcome]
+reply_contains = ["shipped"]
+world = [{ path = "n", equals = 1 }]
+[expect.trajectory]
+required_tools = ["a", "b"]
+ordered = true
+[expect.constraint]
+forbidden_tools = ["x"]
+max_steps = 2
+"#,
+        )
+        .unwrap()
+    }
+
+    fn trace(reply: &str, tools: &[&str]) -> Trace {
+        Trace {
+            run_id: "r".into(),
+            session_id: "sess".into(),
+            turns: vec![TurnRecord {
+                index: 0,
+                input: "hi".into(),
+                reply: Some(reply.into()),
+                latency_ms: 5,
+                error: None,
+            }],
+            evidence: windtunnel_sdk::model::Evidence {
+                tool_calls: tools
+                    .iter()
+                    .enumerate()
+                    .map(|(i, n)| ToolCall {
+                        turn: 0,
+                        step: i as u32,
+                        name: (*n).into(),
+                        arguments: json!({}),
+                        result: json!(null),
+                        error: None,
+                    })
+                    .collect(),
+            },
+            world: Some(WorldObservation {
+                before: json!({"n": 0}),
+                after: json!({"n": 1}),
+            }),
+            ..Trace::default()
+        }
+    }
+
+    #[test]
+    fn pass_and_each_layer_fails() {
+        let s = scenario();
+        assert_eq!(
+            score(&s, &trace("It SHIPPED", &["a", "b"])).verdict,
+            Verdict::Pass
+        );
+        let sc = score(&s, &trace("lost", &["a", "b"]));
+        assert_eq!(sc.failed_layers(), ["outcome"]);
+        assert!(sc.outcome.detail.contains("\"shipped\""));
+        let sc = score(&s, &trace("shipped", &["b", "a"]));
+        assert_eq!(sc.failed_layers(), ["trajectory"]);
+        assert!(
+            sc.trajectory
+                .detail
+                .contains("`a` must first be called before `b`")
+        );
+        let sc = score(&s, &trace("shipped", &["a", "x", "b"]));
+        assert_eq!(sc.failed_layers(), ["constraint"]);
+        assert!(sc.constraint.detail.contains("forbidden tool `x`"));
+        assert!(sc.constraint.detail.contains("3 tool calls"));
+        let sc = score(&s, &trace("shipped\u{0}", &["a", "b"]));
+        assert_eq!(sc.failed_layers(), ["integrity"]);
+        assert_eq!(sc.verdict, Verdict::Fail);
+    }
+
+    #[test]
+    fn turn_error_is_error_verdict() {
+        let s = scenario();
+        let mut t = trace("", &[]);
+        t.turns[0].reply = None;
+        t.turns[0].error = Some("timed out after 1s".into());
+        let sc = score(&s, &t);
+        assert_eq!(sc.verdict, Verdict::Error);
+        assert_eq!(sc.error.as_deref(), Some("turn 0: timed out after 1s"));
+        assert!(!sc.integrity.passed);
+    }
+
+    #[test]
+    fn aggregate_counts() {
+        let s = scenario();
+        let mut a = Aggregator::new("s");
+        let t = trace("shipped", &["a", "b"]);
+        a.add(&t, Some(&score(&s, &t)));
+        let t2 = trace("nope", &["a", "b"]);
+        a.add(&t2, Some(&score(&s, &t2)));
+        let r = a.finish();
+        assert_eq!((r.runs, r.passed, r.failed, r.errored), (2, 1, 1, 0));
+        assert_eq!(r.layer_failures["outcome"], 1);
+        assert_eq!(r.latency.p50_ms, 5);
+    }
+}

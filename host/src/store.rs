@@ -1,0 +1,242 @@
+//! Files on disk (ARCHITECTURE §4): one directory per story, `<stem>.json` traces,
+//! `<stem>.score.json` score sidecars and hook artifacts beside them.
+//!
+//! - [`is_sidecar`] is THE sidecar rule; every walker goes through [`load_runs`], which
+//!   applies it, so a sidecar is never mistaken for a trace.
+//! - Every write is atomic: a temporary file in the target directory, then a rename, so a
+//!   killed sweep leaves only whole files (no fsync: whole files on a crash of `wt`, not on
+//!   a power cut).
+//! - Stems and names are validated at write time so a trace stem never contains a dot.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use windtunnel_sdk::model::{Score, Trace, is_slug};
+
+/// A file-system failure, naming the file.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("write {path}: {source}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("parse {path}: {source}")]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("refuse to write {what} {name:?}: {why}")]
+    BadName {
+        what: &'static str,
+        name: String,
+        why: &'static str,
+    },
+}
+
+/// The sidecar rule: a `*.json` file whose stem contains a dot is a sidecar (score, hook
+/// artifact, pack-level artifact), never a trace. Non-JSON files are neither.
+pub fn is_sidecar(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "json")
+        && path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .is_some_and(|s| s.contains('.'))
+}
+
+/// Is `path` a trace file (`*.json` and not a sidecar)?
+pub fn is_trace(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "json") && !is_sidecar(path)
+}
+
+/// The stem of a run's files: `<UTC timestamp, no dots>_<run_id[:8]>`.
+pub fn stem(compact_ts: &str, run_id: &str) -> Result<String, StoreError> {
+    let short: String = run_id.chars().take(8).collect();
+    let stem = format!("{compact_ts}_{short}");
+    if stem.contains('.') || stem.contains('/') || stem.contains('\\') || short.is_empty() {
+        return Err(StoreError::BadName {
+            what: "trace stem",
+            name: stem,
+            why: "a trace stem must not contain dots or path separators",
+        });
+    }
+    Ok(stem)
+}
+
+pub fn trace_path(dir: &Path, stem: &str) -> PathBuf {
+    dir.join(format!("{stem}.json"))
+}
+
+pub fn score_path(dir: &Path, stem: &str) -> PathBuf {
+    dir.join(format!("{stem}.score.json"))
+}
+
+/// `<stem>.<hook>.json` or `<stem>.<hook>.<label>.json`; hook and label must be slugs.
+pub fn artifact_path(
+    dir: &Path,
+    stem: &str,
+    hook: &str,
+    label: Option<&str>,
+) -> Result<PathBuf, StoreError> {
+    for (what, name) in [("hook name", Some(hook)), ("artifact label", label)] {
+        if let Some(name) = name {
+            if !is_slug(name) {
+                return Err(StoreError::BadName {
+                    what,
+                    name: name.to_owned(),
+                    why: "use 1-64 characters of a-z, 0-9, `_` and `-`",
+                });
+            }
+        }
+    }
+    Ok(dir.join(match label {
+        Some(l) => format!("{stem}.{hook}.{l}.json"),
+        None => format!("{stem}.{hook}.json"),
+    }))
+}
+
+/// Writes `bytes` to `path` atomically (temp file in the same directory, then rename).
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
+    let err = |source| StoreError::Write {
+        path: path.to_owned(),
+        source,
+    };
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty());
+    let dir = dir.unwrap_or(Path::new("."));
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".wt-tmp-")
+        .tempfile_in(dir)
+        .map_err(err)?;
+    tmp.write_all(bytes).map_err(err)?;
+    tmp.persist(path).map_err(|e| err(e.error))?;
+    Ok(())
+}
+
+/// Pretty JSON with a trailing newline, the form of every file `wt` writes.
+pub fn to_json_bytes<T: Serialize + ?Sized>(value: &T) -> Vec<u8> {
+    let mut v = serde_json::to_vec_pretty(value).expect("model types serialize");
+    v.push(b'\n');
+    v
+}
+
+pub fn write_json<T: Serialize + ?Sized>(path: &Path, value: &T) -> Result<(), StoreError> {
+    write_atomic(path, &to_json_bytes(value))
+}
+
+/// Creates the runs directory if needed.
+pub fn ensure_dir(dir: &Path) -> Result<(), StoreError> {
+    std::fs::create_dir_all(dir).map_err(|source| StoreError::Write {
+        path: dir.to_owned(),
+        source,
+    })
+}
+
+/// One stored run.
+pub type StoredRun = (Trace, Option<Score>, PathBuf);
+
+/// Every trace in `dirs` (sidecars skipped by [`is_sidecar`]) with its score sidecar when
+/// there is one, ordered by directory then file name. A trace that does not parse is an
+/// error naming the file.
+pub fn load_runs<P: AsRef<Path>>(dirs: &[P]) -> Result<Vec<StoredRun>, StoreError> {
+    let mut out = Vec::new();
+    for dir in dirs {
+        for path in trace_files(dir.as_ref())? {
+            let trace: Trace = read_json(&path)?;
+            let score_file = path.with_extension("score.json");
+            let score = if score_file.is_file() {
+                Some(read_json(&score_file)?)
+            } else {
+                None
+            };
+            out.push((trace, score, path));
+        }
+    }
+    Ok(out)
+}
+
+/// The trace files of one directory, sorted by name.
+pub fn trace_files(dir: &Path) -> Result<Vec<PathBuf>, StoreError> {
+    let read_err = |source| StoreError::Read {
+        path: dir.to_owned(),
+        source,
+    };
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(read_err)? {
+        let path = entry.map_err(read_err)?.path();
+        let hidden = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with('.'));
+        if !hidden && is_trace(&path) && path.is_file() {
+            files.push(path);
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, StoreError> {
+    let bytes = std::fs::read(path).map_err(|source| StoreError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    serde_json::from_slice(&bytes).map_err(|source| StoreError::Parse {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sidecar_rule() {
+        for s in [
+            "a_b.score.json",
+            "a_b.debrief.json",
+            "a_b.x.label.json",
+            "20261130T051500Z.hook.scen.pack.json",
+            "20261130T051500Z.hook.pack.json",
+        ] {
+            assert!(is_sidecar(Path::new(s)), "{s}");
+            assert!(!is_trace(Path::new(s)), "{s}");
+        }
+        assert!(is_trace(Path::new("20261130T051500Z_abcd1234.json")));
+        assert!(!is_trace(Path::new("20261130T051500Z.events.jsonl")));
+        assert!(!is_sidecar(Path::new("20261130T051500Z.events.jsonl")));
+    }
+
+    #[test]
+    fn names_are_checked() {
+        assert_eq!(
+            stem("20261130T051500Z", "abcdef0123456").unwrap(),
+            "20261130T051500Z_abcdef01"
+        );
+        assert!(stem("2026.11", "abc").is_err());
+        assert!(artifact_path(Path::new("."), "s", "Bad.Hook", None).is_err());
+        assert_eq!(
+            artifact_path(Path::new("d"), "s", "debrief", Some("x")).unwrap(),
+            Path::new("d/s.debrief.x.json")
+        );
+    }
+
+    #[test]
+    fn atomic_write_replaces_whole_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f.json");
+        write_atomic(&p, b"one").unwrap();
+        write_atomic(&p, b"two").unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"two");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+}

@@ -1,0 +1,293 @@
+//! The fixture world: a scenario's JSON state and the one implementation of what a declared
+//! tool does to it ([`ToolEffect`] read / write / append on dotted paths).
+//!
+//! Every runtime that runs the tool loop in the harness (`demo`, `openai`) executes tool calls
+//! here, so a tool behaves the same whichever agent calls it. This module never scores.
+
+use serde_json::{Map, Value};
+use windtunnel_sdk::model::{ToolEffect, ToolSpec, WorldCheck};
+
+/// A scenario's mutable world state for one run.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct World {
+    state: Value,
+}
+
+impl World {
+    pub fn new(state: Option<&Value>) -> Self {
+        World {
+            state: state.cloned().unwrap_or(Value::Null),
+        }
+    }
+
+    pub fn state(&self) -> &Value {
+        &self.state
+    }
+
+    /// The value at a dotted path (`orders.1234.status`; array elements by index).
+    pub fn get(&self, path: &str) -> Option<&Value> {
+        lookup(&self.state, path)
+    }
+
+    /// Runs `tool` with `args` against the world and returns the tool's result.
+    pub fn execute(&mut self, tool: &ToolSpec, args: &Value) -> Result<Value, String> {
+        match &tool.effect {
+            ToolEffect::Read { path, key_arg } => {
+                let path = extend(path, key_arg.as_deref(), args)?;
+                self.get(&path)
+                    .cloned()
+                    .ok_or_else(|| format!("nothing at `{path}`"))
+            }
+            ToolEffect::Write {
+                path,
+                key_arg,
+                value_arg,
+                value,
+            } => {
+                let path = extend(path, key_arg.as_deref(), args)?;
+                let new = match (value, value_arg) {
+                    (Some(v), _) => v.clone(),
+                    (None, Some(arg)) => arg_value(args, arg)?.clone(),
+                    (None, None) => args.clone(),
+                };
+                let slot = slot_mut(&mut self.state, &path)?;
+                *slot = new.clone();
+                Ok(new)
+            }
+            ToolEffect::Append { path, value_arg } => {
+                let item = match value_arg {
+                    Some(arg) => arg_value(args, arg)?.clone(),
+                    None => args.clone(),
+                };
+                let target = lookup_mut(&mut self.state, path)
+                    .ok_or_else(|| format!("nothing at `{path}`"))?;
+                let array = target
+                    .as_array_mut()
+                    .ok_or_else(|| format!("`{path}` is not an array"))?;
+                array.push(item);
+                Ok(Value::from(array.len()))
+            }
+        }
+    }
+
+    /// Does `check` hold? `Err` says why not, in words a person can act on.
+    pub fn check(&self, check: &WorldCheck) -> Result<(), String> {
+        let found = self.get(&check.path);
+        if let Some(exists) = check.exists {
+            if exists != found.is_some() {
+                return Err(if exists {
+                    format!("`{}` should exist but is absent", check.path)
+                } else {
+                    format!(
+                        "`{}` should be absent but is {}",
+                        check.path,
+                        show(found.unwrap_or(&Value::Null))
+                    )
+                });
+            }
+        }
+        if let Some(expected) = &check.equals {
+            match found {
+                Some(v) if loose_eq(v, expected) => {}
+                Some(v) => {
+                    return Err(format!(
+                        "`{}` is {}, expected {}",
+                        check.path,
+                        show(v),
+                        show(expected)
+                    ));
+                }
+                None => {
+                    return Err(format!(
+                        "`{}` is absent, expected {}",
+                        check.path,
+                        show(expected)
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Numbers compare by value (`1` equals `1.0`); everything else structurally.
+fn loose_eq(a: &Value, b: &Value) -> bool {
+    match (a.as_f64(), b.as_f64()) {
+        (Some(x), Some(y)) if a.is_number() && b.is_number() => x == y,
+        _ => a == b,
+    }
+}
+
+fn show(v: &Value) -> String {
+    let s = v.to_string();
+    if s.chars().count() > 80 {
+        format!("{}…", s.chars().take(80).collect::<String>())
+    } else {
+        s
+    }
+}
+
+fn arg_value<'a>(args: &'a Value, name: &str) -> Result<&'a Value, String> {
+    args.get(name)
+        .ok_or_else(|| format!("missing argument `{name}`"))
+}
+
+fn extend(path: &str, key_arg: Option<&str>, args: &Value) -> Result<String, String> {
+    let Some(arg) = key_arg else {
+        return Ok(path.to_owned());
+    };
+    let key = match arg_value(args, arg)? {
+        Value::String(s) => s.clone(),
+        Value::Number(n) => n.to_string(),
+        other => return Err(format!("argument `{arg}` must be a string, got {other}")),
+    };
+    if key.is_empty() || key.contains('.') {
+        return Err(format!("argument `{arg}` is not a valid key: {key:?}"));
+    }
+    Ok(if path.is_empty() {
+        key
+    } else {
+        format!("{path}.{key}")
+    })
+}
+
+fn segments(path: &str) -> impl Iterator<Item = &str> {
+    path.split('.').filter(|s| !s.is_empty())
+}
+
+/// The value at a dotted path of `root`.
+pub fn lookup<'a>(root: &'a Value, path: &str) -> Option<&'a Value> {
+    segments(path).try_fold(root, |v, seg| match v {
+        Value::Object(m) => m.get(seg),
+        Value::Array(a) => seg.parse::<usize>().ok().and_then(|i| a.get(i)),
+        _ => None,
+    })
+}
+
+fn lookup_mut<'a>(root: &'a mut Value, path: &str) -> Option<&'a mut Value> {
+    segments(path).try_fold(root, |v, seg| match v {
+        Value::Object(m) => m.get_mut(seg),
+        Value::Array(a) => seg.parse::<usize>().ok().and_then(|i| a.get_mut(i)),
+        _ => None,
+    })
+}
+
+/// The slot at `path`, creating the last object key if it is missing (the parent must exist).
+fn slot_mut<'a>(root: &'a mut Value, path: &str) -> Result<&'a mut Value, String> {
+    let (parent, last) = match path.rsplit_once('.') {
+        Some((p, l)) => (p, l),
+        None => ("", path),
+    };
+    let parent_value = lookup_mut(root, parent).ok_or_else(|| format!("nothing at `{parent}`"))?;
+    match parent_value {
+        Value::Object(m) => Ok(m.entry(last.to_owned()).or_insert(Value::Null)),
+        Value::Array(a) => last
+            .parse::<usize>()
+            .ok()
+            .and_then(|i| a.get_mut(i))
+            .ok_or_else(|| format!("no element `{last}` in `{parent}`")),
+        Value::Null if parent.is_empty() => {
+            *parent_value = Value::Object(Map::new());
+            match parent_value {
+                Value::Object(m) => Ok(m.entry(last.to_owned()).or_insert(Value::Null)),
+                _ => unreachable!("just set to an object"),
+            }
+        }
+        _ => Err(format!("`{parent}` is not an object")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn tool(effect: ToolEffect) -> ToolSpec {
+        ToolSpec {
+            name: "t".into(),
+            description: String::new(),
+            parameters: json!({}),
+            effect,
+        }
+    }
+
+    fn world() -> World {
+        World::new(Some(
+            &json!({"orders": {"1": {"status": "new"}}, "log": []}),
+        ))
+    }
+
+    #[test]
+    fn read_with_key() {
+        let mut w = world();
+        let t = tool(ToolEffect::Read {
+            path: "orders".into(),
+            key_arg: Some("id".into()),
+        });
+        assert_eq!(
+            w.execute(&t, &json!({"id": "1"})).unwrap(),
+            json!({"status": "new"})
+        );
+        assert_eq!(
+            w.execute(&t, &json!({"id": 1})).unwrap(),
+            json!({"status": "new"})
+        );
+        assert!(
+            w.execute(&t, &json!({"id": "2"}))
+                .unwrap_err()
+                .contains("orders.2")
+        );
+        assert!(
+            w.execute(&t, &json!({}))
+                .unwrap_err()
+                .contains("missing argument")
+        );
+    }
+
+    #[test]
+    fn write_and_append() {
+        let mut w = world();
+        let t = tool(ToolEffect::Write {
+            path: "orders.1.status".into(),
+            key_arg: None,
+            value_arg: None,
+            value: Some(json!("refunded")),
+        });
+        w.execute(&t, &json!({})).unwrap();
+        assert_eq!(w.get("orders.1.status"), Some(&json!("refunded")));
+        let a = tool(ToolEffect::Append {
+            path: "log".into(),
+            value_arg: Some("msg".into()),
+        });
+        assert_eq!(w.execute(&a, &json!({"msg": "hi"})).unwrap(), json!(1));
+        assert_eq!(w.get("log.0"), Some(&json!("hi")));
+        let bad = tool(ToolEffect::Append {
+            path: "orders".into(),
+            value_arg: None,
+        });
+        assert!(
+            w.execute(&bad, &json!({}))
+                .unwrap_err()
+                .contains("not an array")
+        );
+    }
+
+    #[test]
+    fn checks() {
+        let w = world();
+        let eq = |path: &str, v| WorldCheck {
+            path: path.into(),
+            equals: Some(v),
+            exists: None,
+        };
+        assert!(w.check(&eq("orders.1.status", json!("new"))).is_ok());
+        let err = w.check(&eq("orders.1.status", json!("done"))).unwrap_err();
+        assert!(err.contains("\"new\"") && err.contains("\"done\""), "{err}");
+        let absent = WorldCheck {
+            path: "log.0".into(),
+            equals: None,
+            exists: Some(false),
+        };
+        assert!(w.check(&absent).is_ok());
+    }
+}
