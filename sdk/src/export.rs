@@ -125,7 +125,6 @@ impl<H: Hook> FfiHook for Adapter<H> {
                 return Err("hook is disabled after an earlier panic".to_owned());
             };
             let cx = Context::from_ffi(&ctx);
-<<<<<<< HEAD
             // Lifecycle points return no value: the empty string, which allocates nothing.
             let done = |r: crate::Result| r.map(|()| String::new()).map_err(|e| e.to_string());
             match point {
@@ -150,20 +149,6 @@ impl<H: Hook> FfiHook for Adapter<H> {
                 }
                 other => Err(format!("hook does not implement point {other}")),
             }
-=======
-            let result = match point {
-                point::ON_PROVISIONED => hook.on_provisioned(&cx),
-                point::ON_RUN_START => hook.on_run_start(&cx),
-                point::ON_RUN_SCORED => hook.on_run_scored(&cx),
-                point::ON_RUN_END => hook.on_run_end(&cx),
-                point::ON_SCENARIO_END => hook.on_scenario_end(&cx),
-                point::ON_PACK_END => hook.on_pack_end(&cx),
-                other => return Err(format!("hook does not implement point {other}")),
-            };
-            result
-                .map(|()| "null".to_owned())
-                .map_err(|e| e.to_string())
->>>>>>> runner
         }));
         match outcome {
             Ok(Ok(value)) => RResult::ROk(value.into()),
