@@ -118,8 +118,10 @@ pub struct DispatchOutput {
     /// `hook:<name>: <message>` lines: `ctx.warn` calls, errors, panics, timeouts.
     pub warnings: Vec<String>,
     pub artifacts: Vec<Artifact>,
-    /// A guard's decision JSON, per hook that returned one (turn points).
-    pub returns: Vec<(String, Result<String, String>)>,
+    /// What each hook that completed returned, by slot (activation index), in call order.
+    pub returns: Vec<(usize, Result<String, String>)>,
+    /// Slots of hooks that overran their deadline in this dispatch.
+    pub timed_out: Vec<usize>,
 }
 
 /// Why a converse call failed.
@@ -143,13 +145,14 @@ impl std::fmt::Display for ConverseError {
 /// the runner; always called on the dispatching thread, never on a hook's worker.
 pub trait Session {
     /// One turn into the run's session, bounded by `timeout`. Never recorded in the trace.
-    fn converse(&self, text: &str, timeout: Duration) -> Result<String, ConverseError>;
+    fn converse(&self, hook: &str, text: &str, timeout: Duration) -> Result<String, ConverseError>;
     /// The agent's state as its runtime reports it.
     fn probe_state(&self) -> Result<Value, String>;
 }
 
 enum SessionRequest {
-    Converse(String),
+    /// Hook name, text.
+    Converse(String, String),
     ProbeState,
 }
 
@@ -166,8 +169,10 @@ struct CallRecord {
 struct Job {
     seq: u64,
     point: u32,
-    /// Slots to call, as a bitmask in activation order (bit i = hook i).
+    /// Slots to call, as a bitmask (bit i = hook i).
     order: u64,
+    /// Call in reverse activation order (turn finishes).
+    reverse: bool,
     hooks: Arc<[Arc<ActiveHook>]>,
     data: Arc<Snapshot>,
     runner: Thread,
@@ -257,8 +262,12 @@ fn run_job(shared: &Arc<Shared>, job: &Job) {
     let mut bits = job.order;
     let mut call = job.seq << 8;
     while bits != 0 {
-        let slot = bits.trailing_zeros() as usize;
-        bits &= bits - 1;
+        let slot = if job.reverse {
+            63 - bits.leading_zeros() as usize
+        } else {
+            bits.trailing_zeros() as usize
+        };
+        bits &= !(1u64 << slot);
         let hook = &job.hooks[slot];
         call += 1;
         shared
@@ -339,7 +348,10 @@ impl HostServices for WorkerServices<'_> {
                     return Err("the run's session is unusable; converse is unavailable".into());
                 }
                 self.conversed.store(true, Ordering::Release);
-                match self.ask(SessionRequest::Converse(arg.to_owned())) {
+                match self.ask(SessionRequest::Converse(
+                    self.hook.to_owned(),
+                    arg.to_owned(),
+                )) {
                     Ok(reply) => serde_json::to_string(&reply).map_err(|e| e.to_string()),
                     Err(e) => {
                         if matches!(e, ConverseError::TimedOut(_)) {
@@ -475,12 +487,35 @@ impl Dispatcher {
         data: CallData,
         session: Option<&dyn Session>,
     ) -> DispatchOutput {
-        if !self.wants(point) {
+        self.dispatch_to(u64::MAX, false, point, data, session)
+    }
+
+    /// Bitmask of the hooks that declared `point`.
+    pub fn declared(&self, point: u32) -> u64 {
+        self.by_point.get(point as usize).copied().unwrap_or(0)
+    }
+
+    /// Bitmask of quarantined hooks.
+    pub fn quarantined(&self) -> u64 {
+        lock(&self.inner).quarantined
+    }
+
+    /// Like [`Dispatcher::dispatch`], limited to the hooks in `mask`, optionally in reverse
+    /// activation order.
+    pub fn dispatch_to(
+        &self,
+        mask: u64,
+        reverse: bool,
+        point: u32,
+        data: CallData,
+        session: Option<&dyn Session>,
+    ) -> DispatchOutput {
+        if self.declared(point) & mask == 0 {
             return DispatchOutput::default();
         }
         let mut inner = lock(&self.inner);
         let mut out = DispatchOutput::default();
-        let mut order = self.by_point[point as usize] & !inner.quarantined;
+        let mut order = self.by_point[point as usize] & mask & !inner.quarantined;
         if order == 0 {
             return out;
         }
@@ -489,10 +524,13 @@ impl Dispatcher {
             cache: Default::default(),
         });
         while order != 0 {
-            match self.run_batch(&mut inner, point, order, &snapshot, session, &mut out) {
+            match self.run_batch(
+                &mut inner, point, order, reverse, &snapshot, session, &mut out,
+            ) {
                 Ok(()) => break,
                 // Go on with the hooks after the one that hung.
-                Err(hung) => order &= !((2u64 << hung) - 1),
+                Err(hung) if reverse => order &= (1u64 << hung) - 1,
+                Err(hung) => order &= !(u64::MAX >> (63 - hung)),
             }
         }
         out
@@ -505,6 +543,7 @@ impl Dispatcher {
         inner: &mut Inner,
         point: u32,
         order: u64,
+        reverse: bool,
         snapshot: &Arc<Snapshot>,
         session: Option<&dyn Session>,
         out: &mut DispatchOutput,
@@ -535,6 +574,7 @@ impl Dispatcher {
             seq,
             point,
             order,
+            reverse,
             hooks: self.hooks.clone(),
             data: snapshot.clone(),
             runner: std::thread::current(),
@@ -576,6 +616,7 @@ impl Dispatcher {
                 );
                 tracing::warn!("{msg}");
                 out.warnings.push(msg);
+                out.timed_out.push(slot);
                 Err(slot)
             }
         }
@@ -621,7 +662,7 @@ impl Dispatcher {
                 }
             }
         }
-        out.returns.push((name, r.result));
+        out.returns.push((r.slot, r.result));
     }
 }
 
@@ -652,7 +693,9 @@ fn wait(
         if let Some(req) = request {
             let reply = match (session, req) {
                 (None, _) => Err(ConverseError::Failed("no session".into())),
-                (Some(s), SessionRequest::Converse(text)) => s.converse(&text, converse_timeout),
+                (Some(s), SessionRequest::Converse(hook, text)) => {
+                    s.converse(&hook, &text, converse_timeout)
+                }
                 (Some(s), SessionRequest::ProbeState) => s
                     .probe_state()
                     .map(|v| v.to_string())
@@ -850,7 +893,12 @@ mod tests {
 
     struct Echo(Option<Duration>);
     impl Session for Echo {
-        fn converse(&self, text: &str, timeout: Duration) -> Result<String, ConverseError> {
+        fn converse(
+            &self,
+            _hook: &str,
+            text: &str,
+            timeout: Duration,
+        ) -> Result<String, ConverseError> {
             match self.0 {
                 Some(_) => Err(ConverseError::TimedOut(timeout)),
                 None => Ok(format!("echo: {text}")),

@@ -105,6 +105,39 @@ pub fn artifact_path(
 }
 
 /// Writes `bytes` to `path` atomically (temp file in the same directory, then rename).
+/// A scenario- or pack-scoped hook artifact, at the runs-directory root:
+/// `<sweep_ts>.<hook>[.<scenario_id>][.<label>].pack.json`.
+pub fn scoped_artifact_path(
+    dir: &Path,
+    sweep_ts: &str,
+    hook: &str,
+    scenario_id: Option<&str>,
+    label: Option<&str>,
+) -> Result<PathBuf, StoreError> {
+    for (what, name) in [
+        ("hook name", Some(hook)),
+        ("scenario id", scenario_id),
+        ("artifact label", label),
+    ] {
+        if let Some(name) = name {
+            if !is_slug(name) {
+                return Err(StoreError::BadName {
+                    what,
+                    name: name.to_owned(),
+                    why: "use 1-64 characters of a-z, 0-9, `_` and `-`",
+                });
+            }
+        }
+    }
+    let mut name = format!("{sweep_ts}.{hook}");
+    for part in [scenario_id, label].into_iter().flatten() {
+        name.push('.');
+        name.push_str(part);
+    }
+    name.push_str(".pack.json");
+    Ok(dir.join(name))
+}
+
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
     let err = |source| StoreError::Write {
         path: path.to_owned(),

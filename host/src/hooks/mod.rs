@@ -2,3 +2,4 @@
 //! plugins and go through the same FFI adapter, so built-ins and plugins share one path.
 
 pub mod debrief;
+pub mod observer;
