@@ -25,4 +25,5 @@ pub mod runner;
 pub mod runtime;
 pub mod score;
 pub mod store;
+pub mod triage;
 pub mod world;
