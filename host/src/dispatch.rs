@@ -614,7 +614,7 @@ impl Dispatcher {
                     human(deadline),
                     point::name(point)
                 );
-                tracing::warn!("{msg}");
+                tracing::debug!("{msg}");
                 out.warnings.push(msg);
                 out.timed_out.push(slot);
                 Err(slot)
@@ -648,7 +648,7 @@ impl Dispatcher {
                 health.consecutive += 1;
                 health.first_error.get_or_insert_with(|| e.clone());
                 let msg = format!("hook:{name}: {e}");
-                tracing::warn!("{msg}");
+                tracing::debug!("{msg}");
                 out.warnings.push(msg);
                 if health.consecutive >= FAILURE_LATCH && inner.quarantined & (1 << r.slot) == 0 {
                     inner.quarantined |= 1 << r.slot;
@@ -657,7 +657,7 @@ impl Dispatcher {
                         health.consecutive,
                         health.first_error.as_deref().unwrap_or("unknown")
                     );
-                    tracing::warn!("{msg}");
+                    tracing::debug!("{msg}");
                     out.warnings.push(msg);
                 }
             }

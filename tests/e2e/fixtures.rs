@@ -41,13 +41,19 @@ fn cargo_profile() -> String {
 
 fn cargo(args: &[&str]) {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(cargo)
-        .args(args)
+    let mut cmd = Command::new(cargo);
+    cmd.args(args)
         .arg("--target-dir")
         .arg(target_dir())
-        .current_dir(workspace())
-        .status()
-        .expect("run cargo");
+        .current_dir(workspace());
+    // Variables cargo sets for the test process would look like changed build inputs to
+    // build scripts that watch them, and force rebuilds.
+    for (k, _) in std::env::vars() {
+        if (k.starts_with("CARGO_") && k != "CARGO_HOME") || k == "OUT_DIR" {
+            cmd.env_remove(k);
+        }
+    }
+    let status = cmd.status().expect("run cargo");
     assert!(status.success(), "cargo {args:?} failed");
 }
 

@@ -3,6 +3,7 @@
 
 mod common;
 mod fixtures;
+mod hooks;
 mod loader;
 mod plugins_cli;
 mod runner;

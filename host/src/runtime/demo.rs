@@ -200,6 +200,21 @@ fn respond(
     earlier: &[String],
     turn: &mut Turn<'_, '_>,
 ) -> String {
+    if mentions(text, &["this run has been scored"]) {
+        // A debrief: answer in the order asked, from what this agent knows of its fault.
+        let differently = match fault {
+            Fault::ForbiddenTool => {
+                "I would not call issue_refund unless the customer asked for a refund."
+            }
+            Fault::Leaky => "I would not rely on what I remembered from earlier sessions.",
+            _ => "I would follow the required steps in order.",
+        };
+        return format!(
+            "1. Environment: no tool call returned an error or an unexpected shape.\n\
+             2. Blockers: nothing I needed was missing.\n\
+             3. {differently}"
+        );
+    }
     if mentions(text, &["remember", "earlier", "previous", "last time"]) {
         return if earlier.is_empty() {
             "I don't have any earlier conversation with you.".to_owned()
