@@ -18,7 +18,7 @@ use crate::{
 const CLOCK: &str = "2026-11-30T06:00:00Z";
 
 /// A pack holding two of the demo scenarios.
-fn two_scenario_pack(root: &Path) -> PathBuf {
+pub fn two_scenario_pack(root: &Path) -> PathBuf {
     let pack = root.join("pack2");
     std::fs::create_dir_all(pack.join("scenarios")).unwrap();
     std::fs::write(pack.join("pack.toml"), "name = \"two\"\n").unwrap();

@@ -8,3 +8,4 @@ mod loader;
 mod plugins_cli;
 mod runner;
 mod sdk_compat;
+mod turns;
