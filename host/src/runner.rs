@@ -10,14 +10,14 @@
 
 use std::collections::HashSet;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::Value;
 use windtunnel_sdk::model::{
-    AgentConfig, AgentRef, AggregateResult, HookProvenance, SCHEMA_VERSION, Scenario, Score, Trace,
-    TurnRecord, Verdict, WorldObservation,
+    AgentConfig, AgentRef, AggregateResult, HookProvenance, SCHEMA_VERSION, Scenario, Score,
+    Surface, Trace, TurnRecord, Verdict, WorldObservation,
 };
 
 use crate::clock::{self, Clock, Ids};
@@ -156,6 +156,9 @@ pub struct RunConfig {
     pub policy_revision: Option<String>,
     /// Provenance of the active hooks, copied into every trace; `None` when none are active.
     pub hooks: Option<Vec<HookProvenance>>,
+    /// Set (e.g. on Ctrl-C) to stop after the current run: its files are written, hooks
+    /// stay paired, scenarios not yet started are reported as not run.
+    pub cancel: Arc<AtomicBool>,
 }
 
 impl RunConfig {
@@ -172,7 +175,12 @@ impl RunConfig {
             progress: Arc::new(NoProgress),
             policy_revision: None,
             hooks: None,
+            cancel: Arc::new(AtomicBool::new(false)),
         }
+    }
+
+    fn cancelled(&self) -> bool {
+        self.cancel.load(Ordering::Relaxed)
     }
 
     pub fn runs_of(&self, scenario: &Scenario) -> u32 {
@@ -213,6 +221,8 @@ pub struct ScenarioOutcome {
 pub struct SweepResult {
     pub sweep: Sweep,
     pub scenarios: Vec<ScenarioOutcome>,
+    /// The sweep was cancelled before it finished.
+    pub interrupted: bool,
 }
 
 impl SweepResult {
@@ -220,8 +230,12 @@ impl SweepResult {
         self.scenarios.iter().map(|s| s.aggregate.clone()).collect()
     }
 
-    /// 3 if any run (or scenario) could not be judged, else 1 if any run failed, else 0.
+    /// 130 if interrupted, else 3 if any run (or scenario) could not be judged, else 1 if
+    /// any run failed, else 0.
     pub fn exit_code(&self) -> u8 {
+        if self.interrupted {
+            return crate::exit::INTERRUPTED;
+        }
         exit_code(self.scenarios.iter().map(|s| &s.aggregate))
     }
 }
@@ -264,10 +278,15 @@ pub fn run_sweep(
         source,
     })?;
     store::ensure_dir(&cfg.out_dir)?;
+    // Stems already in the directory count as taken: a sweep never overwrites a trace.
+    let taken = store::trace_files(&cfg.out_dir)?
+        .iter()
+        .filter_map(|p| p.file_stem().and_then(|s| s.to_str()).map(stem_key))
+        .collect();
+    let stems = Mutex::new(taken);
     let next = AtomicUsize::new(0);
     let results: Mutex<Vec<Option<Result<ScenarioOutcome, StoreError>>>> =
         Mutex::new((0..scenarios.len()).map(|_| None).collect());
-    let stems = Mutex::new(HashSet::new());
     let jobs = cfg.jobs.clamp(1, scenarios.len().max(1));
     std::thread::scope(|s| {
         for _ in 0..jobs {
@@ -277,8 +296,10 @@ pub fn run_sweep(
                     let Some(scenario) = scenarios.get(i) else {
                         break;
                     };
+                    let surface = Mutex::new(runtime::surface(&cfg.agent, scenario));
                     let r = ScenarioRunner {
                         cfg,
+                        surface: &surface,
                         sweep,
                         scenario,
                         runtime: runtime.as_ref(),
@@ -297,15 +318,19 @@ pub fn run_sweep(
     Ok(SweepResult {
         sweep: sweep.clone(),
         scenarios: out,
+        interrupted: cfg.cancelled(),
     })
 }
 
 struct ScenarioRunner<'a> {
     cfg: &'a RunConfig,
+    /// The scenario's surface, built once, lent to each run's trace.
+    surface: &'a Mutex<Surface>,
     sweep: &'a Sweep,
     scenario: &'a Scenario,
     runtime: &'a dyn Runtime,
-    stems: &'a Mutex<HashSet<String>>,
+    /// Keys of the stems taken (see [`stem_key`]).
+    stems: &'a Mutex<HashSet<u64>>,
 }
 
 impl ScenarioRunner<'_> {
@@ -338,6 +363,9 @@ impl ScenarioRunner<'_> {
                 warnings: Vec::new(),
             })
         };
+        if cfg.cancelled() {
+            return unable(agg, "not run: the sweep was interrupted".into());
+        }
         let handle = match self.runtime.provision(scenario) {
             Ok(h) => h,
             Err(e) => return unable(agg, format!("provisioning failed: {e}")),
@@ -358,8 +386,10 @@ impl ScenarioRunner<'_> {
             self.warn(w);
         }
         for index in 0..runs {
-            let (trace, score) = self.run_one(index, &handle)?;
-            agg.add(&trace, Some(&score));
+            if cfg.cancelled() {
+                break;
+            }
+            self.run_one(index, &handle, &mut agg)?;
         }
         self.teardown(&handle, &mut warnings);
         let aggregate = agg.finish();
@@ -398,8 +428,12 @@ impl ScenarioRunner<'_> {
             }
             let run_id = self.cfg.ids.mint("run", &place);
             let stem = store::stem(ts, &run_id)?;
-            let fresh = self.stems.lock().expect("stems lock").insert(stem.clone());
-            if fresh && !store::trace_path(&self.cfg.out_dir, &stem).exists() {
+            let fresh = self
+                .stems
+                .lock()
+                .expect("stems lock")
+                .insert(stem_key(&stem));
+            if fresh {
                 return Ok((run_id, stem));
             }
         }
@@ -410,7 +444,8 @@ impl ScenarioRunner<'_> {
         &self,
         index: u32,
         handle: &Mutex<Box<dyn AgentHandle>>,
-    ) -> Result<(Trace, Score), StoreError> {
+        agg: &mut Aggregator,
+    ) -> Result<(), StoreError> {
         let (cfg, scenario) = (self.cfg, self.scenario);
         let started = cfg.clock.now();
         let (run_id, stem) = self.claim_stem(index, &clock::compact(started))?;
@@ -435,7 +470,7 @@ impl ScenarioRunner<'_> {
             trace.error = Some(format!("reset failed: {e}"));
         }
         trace.session_id = cfg.ids.mint("session", &[&scenario.id, &index.to_string()]);
-        trace.surface = runtime::surface(&cfg.agent, scenario);
+        trace.surface = std::mem::take(&mut *lock(self.surface));
         let before = lock(&world).state().clone();
         let start_out = cfg
             .observer
@@ -477,7 +512,9 @@ impl ScenarioRunner<'_> {
             stem: &stem,
             score: &score,
         });
-        Ok((trace, score))
+        agg.add(&trace, Some(&score));
+        *lock(self.surface) = std::mem::take(&mut trace.surface);
+        Ok(())
     }
 
     fn inject(
@@ -539,6 +576,13 @@ impl ScenarioRunner<'_> {
         }
         store::write_json(&store::trace_path(dir, stem), trace)
     }
+}
+
+/// A stem's 64-bit key: the taken-stems set stays small (8 bytes a run). A false clash
+/// only re-mints an id.
+fn stem_key(stem: &str) -> u64 {
+    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+    BuildHasherDefault::<DefaultHasher>::default().hash_one(stem)
 }
 
 fn lock<T: ?Sized>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -786,3 +786,44 @@ fn report_merges_directories_in_every_format() {
     let missing = Wt::new(dir.path()).args(["report", "nope"]).run();
     assert_eq!(missing.code, 2);
 }
+
+#[test]
+fn ctrl_c_finishes_the_current_run_and_exits_130_with_whole_files() {
+    let dir = tmp();
+    let child = std::process::Command::new(crate::common::wt_bin())
+        .args(["run", "--agent", "demo-slow", "--runs", "20", "--jobs", "1"])
+        .current_dir(dir.path())
+        .env_remove("WT_FIXED_CLOCK")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let runs = dir.path().join("runs");
+    // Wait until at least one run is on disk, then interrupt.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while (!runs.exists() || traces(&runs).is_empty()) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let status = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let names: Vec<String> = files(&runs).into_keys().collect();
+    let traces = names
+        .iter()
+        .filter(|n| !n.trim_end_matches(".json").contains('.'))
+        .count();
+    assert!((1..60).contains(&traces), "{names:?}");
+    assert_eq!(
+        names.len(),
+        traces * 2,
+        "every trace has its score, no temp files: {names:?}"
+    );
+}

@@ -1,10 +1,11 @@
 //! `wt run`: load the pack and agent, run the sweep, show progress and a summary, and end
 //! with the exit code of the worst run (see [`crate::exit`]).
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -103,6 +104,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
         progress: Arc::new(CliProgress::new(total)),
         policy_revision: None,
         hooks: None,
+        cancel: interrupt_flag(),
     };
     let sweep = Sweep::new(&cfg);
     eprintln!(
@@ -127,6 +129,23 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
             .with_context(|| format!("write JUnit report {}", path.display()))?;
     }
     Ok(result.exit_code())
+}
+
+/// Ctrl-C once: finish the current run (files written, hooks paired) and stop with 130.
+/// Twice: stop at once.
+fn interrupt_flag() -> Arc<AtomicBool> {
+    let flag = Arc::new(AtomicBool::new(false));
+    let seen = flag.clone();
+    let installed = ctrlc::set_handler(move || {
+        if seen.swap(true, Ordering::SeqCst) {
+            std::process::exit(i32::from(crate::exit::INTERRUPTED));
+        }
+        eprintln!("interrupted: finishing the current run (Ctrl-C again to stop at once)");
+    });
+    if let Err(e) = installed {
+        tracing::warn!("cannot handle Ctrl-C: {e}");
+    }
+    flag
 }
 
 fn print_summary(scenarios: &[Scenario], result: &runner::SweepResult, args: &RunArgs) {
@@ -176,6 +195,7 @@ struct CliProgress {
     bar: Option<ProgressBar>,
     done: AtomicU64,
     total: u64,
+    last_line: Mutex<Instant>,
 }
 
 impl CliProgress {
@@ -192,13 +212,32 @@ impl CliProgress {
             bar,
             done: AtomicU64::new(0),
             total,
+            last_line: Mutex::new(Instant::now() - Duration::from_secs(1)),
         }
     }
 
-    fn line(&self, line: String) {
+    fn line(&self, mut line: String) {
         match &self.bar {
             Some(bar) => bar.println(line),
-            None => eprintln!("{line}"),
+            None => {
+                // One write per line: stderr is unbuffered and `eprintln!` writes piecewise.
+                line.push('\n');
+                let _ = std::io::stderr().lock().write_all(line.as_bytes());
+            }
+        }
+    }
+
+    /// Whether a plain progress line for a passing run is due (at most one per 200 ms).
+    fn due(&self) -> bool {
+        let mut last = self
+            .last_line
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if last.elapsed() >= Duration::from_millis(200) {
+            *last = Instant::now();
+            true
+        } else {
+            false
         }
     }
 }
@@ -235,10 +274,13 @@ impl Progress for CliProgress {
                             }
                             _ => String::new(),
                         };
-                        eprintln!(
-                            "[{n}/{}] {scenario} #{run_index} {}{why}",
-                            self.total, score.verdict
-                        );
+                        // Every non-pass, the last run, and passes at most every 200 ms.
+                        if score.verdict != Verdict::Pass || n == self.total || self.due() {
+                            self.line(format!(
+                                "[{n}/{}] {scenario} #{run_index} {}{why}",
+                                self.total, score.verdict
+                            ));
+                        }
                     }
                 }
             }
