@@ -280,3 +280,71 @@ fn failing_layers(a: &AggregateResult) -> String {
 fn md(s: &str) -> String {
     s.replace('|', "\\|").replace('\n', " ")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use windtunnel_sdk::model::{LayerResult, Score, Trace};
+
+    fn run(scenario: &str, index: u32, verdict: Verdict) -> StoredRun {
+        let layer = |passed: bool, detail: &str| LayerResult {
+            passed,
+            detail: detail.into(),
+        };
+        let trace = Trace {
+            scenario_id: scenario.into(),
+            run_index: index,
+            run_id: format!("run-{scenario}-{index}"),
+            ..Trace::default()
+        };
+        let failing = verdict != Verdict::Pass;
+        let score = Score {
+            schema_version: SCHEMA_VERSION,
+            run_id: trace.run_id.clone(),
+            scenario_id: scenario.into(),
+            verdict,
+            outcome: layer(true, "ok"),
+            trajectory: layer(true, "ok"),
+            constraint: layer(!failing, "forbidden tool `x` called"),
+            integrity: layer(verdict != Verdict::Error, "turn 0: timed out"),
+            error: (verdict == Verdict::Error).then(|| "turn 0: timed out".into()),
+        };
+        (
+            trace,
+            Some(score),
+            PathBuf::from(format!("{scenario}_{index}.json")),
+        )
+    }
+
+    #[test]
+    fn renders_every_format() {
+        let runs = vec![
+            run("b", 0, Verdict::Pass),
+            run("a", 1, Verdict::Error),
+            run("a", 0, Verdict::Fail),
+        ];
+        let r = Report::from_runs(&runs);
+        assert_eq!(r.scenarios[0].scenario_id, "a");
+        assert_eq!(r.runs[0].run_index, 0);
+        assert_eq!(r.exit_code(), crate::exit::RUN_ERROR);
+        let table = r.to_table();
+        assert!(
+            table.contains("1/3 runs passed, 1 failed, 1 could not be judged"),
+            "{table}"
+        );
+        assert!(
+            table.contains("    constraint: forbidden tool `x` called"),
+            "{table}"
+        );
+        assert!(table.contains("    error: turn 0: timed out"), "{table}");
+        let junit = r.to_junit();
+        assert_eq!(junit.matches("<testcase").count(), 3);
+        assert!(
+            junit.contains("<failure") && junit.contains("<error"),
+            "{junit}"
+        );
+        assert!(r.to_markdown().contains("| `a` | 0/2 | 1 | 1 |"));
+        let json: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
+        assert_eq!(json["runs"].as_array().unwrap().len(), 3);
+    }
+}

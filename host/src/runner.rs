@@ -28,7 +28,8 @@ use crate::world::World;
 
 /// Sends a turn into a run's live session through the runtime handle. What it exchanges is
 /// NOT recorded in the trace's turns. Errors when the session is unusable (the run failed).
-pub trait Converse {
+/// `Send + Sync` so a dispatcher may call it from a worker thread.
+pub trait Converse: Send + Sync {
     fn converse(&self, text: &str, timeout: Duration) -> Result<String, String>;
     /// The agent's internal state as JSON, where the runtime exposes it.
     fn probe_state(&self) -> Option<Value> {

@@ -348,3 +348,52 @@ pub(crate) fn http_json(
         ))
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn agents_resolve_by_name_or_file() {
+        for name in BUILTIN_AGENTS {
+            let a = resolve_agent(name).unwrap();
+            assert_eq!(a.label, name);
+            assert!(for_agent(&a).is_ok());
+        }
+        let e = resolve_agent("gpt-9").unwrap_err().to_string();
+        assert!(
+            e.contains("unknown agent `gpt-9`") && e.contains("demo-garbled"),
+            "{e}"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("a.toml");
+        std::fs::write(&f, "label = \"x\"\nruntime = \"openai\"\nmodle = \"m\"\n").unwrap();
+        let e = resolve_agent(f.to_str().unwrap()).unwrap_err().to_string();
+        assert!(
+            e.contains("a.toml") && e.contains("line 3") && e.contains("modle"),
+            "{e}"
+        );
+        std::fs::write(&f, "label = \"x\"\nruntime = \"openai\"\n").unwrap();
+        let a = resolve_agent(f.to_str().unwrap()).unwrap();
+        let e = for_agent(&a).err().unwrap().to_string();
+        assert!(e.contains("needs `endpoint`"), "{e}");
+    }
+
+    #[test]
+    fn retries_only_retryable_failures_within_the_deadline() {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let mut n = 0;
+        let r: Result<(), String> = with_retries(2, deadline, |_| {
+            n += 1;
+            Err(HttpFailure::Retryable("HTTP 503".into()))
+        });
+        assert_eq!(n, 3);
+        assert!(r.unwrap_err().contains("after 3 attempts"));
+        let mut n = 0;
+        let r: Result<(), String> = with_retries(2, deadline, |_| {
+            n += 1;
+            Err(HttpFailure::Fatal("HTTP 400".into()))
+        });
+        assert_eq!((n, r.unwrap_err().as_str()), (1, "HTTP 400"));
+    }
+}
