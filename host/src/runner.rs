@@ -215,6 +215,8 @@ pub struct ScenarioOutcome {
     pub aggregate: AggregateResult,
     /// Warnings from `on_provisioned`, `on_scenario_end` and teardown.
     pub warnings: Vec<String>,
+    /// The first reason a run did not pass (`error: …` or `<layer>: <detail>`), for summaries.
+    pub first_problem: Option<String>,
 }
 
 /// All scenarios' results, in pack order (also those that failed to provision).
@@ -360,6 +362,7 @@ impl ScenarioRunner<'_> {
                 .progress
                 .event(&Event::ScenarioEnded { aggregate: &a });
             Ok(ScenarioOutcome {
+                first_problem: a.error.clone(),
                 aggregate: a,
                 warnings: Vec::new(),
             })
@@ -386,11 +389,15 @@ impl ScenarioRunner<'_> {
         for w in &warnings {
             self.warn(w);
         }
+        let mut first_problem = None;
         for index in 0..runs {
             if cfg.cancelled() {
                 break;
             }
-            self.run_one(index, &handle, &mut agg)?;
+            let score = self.run_one(index, &handle, &mut agg)?;
+            if first_problem.is_none() {
+                first_problem = problem(&score);
+            }
         }
         self.teardown(&handle, &mut warnings);
         let aggregate = agg.finish();
@@ -407,6 +414,7 @@ impl ScenarioRunner<'_> {
         Ok(ScenarioOutcome {
             aggregate,
             warnings,
+            first_problem,
         })
     }
 
@@ -446,7 +454,7 @@ impl ScenarioRunner<'_> {
         index: u32,
         handle: &Mutex<Box<dyn AgentHandle>>,
         agg: &mut Aggregator,
-    ) -> Result<(), StoreError> {
+    ) -> Result<Score, StoreError> {
         let (cfg, scenario) = (self.cfg, self.scenario);
         let started = cfg.clock.now();
         let (run_id, stem) = self.claim_stem(index, &clock::compact(started))?;
@@ -515,7 +523,7 @@ impl ScenarioRunner<'_> {
         });
         agg.add(&trace, Some(&score));
         *lock(self.surface) = std::mem::take(&mut trace.surface);
-        Ok(())
+        Ok(score)
     }
 
     fn inject(
@@ -576,6 +584,19 @@ impl ScenarioRunner<'_> {
             }
         }
         store::write_json(&store::trace_path(dir, stem), trace)
+    }
+}
+
+/// Why a run did not pass, in one line; `None` when it passed.
+fn problem(score: &Score) -> Option<String> {
+    match (&score.error, score.verdict) {
+        (_, Verdict::Pass) => None,
+        (Some(e), _) => Some(format!("error: {e}")),
+        (None, _) => score
+            .layers()
+            .into_iter()
+            .find(|(_, l)| !l.passed)
+            .map(|(name, l)| format!("{name}: {}", l.detail)),
     }
 }
 

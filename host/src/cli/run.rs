@@ -165,19 +165,28 @@ fn print_summary(scenarios: &[Scenario], result: &runner::SweepResult, args: &Ru
         } else {
             "PASS"
         };
-        let mut why: Vec<String> = LAYERS
+        let layers: Vec<String> = LAYERS
             .iter()
             .filter_map(|l| a.layer_failures.get(*l).filter(|n| **n > 0).map(|n| (l, n)))
             .map(|(l, n)| format!("{l} ×{n}"))
             .collect();
-        if let Some(e) = &a.error {
-            why.push(e.clone());
+        let mut why = String::new();
+        if status == "FAIL" {
+            why = layers.join(", ");
+        }
+        if let Some(p) = &s.first_problem {
+            let p: String = p.chars().take(160).collect();
+            why = if why.is_empty() {
+                p
+            } else {
+                format!("{why} — e.g. {p}")
+            };
         }
         eprintln!(
             "{:<width$}  {:>7}  {status:<5}  {}",
             a.scenario_id,
             format!("{}/{}", a.passed, a.runs),
-            why.join(", ")
+            why
         );
     }
     let (runs, passed) = result.scenarios.iter().fold((0, 0), |(r, p), s| {
