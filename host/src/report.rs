@@ -5,7 +5,6 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::path::PathBuf;
 
 use serde::Serialize;
 use windtunnel_sdk::model::{AggregateResult, LAYERS, SCHEMA_VERSION, Verdict};
@@ -27,7 +26,8 @@ pub struct RunRow {
     pub failures: Vec<(String, String)>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
-    pub trace: PathBuf,
+    /// The trace file (displayed; paths that are not UTF-8 are shown lossily).
+    pub trace: String,
     pub latency_ms: u64,
 }
 
@@ -69,7 +69,7 @@ impl Report {
                     Some(s) => s.error.clone(),
                     None => Some("no score sidecar (run `wt rescore` to score it)".into()),
                 },
-                trace: path.clone(),
+                trace: path.display().to_string(),
                 latency_ms: trace.turns.iter().map(|t| t.latency_ms).sum(),
             });
         }
@@ -155,9 +155,7 @@ impl Report {
             let _ = writeln!(
                 out,
                 "{verdict} {} #{} ({})",
-                r.scenario_id,
-                r.run_index,
-                r.trace.display()
+                r.scenario_id, r.run_index, r.trace
             );
             if let Some(e) = &r.error {
                 let _ = writeln!(out, "    error: {e}");
@@ -247,10 +245,7 @@ impl Report {
             case.set_classname(r.scenario_id.clone());
             case.set_time(std::time::Duration::from_millis(r.latency_ms));
             case.add_property(quick_junit::Property::new("run_id", r.run_id.clone()));
-            case.add_property(quick_junit::Property::new(
-                "trace",
-                r.trace.display().to_string(),
-            ));
+            case.add_property(quick_junit::Property::new("trace", r.trace.clone()));
             suites
                 .entry(&r.scenario_id)
                 .or_insert_with(|| TestSuite::new(r.scenario_id.clone()))
@@ -283,6 +278,8 @@ fn md(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::path::PathBuf;
+
     use super::*;
     use windtunnel_sdk::model::{LayerResult, Score, Trace};
 

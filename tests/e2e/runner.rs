@@ -474,9 +474,10 @@ fn http_runtime_injects_turns_and_reports_failures_as_error() {
 #[test]
 fn http_dead_endpoint_fails_provisioning_as_error_and_the_sweep_continues() {
     let dir = tmp();
+    let agent = http_agent(dir.path(), &format!("http://127.0.0.1:{}", dead_port()));
     let r = Wt::new(dir.path())
         .args(["run", "--agent"])
-        .arg_agent_http(dir.path(), dead_port())
+        .arg(&agent)
         .run();
     assert_eq!(r.code, 3, "{r:?}");
     for id in ["order-status", "refund-damaged", "escalate-human"] {
@@ -490,22 +491,6 @@ fn http_dead_endpoint_fails_provisioning_as_error_and_the_sweep_continues() {
     }
     assert_eq!(r.stderr.matches("0/2  ERROR").count(), 3, "{}", r.stderr);
     assert!(!dir.path().join("runs").exists() || traces(&dir.path().join("runs")).is_empty());
-}
-
-trait AgentArg {
-    fn arg_agent_http(self, dir: &Path, port: u16) -> Self;
-}
-
-impl AgentArg for Wt {
-    fn arg_agent_http(self, dir: &Path, port: u16) -> Wt {
-        let agent = dir.join("http-agent.toml");
-        std::fs::write(
-            &agent,
-            format!("label = \"svc\"\nruntime = \"http\"\nendpoint = \"http://127.0.0.1:{port}\"\nturn_timeout_s = 1.0\n"),
-        )
-        .unwrap();
-        self.args([agent])
-    }
 }
 
 #[test]
@@ -826,4 +811,43 @@ fn ctrl_c_finishes_the_current_run_and_exits_130_with_whole_files() {
         traces * 2,
         "every trace has its score, no temp files: {names:?}"
     );
+}
+
+#[test]
+fn a_failed_reset_makes_the_run_error_without_injecting() {
+    let server = TestServer::start(|req| match req.url.as_str() {
+        "/health" => (200, "{}".into()),
+        "/reset" => (503, r#"{"error":"warming up"}"#.into()),
+        _ => (200, r#"{"reply":"should not be asked"}"#.into()),
+    });
+    let dir = tmp();
+    let agent = http_agent(dir.path(), &server.base);
+    let r = Wt::new(dir.path())
+        .args(["run", "--filter", "order-status", "--agent"])
+        .arg(&agent)
+        .run();
+    assert_eq!(r.code, 3, "{r:?}");
+    let runs = dir.path().join("runs");
+    let traces = traces(&runs);
+    assert_eq!(traces.len(), 2);
+    for t in &traces {
+        let err = t["error"].as_str().unwrap();
+        assert!(
+            err.starts_with("reset failed:") && err.contains("HTTP 503"),
+            "{err}"
+        );
+        assert_eq!(t["turns"], json!([]));
+    }
+    assert!(server.seen().iter().all(|s| s.url != "/inject"));
+}
+
+/// An `http` agent config pointing at `endpoint` (no retries, 1 s turns).
+fn http_agent(dir: &Path, endpoint: &str) -> std::path::PathBuf {
+    let agent = dir.join("http-agent.toml");
+    std::fs::write(
+        &agent,
+        format!("label = \"svc\"\nruntime = \"http\"\nendpoint = \"{endpoint}\"\nturn_timeout_s = 1.0\nretries = 0\n"),
+    )
+    .unwrap();
+    agent
 }
