@@ -292,6 +292,27 @@ pub(crate) fn http_json(
     body: Option<&Value>,
     timeout: Duration,
 ) -> Result<Value, HttpFailure> {
+    let text = http_text(agent, method, url, auth, body, timeout)?;
+    if text.trim().is_empty() {
+        return Ok(Value::Null);
+    }
+    serde_json::from_str(&text).map_err(|e| {
+        HttpFailure::Fatal(format!(
+            "{method} {url}: malformed JSON in the response ({e}): {}",
+            crate::score::excerpt(&text)
+        ))
+    })
+}
+
+/// Sends `body` as JSON (POST) or nothing (GET) and returns the 2xx reply's body.
+pub(crate) fn http_text(
+    agent: &ureq::Agent,
+    method: &str,
+    url: &str,
+    auth: Option<&str>,
+    body: Option<&Value>,
+    timeout: Duration,
+) -> Result<String, HttpFailure> {
     let mut req = agent.request(method, url).timeout(timeout);
     if let Some(key) = auth {
         req = req.set("Authorization", &format!("Bearer {key}"));
@@ -328,7 +349,7 @@ pub(crate) fn http_json(
             return Err(HttpFailure::Fatal(format!("{method} {url}: {kind}")));
         }
     };
-    let text = resp.into_string().map_err(|e| {
+    resp.into_string().map_err(|e| {
         let what = if e.kind() == std::io::ErrorKind::TimedOut
             || e.kind() == std::io::ErrorKind::WouldBlock
         {
@@ -337,15 +358,6 @@ pub(crate) fn http_json(
             format!("reading the body: {e}")
         };
         HttpFailure::Fatal(format!("{method} {url}: {what}"))
-    })?;
-    if text.trim().is_empty() {
-        return Ok(Value::Null);
-    }
-    serde_json::from_str(&text).map_err(|e| {
-        HttpFailure::Fatal(format!(
-            "{method} {url}: malformed JSON in the response ({e}): {}",
-            crate::score::excerpt(&text)
-        ))
     })
 }
 
