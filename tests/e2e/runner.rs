@@ -852,3 +852,42 @@ fn http_agent(dir: &Path, endpoint: &str) -> std::path::PathBuf {
     .unwrap();
     agent
 }
+
+#[test]
+fn pinned_cli_output_is_stable() {
+    let dir = tmp();
+    let r = Wt::new(dir.path())
+        .args([
+            "run",
+            "--agent",
+            "demo-forbidden-tool",
+            "--filter",
+            "order-status",
+        ])
+        .args(["--runs", "1", "--seed", "9"])
+        .env("WT_FIXED_CLOCK", "2026-11-30T05:15:00Z")
+        .run();
+    assert_eq!(r.code, 1);
+    assert_eq!(
+        r.stderr,
+        "wt: 1 scenario(s), 1 run(s) of pack demo on agent `demo-forbidden-tool` → runs\n\
+         [1/1] order-status #0 FAIL: outcome, constraint failed\n\
+         \n\
+         order-status      0/1  FAIL   outcome ×1, constraint ×1 — e.g. outcome: final world: \
+         `refunds.0` should be absent but is {\"order_id\":\"1234\",\"reason\":\"goodwill\"}\n\
+         \n\
+         0/1 runs passed; traces in runs (details: wt report runs)\n"
+    );
+    let rep = Wt::new(dir.path()).args(["report"]).run();
+    assert_eq!(
+        rep.stdout,
+        "SCENARIO       PASSED  FAIL  ERROR   P50 MS  FAILING LAYERS\n\
+         order-status      0/1     1      0        0  outcome (1), constraint (1)\n\
+         \n\
+         0/1 runs passed, 1 failed, 0 could not be judged (ERROR)\n\
+         \n\
+         FAIL order-status #0 (runs/20261130T051500Z_fdd56d44.json)\n    \
+         outcome: final world: `refunds.0` should be absent but is {\"order_id\":\"1234\",\"reason\":\"goodwill\"}\n    \
+         constraint: forbidden tool `issue_refund` called (turn 0, step 0, arguments {\"order_id\":\"1234\",\"reason\":\"goodwill\"})\n"
+    );
+}
