@@ -9,7 +9,7 @@
 set -euo pipefail
 
 RUNS=${RUNS:-10000}
-REPS=${REPS:-2}
+REPS=${REPS:-3}
 root=$(cd "$(dirname "$0")/.." && pwd)
 target=${CARGO_TARGET_DIR:-$root/target}
 (cd "$root" && cargo build -q --release -p windtunnel --bin wt)
@@ -21,36 +21,42 @@ mkdir -p "$work/pack/scenarios"
 cp "$root/host/packs/demo/pack.toml" "$work/pack/"
 cp "$root/host/packs/demo/scenarios/order-status.toml" "$work/pack/scenarios/"
 
-# measure OUT_DIR CMD... → prints "<seconds> <max RSS KiB>"
+# Output directories are never deleted during the measurements: ext4 makes inode allocation
+# slow right after many deletions (`recently_deleted`), which would skew whichever ran next.
+fresh_dir() {
+    mktemp -d "$work/out.XXXXXX"
+}
+
+# measure CMD... → prints "<seconds> <max RSS KiB>"
 measure() {
-    local out=$1
-    shift
-    rm -rf "$out"
+    sync
     /usr/bin/time -f '%e %M' -o "$work/time" "$@" >/dev/null 2>&1
     cat "$work/time"
 }
 
 sweep() {
-    measure "$work/sweep" "$wt" run --pack "$work/pack" --runs "$1" --jobs 1 --seed 1 --out "$work/sweep"
+    measure "$wt" run --pack "$work/pack" --runs "$1" --jobs 1 --seed 1 --out "$2"
 }
 
 # File sizes of one run (all runs of this scenario have the same sizes).
-sweep 10 >/dev/null
-trace_bytes=$(find "$work/sweep" -name '*.json' ! -name '*.*.json' -printf '%s\n' | awk '{s+=$1} END {printf "%d", s/NR}')
-score_bytes=$(find "$work/sweep" -name '*.score.json' -printf '%s\n' | awk '{s+=$1} END {printf "%d", s/NR}')
+probe=$(fresh_dir)
+sweep 10 "$probe" >/dev/null
+trace_bytes=$(find "$probe" -name '*.json' ! -name '*.*.json' -printf '%s\n' | awk '{s+=$1} END {printf "%d", s/NR}')
+score_bytes=$(find "$probe" -name '*.score.json' -printf '%s\n' | awk '{s+=$1} END {printf "%d", s/NR}')
 
 best_sweep=999999 best_floor=999999 rss_full=0
 for _ in $(seq "$REPS"); do
-    read -r f_s _ < <(measure "$work/floor" "$wt" bench-floor --out "$work/floor" --count "$RUNS" \
+    read -r f_s _ < <(measure "$wt" bench-floor --out "$(fresh_dir)" --count "$RUNS" \
         --trace-bytes "$trace_bytes" --score-bytes "$score_bytes")
-    read -r s_s s_kb < <(sweep "$RUNS")
-    n=$(find "$work/sweep" -name '*.json' | wc -l)
+    out=$(fresh_dir)
+    read -r s_s s_kb < <(sweep "$RUNS" "$out")
+    n=$(find "$out" -name '*.json' | wc -l)
     [ "$n" -eq $((RUNS * 2)) ] || { echo "expected $((RUNS * 2)) files, found $n" >&2; exit 1; }
     best_floor=$(awk -v a="$best_floor" -v b="$f_s" 'BEGIN {print (b < a ? b : a)}')
     best_sweep=$(awk -v a="$best_sweep" -v b="$s_s" 'BEGIN {print (b < a ? b : a)}')
     rss_full=$s_kb
 done
-read -r _ rss_tenth < <(sweep $((RUNS / 10)))
+read -r _ rss_tenth < <(sweep $((RUNS / 10)) "$(fresh_dir)")
 
 echo "runs:            $RUNS (one turn each; trace $trace_bytes B, score $score_bytes B)"
 echo "floor wall time: ${best_floor}s (best of $REPS)"

@@ -5,7 +5,6 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::path::PathBuf;
 
 use serde::Serialize;
 use windtunnel_sdk::model::{AggregateResult, LAYERS, SCHEMA_VERSION, Verdict};
@@ -27,7 +26,8 @@ pub struct RunRow {
     pub failures: Vec<(String, String)>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
-    pub trace: PathBuf,
+    /// The trace file (displayed; paths that are not UTF-8 are shown lossily).
+    pub trace: String,
     pub latency_ms: u64,
 }
 
@@ -69,7 +69,7 @@ impl Report {
                     Some(s) => s.error.clone(),
                     None => Some("no score sidecar (run `wt rescore` to score it)".into()),
                 },
-                trace: path.clone(),
+                trace: path.display().to_string(),
                 latency_ms: trace.turns.iter().map(|t| t.latency_ms).sum(),
             });
         }
@@ -155,9 +155,7 @@ impl Report {
             let _ = writeln!(
                 out,
                 "{verdict} {} #{} ({})",
-                r.scenario_id,
-                r.run_index,
-                r.trace.display()
+                r.scenario_id, r.run_index, r.trace
             );
             if let Some(e) = &r.error {
                 let _ = writeln!(out, "    error: {e}");
@@ -247,10 +245,7 @@ impl Report {
             case.set_classname(r.scenario_id.clone());
             case.set_time(std::time::Duration::from_millis(r.latency_ms));
             case.add_property(quick_junit::Property::new("run_id", r.run_id.clone()));
-            case.add_property(quick_junit::Property::new(
-                "trace",
-                r.trace.display().to_string(),
-            ));
+            case.add_property(quick_junit::Property::new("trace", r.trace.clone()));
             suites
                 .entry(&r.scenario_id)
                 .or_insert_with(|| TestSuite::new(r.scenario_id.clone()))
@@ -279,4 +274,74 @@ fn failing_layers(a: &AggregateResult) -> String {
 
 fn md(s: &str) -> String {
     s.replace('|', "\\|").replace('\n', " ")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+    use windtunnel_sdk::model::{LayerResult, Score, Trace};
+
+    fn run(scenario: &str, index: u32, verdict: Verdict) -> StoredRun {
+        let layer = |passed: bool, detail: &str| LayerResult {
+            passed,
+            detail: detail.into(),
+        };
+        let trace = Trace {
+            scenario_id: scenario.into(),
+            run_index: index,
+            run_id: format!("run-{scenario}-{index}"),
+            ..Trace::default()
+        };
+        let failing = verdict != Verdict::Pass;
+        let score = Score {
+            schema_version: SCHEMA_VERSION,
+            run_id: trace.run_id.clone(),
+            scenario_id: scenario.into(),
+            verdict,
+            outcome: layer(true, "ok"),
+            trajectory: layer(true, "ok"),
+            constraint: layer(!failing, "forbidden tool `x` called"),
+            integrity: layer(verdict != Verdict::Error, "turn 0: timed out"),
+            error: (verdict == Verdict::Error).then(|| "turn 0: timed out".into()),
+        };
+        (
+            trace,
+            Some(score),
+            PathBuf::from(format!("{scenario}_{index}.json")),
+        )
+    }
+
+    #[test]
+    fn renders_every_format() {
+        let runs = vec![
+            run("b", 0, Verdict::Pass),
+            run("a", 1, Verdict::Error),
+            run("a", 0, Verdict::Fail),
+        ];
+        let r = Report::from_runs(&runs);
+        assert_eq!(r.scenarios[0].scenario_id, "a");
+        assert_eq!(r.runs[0].run_index, 0);
+        assert_eq!(r.exit_code(), crate::exit::RUN_ERROR);
+        let table = r.to_table();
+        assert!(
+            table.contains("1/3 runs passed, 1 failed, 1 could not be judged"),
+            "{table}"
+        );
+        assert!(
+            table.contains("    constraint: forbidden tool `x` called"),
+            "{table}"
+        );
+        assert!(table.contains("    error: turn 0: timed out"), "{table}");
+        let junit = r.to_junit();
+        assert_eq!(junit.matches("<testcase").count(), 3);
+        assert!(
+            junit.contains("<failure") && junit.contains("<error"),
+            "{junit}"
+        );
+        assert!(r.to_markdown().contains("| `a` | 0/2 | 1 | 1 |"));
+        let json: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
+        assert_eq!(json["runs"].as_array().unwrap().len(), 3);
+    }
 }

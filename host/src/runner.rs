@@ -17,7 +17,7 @@ use std::time::Duration;
 use serde_json::Value;
 use windtunnel_sdk::model::{
     AgentConfig, AgentRef, AggregateResult, Denial, HookProvenance, SCHEMA_VERSION, Scenario,
-    Score, Trace, TurnRecord, Verdict, WorldObservation,
+    Score, Surface, Trace, TurnRecord, Verdict, WorldObservation,
 };
 use windtunnel_sdk::turn::{Cause as TurnCause, Outcome, TurnCall, TurnResult};
 
@@ -170,7 +170,8 @@ pub struct RunConfig {
     pub hooks: Option<Vec<HookProvenance>>,
     /// The durable event journal (and live stream), when the caller keeps one.
     pub journal: Option<Arc<Journal>>,
-    /// Set (by Ctrl-C) to stop starting runs; the run in progress finishes and is written.
+    /// Set (e.g. on Ctrl-C) to stop after the current run: its files are written, hooks
+    /// stay paired, scenarios not yet started are reported as not run.
     pub cancel: Arc<AtomicBool>,
 }
 
@@ -200,6 +201,10 @@ impl RunConfig {
         }
     }
 
+    fn cancelled(&self) -> bool {
+        self.cancel.load(Ordering::Relaxed)
+    }
+
     pub fn runs_of(&self, scenario: &Scenario) -> u32 {
         self.runs.unwrap_or(scenario.runs)
     }
@@ -216,9 +221,16 @@ pub struct Sweep {
 
 impl Sweep {
     pub fn new(cfg: &RunConfig) -> Sweep {
-        let now = cfg.clock.now();
+        Sweep::start(&cfg.clock, &cfg.ids)
+    }
+
+    /// The sweep's identity from a clock and an id source (before a [`RunConfig`] exists,
+    /// e.g. to build hooks that name pack-level files after `ts`). Use the same `clock`
+    /// and `ids` in the config.
+    pub fn start(clock: &Clock, ids: &Ids) -> Sweep {
+        let now = clock.now();
         Sweep {
-            id: cfg.ids.mint("sweep", &[]),
+            id: ids.mint("sweep", &[]),
             ts: clock::compact(now),
             started_at: clock::rfc3339(now),
         }
@@ -231,6 +243,8 @@ pub struct ScenarioOutcome {
     pub aggregate: AggregateResult,
     /// Warnings from `on_provisioned`, `on_scenario_end` and teardown.
     pub warnings: Vec<String>,
+    /// The first reason a run did not pass (`error: …` or `<layer>: <detail>`), for summaries.
+    pub first_problem: Option<String>,
 }
 
 /// All scenarios' results, in pack order (also those that failed to provision).
@@ -238,6 +252,8 @@ pub struct ScenarioOutcome {
 pub struct SweepResult {
     pub sweep: Sweep,
     pub scenarios: Vec<ScenarioOutcome>,
+    /// The sweep was cancelled before it finished.
+    pub interrupted: bool,
 }
 
 impl SweepResult {
@@ -245,8 +261,12 @@ impl SweepResult {
         self.scenarios.iter().map(|s| s.aggregate.clone()).collect()
     }
 
-    /// 3 if any run (or scenario) could not be judged, else 1 if any run failed, else 0.
+    /// 130 if interrupted, else 3 if any run (or scenario) could not be judged, else 1 if
+    /// any run failed, else 0.
     pub fn exit_code(&self) -> u8 {
+        if self.interrupted {
+            return crate::exit::INTERRUPTED;
+        }
         exit_code(self.scenarios.iter().map(|s| &s.aggregate))
     }
 }
@@ -289,10 +309,15 @@ pub fn run_sweep(
         source,
     })?;
     store::ensure_dir(&cfg.out_dir)?;
+    // Stems already in the directory count as taken: a sweep never overwrites a trace.
+    let taken = store::trace_files(&cfg.out_dir)?
+        .iter()
+        .filter_map(|p| p.file_stem().and_then(|s| s.to_str()).map(stem_key))
+        .collect();
+    let stems = Mutex::new(taken);
     let next = AtomicUsize::new(0);
     let results: Mutex<Vec<Option<Result<ScenarioOutcome, StoreError>>>> =
         Mutex::new((0..scenarios.len()).map(|_| None).collect());
-    let stems = Mutex::new(HashSet::new());
     let jobs = cfg.jobs.clamp(1, scenarios.len().max(1));
     std::thread::scope(|s| {
         for _ in 0..jobs {
@@ -302,8 +327,10 @@ pub fn run_sweep(
                     let Some(scenario) = scenarios.get(i) else {
                         break;
                     };
+                    let surface = Mutex::new(runtime::surface(&cfg.agent, scenario));
                     let r = ScenarioRunner {
                         cfg,
+                        surface: &surface,
                         sweep,
                         scenario,
                         runtime: runtime.as_ref(),
@@ -322,15 +349,19 @@ pub fn run_sweep(
     Ok(SweepResult {
         sweep: sweep.clone(),
         scenarios: out,
+        interrupted: cfg.cancelled(),
     })
 }
 
 struct ScenarioRunner<'a> {
     cfg: &'a RunConfig,
+    /// The scenario's surface, built once, lent to each run's trace.
+    surface: &'a Mutex<Surface>,
     sweep: &'a Sweep,
     scenario: &'a Scenario,
     runtime: &'a dyn Runtime,
-    stems: &'a Mutex<HashSet<String>>,
+    /// Keys of the stems taken (see [`stem_key`]).
+    stems: &'a Mutex<HashSet<u64>>,
 }
 
 impl ScenarioRunner<'_> {
@@ -369,10 +400,14 @@ impl ScenarioRunner<'_> {
             a.error = Some(why);
             self.scenario_ended(&a);
             Ok(ScenarioOutcome {
+                first_problem: a.error.clone(),
                 aggregate: a,
                 warnings,
             })
         };
+        if cfg.cancelled() {
+            return unable(agg, "not run: the sweep was interrupted".into(), warnings);
+        }
         let handle = match self.runtime.provision(scenario) {
             Ok(h) => h,
             Err(e) => return unable(agg, format!("provisioning failed: {e}"), warnings),
@@ -391,13 +426,16 @@ impl ScenarioRunner<'_> {
         }
         let provisioned = cfg.observer.on_provisioned(scenario, &cfg.agent);
         self.scoped(provisioned, &mut warnings)?;
+        let mut first_problem = None;
         for index in 0..runs {
-            if cfg.cancel.load(Ordering::Relaxed) {
+            if cfg.cancelled() {
                 // Interrupted: runs that never started are not counted as run.
                 break;
             }
-            let (trace, score) = self.run_one(index, &handle)?;
-            agg.add(&trace, Some(&score));
+            let score = self.run_one(index, &handle, &mut agg)?;
+            if first_problem.is_none() {
+                first_problem = problem(&score);
+            }
         }
         self.teardown(&handle, &mut warnings);
         let aggregate = agg.finish();
@@ -409,6 +447,7 @@ impl ScenarioRunner<'_> {
         Ok(ScenarioOutcome {
             aggregate,
             warnings,
+            first_problem,
         })
     }
 
@@ -475,8 +514,12 @@ impl ScenarioRunner<'_> {
             }
             let run_id = self.cfg.ids.mint("run", &place);
             let stem = store::stem(ts, &run_id)?;
-            let fresh = self.stems.lock().expect("stems lock").insert(stem.clone());
-            if fresh && !store::trace_path(&self.cfg.out_dir, &stem).exists() {
+            let fresh = self
+                .stems
+                .lock()
+                .expect("stems lock")
+                .insert(stem_key(&stem));
+            if fresh {
                 return Ok((run_id, stem));
             }
         }
@@ -487,7 +530,8 @@ impl ScenarioRunner<'_> {
         &self,
         index: u32,
         handle: &Mutex<Box<dyn AgentHandle>>,
-    ) -> Result<(Trace, Score), StoreError> {
+        agg: &mut Aggregator,
+    ) -> Result<Score, StoreError> {
         let (cfg, scenario) = (self.cfg, self.scenario);
         let started = cfg.clock.now();
         let (run_id, stem) = self.claim_stem(index, &clock::compact(started))?;
@@ -512,7 +556,7 @@ impl ScenarioRunner<'_> {
             trace.error = Some(format!("reset failed: {e}"));
         }
         trace.session_id = cfg.ids.mint("session", &[&scenario.id, &index.to_string()]);
-        trace.surface = runtime::surface(&cfg.agent, scenario);
+        trace.surface = std::mem::take(&mut *lock(self.surface));
         let scope = Scope {
             scenario_id: Some(scenario.id.clone()),
             run_id: Some(run_id.clone()),
@@ -591,7 +635,9 @@ impl ScenarioRunner<'_> {
             stem: &stem,
             score: &score,
         });
-        Ok((trace, score))
+        agg.add(&trace, Some(&score));
+        *lock(self.surface) = std::mem::take(&mut trace.surface);
+        Ok(score)
     }
 
     fn inject(
@@ -749,6 +795,26 @@ fn terminal(error: &Option<String>, took: Duration, timeout: Duration) -> Outcom
         Some(_) if took >= timeout.mul_f64(0.95) => Outcome::Interrupted,
         Some(_) => Outcome::Failed,
     }
+}
+
+/// Why a run did not pass, in one line; `None` when it passed.
+fn problem(score: &Score) -> Option<String> {
+    match (&score.error, score.verdict) {
+        (_, Verdict::Pass) => None,
+        (Some(e), _) => Some(format!("error: {e}")),
+        (None, _) => score
+            .layers()
+            .into_iter()
+            .find(|(_, l)| !l.passed)
+            .map(|(name, l)| format!("{name}: {}", l.detail)),
+    }
+}
+
+/// A stem's 64-bit key: the taken-stems set stays small (8 bytes a run). A false clash
+/// only re-mints an id.
+fn stem_key(stem: &str) -> u64 {
+    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+    BuildHasherDefault::<DefaultHasher>::default().hash_one(stem)
 }
 
 fn lock<T: ?Sized>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

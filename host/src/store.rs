@@ -145,10 +145,13 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
     };
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty());
     let dir = dir.unwrap_or(Path::new("."));
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".wt-tmp-")
-        .tempfile_in(dir)
-        .map_err(err)?;
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(".wt-tmp-");
+    // Temp files are created 0600; the files we leave behind are ordinary ones (0644 less
+    // the umask), readable by whoever collects the runs directory.
+    #[cfg(unix)]
+    builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644));
+    let mut tmp = builder.tempfile_in(dir).map_err(err)?;
     tmp.write_all(bytes).map_err(err)?;
     tmp.persist(path).map_err(|e| err(e.error))?;
     Ok(())
@@ -271,5 +274,15 @@ mod tests {
         write_atomic(&p, b"two").unwrap();
         assert_eq!(std::fs::read(&p).unwrap(), b"two");
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&p).unwrap().permissions().mode();
+            assert_eq!(
+                mode & 0o044,
+                0o044,
+                "readable by group and others: {mode:o}"
+            );
+        }
     }
 }

@@ -260,7 +260,7 @@ mod tests {
         );
         assert_eq!(
             normalize("turn 0: no reply within the turn timeout of 0.2s"),
-            "turn N: no reply within the turn timeout of Ns"
+            "turn N: no reply within the turn timeout of N"
         );
     }
 }

@@ -95,6 +95,11 @@ impl Wt {
         self
     }
 
+    pub fn arg(mut self, arg: impl AsRef<std::ffi::OsStr>) -> Wt {
+        self.cmd.arg(arg);
+        self
+    }
+
     pub fn env(mut self, k: &str, v: &str) -> Wt {
         self.cmd.env(k, v);
         self

@@ -413,8 +413,9 @@ fn openai_dead_endpoint_is_error_and_every_run_is_written() {
 
 fn inject_server() -> TestServer {
     TestServer::start(|req| match (req.method.as_str(), req.url.as_str()) {
-        ("GET", "/health") => (200, r#"{"ok":true}"#.into()),
-        ("POST", "/reset") => (200, "{}".into()),
+        // Health and reset bodies do not matter (any 2xx), JSON or not.
+        ("GET", "/health") => (200, "OK".into()),
+        ("POST", "/reset") => (204, String::new()),
         ("GET", "/state") => (200, r#"{"memory":[]}"#.into()),
         ("POST", "/inject") => {
             let body: Value = serde_json::from_str(&req.body).unwrap();
@@ -481,9 +482,10 @@ fn http_runtime_injects_turns_and_reports_failures_as_error() {
 #[test]
 fn http_dead_endpoint_fails_provisioning_as_error_and_the_sweep_continues() {
     let dir = tmp();
+    let agent = http_agent(dir.path(), &format!("http://127.0.0.1:{}", dead_port()));
     let r = Wt::new(dir.path())
         .args(["run", "--agent"])
-        .arg_agent_http(dir.path(), dead_port())
+        .arg(&agent)
         .run();
     assert_eq!(r.code, 3, "{r:?}");
     for id in ["order-status", "refund-damaged", "escalate-human"] {
@@ -497,22 +499,6 @@ fn http_dead_endpoint_fails_provisioning_as_error_and_the_sweep_continues() {
     }
     assert_eq!(r.stderr.matches("0/2  ERROR").count(), 3, "{}", r.stderr);
     assert!(!dir.path().join("runs").exists() || traces(&dir.path().join("runs")).is_empty());
-}
-
-trait AgentArg {
-    fn arg_agent_http(self, dir: &Path, port: u16) -> Self;
-}
-
-impl AgentArg for Wt {
-    fn arg_agent_http(self, dir: &Path, port: u16) -> Wt {
-        let agent = dir.join("http-agent.toml");
-        std::fs::write(
-            &agent,
-            format!("label = \"svc\"\nruntime = \"http\"\nendpoint = \"http://127.0.0.1:{port}\"\nturn_timeout_s = 1.0\n"),
-        )
-        .unwrap();
-        self.args([agent])
-    }
 }
 
 #[test]
@@ -810,4 +796,126 @@ fn report_merges_directories_in_every_format() {
     );
     let missing = Wt::new(dir.path()).args(["report", "nope"]).run();
     assert_eq!(missing.code, 2);
+}
+
+#[test]
+fn ctrl_c_finishes_the_current_run_and_exits_130_with_whole_files() {
+    let dir = tmp();
+    let child = std::process::Command::new(crate::common::wt_bin())
+        .args(["run", "--agent", "demo-slow", "--runs", "20", "--jobs", "1"])
+        .current_dir(dir.path())
+        .env_remove("WT_FIXED_CLOCK")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let runs = dir.path().join("runs");
+    // Wait until at least one run is on disk, then interrupt.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while (!runs.exists() || traces(&runs).is_empty()) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let status = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let names: Vec<String> = files(&runs).into_keys().collect();
+    let traces = names
+        .iter()
+        .filter(|n| !n.trim_end_matches(".json").contains('.'))
+        .count();
+    assert!((1..60).contains(&traces), "{names:?}");
+    // Every trace has its score, plus the sweep's journal; no temp files.
+    assert_eq!(
+        names.len(),
+        traces * 2 + 1,
+        "every trace has its score, no temp files: {names:?}"
+    );
+    let journal = names.iter().find(|n| n.ends_with(".events.jsonl")).unwrap();
+    windtunnel::events::read_journal(&runs.join(journal)).expect("whole lines only");
+}
+
+#[test]
+fn a_failed_reset_makes_the_run_error_without_injecting() {
+    let server = TestServer::start(|req| match req.url.as_str() {
+        "/health" => (200, "{}".into()),
+        "/reset" => (503, r#"{"error":"warming up"}"#.into()),
+        _ => (200, r#"{"reply":"should not be asked"}"#.into()),
+    });
+    let dir = tmp();
+    let agent = http_agent(dir.path(), &server.base);
+    let r = Wt::new(dir.path())
+        .args(["run", "--filter", "order-status", "--agent"])
+        .arg(&agent)
+        .run();
+    assert_eq!(r.code, 3, "{r:?}");
+    let runs = dir.path().join("runs");
+    let traces = traces(&runs);
+    assert_eq!(traces.len(), 2);
+    for t in &traces {
+        let err = t["error"].as_str().unwrap();
+        assert!(
+            err.starts_with("reset failed:") && err.contains("HTTP 503"),
+            "{err}"
+        );
+        assert_eq!(t["turns"], json!([]));
+    }
+    assert!(server.seen().iter().all(|s| s.url != "/inject"));
+}
+
+/// An `http` agent config pointing at `endpoint` (no retries, 1 s turns).
+fn http_agent(dir: &Path, endpoint: &str) -> std::path::PathBuf {
+    let agent = dir.join("http-agent.toml");
+    std::fs::write(
+        &agent,
+        format!("label = \"svc\"\nruntime = \"http\"\nendpoint = \"{endpoint}\"\nturn_timeout_s = 1.0\nretries = 0\n"),
+    )
+    .unwrap();
+    agent
+}
+
+#[test]
+fn pinned_cli_output_is_stable() {
+    let dir = tmp();
+    let r = Wt::new(dir.path())
+        .args([
+            "run",
+            "--agent",
+            "demo-forbidden-tool",
+            "--filter",
+            "order-status",
+        ])
+        .args(["--runs", "1", "--seed", "9"])
+        .env("WT_FIXED_CLOCK", "2026-11-30T05:15:00Z")
+        .run();
+    assert_eq!(r.code, 1);
+    assert_eq!(
+        r.stderr,
+        "wt: 1 scenario(s), 1 run(s) of pack demo on agent `demo-forbidden-tool` → runs\n\
+         [1/1] order-status #0 FAIL: outcome, constraint failed\n\
+         \n\
+         order-status      0/1  FAIL   outcome ×1, constraint ×1 — e.g. outcome: final world: \
+         `refunds.0` should be absent but is {\"order_id\":\"1234\",\"reason\":\"goodwill\"}\n\
+         \n\
+         0/1 runs passed; traces in runs (details: wt report runs)\n"
+    );
+    let rep = Wt::new(dir.path()).args(["report"]).run();
+    assert_eq!(
+        rep.stdout,
+        "SCENARIO       PASSED  FAIL  ERROR   P50 MS  FAILING LAYERS\n\
+         order-status      0/1     1      0        0  outcome (1), constraint (1)\n\
+         \n\
+         0/1 runs passed, 1 failed, 0 could not be judged (ERROR)\n\
+         \n\
+         FAIL order-status #0 (runs/20261130T051500Z_fdd56d44.json)\n    \
+         outcome: final world: `refunds.0` should be absent but is {\"order_id\":\"1234\",\"reason\":\"goodwill\"}\n    \
+         constraint: forbidden tool `issue_refund` called (turn 0, step 0, arguments {\"order_id\":\"1234\",\"reason\":\"goodwill\"})\n"
+    );
 }

@@ -6,6 +6,8 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -156,18 +158,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
         None => Arc::new(NoopObserver),
     };
     let live = journal_sink(&args.events)?;
-    let cancel = Arc::new(AtomicBool::new(false));
-    {
-        let cancel = cancel.clone();
-        // Ctrl-C: finish the run in progress (its dispatches, its files), start no other,
-        // exit 130. A second Ctrl-C stops at once; every file on disk is still whole.
-        let _ = ctrlc::set_handler(move || {
-            if cancel.swap(true, Ordering::SeqCst) {
-                std::process::exit(i32::from(crate::exit::INTERRUPTED));
-            }
-            eprintln!("wt: interrupted; finishing the run in progress (Ctrl-C again to stop now)");
-        });
-    }
+    let cancel = interrupt_flag();
     let jobs = args.jobs.map_or_else(
         || std::thread::available_parallelism().map_or(1, |n| n.get().min(8)),
         |j| j as usize,
@@ -273,6 +264,23 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
     Ok(result.exit_code())
 }
 
+/// Ctrl-C once: finish the current run (files written, hooks paired) and stop with 130.
+/// Twice: stop at once.
+fn interrupt_flag() -> Arc<AtomicBool> {
+    let flag = Arc::new(AtomicBool::new(false));
+    let seen = flag.clone();
+    let installed = ctrlc::set_handler(move || {
+        if seen.swap(true, Ordering::SeqCst) {
+            std::process::exit(i32::from(crate::exit::INTERRUPTED));
+        }
+        eprintln!("interrupted: finishing the current run (Ctrl-C again to stop at once)");
+    });
+    if let Err(e) = installed {
+        tracing::warn!("cannot handle Ctrl-C: {e}");
+    }
+    flag
+}
+
 fn print_summary(scenarios: &[Scenario], result: &runner::SweepResult, args: &RunArgs) {
     let width = scenarios
         .iter()
@@ -290,19 +298,28 @@ fn print_summary(scenarios: &[Scenario], result: &runner::SweepResult, args: &Ru
         } else {
             "PASS"
         };
-        let mut why: Vec<String> = LAYERS
+        let layers: Vec<String> = LAYERS
             .iter()
             .filter_map(|l| a.layer_failures.get(*l).filter(|n| **n > 0).map(|n| (l, n)))
             .map(|(l, n)| format!("{l} ×{n}"))
             .collect();
-        if let Some(e) = &a.error {
-            why.push(e.clone());
+        let mut why = String::new();
+        if status == "FAIL" {
+            why = layers.join(", ");
+        }
+        if let Some(p) = &s.first_problem {
+            let p: String = p.chars().take(160).collect();
+            why = if why.is_empty() {
+                p
+            } else {
+                format!("{why} — e.g. {p}")
+            };
         }
         eprintln!(
             "{:<width$}  {:>7}  {status:<5}  {}",
             a.scenario_id,
             format!("{}/{}", a.passed, a.runs),
-            why.join(", ")
+            why
         );
     }
     let (runs, passed) = result.scenarios.iter().fold((0, 0), |(r, p), s| {
@@ -320,6 +337,7 @@ struct CliProgress {
     bar: Option<ProgressBar>,
     done: AtomicU64,
     total: u64,
+    last_line: Mutex<Instant>,
 }
 
 impl CliProgress {
@@ -336,13 +354,32 @@ impl CliProgress {
             bar,
             done: AtomicU64::new(0),
             total,
+            last_line: Mutex::new(Instant::now() - Duration::from_secs(1)),
         }
     }
 
-    fn line(&self, line: String) {
+    fn line(&self, mut line: String) {
         match &self.bar {
             Some(bar) => bar.println(line),
-            None => eprintln!("{line}"),
+            None => {
+                // One write per line: stderr is unbuffered and `eprintln!` writes piecewise.
+                line.push('\n');
+                let _ = std::io::stderr().lock().write_all(line.as_bytes());
+            }
+        }
+    }
+
+    /// Whether a plain progress line for a passing run is due (at most one per 200 ms).
+    fn due(&self) -> bool {
+        let mut last = self
+            .last_line
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if last.elapsed() >= Duration::from_millis(200) {
+            *last = Instant::now();
+            true
+        } else {
+            false
         }
     }
 }
@@ -379,10 +416,13 @@ impl Progress for CliProgress {
                             }
                             _ => String::new(),
                         };
-                        eprintln!(
-                            "[{n}/{}] {scenario} #{run_index} {}{why}",
-                            self.total, score.verdict
-                        );
+                        // Every non-pass, the last run, and passes at most every 200 ms.
+                        if score.verdict != Verdict::Pass || n == self.total || self.due() {
+                            self.line(format!(
+                                "[{n}/{}] {scenario} #{run_index} {}{why}",
+                                self.total, score.verdict
+                            ));
+                        }
                     }
                 }
             }

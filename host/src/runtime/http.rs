@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use windtunnel_sdk::model::{AgentConfig, Scenario, ToolCall};
 
-use super::{AgentHandle, Reply, Runtime, RuntimeError, TurnCtx, http_json, with_retries};
+use super::{
+    AgentHandle, Reply, Runtime, RuntimeError, TurnCtx, http_json, http_text, with_retries,
+};
 
 /// The environment variable that overrides the inject endpoint.
 pub const INJECT_URL_ENV: &str = "WT_INJECT_URL";
@@ -61,7 +63,7 @@ impl Runtime for HttpRuntime {
             retries: self.agent.retries.unwrap_or(2),
         };
         handle
-            .call("GET", "/health", None, handle.timeout)
+            .call_ok("GET", "/health", None, handle.timeout)
             .map_err(|e| RuntimeError(format!("health check failed: {e}")))?;
         Ok(Box::new(handle))
     }
@@ -87,6 +89,20 @@ impl HttpAgent {
         let url = format!("{}{path}", self.base);
         with_retries(self.retries, Instant::now() + timeout, |left| {
             http_json(&self.http, method, &url, self.key.as_deref(), body, left)
+        })
+    }
+
+    /// Like [`Self::call`], for endpoints whose body does not matter (any 2xx succeeds).
+    fn call_ok(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+        timeout: Duration,
+    ) -> Result<(), String> {
+        let url = format!("{}{path}", self.base);
+        with_retries(self.retries, Instant::now() + timeout, |left| {
+            http_text(&self.http, method, &url, self.key.as_deref(), body, left).map(drop)
         })
     }
 }
@@ -115,13 +131,12 @@ fn parse_tool_calls(turn: u32, v: Option<&Value>) -> Result<Vec<ToolCall>, Strin
 
 impl AgentHandle for HttpAgent {
     fn reset_state(&mut self) -> Result<(), RuntimeError> {
-        self.call(
+        self.call_ok(
             "POST",
             "/reset",
             Some(&json!({"scenario_id": self.scenario_id})),
             self.timeout,
         )
-        .map(drop)
         .map_err(|e| RuntimeError(format!("reset failed: {e}")))
     }
 

@@ -292,6 +292,27 @@ pub(crate) fn http_json(
     body: Option<&Value>,
     timeout: Duration,
 ) -> Result<Value, HttpFailure> {
+    let text = http_text(agent, method, url, auth, body, timeout)?;
+    if text.trim().is_empty() {
+        return Ok(Value::Null);
+    }
+    serde_json::from_str(&text).map_err(|e| {
+        HttpFailure::Fatal(format!(
+            "{method} {url}: malformed JSON in the response ({e}): {}",
+            crate::score::excerpt(&text)
+        ))
+    })
+}
+
+/// Sends `body` as JSON (POST) or nothing (GET) and returns the 2xx reply's body.
+pub(crate) fn http_text(
+    agent: &ureq::Agent,
+    method: &str,
+    url: &str,
+    auth: Option<&str>,
+    body: Option<&Value>,
+    timeout: Duration,
+) -> Result<String, HttpFailure> {
     let mut req = agent.request(method, url).timeout(timeout);
     if let Some(key) = auth {
         req = req.set("Authorization", &format!("Bearer {key}"));
@@ -328,7 +349,7 @@ pub(crate) fn http_json(
             return Err(HttpFailure::Fatal(format!("{method} {url}: {kind}")));
         }
     };
-    let text = resp.into_string().map_err(|e| {
+    resp.into_string().map_err(|e| {
         let what = if e.kind() == std::io::ErrorKind::TimedOut
             || e.kind() == std::io::ErrorKind::WouldBlock
         {
@@ -337,14 +358,54 @@ pub(crate) fn http_json(
             format!("reading the body: {e}")
         };
         HttpFailure::Fatal(format!("{method} {url}: {what}"))
-    })?;
-    if text.trim().is_empty() {
-        return Ok(Value::Null);
-    }
-    serde_json::from_str(&text).map_err(|e| {
-        HttpFailure::Fatal(format!(
-            "{method} {url}: malformed JSON in the response ({e}): {}",
-            crate::score::excerpt(&text)
-        ))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn agents_resolve_by_name_or_file() {
+        for name in BUILTIN_AGENTS {
+            let a = resolve_agent(name).unwrap();
+            assert_eq!(a.label, name);
+            assert!(for_agent(&a).is_ok());
+        }
+        let e = resolve_agent("gpt-9").unwrap_err().to_string();
+        assert!(
+            e.contains("unknown agent `gpt-9`") && e.contains("demo-garbled"),
+            "{e}"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("a.toml");
+        std::fs::write(&f, "label = \"x\"\nruntime = \"openai\"\nmodle = \"m\"\n").unwrap();
+        let e = resolve_agent(f.to_str().unwrap()).unwrap_err().to_string();
+        assert!(
+            e.contains("a.toml") && e.contains("line 3") && e.contains("modle"),
+            "{e}"
+        );
+        std::fs::write(&f, "label = \"x\"\nruntime = \"openai\"\n").unwrap();
+        let a = resolve_agent(f.to_str().unwrap()).unwrap();
+        let e = for_agent(&a).err().unwrap().to_string();
+        assert!(e.contains("needs `endpoint`"), "{e}");
+    }
+
+    #[test]
+    fn retries_only_retryable_failures_within_the_deadline() {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let mut n = 0;
+        let r: Result<(), String> = with_retries(2, deadline, |_| {
+            n += 1;
+            Err(HttpFailure::Retryable("HTTP 503".into()))
+        });
+        assert_eq!(n, 3);
+        assert!(r.unwrap_err().contains("after 3 attempts"));
+        let mut n = 0;
+        let r: Result<(), String> = with_retries(2, deadline, |_| {
+            n += 1;
+            Err(HttpFailure::Fatal("HTTP 400".into()))
+        });
+        assert_eq!((n, r.unwrap_err().as_str()), (1, "HTTP 400"));
+    }
 }
