@@ -184,7 +184,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
     };
     let sweep = Sweep::new(&cfg);
     store::ensure_dir(&cfg.out_dir)?;
-    let journal_clock = cfg.clock.clone();
+    let journal_clock = cfg.clock;
     let journal = Journal::create(
         &cfg.out_dir,
         &sweep.ts,
