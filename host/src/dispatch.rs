@@ -115,7 +115,10 @@ pub struct DispatchOutput {
     /// `hook:<name>: <message>` lines: `ctx.warn` calls, errors, panics, timeouts.
     pub warnings: Vec<String>,
     pub artifacts: Vec<Artifact>,
-    /// What each hook that completed returned, by slot (activation index), in call order.
+    /// Slots (bit i = hook i) of the calls that returned `Ok`.
+    pub ok: u64,
+    /// What each call that returned something — a value, an error — returned, by slot, in
+    /// call order. A call that returned `Ok` with nothing to say appears only in `ok`.
     pub returns: Vec<(usize, Result<String, String>)>,
     /// Slots of hooks that overran their deadline in this dispatch.
     pub timed_out: Vec<usize>,
@@ -170,25 +173,56 @@ struct Job {
     order: u64,
     /// Call in reverse activation order (turn finishes).
     reverse: bool,
-    hooks: Arc<[Arc<ActiveHook>]>,
     data: Arc<Snapshot>,
-    runner: Thread,
     has_session: bool,
+}
+
+/// Keeps a value on a cache line of its own: the dispatching thread spins on `done` while
+/// the worker writes `current` per hook, and sharing a line would bounce it between cores
+/// on every call.
+#[repr(align(128))]
+struct Padded<T>(T);
+
+impl<T> std::ops::Deref for Padded<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
 }
 
 /// State shared by the dispatching thread and one worker generation.
 struct Shared {
-    job: Mutex<Option<Job>>,
-    submitted: AtomicU64,
-    done: AtomicU64,
+    job: Padded<Mutex<Option<Job>>>,
+    submitted: Padded<AtomicU64>,
+    done: Padded<AtomicU64>,
     /// The call in progress: `(call number << 16) | (slot + 1)`, 0 when idle. The waiting
     /// thread times each call from when it first sees its number, so the worker reads no
     /// clock.
-    current: AtomicU64,
-    records: Mutex<Vec<CallRecord>>,
+    current: Padded<AtomicU64>,
+    /// Slots of the current job's calls that returned `Ok` with no output at all: they need
+    /// no record, so a job of quiet hooks moves one word between cores, not one record each.
+    quiet_ok: Padded<AtomicU64>,
+    records: Padded<Mutex<Vec<CallRecord>>>,
     request: Mutex<Option<SessionRequest>>,
     reply: Mutex<Option<Result<String, ConverseError>>>,
-    abandoned: AtomicBool,
+    abandoned: Padded<AtomicBool>,
+    /// Set while that side is (about to be) parked, so the other side calls `unpark` only
+    /// when it is needed: unparking a running thread still touches its state across cores.
+    worker_parked: Padded<AtomicBool>,
+    runner_parked: Padded<AtomicBool>,
+    /// The hooks, held by the worker for its whole life (no per-job reference counting).
+    hooks: Arc<[Arc<ActiveHook>]>,
+    /// The thread waiting for the current job; replaced only when another thread
+    /// dispatches, read only to wake it.
+    runner: Mutex<Option<Thread>>,
+}
+
+impl Shared {
+    fn wake_runner(&self) {
+        if let Some(t) = lock(&self.runner).as_ref() {
+            t.unpark();
+        }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -203,16 +237,21 @@ struct Worker {
 }
 
 impl Worker {
-    fn spawn() -> std::io::Result<Worker> {
+    fn spawn(hooks: Arc<[Arc<ActiveHook>]>) -> std::io::Result<Worker> {
         let shared = Arc::new(Shared {
-            job: Mutex::new(None),
-            submitted: AtomicU64::new(0),
-            done: AtomicU64::new(0),
-            current: AtomicU64::new(0),
-            records: Mutex::new(Vec::new()),
+            job: Padded(Mutex::new(None)),
+            submitted: Padded(AtomicU64::new(0)),
+            done: Padded(AtomicU64::new(0)),
+            current: Padded(AtomicU64::new(0)),
+            quiet_ok: Padded(AtomicU64::new(0)),
+            records: Padded(Mutex::new(Vec::new())),
             request: Mutex::new(None),
             reply: Mutex::new(None),
-            abandoned: AtomicBool::new(false),
+            abandoned: Padded(AtomicBool::new(false)),
+            worker_parked: Padded(AtomicBool::new(false)),
+            runner_parked: Padded(AtomicBool::new(false)),
+            hooks,
+            runner: Mutex::new(None),
         });
         let for_thread = shared.clone();
         let handle = std::thread::Builder::new()
@@ -237,7 +276,15 @@ fn worker_loop(shared: &Arc<Shared>) {
             }
             spins = spins.wrapping_add(1);
             if spins % 64 == 0 && Instant::now() > spin_until {
-                std::thread::park();
+                // Announce the park, then look again: a submission that raced the store
+                // either is seen here or sees the flag and unparks us.
+                shared.worker_parked.store(true, Ordering::SeqCst);
+                if shared.submitted.load(Ordering::SeqCst) == seen
+                    && !shared.abandoned.load(Ordering::SeqCst)
+                {
+                    std::thread::park();
+                }
+                shared.worker_parked.store(false, Ordering::SeqCst);
             } else {
                 std::hint::spin_loop();
             }
@@ -250,12 +297,15 @@ fn worker_loop(shared: &Arc<Shared>) {
         if shared.abandoned.load(Ordering::Acquire) {
             return;
         }
-        shared.done.store(job.seq, Ordering::Release);
-        job.runner.unpark();
+        shared.done.store(job.seq, Ordering::SeqCst);
+        if shared.runner_parked.load(Ordering::SeqCst) {
+            shared.wake_runner();
+        }
     }
 }
 
 fn run_job(shared: &Arc<Shared>, job: &Job) {
+    let mut quiet = 0u64;
     let mut bits = job.order;
     let mut call = job.seq << 8;
     while bits != 0 {
@@ -265,7 +315,7 @@ fn run_job(shared: &Arc<Shared>, job: &Job) {
             bits.trailing_zeros() as usize
         };
         bits &= !(1u64 << slot);
-        let hook = &job.hooks[slot];
+        let hook = &shared.hooks[slot];
         call += 1;
         shared
             .current
@@ -285,12 +335,24 @@ fn run_job(shared: &Arc<Shared>, job: &Job) {
         if shared.abandoned.load(Ordering::Acquire) {
             return;
         }
+        let warnings = services.warnings.into_inner().unwrap_or_default();
+        let artifacts = services.artifacts.into_inner().unwrap_or_default();
+        let conversed = services.conversed.load(Ordering::Acquire);
+        if matches!(&result, Ok(v) if v.is_empty())
+            && warnings.is_empty()
+            && artifacts.is_empty()
+            && !conversed
+        {
+            quiet |= 1 << slot;
+            shared.quiet_ok.store(quiet, Ordering::Release);
+            continue;
+        }
         lock(&shared.records).push(CallRecord {
             slot,
             result,
-            warnings: services.warnings.into_inner().unwrap_or_default(),
-            artifacts: services.artifacts.into_inner().unwrap_or_default(),
-            conversed: services.conversed.load(Ordering::Acquire),
+            warnings,
+            artifacts,
+            conversed,
             converse_timed_out: services.timed_out.load(Ordering::Acquire),
         });
     }
@@ -386,7 +448,7 @@ impl WorkerServices<'_> {
     fn ask(&self, request: SessionRequest) -> Result<String, ConverseError> {
         *lock(&self.shared.reply) = None;
         *lock(&self.shared.request) = Some(request);
-        self.job.runner.unpark();
+        self.shared.wake_runner();
         loop {
             if let Some(reply) = lock(&self.shared.reply).take() {
                 return reply;
@@ -421,6 +483,8 @@ struct Inner {
     seq: u64,
     /// A record buffer kept between dispatches so a dispatch allocates none.
     spare: Vec<CallRecord>,
+    /// The thread the current worker wakes when done.
+    runner: Option<std::thread::ThreadId>,
 }
 
 /// The active hooks of one invocation and everything needed to call them safely.
@@ -464,6 +528,7 @@ impl Dispatcher {
                 quarantined: 0,
                 seq: 0,
                 spare: Vec::new(),
+                runner: None,
             }),
         }
     }
@@ -520,8 +585,8 @@ impl Dispatcher {
             return DispatchOutput::default();
         }
         let mut inner = lock(&self.inner);
-        let mut out = DispatchOutput::default();
         let mut order = self.by_point[point as usize] & mask & !inner.quarantined;
+        let mut out = DispatchOutput::default();
         if order == 0 {
             return out;
         }
@@ -563,8 +628,12 @@ impl Dispatcher {
             session,
         } = *batch;
         if inner.worker.is_none() {
-            match Worker::spawn() {
-                Ok(w) => inner.worker = Some(w),
+            match Worker::spawn(self.hooks.clone()) {
+                Ok(w) => {
+                    inner.worker = Some(w);
+                    // A new worker has not been told who waits for it.
+                    inner.runner = None;
+                }
                 Err(e) => {
                     for (i, h) in self.hooks.iter().enumerate() {
                         if order & (1 << i) != 0 {
@@ -582,20 +651,25 @@ impl Dispatcher {
             return Ok(());
         };
         let shared = worker.shared.clone();
+        if inner.runner != Some(std::thread::current().id()) {
+            inner.runner = Some(std::thread::current().id());
+            *lock(&shared.runner) = Some(std::thread::current());
+        }
         inner.seq += 1;
         let seq = inner.seq;
+        shared.quiet_ok.store(0, Ordering::Relaxed);
         *lock(&shared.job) = Some(Job {
             seq,
             point,
             order,
             reverse,
-            hooks: self.hooks.clone(),
             data: snapshot.clone(),
-            runner: std::thread::current(),
             has_session: session.is_some(),
         });
-        shared.submitted.store(seq, Ordering::Release);
-        worker.thread.unpark();
+        shared.submitted.store(seq, Ordering::SeqCst);
+        if shared.worker_parked.load(Ordering::SeqCst) {
+            worker.thread.unpark();
+        }
 
         let deadline = self.deadlines.for_point(point);
         let worker_thread = worker.thread.clone();
@@ -608,6 +682,16 @@ impl Dispatcher {
             &worker_thread,
         );
 
+        let quiet = shared.quiet_ok.load(Ordering::Acquire);
+        if quiet != 0 {
+            out.ok |= quiet;
+            for (slot, health) in inner.health.iter_mut().enumerate() {
+                if quiet & (1 << slot) != 0 {
+                    health.consecutive = 0;
+                    health.first_error = None;
+                }
+            }
+        }
         let mut records = std::mem::take(&mut inner.spare);
         std::mem::swap(&mut records, &mut *lock(&shared.records));
         for r in records.drain(..) {
@@ -637,7 +721,7 @@ impl Dispatcher {
     }
 
     fn absorb(&self, inner: &mut Inner, r: CallRecord, out: &mut DispatchOutput) {
-        let name = self.hooks[r.slot].name.clone();
+        let name = &self.hooks[r.slot].name;
         out.warnings.extend(r.warnings);
         for (label, mut payload) in r.artifacts {
             if r.conversed {
@@ -655,6 +739,7 @@ impl Dispatcher {
         let health = &mut inner.health[r.slot];
         match &r.result {
             Ok(_) => {
+                out.ok |= 1 << r.slot;
                 health.consecutive = 0;
                 health.first_error = None;
             }
@@ -727,7 +812,11 @@ fn wait(
             return Some((current & 0xffff) as usize - 1);
         }
         if now > spin_until {
-            std::thread::park_timeout(Duration::from_millis(2));
+            shared.runner_parked.store(true, Ordering::SeqCst);
+            if shared.done.load(Ordering::SeqCst) != seq {
+                std::thread::park_timeout(Duration::from_millis(2));
+            }
+            shared.runner_parked.store(false, Ordering::SeqCst);
         }
     }
 }
@@ -902,7 +991,7 @@ mod tests {
         assert!(summary[0].starts_with("hook:failing: disabled for the rest of this invocation after 3 consecutive failures (first: disk full)"));
         // Both are now quarantined: nothing is called.
         let out4 = d.dispatch(point::ON_RUN_END, data("x"), None);
-        assert!(out4.warnings.is_empty() && out4.returns.is_empty());
+        assert!(out4.warnings.is_empty() && out4.returns.is_empty() && out4.ok == 0);
     }
 
     struct Echo(Option<Duration>);

@@ -330,11 +330,7 @@ impl HookObserver {
 
 /// Slots whose call returned `Ok`.
 fn succeeded(out: &DispatchOutput) -> Vec<usize> {
-    out.returns
-        .iter()
-        .filter(|(_, r)| r.is_ok())
-        .map(|(s, _)| *s)
-        .collect()
+    (0..64).filter(|s| out.ok & (1u64 << s) != 0).collect()
 }
 
 #[cfg(test)]
