@@ -83,6 +83,14 @@ struct Hooks {
 fn hooks(args: &RunArgs) -> anyhow::Result<Hooks> {
     let deadlines = Deadlines::from_env().map_err(CodedError::usage)?;
     let active = crate::cli::hooks::activate(&args.hooks, &args.plugin_dirs)?;
+    if active.len() > Dispatcher::MAX_HOOKS {
+        return Err(CodedError::usage(format!(
+            "{} hooks activated; at most {} can be active at once",
+            active.len(),
+            Dispatcher::MAX_HOOKS
+        ))
+        .into());
+    }
     let guards: Vec<&str> = active
         .iter()
         .filter(|h| h.declares(windtunnel_abi::point::GUARD_CHECK))
