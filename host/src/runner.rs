@@ -200,9 +200,16 @@ pub struct Sweep {
 
 impl Sweep {
     pub fn new(cfg: &RunConfig) -> Sweep {
-        let now = cfg.clock.now();
+        Sweep::start(&cfg.clock, &cfg.ids)
+    }
+
+    /// The sweep's identity from a clock and an id source (before a [`RunConfig`] exists,
+    /// e.g. to build hooks that name pack-level files after `ts`). Use the same `clock`
+    /// and `ids` in the config.
+    pub fn start(clock: &Clock, ids: &Ids) -> Sweep {
+        let now = clock.now();
         Sweep {
-            id: cfg.ids.mint("sweep", &[]),
+            id: ids.mint("sweep", &[]),
             ts: clock::compact(now),
             started_at: clock::rfc3339(now),
         }

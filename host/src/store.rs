@@ -104,6 +104,40 @@ pub fn artifact_path(
     }))
 }
 
+/// A scenario- or pack-level hook artifact:
+/// `<sweep_ts>.<hook>.<scenario_id>[.<label>].pack.json` (scenario given) or
+/// `<sweep_ts>.<hook>[.<label>].pack.json`. Hook, scenario id and label must be slugs.
+pub fn pack_artifact_path(
+    dir: &Path,
+    sweep_ts: &str,
+    hook: &str,
+    scenario_id: Option<&str>,
+    label: Option<&str>,
+) -> Result<PathBuf, StoreError> {
+    for (what, name) in [
+        ("hook name", Some(hook)),
+        ("scenario id", scenario_id),
+        ("artifact label", label),
+    ] {
+        if let Some(name) = name {
+            if !is_slug(name) {
+                return Err(StoreError::BadName {
+                    what,
+                    name: name.to_owned(),
+                    why: "use 1-64 characters of a-z, 0-9, `_` and `-`",
+                });
+            }
+        }
+    }
+    let mut name = format!("{sweep_ts}.{hook}");
+    for part in [scenario_id, label].into_iter().flatten() {
+        name.push('.');
+        name.push_str(part);
+    }
+    name.push_str(".pack.json");
+    Ok(dir.join(name))
+}
+
 /// Writes `bytes` to `path` atomically (temp file in the same directory, then rename).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
     let err = |source| StoreError::Write {
@@ -231,6 +265,24 @@ mod tests {
             artifact_path(Path::new("d"), "s", "debrief", Some("x")).unwrap(),
             Path::new("d/s.debrief.x.json")
         );
+    }
+
+    #[test]
+    fn pack_artifacts_are_sidecars() {
+        let p = pack_artifact_path(
+            Path::new("d"),
+            "20261130T051500Z",
+            "debrief",
+            Some("s-1"),
+            Some("x"),
+        )
+        .unwrap();
+        assert_eq!(p, Path::new("d/20261130T051500Z.debrief.s-1.x.pack.json"));
+        assert!(is_sidecar(&p));
+        let p =
+            pack_artifact_path(Path::new("d"), "20261130T051500Z", "debrief", None, None).unwrap();
+        assert_eq!(p, Path::new("d/20261130T051500Z.debrief.pack.json"));
+        assert!(pack_artifact_path(Path::new("d"), "t", "h", Some("a.b"), None).is_err());
     }
 
     #[test]

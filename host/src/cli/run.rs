@@ -54,7 +54,8 @@ pub struct RunArgs {
 }
 
 /// Builds the lifecycle observer for this invocation: the hook seam. No hooks → no-op.
-fn observer(_args: &RunArgs) -> anyhow::Result<Arc<dyn RunObserver>> {
+/// `sweep.ts` names pack- and scenario-level artifacts (`store::pack_artifact_path`).
+fn observer(_args: &RunArgs, _sweep: &Sweep) -> anyhow::Result<Arc<dyn RunObserver>> {
     Ok(Arc::new(NoopObserver))
 }
 
@@ -83,7 +84,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
     let agent =
         runtime::resolve_agent(&args.agent).map_err(|e| CodedError::usage(e.to_string()))?;
     let clock = Clock::from_env().map_err(|e| CodedError::usage(e.to_string()))?;
-    let observer = observer(&args)?;
+    let ids = args.seed.map_or_else(Ids::random, Ids::seeded);
+    let sweep = Sweep::start(&clock, &ids);
+    let observer = observer(&args, &sweep)?;
     let jobs = args.jobs.map_or_else(
         || std::thread::available_parallelism().map_or(1, |n| n.get().min(8)),
         |j| j as usize,
@@ -99,14 +102,13 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
         runs: args.runs,
         jobs,
         clock,
-        ids: args.seed.map_or_else(Ids::random, Ids::seeded),
+        ids,
         observer,
         progress: Arc::new(CliProgress::new(total)),
         policy_revision: None,
         hooks: None,
         cancel: interrupt_flag(),
     };
-    let sweep = Sweep::new(&cfg);
     eprintln!(
         "wt: {} scenario(s), {total} run(s) of pack {} on agent `{}` → {}",
         pack.scenarios.len(),
