@@ -287,6 +287,16 @@ pub fn run_sweep(
         agent: cfg.agent.label.clone(),
         source,
     })?;
+    run_sweep_on(runtime.as_ref(), scenarios, cfg, sweep)
+}
+
+/// [`run_sweep`] on a given runtime (tests, embedders with their own runtime).
+pub fn run_sweep_on(
+    runtime: &dyn Runtime,
+    scenarios: &[Scenario],
+    cfg: &RunConfig,
+    sweep: &Sweep,
+) -> Result<SweepResult, RunnerError> {
     store::ensure_dir(&cfg.out_dir)?;
     // Stems already in the directory count as taken: a sweep never overwrites a trace.
     let taken = store::trace_files(&cfg.out_dir)?
@@ -312,7 +322,7 @@ pub fn run_sweep(
                         surface: &surface,
                         sweep,
                         scenario,
-                        runtime: runtime.as_ref(),
+                        runtime,
                         stems: &stems,
                     }
                     .run();
@@ -543,18 +553,7 @@ impl ScenarioRunner<'_> {
         for (i, text) in self.scenario.turns.iter().enumerate() {
             let index = i as u32;
             let watch = self.cfg.clock.stopwatch();
-            let reply = {
-                let mut w = lock(world);
-                lock(handle).send(
-                    &trace.session_id,
-                    text,
-                    TurnCtx {
-                        index,
-                        world: &mut w,
-                        timeout,
-                    },
-                )
-            };
+            let reply = guarded_send(handle, world, &trace.session_id, text, index, timeout);
             let failed = reply.error.is_some();
             trace.turns.push(TurnRecord {
                 index,
@@ -592,6 +591,37 @@ impl ScenarioRunner<'_> {
         }
         store::write_json(&store::trace_path(dir, stem), trace)
     }
+}
+
+/// Sends one turn; a panicking runtime becomes a turn error instead of ending the sweep.
+fn guarded_send(
+    handle: &Mutex<Box<dyn AgentHandle>>,
+    world: &Mutex<World>,
+    session_id: &str,
+    text: &str,
+    index: u32,
+    timeout: Duration,
+) -> runtime::Reply {
+    let sent = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut w = lock(world);
+        lock(handle).send(
+            session_id,
+            text,
+            TurnCtx {
+                index,
+                world: &mut w,
+                timeout,
+            },
+        )
+    }));
+    sent.unwrap_or_else(|panic| {
+        let msg = panic
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".to_owned());
+        runtime::Reply::failed(format!("the agent runtime panicked: {msg}"), Vec::new())
+    })
 }
 
 /// Why a run did not pass, in one line; `None` when it passed.
@@ -632,15 +662,13 @@ impl Converse for SessionConverse<'_> {
         if let Some(why) = &self.unusable {
             return Err(format!("session unusable: {why}"));
         }
-        let mut w = lock(self.world);
-        let reply = lock(self.handle).send(
+        let reply = guarded_send(
+            self.handle,
+            self.world,
             self.session_id,
             text,
-            TurnCtx {
-                index: self.turn_base,
-                world: &mut w,
-                timeout,
-            },
+            self.turn_base,
+            timeout,
         );
         match (reply.error, reply.text) {
             (Some(e), _) => Err(e),
@@ -767,6 +795,42 @@ mod tests {
         let probe: Value =
             store::read_json(&dir.path().join(format!("{stem}.rec.probe.json"))).unwrap();
         assert!(probe["sessions"].as_array().unwrap().len() >= 2, "{probe}");
+    }
+
+    struct Panicky;
+    struct PanickyHandle;
+    impl Runtime for Panicky {
+        fn provision(&self, _: &Scenario) -> Result<Box<dyn AgentHandle>, RuntimeError> {
+            Ok(Box::new(PanickyHandle))
+        }
+    }
+    impl AgentHandle for PanickyHandle {
+        fn reset_state(&mut self) -> Result<(), RuntimeError> {
+            Ok(())
+        }
+        fn send(&mut self, _: &str, _: &str, _: TurnCtx<'_>) -> runtime::Reply {
+            panic!("boom")
+        }
+        fn teardown(&mut self) -> Result<(), RuntimeError> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_panicking_runtime_is_a_turn_error_not_a_crash() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = RunConfig::new(runtime::builtin_agent("demo").unwrap(), dir.path());
+        let pack = Pack::demo();
+        let sweep = Sweep::new(&cfg);
+        let r = run_sweep_on(&Panicky, &pack.scenarios, &cfg, &sweep).unwrap();
+        assert_eq!(r.exit_code(), 3);
+        let runs = store::load_runs(&[dir.path()]).unwrap();
+        assert_eq!(runs.len(), 6);
+        let score = runs[0].1.as_ref().unwrap();
+        assert_eq!(
+            score.error.as_deref(),
+            Some("turn 0: the agent runtime panicked: boom")
+        );
     }
 
     #[test]
