@@ -407,13 +407,19 @@ impl ScenarioRunner<'_> {
             self.warn(w);
         }
         let mut first_problem = None;
+        let mut write_failure = None;
         for index in 0..runs {
             if cfg.cancelled() {
                 break;
             }
-            let score = self.run_one(index, &handle, &mut agg)?;
-            if first_problem.is_none() {
-                first_problem = problem(&score);
+            match self.run_one(index, &handle, &mut agg) {
+                Ok(score) if first_problem.is_none() => first_problem = problem(&score),
+                Ok(_) => {}
+                Err(e) => {
+                    // Files cannot be written: stop this scenario, but keep hooks paired.
+                    write_failure = Some(e);
+                    break;
+                }
             }
         }
         self.teardown(&handle, &mut warnings);
@@ -428,6 +434,9 @@ impl ScenarioRunner<'_> {
         cfg.progress.event(&Event::ScenarioEnded {
             aggregate: &aggregate,
         });
+        if let Some(e) = write_failure {
+            return Err(e);
+        }
         Ok(ScenarioOutcome {
             aggregate,
             warnings,
