@@ -27,10 +27,7 @@ pub const TARGET: &str = const_concat_target();
 
 const fn const_concat_target() -> &'static str {
     // `std::env::consts` are consts, but joining them needs a fixed table.
-    match (
-        std::env::consts::ARCH.as_bytes(),
-        std::env::consts::OS.as_bytes(),
-    ) {
+    match (std::env::consts::ARCH.as_bytes(), std::env::consts::OS.as_bytes()) {
         (b"x86_64", b"linux") => "x86_64-linux",
         (b"aarch64", b"linux") => "aarch64-linux",
         (b"x86_64", b"macos") => "x86_64-macos",
@@ -134,9 +131,7 @@ impl<H: Hook> FfiHook for Adapter<H> {
                 point::ON_PACK_END => hook.on_pack_end(&cx),
                 other => return Err(format!("hook does not implement point {other}")),
             };
-            result
-                .map(|()| "null".to_owned())
-                .map_err(|e| e.to_string())
+            result.map(|()| "null".to_owned()).map_err(|e| e.to_string())
         }));
         match outcome {
             Ok(Ok(json)) => RResult::ROk(json.into()),
@@ -159,9 +154,7 @@ fn install_panic_hook() {
         std::panic::set_hook(Box::new(move |info| {
             let in_hook = IN_HOOK.with(|c| c.get());
             if in_hook {
-                let location = info
-                    .location()
-                    .map(|l| format!("{}:{}", l.file(), l.line()));
+                let location = info.location().map(|l| format!("{}:{}", l.file(), l.line()));
                 PANIC_LOCATION.with(|c| *c.borrow_mut() = location);
             } else {
                 previous(info);
@@ -239,16 +232,10 @@ const fn write_meta<const N: usize>(
     library_version: &str,
     unwind: bool,
 ) -> Writer<N> {
-    let mut w = Writer {
-        buf: [0; N],
-        len: 0,
-    };
+    let mut w = Writer { buf: [0; N], len: 0 };
     w = w.push(META_MAGIC);
     w = w.push(b"sdk ").push(SDK_VERSION.as_bytes()).push(b"\n");
-    w = w
-        .push(b"version ")
-        .push(library_version.as_bytes())
-        .push(b"\n");
+    w = w.push(b"version ").push(library_version.as_bytes()).push(b"\n");
     w = w.push(if unwind { b"unwind 1\n" } else { b"unwind 0\n" });
     w = w.push(b"target ").push(TARGET.as_bytes()).push(b"\n");
     let mut i = 0;
@@ -276,3 +263,4 @@ pub const fn meta_bytes<const N: usize>(
 
 /// Every point bit the SDK can declare, for the `#[hook]` attribute's sanity check.
 pub const KNOWN_BITS: u32 = point::KNOWN_BITS;
+

@@ -182,13 +182,11 @@ impl<'a> Context<'a> {
     }
     /// The current run's id (run points only).
     pub fn run_id(&self) -> Option<String> {
-        self.raw("run_id")
-            .and_then(|t| serde_json::from_str(&t).ok())
+        self.raw("run_id").and_then(|t| serde_json::from_str(&t).ok())
     }
     /// The current run's session id (run points only).
     pub fn session_id(&self) -> Option<String> {
-        self.raw("session_id")
-            .and_then(|t| serde_json::from_str(&t).ok())
+        self.raw("session_id").and_then(|t| serde_json::from_str(&t).ok())
     }
     /// The frozen trace (from `on_run_scored`).
     pub fn trace(&self) -> Option<&Trace> {

@@ -10,14 +10,7 @@ use windtunnel_sdk::{Context, Hook, Result, export_hooks, hook};
 pub struct Recorder;
 
 const MEMBERS: [&str; 8] = [
-    "scenario",
-    "agent",
-    "run_id",
-    "session_id",
-    "trace",
-    "score",
-    "aggregate",
-    "aggregates",
+    "scenario", "agent", "run_id", "session_id", "trace", "score", "aggregate", "aggregates",
 ];
 
 fn record(point: &str, ctx: &Context<'_>) -> Result {
@@ -39,16 +32,10 @@ fn record(point: &str, ctx: &Context<'_>) -> Result {
         "converse": converse,
     });
     if let Ok(path) = std::env::var("WT_RECORDER_LOG") {
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)?;
+        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
         writeln!(f, "{line}")?;
     }
-    ctx.emit_artifact(
-        &line,
-        Some(point.trim_start_matches("on_").replace('_', "-").as_str()),
-    )
+    ctx.emit_artifact(&line, Some(point.trim_start_matches("on_").replace('_', "-").as_str()))
 }
 
 #[hook]
