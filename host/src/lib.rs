@@ -12,7 +12,11 @@
 
 pub mod cli;
 pub mod clock;
+pub mod deadlines;
+pub mod dispatch;
+pub mod events;
 pub mod exit;
+pub mod hooks;
 pub mod pack;
 pub mod plugin;
 pub mod registry;
@@ -21,4 +25,5 @@ pub mod runner;
 pub mod runtime;
 pub mod score;
 pub mod store;
+pub mod triage;
 pub mod world;

@@ -1,1 +1,482 @@
-//! Hook registry.
+//! The hooks `wt` knows about — built-ins and plugins found in the plugin directories —
+//! and the resolution of `--hook NAME` flags into [`ActiveHook`]s.
+//!
+//! Discovery runs no plugin code. Only hooks that are activated get their library loaded,
+//! so a broken plugin nobody asked for changes nothing.
+
+use std::{
+    collections::HashMap,
+    fmt,
+    path::{Path, PathBuf},
+};
+
+use abi_stable::{
+    sabi_trait::TD_Opaque,
+    std_types::{ROption, RResult, RStr, RString},
+};
+use serde::Serialize;
+use windtunnel_abi::{FfiContext, FfiContext_TO, FfiHookBox, point};
+
+use crate::plugin::{self, Inspected, LoadedLibrary, Refusal};
+
+/// A hook compiled into `wt`, written against the same SDK API as plugins.
+pub struct BuiltIn {
+    pub name: &'static str,
+    pub points: u32,
+    pub new: fn() -> FfiHookBox,
+}
+
+/// The built-in hooks. Their names are reserved: no plugin may reuse them.
+pub fn builtins() -> Vec<BuiltIn> {
+    vec![crate::hooks::debrief::builtin()]
+}
+
+/// Names no hook may take because their `WT_<NAME>_` prefix is `wt`'s own.
+const RESERVED: [&str; 8] = [
+    "hook", "hooks", "plugin", "inject", "fixed", "log", "events", "policy",
+];
+
+/// Where a hook comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    BuiltIn,
+    Plugin(PathBuf),
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::BuiltIn => f.write_str("built-in"),
+            Source::Plugin(p) => write!(f, "{}", p.display()),
+        }
+    }
+}
+
+/// One row of `wt hooks list`: a hook, or a file that could not be read as a plugin.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    /// The hook's name; `None` for a refused file whose names could not be read.
+    pub name: Option<String>,
+    pub source: Source,
+    pub version: Option<String>,
+    pub sdk_version: Option<String>,
+    pub points: u32,
+    pub status: Result<(), Refusal>,
+    /// The hook names this entry answers to: its own, or all a refused file claims.
+    claims: Vec<String>,
+    kind: EntryKind,
+}
+
+#[derive(Debug, Clone)]
+enum EntryKind {
+    BuiltIn(fn() -> FfiHookBox),
+    Plugin(Box<Inspected>),
+    Refused,
+}
+
+impl Entry {
+    pub fn is_ok(&self) -> bool {
+        self.status.is_ok()
+    }
+
+    /// Method names of the declared points.
+    pub fn point_names(&self) -> Vec<&'static str> {
+        point_names(self.points)
+    }
+}
+
+/// Method names of the points set in `bits`, in dispatch order.
+pub fn point_names(bits: u32) -> Vec<&'static str> {
+    point::ALL
+        .iter()
+        .filter(|p| bits & point::bit(**p) != 0)
+        .map(|p| point::name(*p))
+        .collect()
+}
+
+/// JSON form of an [`Entry`] for `wt hooks list --json`.
+#[derive(Debug, Serialize)]
+pub struct EntryView {
+    pub name: Option<String>,
+    pub source: String,
+    pub version: Option<String>,
+    pub sdk_version: Option<String>,
+    pub points: Vec<&'static str>,
+    pub status: String,
+}
+
+impl From<&Entry> for EntryView {
+    fn from(e: &Entry) -> Self {
+        EntryView {
+            name: e.name.clone(),
+            source: e.source.to_string(),
+            version: e.version.clone(),
+            sdk_version: e.sdk_version.clone(),
+            points: e.point_names(),
+            status: match &e.status {
+                Ok(()) => "ok".into(),
+                Err(r) => format!("refused: {r}"),
+            },
+        }
+    }
+}
+
+/// Every hook `wt` can see.
+#[derive(Debug, Default)]
+pub struct Registry {
+    pub entries: Vec<Entry>,
+    /// Shared libraries that carry neither a root module nor a metadata record: not
+    /// plugins at all (e.g. other libraries in a build directory).
+    pub foreign: Vec<PathBuf>,
+}
+
+/// Why `--hook` flags could not be resolved.
+#[derive(Debug, thiserror::Error)]
+pub enum ActivationError {
+    #[error("unknown hook `{name}`; available: {available}")]
+    Unknown { name: String, available: String },
+    #[error("hook `{name}` cannot be used: {source_path}: refused: {refusal}")]
+    Refused {
+        name: String,
+        source_path: String,
+        refusal: Refusal,
+    },
+    #[error("hook `{0}` is activated twice")]
+    Twice(String),
+    #[error(
+        "hooks `{0}` and `{1}` cannot be active together: their settings prefixes {2} and {3} overlap"
+    )]
+    PrefixCollision(String, String, String, String),
+}
+
+impl Registry {
+    /// Built-ins plus every library in `dirs` (in order; the first of two same-named hooks
+    /// wins and the second is refused).
+    pub fn discover(dirs: &[PathBuf]) -> Registry {
+        let files: Vec<PathBuf> = dirs.iter().flat_map(|d| plugin::library_files(d)).collect();
+        Self::from_files(&files, true)
+    }
+
+    /// Built-ins plus exactly `files`. With `skip_foreign`, libraries that are not plugins
+    /// at all are set aside in [`Registry::foreign`] instead of listed as refused.
+    pub fn from_files(files: &[PathBuf], skip_foreign: bool) -> Registry {
+        let mut reg = Registry::default();
+        let mut owners: HashMap<String, Source> = HashMap::new();
+        for b in builtins() {
+            owners.insert(b.name.to_owned(), Source::BuiltIn);
+            reg.entries.push(Entry {
+                name: Some(b.name.to_owned()),
+                source: Source::BuiltIn,
+                version: Some(env!("CARGO_PKG_VERSION").to_owned()),
+                sdk_version: Some(windtunnel_sdk::SDK_VERSION.to_owned()),
+                points: b.points,
+                status: Ok(()),
+                claims: vec![b.name.to_owned()],
+                kind: EntryKind::BuiltIn(b.new),
+            });
+        }
+        let mut seen = HashMap::new();
+        for path in files {
+            match plugin::inspect(path, &mut seen) {
+                Ok(inspected) => reg.add_plugin(inspected, &mut owners),
+                Err(Refusal::NoRootModule) if skip_foreign && !has_metadata(path) => {
+                    reg.foreign.push(path.clone());
+                }
+                Err(Refusal::NotElf) if skip_foreign => reg.foreign.push(path.clone()),
+                Err(refusal) => reg.add_refused(path, refusal),
+            }
+        }
+        reg
+    }
+
+    fn add_plugin(&mut self, inspected: Inspected, owners: &mut HashMap<String, Source>) {
+        let source = Source::Plugin(inspected.path.clone());
+        for hook in &inspected.metadata.hooks {
+            let status = if let Some(why) = reserved(&hook.name) {
+                Err(Refusal::ReservedName(hook.name.clone(), why))
+            } else if let Some(by) = owners.get(&hook.name) {
+                Err(Refusal::Duplicate {
+                    name: hook.name.clone(),
+                    by: by.to_string(),
+                })
+            } else {
+                owners.insert(hook.name.clone(), source.clone());
+                Ok(())
+            };
+            self.entries.push(Entry {
+                name: Some(hook.name.clone()),
+                source: source.clone(),
+                version: Some(inspected.metadata.library_version.clone()),
+                sdk_version: Some(inspected.metadata.sdk_version.to_string()),
+                points: hook.points,
+                status,
+                claims: vec![hook.name.clone()],
+                kind: EntryKind::Plugin(Box::new(inspected.clone())),
+            });
+        }
+    }
+
+    fn add_refused(&mut self, path: &Path, refusal: Refusal) {
+        // One row per refused file. It names the hooks the file claims, when its record can
+        // be read, so that `--hook NAME` can say why NAME is unusable rather than unknown.
+        let meta = plugin::read_metadata(path);
+        let claims: Vec<String> = meta
+            .iter()
+            .flat_map(|m| m.hooks.iter().map(|h| h.name.clone()))
+            .collect();
+        self.entries.push(Entry {
+            name: (!claims.is_empty()).then(|| claims.join(", ")),
+            claims,
+            source: Source::Plugin(path.to_path_buf()),
+            version: meta.as_ref().map(|m| m.library_version.clone()),
+            sdk_version: meta.as_ref().map(|m| m.sdk_version.to_string()),
+            points: meta
+                .iter()
+                .flat_map(|m| &m.hooks)
+                .fold(0, |acc, h| acc | h.points),
+            status: Err(refusal),
+            kind: EntryKind::Refused,
+        });
+    }
+
+    /// Names of the usable hooks with their sources, for error messages.
+    pub fn available(&self) -> String {
+        let names: Vec<String> = self
+            .entries
+            .iter()
+            .filter(|e| e.is_ok())
+            .filter_map(|e| Some(format!("{} ({})", e.name.as_ref()?, e.source)))
+            .collect();
+        if names.is_empty() {
+            "none".into()
+        } else {
+            names.join(", ")
+        }
+    }
+
+    /// Resolves `--hook` flags, in flag order, loading the plugins they name. Each library
+    /// is loaded once even when several of its hooks are active.
+    pub fn activate(&self, names: &[String]) -> Result<Vec<ActiveHook>, ActivationError> {
+        let mut chosen: Vec<&Entry> = Vec::new();
+        for name in names {
+            if chosen.iter().any(|e| e.claims.contains(name)) {
+                return Err(ActivationError::Twice(name.clone()));
+            }
+            let mut candidates = self.entries.iter().filter(|e| e.claims.contains(name));
+            let entry = match candidates.clone().find(|e| e.is_ok()) {
+                Some(e) => e,
+                None => match candidates.next() {
+                    Some(refused) => {
+                        return Err(ActivationError::Refused {
+                            name: name.clone(),
+                            source_path: refused.source.to_string(),
+                            refusal: refused.status.clone().unwrap_err(),
+                        });
+                    }
+                    None => {
+                        return Err(ActivationError::Unknown {
+                            name: name.clone(),
+                            available: self.available(),
+                        });
+                    }
+                },
+            };
+            chosen.push(entry);
+        }
+        check_prefixes(names)?;
+
+        let mut libraries: HashMap<PathBuf, LoadedLibrary> = HashMap::new();
+        let mut active = Vec::with_capacity(chosen.len());
+        for (entry, name) in chosen.into_iter().zip(names) {
+            let name = name.clone();
+            let refused = |refusal: Refusal| ActivationError::Refused {
+                name: name.clone(),
+                source_path: entry.source.to_string(),
+                refusal,
+            };
+            let (hook, sha256) = match &entry.kind {
+                EntryKind::BuiltIn(new) => (new(), None),
+                EntryKind::Plugin(inspected) => {
+                    let lib = match libraries.get(&inspected.path) {
+                        Some(lib) => lib.clone(),
+                        None => {
+                            let lib = plugin::load(inspected).map_err(refused)?;
+                            libraries.insert(inspected.path.clone(), lib.clone());
+                            lib
+                        }
+                    };
+                    (
+                        lib.new_hook(&name).map_err(refused)?,
+                        Some(lib.sha256.clone()),
+                    )
+                }
+                EntryKind::Refused => unreachable!("refused entries are never chosen"),
+            };
+            active.push(ActiveHook {
+                name,
+                source: entry.source.clone(),
+                version: entry.version.clone().unwrap_or_default(),
+                sdk_version: entry.sdk_version.clone().unwrap_or_default(),
+                points: entry.points,
+                sha256,
+                hook,
+            });
+        }
+        Ok(active)
+    }
+}
+
+fn reserved(name: &str) -> Option<String> {
+    RESERVED.contains(&name).then(|| {
+        format!(
+            "its settings prefix {} belongs to wt itself",
+            env_prefix(name)
+        )
+    })
+}
+
+fn has_metadata(path: &Path) -> bool {
+    plugin::read_metadata(path).is_some()
+}
+
+/// The environment prefix of a hook's settings: `WT_` + the name upper-cased with `-` as
+/// `_` + `_`.
+pub fn env_prefix(name: &str) -> String {
+    format!("WT_{}_", name.to_ascii_uppercase().replace('-', "_"))
+}
+
+/// Two active hooks may not have prefixes where one starts the other: `WT_FOO_BAR_X` would
+/// be ambiguous between hooks `foo` and `foo_bar`.
+fn check_prefixes(names: &[String]) -> Result<(), ActivationError> {
+    for (i, a) in names.iter().enumerate() {
+        for b in &names[i + 1..] {
+            let (pa, pb) = (env_prefix(a), env_prefix(b));
+            if pa.starts_with(&pb) || pb.starts_with(&pa) {
+                return Err(ActivationError::PrefixCollision(
+                    a.clone(),
+                    b.clone(),
+                    pa,
+                    pb,
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The settings of a hook: every `WT_<NAME>_*` variable, sorted.
+pub fn hook_settings(name: &str) -> std::collections::BTreeMap<String, String> {
+    let prefix = env_prefix(name);
+    std::env::vars()
+        .filter(|(k, _)| k.starts_with(&prefix))
+        .collect()
+}
+
+/// An activated hook, ready to call.
+pub struct ActiveHook {
+    pub name: String,
+    pub source: Source,
+    pub version: String,
+    pub sdk_version: String,
+    pub points: u32,
+    /// SHA-256 of the plugin library; `None` for built-ins.
+    pub sha256: Option<String>,
+    hook: FfiHookBox,
+}
+
+impl fmt::Debug for ActiveHook {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ActiveHook")
+            .field("name", &self.name)
+            .field("source", &self.source)
+            .field("points", &self.points)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the host offers a hook during one call. Implementations must never panic: a panic
+/// here would unwind into plugin code across the FFI boundary.
+pub trait HostServices {
+    /// A context member as JSON text, `None` when absent at this point.
+    fn member(&self, name: &str) -> Option<String>;
+    /// A service (`converse`, `emit_artifact`, `warn`, …).
+    fn call(&self, op: &str, arg: &str) -> Result<String, String>;
+}
+
+struct FfiHost<'a>(&'a dyn HostServices);
+
+impl FfiContext for FfiHost<'_> {
+    fn get(&self, member: RStr<'_>) -> ROption<RString> {
+        self.0.member(member.as_str()).map(RString::from).into()
+    }
+
+    fn call(&self, op: RStr<'_>, arg: RStr<'_>) -> RResult<RString, RString> {
+        match self.0.call(op.as_str(), arg.as_str()) {
+            Ok(v) => RResult::ROk(v.into()),
+            Err(e) => RResult::RErr(e.into()),
+        }
+    }
+}
+
+impl ActiveHook {
+    /// A fresh instance of a built-in hook.
+    pub fn from_builtin(b: &BuiltIn) -> ActiveHook {
+        ActiveHook {
+            name: b.name.to_owned(),
+            source: Source::BuiltIn,
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            sdk_version: windtunnel_sdk::SDK_VERSION.to_owned(),
+            points: b.points,
+            sha256: None,
+            hook: (b.new)(),
+        }
+    }
+
+    /// Does the hook declare `point`?
+    pub fn declares(&self, point: u32) -> bool {
+        self.points & point::bit(point) != 0
+    }
+
+    /// Calls the hook at `point`. Panics inside the hook come back as `Err`.
+    pub fn call(&self, point: u32, host: &dyn HostServices) -> Result<String, String> {
+        let adapter = FfiHost(host);
+        let ctx = FfiContext_TO::from_ptr(&adapter, TD_Opaque);
+        match self.hook.on_event(point, ctx) {
+            RResult::ROk(v) => Ok(v.into()),
+            RResult::RErr(e) => Err(e.into()),
+        }
+    }
+
+    /// The provenance record stamped into traces.
+    pub fn provenance(&self) -> windtunnel_sdk::model::HookProvenance {
+        windtunnel_sdk::model::HookProvenance {
+            name: self.name.clone(),
+            source: self.source.to_string(),
+            version: self.version.clone(),
+            sdk_version: self.sdk_version.clone(),
+            sha256: self.sha256.clone(),
+            settings: hook_settings(&self.name),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefixes_collide_when_one_starts_the_other() {
+        let n = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(check_prefixes(&n(&["foo", "foo_bar"])).is_err());
+        assert!(check_prefixes(&n(&["foo-bar", "foo_bar"])).is_err());
+        assert!(check_prefixes(&n(&["foo", "foobar"])).is_ok());
+        assert_eq!(env_prefix("acme-probe"), "WT_ACME_PROBE_");
+    }
+
+    #[test]
+    fn unknown_names_list_the_builtins() {
+        let reg = Registry::from_files(&[], true);
+        let err = reg.activate(&["nope".to_string()]).unwrap_err();
+        assert!(err.to_string().contains("debrief (built-in)"), "{err}");
+    }
+}

@@ -16,9 +16,13 @@ use std::time::Duration;
 
 use serde_json::Value;
 use windtunnel_sdk::model::{
-    AgentConfig, AgentRef, AggregateResult, HookProvenance, SCHEMA_VERSION, Scenario, Score,
-    Surface, Trace, TurnRecord, Verdict, WorldObservation,
+    AgentConfig, AgentRef, AggregateResult, Denial, HookProvenance, SCHEMA_VERSION, Scenario,
+    Score, Surface, Trace, TurnRecord, Verdict, WorldObservation,
 };
+use windtunnel_sdk::turn::{Cause as TurnCause, Outcome, TurnCall, TurnResult};
+
+use crate::dispatch::{ConverseError, Session};
+use crate::events::{self, Journal, Scope};
 
 use crate::clock::{self, Clock, Ids};
 use crate::runtime::{self, AgentHandle, Runtime, RuntimeError, TurnCtx};
@@ -26,19 +30,8 @@ use crate::score::{self, Aggregator};
 use crate::store::{self, StoreError};
 use crate::world::World;
 
-/// Sends a turn into a run's live session through the runtime handle. What it exchanges is
-/// NOT recorded in the trace's turns. Errors when the session is unusable (the run failed).
-/// `Send + Sync` so a dispatcher may call it from a worker thread.
-pub trait Converse: Send + Sync {
-    fn converse(&self, text: &str, timeout: Duration) -> Result<String, String>;
-    /// The agent's internal state as JSON, where the runtime exposes it.
-    fn probe_state(&self) -> Option<Value> {
-        None
-    }
-}
-
-/// What a hook point returns: warnings (go to `trace.worker_warnings`) and artifacts
-/// (written beside the trace).
+/// What a hook point returns: warnings (run scope: into `trace.worker_warnings`) and
+/// artifacts (run scope: beside the trace; scenario scope: at the runs-directory root).
 #[derive(Debug, Default)]
 pub struct RunHookOutput {
     pub warnings: Vec<String>,
@@ -46,22 +39,27 @@ pub struct RunHookOutput {
 }
 
 /// A hook artifact, written as `<stem>.<hook>.json` or `<stem>.<hook>.<label>.json`.
-#[derive(Clone, Debug)]
-pub struct Artifact {
-    pub hook: String,
-    pub label: Option<String>,
-    pub payload: Value,
+pub use crate::dispatch::Artifact;
+
+/// What the turn hooks decided before a turn starts.
+#[derive(Debug, Default)]
+pub struct TurnOpen {
+    /// Set when a guard denied the turn: it must not start.
+    pub denial: Option<Denial>,
+    pub warnings: Vec<String>,
+    /// Which observers began (their finishes are owed), opaque to the runner.
+    pub begun: Vec<usize>,
 }
 
 /// The seam lifecycle hooks plug into. Per run the order is: reset → mint session → capture
-/// surface → `on_run_start` → inject → evidence → trace → score → `on_run_scored` →
-/// `on_run_end` → write. A run that errors still goes through scored and end (pairing).
-/// `on_provisioned` / `on_scenario_end` pair per scenario that provisioned.
+/// surface → `on_run_start` → inject (turn hooks around each turn) → evidence → trace →
+/// score → `on_run_scored` → `on_run_end` → write. A run that errors still goes through
+/// scored and end (pairing). `on_provisioned` / `on_scenario_end` pair per scenario that
+/// provisioned.
 #[expect(unused_variables, reason = "default no-op implementations")]
 pub trait RunObserver: Send + Sync {
-    /// Returns warnings.
-    fn on_provisioned(&self, scenario: &Scenario, agent: &AgentConfig) -> Vec<String> {
-        vec![]
+    fn on_provisioned(&self, scenario: &Scenario, agent: &AgentConfig) -> RunHookOutput {
+        RunHookOutput::default()
     }
     fn on_run_start(
         &self,
@@ -69,6 +67,7 @@ pub trait RunObserver: Send + Sync {
         agent: &AgentConfig,
         run_id: &str,
         session_id: &str,
+        session: &dyn Session,
     ) -> RunHookOutput {
         RunHookOutput::default()
     }
@@ -78,7 +77,7 @@ pub trait RunObserver: Send + Sync {
         agent: &AgentConfig,
         trace: &Trace,
         score: &Score,
-        session: &dyn Converse,
+        session: &dyn Session,
     ) -> RunHookOutput {
         RunHookOutput::default()
     }
@@ -88,17 +87,29 @@ pub trait RunObserver: Send + Sync {
         agent: &AgentConfig,
         trace: &Trace,
         score: &Score,
+        session: &dyn Session,
     ) -> RunHookOutput {
         RunHookOutput::default()
     }
-    /// Returns warnings.
     fn on_scenario_end(
         &self,
         scenario: &Scenario,
         agent: &AgentConfig,
         aggregate: &AggregateResult,
-    ) -> Vec<String> {
+    ) -> RunHookOutput {
+        RunHookOutput::default()
+    }
+    /// Guards check and observers begin, in activation order, before `TurnStarted`.
+    fn begin_turn(&self, call: &TurnCall) -> TurnOpen {
+        TurnOpen::default()
+    }
+    /// Observers that began finish, in reverse order, after the terminal event is durable.
+    fn finish_turn(&self, open: TurnOpen, result: &TurnResult) -> Vec<String> {
         vec![]
+    }
+    /// Whether any turn hook or guard is active (skips building turn snapshots otherwise).
+    fn wants_turns(&self) -> bool {
+        false
     }
 }
 
@@ -157,6 +168,8 @@ pub struct RunConfig {
     pub policy_revision: Option<String>,
     /// Provenance of the active hooks, copied into every trace; `None` when none are active.
     pub hooks: Option<Vec<HookProvenance>>,
+    /// The durable event journal (and live stream), when the caller keeps one.
+    pub journal: Option<Arc<Journal>>,
     /// Set (e.g. on Ctrl-C) to stop after the current run: its files are written, hooks
     /// stay paired, scenarios not yet started are reported as not run.
     pub cancel: Arc<AtomicBool>,
@@ -176,7 +189,15 @@ impl RunConfig {
             progress: Arc::new(NoProgress),
             policy_revision: None,
             hooks: None,
+            journal: None,
             cancel: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// Publishes an event to the journal, if there is one.
+    pub fn publish(&self, scope: &Scope, cause: &events::Cause, event: events::Event) {
+        if let Some(j) = &self.journal {
+            j.publish(scope, cause, &event);
         }
     }
 
@@ -361,6 +382,13 @@ impl ScenarioRunner<'_> {
         });
     }
 
+    fn scope(&self) -> Scope {
+        Scope {
+            scenario_id: Some(self.scenario.id.clone()),
+            ..Scope::default()
+        }
+    }
+
     fn run(&self) -> Result<ScenarioOutcome, StoreError> {
         let (cfg, scenario) = (self.cfg, self.scenario);
         let runs = cfg.runs_of(scenario);
@@ -368,28 +396,31 @@ impl ScenarioRunner<'_> {
             scenario: &scenario.id,
             runs,
         });
+        cfg.publish(
+            &self.scope(),
+            &events::Cause::Scenario,
+            events::Event::ScenarioStarted { runs },
+        );
         let mut agg = Aggregator::new(&scenario.id);
         let mut warnings = Vec::new();
-        let unable = |agg: Aggregator, why: String| {
+        let unable = |agg: Aggregator, why: String, warnings: Vec<String>| {
             let mut a = agg.finish();
             a.runs = runs;
             a.errored = runs;
             a.error = Some(why);
-            self.cfg
-                .progress
-                .event(&Event::ScenarioEnded { aggregate: &a });
+            self.scenario_ended(&a);
             Ok(ScenarioOutcome {
                 first_problem: a.error.clone(),
                 aggregate: a,
-                warnings: Vec::new(),
+                warnings,
             })
         };
         if cfg.cancelled() {
-            return unable(agg, "not run: the sweep was interrupted".into());
+            return unable(agg, "not run: the sweep was interrupted".into(), warnings);
         }
         let handle = match self.runtime.provision(scenario) {
             Ok(h) => h,
-            Err(e) => return unable(agg, format!("provisioning failed: {e}")),
+            Err(e) => return unable(agg, format!("provisioning failed: {e}"), warnings),
         };
         let fixture = World::new(scenario.world.as_ref());
         let broken: Vec<String> = scenario
@@ -400,16 +431,16 @@ impl ScenarioRunner<'_> {
         let handle = Mutex::new(handle);
         if !broken.is_empty() {
             self.teardown(&handle, &mut warnings);
-            return unable(agg, format!("precondition failed: {}", broken.join("; ")));
+            let why = format!("precondition failed: {}", broken.join("; "));
+            return unable(agg, why, warnings);
         }
-        warnings.extend(cfg.observer.on_provisioned(scenario, &cfg.agent));
-        for w in &warnings {
-            self.warn(w);
-        }
+        let provisioned = cfg.observer.on_provisioned(scenario, &cfg.agent);
+        self.scoped(provisioned, &mut warnings)?;
         let mut first_problem = None;
         let mut write_failure = None;
         for index in 0..runs {
             if cfg.cancelled() {
+                // Interrupted: runs that never started are not counted as run.
                 break;
             }
             match self.run_one(index, &handle, &mut agg) {
@@ -427,21 +458,61 @@ impl ScenarioRunner<'_> {
         let end = cfg
             .observer
             .on_scenario_end(scenario, &cfg.agent, &aggregate);
-        for w in &end {
-            self.warn(w);
-        }
-        warnings.extend(end);
-        cfg.progress.event(&Event::ScenarioEnded {
-            aggregate: &aggregate,
-        });
+        let scoped = self.scoped(end, &mut warnings);
+        self.scenario_ended(&aggregate);
         if let Some(e) = write_failure {
             return Err(e);
         }
+        scoped?;
         Ok(ScenarioOutcome {
             aggregate,
             warnings,
             first_problem,
         })
+    }
+
+    fn scenario_ended(&self, a: &AggregateResult) {
+        self.cfg
+            .progress
+            .event(&Event::ScenarioEnded { aggregate: a });
+        self.cfg.publish(
+            &self.scope(),
+            &events::Cause::Scenario,
+            events::Event::ScenarioEnded {
+                runs: a.runs,
+                passed: a.passed,
+                failed: a.failed,
+                errored: a.errored,
+                error: a.error.clone(),
+            },
+        );
+    }
+
+    /// Surfaces scenario-scoped hook output: warnings on the console, artifacts at the
+    /// runs-directory root.
+    fn scoped(&self, out: RunHookOutput, warnings: &mut Vec<String>) -> Result<(), StoreError> {
+        for w in out.warnings {
+            self.warn(&w);
+            warnings.push(w);
+        }
+        for a in out.artifacts {
+            let path = store::scoped_artifact_path(
+                &self.cfg.out_dir,
+                &self.sweep.ts,
+                &a.hook,
+                Some(&self.scenario.id),
+                a.label.as_deref(),
+            );
+            match path {
+                Ok(path) => store::write_json(&path, &a.payload)?,
+                Err(e) => {
+                    let w = format!("hook:{}: artifact not written: {e}", a.hook);
+                    self.warn(&w);
+                    warnings.push(w);
+                }
+            }
+        }
+        Ok(())
     }
 
     fn teardown(&self, handle: &Mutex<Box<dyn AgentHandle>>, warnings: &mut Vec<String>) {
@@ -506,12 +577,33 @@ impl ScenarioRunner<'_> {
         }
         trace.session_id = cfg.ids.mint("session", &[&scenario.id, &index.to_string()]);
         trace.surface = std::mem::take(&mut *lock(self.surface));
+        let scope = Scope {
+            scenario_id: Some(scenario.id.clone()),
+            run_id: Some(run_id.clone()),
+            session_id: Some(trace.session_id.clone()),
+            turn: None,
+            step: None,
+        };
+        cfg.publish(
+            &scope,
+            &events::Cause::Scenario,
+            events::Event::RunStarted { run_index: index },
+        );
         let before = lock(&world).state().clone();
-        let start_out = cfg
-            .observer
-            .on_run_start(scenario, &cfg.agent, &run_id, &trace.session_id);
+        let mut session = SessionConverse {
+            cfg,
+            scope: scope.clone(),
+            handle,
+            world: &world,
+            session_id: trace.session_id.clone(),
+            next_turn: AtomicUsize::new(scenario.turns.len()),
+            unusable: trace.error.clone(),
+        };
+        let start_out =
+            cfg.observer
+                .on_run_start(scenario, &cfg.agent, &run_id, &trace.session_id, &session);
         if trace.error.is_none() {
-            self.inject(&mut trace, handle, &world);
+            self.inject(&mut trace, handle, &world, &scope);
         }
         if scenario.world.is_some() {
             trace.world = Some(WorldObservation {
@@ -521,26 +613,42 @@ impl ScenarioRunner<'_> {
         }
         trace.ended_at = cfg.clock.now_rfc3339();
         let score = score::score(scenario, &trace);
-        let usable = score.verdict != Verdict::Error;
-        let session = SessionConverse {
-            handle,
-            world: &world,
-            session_id: &trace.session_id,
-            turn_base: scenario.turns.len() as u32,
-            unusable: (!usable).then(|| score.error.clone().unwrap_or_default()),
-        };
+        cfg.publish(
+            &scope,
+            &events::Cause::Scenario,
+            events::Event::RunScored {
+                verdict: score.verdict.to_string(),
+                failed_layers: score
+                    .failed_layers()
+                    .into_iter()
+                    .map(str::to_owned)
+                    .collect(),
+                error: score.error.clone(),
+            },
+        );
+        if score.verdict == Verdict::Error {
+            session.unusable = Some(score.error.clone().unwrap_or_default());
+        }
         let scored_out = cfg
             .observer
             .on_run_scored(scenario, &cfg.agent, &trace, &score, &session);
         let end_out = cfg
             .observer
-            .on_run_end(scenario, &cfg.agent, &trace, &score);
+            .on_run_end(scenario, &cfg.agent, &trace, &score, &session);
         let mut artifacts = Vec::new();
         for out in [start_out, scored_out, end_out] {
+            for w in &out.warnings {
+                self.warn(w);
+            }
             trace.worker_warnings.extend(out.warnings);
             artifacts.extend(out.artifacts);
         }
         self.write(&stem, &mut trace, &score, artifacts)?;
+        cfg.publish(
+            &scope,
+            &events::Cause::Scenario,
+            events::Event::RunEnded { stem: stem.clone() },
+        );
         cfg.progress.event(&Event::RunDone {
             scenario: &scenario.id,
             run_index: index,
@@ -557,26 +665,112 @@ impl ScenarioRunner<'_> {
         trace: &mut Trace,
         handle: &Mutex<Box<dyn AgentHandle>>,
         world: &Mutex<World>,
+        run_scope: &Scope,
     ) {
-        let timeout = runtime::turn_timeout(&self.cfg.agent);
+        let cfg = self.cfg;
+        let timeout = runtime::turn_timeout(&cfg.agent);
+        let turn_hooks = cfg.observer.wants_turns();
         for (i, text) in self.scenario.turns.iter().enumerate() {
             let index = i as u32;
-            let watch = self.cfg.clock.stopwatch();
+            let scope = Scope {
+                turn: Some(index),
+                ..run_scope.clone()
+            };
+            let call = turn_hooks.then(|| TurnCall {
+                sweep_id: self.sweep.id.clone(),
+                scenario_id: self.scenario.id.clone(),
+                run_id: trace.run_id.clone(),
+                session_id: trace.session_id.clone(),
+                agent: cfg.agent.label.clone(),
+                turn: index,
+                input: text.clone(),
+                started_at: cfg.clock.now_rfc3339(),
+                cause: TurnCause::Scenario,
+            });
+            let open = match &call {
+                Some(call) => cfg.observer.begin_turn(call),
+                None => TurnOpen::default(),
+            };
+            trace.worker_warnings.extend(open.warnings.iter().cloned());
+            if let Some(denial) = &open.denial {
+                trace.error = Some(format!(
+                    "turn {index} denied by guard `{}` ({}): {}: {}",
+                    denial.guard, denial.kind, denial.code, denial.message
+                ));
+                trace.denial = Some(denial.clone());
+                let finished = self.finish(open, call, Outcome::Denied, None);
+                trace.worker_warnings.extend(finished);
+                break;
+            }
+            cfg.publish(
+                &scope,
+                &events::Cause::Scenario,
+                events::Event::TurnStarted {
+                    input: text.clone(),
+                },
+            );
+            let watch = cfg.clock.stopwatch();
+            let real = std::time::Instant::now();
             let reply = guarded_send(handle, world, &trace.session_id, text, index, timeout);
+            for call in &reply.tool_calls {
+                cfg.publish(
+                    &Scope {
+                        step: Some(call.step),
+                        ..scope.clone()
+                    },
+                    &events::Cause::Scenario,
+                    events::Event::StepDone {
+                        tool: call.name.clone(),
+                        error: call.error.clone(),
+                    },
+                );
+            }
+            let latency_ms = watch.elapsed_ms();
+            let outcome = terminal(&reply.error, real.elapsed(), timeout);
+            let event = match (&reply.error, outcome) {
+                (Some(e), Outcome::Interrupted) => {
+                    events::Event::TurnInterrupted { reason: e.clone() }
+                }
+                (Some(e), _) => events::Event::TurnFailed { error: e.clone() },
+                (None, _) => events::Event::TurnDone { latency_ms },
+            };
+            // The terminal event is durable before any finish runs.
+            cfg.publish(&scope, &events::Cause::Scenario, event);
             let failed = reply.error.is_some();
+            let finished = self.finish(open, call, outcome, reply.error.clone());
             trace.turns.push(TurnRecord {
                 index,
                 input: text.clone(),
                 reply: reply.text,
-                latency_ms: watch.elapsed_ms(),
+                latency_ms,
                 error: reply.error,
             });
             trace.evidence.tool_calls.extend(reply.tool_calls);
+            trace.worker_warnings.extend(finished);
             if failed {
                 // The session cannot be trusted after a transport error; stop injecting.
                 break;
             }
         }
+    }
+
+    fn finish(
+        &self,
+        open: TurnOpen,
+        call: Option<TurnCall>,
+        outcome: Outcome,
+        error: Option<String>,
+    ) -> Vec<String> {
+        let Some(call) = call else {
+            return Vec::new();
+        };
+        let result = TurnResult {
+            call,
+            ended_at: self.cfg.clock.now_rfc3339(),
+            outcome,
+            error,
+        };
+        self.cfg.observer.finish_turn(open, &result)
     }
 
     /// Writes score, artifacts, then the trace (last, so a trace on disk always has its
@@ -633,6 +827,16 @@ fn guarded_send(
     })
 }
 
+/// A turn that failed after using its whole deadline was interrupted by it; any other error
+/// is a failure. (Every runtime honours the deadline, so this needs no runtime cooperation.)
+fn terminal(error: &Option<String>, took: Duration, timeout: Duration) -> Outcome {
+    match error {
+        None => Outcome::Done,
+        Some(_) if took >= timeout.mul_f64(0.95) => Outcome::Interrupted,
+        Some(_) => Outcome::Failed,
+    }
+}
+
 /// Why a run did not pass, in one line; `None` when it passed.
 fn problem(score: &Score) -> Option<String> {
     match (&score.error, score.verdict) {
@@ -658,36 +862,74 @@ fn lock<T: ?Sized>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// The run's live session as hooks reach it: `converse` turns (journaled with the hook as
+/// their cause, never added to the trace) and the runtime's state probe.
 struct SessionConverse<'a> {
+    cfg: &'a RunConfig,
+    scope: Scope,
     handle: &'a Mutex<Box<dyn AgentHandle>>,
     world: &'a Mutex<World>,
-    session_id: &'a str,
-    turn_base: u32,
+    session_id: String,
+    /// Turn index for the next converse turn (after the scenario's turns).
+    next_turn: AtomicUsize,
     unusable: Option<String>,
 }
 
-impl Converse for SessionConverse<'_> {
-    fn converse(&self, text: &str, timeout: Duration) -> Result<String, String> {
+impl Session for SessionConverse<'_> {
+    fn converse(&self, hook: &str, text: &str, timeout: Duration) -> Result<String, ConverseError> {
         if let Some(why) = &self.unusable {
-            return Err(format!("session unusable: {why}"));
+            return Err(ConverseError::Failed(format!("session unusable: {why}")));
         }
+        let index = self.next_turn.fetch_add(1, Ordering::Relaxed) as u32;
+        let scope = Scope {
+            turn: Some(index),
+            ..self.scope.clone()
+        };
+        let cause = events::Cause::Converse {
+            hook: hook.to_owned(),
+        };
+        self.cfg.publish(
+            &scope,
+            &cause,
+            events::Event::TurnStarted {
+                input: text.to_owned(),
+            },
+        );
+        let watch = self.cfg.clock.stopwatch();
+        let real = std::time::Instant::now();
         let reply = guarded_send(
             self.handle,
             self.world,
-            self.session_id,
+            &self.session_id,
             text,
-            self.turn_base,
+            index,
             timeout,
         );
+        let outcome = terminal(&reply.error, real.elapsed(), timeout);
+        let event = match (&reply.error, outcome) {
+            (Some(e), Outcome::Interrupted) => events::Event::TurnInterrupted { reason: e.clone() },
+            (Some(e), _) => events::Event::TurnFailed { error: e.clone() },
+            (None, _) => events::Event::TurnDone {
+                latency_ms: watch.elapsed_ms(),
+            },
+        };
+        self.cfg.publish(&scope, &cause, event);
         match (reply.error, reply.text) {
-            (Some(e), _) => Err(e),
+            // Whatever arrives after the deadline is dropped with the reply; nothing of it
+            // is recorded.
+            (Some(_), _) if outcome == Outcome::Interrupted => {
+                Err(ConverseError::TimedOut(timeout))
+            }
+            (Some(e), _) => Err(ConverseError::Failed(e)),
             (None, Some(t)) => Ok(t),
-            (None, None) => Err("no reply".to_owned()),
+            (None, None) => Err(ConverseError::Failed("no reply".to_owned())),
         }
     }
 
-    fn probe_state(&self) -> Option<Value> {
-        lock(self.handle).probe_state()
+    fn probe_state(&self) -> Result<Value, String> {
+        lock(self.handle)
+            .probe_state()
+            .ok_or_else(|| format!("runtime `{}` offers no state probe", self.cfg.agent.runtime))
     }
 }
 
@@ -702,14 +944,21 @@ mod tests {
     }
 
     impl RunObserver for Recorder {
-        fn on_provisioned(&self, s: &Scenario, _: &AgentConfig) -> Vec<String> {
+        fn on_provisioned(&self, s: &Scenario, _: &AgentConfig) -> RunHookOutput {
             self.log
                 .lock()
                 .unwrap()
                 .push(format!("provisioned {}", s.id));
-            vec![]
+            RunHookOutput::default()
         }
-        fn on_run_start(&self, _: &Scenario, _: &AgentConfig, run: &str, _: &str) -> RunHookOutput {
+        fn on_run_start(
+            &self,
+            _: &Scenario,
+            _: &AgentConfig,
+            run: &str,
+            _: &str,
+            _: &dyn Session,
+        ) -> RunHookOutput {
             self.log
                 .lock()
                 .unwrap()
@@ -722,10 +971,13 @@ mod tests {
             _: &AgentConfig,
             t: &Trace,
             _: &Score,
-            session: &dyn Converse,
+            session: &dyn Session,
         ) -> RunHookOutput {
-            let reply =
-                session.converse("What do you remember from earlier?", Duration::from_secs(1));
+            let reply = session.converse(
+                "rec",
+                "What do you remember from earlier?",
+                Duration::from_secs(1),
+            );
             self.log
                 .lock()
                 .unwrap()
@@ -739,7 +991,14 @@ mod tests {
                 }],
             }
         }
-        fn on_run_end(&self, _: &Scenario, _: &AgentConfig, t: &Trace, _: &Score) -> RunHookOutput {
+        fn on_run_end(
+            &self,
+            _: &Scenario,
+            _: &AgentConfig,
+            t: &Trace,
+            _: &Score,
+            _: &dyn Session,
+        ) -> RunHookOutput {
             self.log
                 .lock()
                 .unwrap()
@@ -751,12 +1010,12 @@ mod tests {
             s: &Scenario,
             _: &AgentConfig,
             a: &AggregateResult,
-        ) -> Vec<String> {
+        ) -> RunHookOutput {
             self.log
                 .lock()
                 .unwrap()
                 .push(format!("scenario_end {} {}/{}", s.id, a.passed, a.runs));
-            vec![]
+            RunHookOutput::default()
         }
     }
 

@@ -104,10 +104,9 @@ pub fn artifact_path(
     }))
 }
 
-/// A scenario- or pack-level hook artifact:
-/// `<sweep_ts>.<hook>.<scenario_id>[.<label>].pack.json` (scenario given) or
-/// `<sweep_ts>.<hook>[.<label>].pack.json`. Hook, scenario id and label must be slugs.
-pub fn pack_artifact_path(
+/// A scenario- or pack-scoped hook artifact, at the runs-directory root:
+/// `<sweep_ts>.<hook>[.<scenario_id>][.<label>].pack.json`.
+pub fn scoped_artifact_path(
     dir: &Path,
     sweep_ts: &str,
     hook: &str,
@@ -269,7 +268,7 @@ mod tests {
 
     #[test]
     fn pack_artifacts_are_sidecars() {
-        let p = pack_artifact_path(
+        let p = scoped_artifact_path(
             Path::new("d"),
             "20261130T051500Z",
             "debrief",
@@ -279,10 +278,10 @@ mod tests {
         .unwrap();
         assert_eq!(p, Path::new("d/20261130T051500Z.debrief.s-1.x.pack.json"));
         assert!(is_sidecar(&p));
-        let p =
-            pack_artifact_path(Path::new("d"), "20261130T051500Z", "debrief", None, None).unwrap();
+        let p = scoped_artifact_path(Path::new("d"), "20261130T051500Z", "debrief", None, None)
+            .unwrap();
         assert_eq!(p, Path::new("d/20261130T051500Z.debrief.pack.json"));
-        assert!(pack_artifact_path(Path::new("d"), "t", "h", Some("a.b"), None).is_err());
+        assert!(scoped_artifact_path(Path::new("d"), "t", "h", Some("a.b"), None).is_err());
     }
 
     #[test]

@@ -27,7 +27,10 @@ pub const TARGET: &str = const_concat_target();
 
 const fn const_concat_target() -> &'static str {
     // `std::env::consts` are consts, but joining them needs a fixed table.
-    match (std::env::consts::ARCH.as_bytes(), std::env::consts::OS.as_bytes()) {
+    match (
+        std::env::consts::ARCH.as_bytes(),
+        std::env::consts::OS.as_bytes(),
+    ) {
         (b"x86_64", b"linux") => "x86_64-linux",
         (b"aarch64", b"linux") => "aarch64-linux",
         (b"x86_64", b"macos") => "x86_64-macos",
@@ -122,19 +125,33 @@ impl<H: Hook> FfiHook for Adapter<H> {
                 return Err("hook is disabled after an earlier panic".to_owned());
             };
             let cx = Context::from_ffi(&ctx);
-            let result = match point {
-                point::ON_PROVISIONED => hook.on_provisioned(&cx),
-                point::ON_RUN_START => hook.on_run_start(&cx),
-                point::ON_RUN_SCORED => hook.on_run_scored(&cx),
-                point::ON_RUN_END => hook.on_run_end(&cx),
-                point::ON_SCENARIO_END => hook.on_scenario_end(&cx),
-                point::ON_PACK_END => hook.on_pack_end(&cx),
-                other => return Err(format!("hook does not implement point {other}")),
-            };
-            result.map(|()| "null".to_owned()).map_err(|e| e.to_string())
+            // Lifecycle points return no value: the empty string, which allocates nothing.
+            let done = |r: crate::Result| r.map(|()| String::new()).map_err(|e| e.to_string());
+            match point {
+                point::ON_PROVISIONED => done(hook.on_provisioned(&cx)),
+                point::ON_RUN_START => done(hook.on_run_start(&cx)),
+                point::ON_RUN_SCORED => done(hook.on_run_scored(&cx)),
+                point::ON_RUN_END => done(hook.on_run_end(&cx)),
+                point::ON_SCENARIO_END => done(hook.on_scenario_end(&cx)),
+                point::ON_PACK_END => done(hook.on_pack_end(&cx)),
+                point::TURN_BEGIN => {
+                    let call = cx.turn_call().ok_or("no turn_call in context")?;
+                    done(hook.turn_begin(&call, &cx))
+                }
+                point::TURN_FINISH => {
+                    let result = cx.turn_result().ok_or("no turn_result in context")?;
+                    done(hook.turn_finish(&result, &cx))
+                }
+                point::GUARD_CHECK => {
+                    let call = cx.turn_call().ok_or("no turn_call in context")?;
+                    let decision = hook.guard_check(&call, &cx).map_err(|e| e.to_string())?;
+                    serde_json::to_string(&decision).map_err(|e| e.to_string())
+                }
+                other => Err(format!("hook does not implement point {other}")),
+            }
         }));
         match outcome {
-            Ok(Ok(json)) => RResult::ROk(json.into()),
+            Ok(Ok(value)) => RResult::ROk(value.into()),
             Ok(Err(message)) => RResult::RErr(message.into()),
             Err(payload) => RResult::RErr(panic_message(&*payload).into()),
         }
@@ -154,7 +171,9 @@ fn install_panic_hook() {
         std::panic::set_hook(Box::new(move |info| {
             let in_hook = IN_HOOK.with(|c| c.get());
             if in_hook {
-                let location = info.location().map(|l| format!("{}:{}", l.file(), l.line()));
+                let location = info
+                    .location()
+                    .map(|l| format!("{}:{}", l.file(), l.line()));
                 PANIC_LOCATION.with(|c| *c.borrow_mut() = location);
             } else {
                 previous(info);
@@ -232,10 +251,16 @@ const fn write_meta<const N: usize>(
     library_version: &str,
     unwind: bool,
 ) -> Writer<N> {
-    let mut w = Writer { buf: [0; N], len: 0 };
+    let mut w = Writer {
+        buf: [0; N],
+        len: 0,
+    };
     w = w.push(META_MAGIC);
     w = w.push(b"sdk ").push(SDK_VERSION.as_bytes()).push(b"\n");
-    w = w.push(b"version ").push(library_version.as_bytes()).push(b"\n");
+    w = w
+        .push(b"version ")
+        .push(library_version.as_bytes())
+        .push(b"\n");
     w = w.push(if unwind { b"unwind 1\n" } else { b"unwind 0\n" });
     w = w.push(b"target ").push(TARGET.as_bytes()).push(b"\n");
     let mut i = 0;
@@ -263,4 +288,3 @@ pub const fn meta_bytes<const N: usize>(
 
 /// Every point bit the SDK can declare, for the `#[hook]` attribute's sanity check.
 pub const KNOWN_BITS: u32 = point::KNOWN_BITS;
-

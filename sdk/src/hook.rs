@@ -6,7 +6,10 @@ use abi_stable::std_types::{RResult, RStr};
 use serde::{Serialize, de::DeserializeOwned};
 use windtunnel_abi::{FfiContextRef, op};
 
-use crate::model::{AgentConfig, AggregateResult, Scenario, Score, Trace};
+use crate::{
+    model::{AgentConfig, AggregateResult, Scenario, Score, Trace},
+    turn::{GuardDecision, TurnCall, TurnResult},
+};
 
 /// The error a hook method returns. Any displayable error converts into it with `?`.
 pub struct Error {
@@ -106,6 +109,26 @@ pub trait Hook: Default + Send + 'static {
         let _ = ctx;
         Ok(())
     }
+
+    /// Turn observer: before the turn's `TurnStarted` is published. An error or panic here
+    /// is a warning; the turn still runs (observers fail open).
+    fn turn_begin(&mut self, call: &TurnCall, ctx: &Context<'_>) -> Result {
+        let _ = (call, ctx);
+        Ok(())
+    }
+    /// Turn observer: after the turn's terminal event is durable. Runs once for every
+    /// `turn_begin` that ran, in reverse activation order.
+    fn turn_finish(&mut self, result: &TurnResult, ctx: &Context<'_>) -> Result {
+        let _ = (result, ctx);
+        Ok(())
+    }
+    /// Guard: allow or deny the turn before it starts. Defining this makes the hook a
+    /// guard, which requires `wt run --policy-revision`. An error, a panic or an overrun
+    /// denies the turn (guards fail closed).
+    fn guard_check(&mut self, call: &TurnCall, ctx: &Context<'_>) -> Result<GuardDecision> {
+        let _ = (call, ctx);
+        Ok(GuardDecision::Allow)
+    }
 }
 
 /// The FFI context with its inner lifetime erased.
@@ -182,11 +205,13 @@ impl<'a> Context<'a> {
     }
     /// The current run's id (run points only).
     pub fn run_id(&self) -> Option<String> {
-        self.raw("run_id").and_then(|t| serde_json::from_str(&t).ok())
+        self.raw("run_id")
+            .and_then(|t| serde_json::from_str(&t).ok())
     }
     /// The current run's session id (run points only).
     pub fn session_id(&self) -> Option<String> {
-        self.raw("session_id").and_then(|t| serde_json::from_str(&t).ok())
+        self.raw("session_id")
+            .and_then(|t| serde_json::from_str(&t).ok())
     }
     /// The frozen trace (from `on_run_scored`).
     pub fn trace(&self) -> Option<&Trace> {
@@ -199,6 +224,16 @@ impl<'a> Context<'a> {
     /// The scenario's aggregate (at `on_scenario_end`).
     pub fn aggregate(&self) -> Option<&AggregateResult> {
         self.member(&self.aggregate, "aggregate")
+    }
+    /// The turn about to start (turn points).
+    pub fn turn_call(&self) -> Option<TurnCall> {
+        self.raw("turn_call")
+            .and_then(|t| serde_json::from_str(&t).ok())
+    }
+    /// The turn that ended (`turn_finish`).
+    pub fn turn_result(&self) -> Option<TurnResult> {
+        self.raw("turn_result")
+            .and_then(|t| serde_json::from_str(&t).ok())
     }
     /// Every scenario's aggregate (at `on_pack_end`).
     pub fn aggregates(&self) -> Option<&Vec<AggregateResult>> {
@@ -224,6 +259,13 @@ impl<'a> Context<'a> {
     pub fn emit_artifact<T: Serialize + ?Sized>(&self, payload: &T, label: Option<&str>) -> Result {
         let arg = serde_json::json!({"label": label, "payload": payload});
         self.call(op::EMIT_ARTIFACT, &arg.to_string()).map(drop)
+    }
+
+    /// The agent's internal state as its runtime reports it (a state-probe endpoint, the
+    /// demo agent's memory). Valid at run points; an error where the runtime has no probe.
+    pub fn probe_state(&self) -> Result<serde_json::Value> {
+        let state = self.call(op::PROBE_STATE, "")?;
+        serde_json::from_str(&state).map_err(Error::from)
     }
 
     /// Records a non-fatal diagnostic as `hook:<name>: <message>`.

@@ -12,6 +12,8 @@
 pub mod export;
 pub mod hook;
 pub mod model;
+pub mod state_probe;
+pub mod turn;
 
 #[doc(hidden)]
 pub mod __private {
@@ -22,6 +24,8 @@ pub mod __private {
 
 pub use export::{Descriptor, DescriptorHook, SDK_VERSION};
 pub use hook::{Context, Error, Hook, Result};
+pub use state_probe::{StateProbe, StateProbeHook};
+pub use turn::{Cause, GuardDecision, Outcome, TurnCall, TurnResult};
 pub use windtunnel_abi as abi;
 pub use windtunnel_sdk_macros::hook;
 

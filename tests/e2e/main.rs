@@ -1,4 +1,11 @@
-//! End-to-end suite: drives the real `wt` binary (built on first use, see `common`).
+//! The end-to-end suite: builds the workspace's binaries and plugins from source and drives
+//! the real `wt` binary.
 
 mod common;
+mod fixtures;
+mod hooks;
+mod loader;
+mod plugins_cli;
 mod runner;
+mod sdk_compat;
+mod turns;

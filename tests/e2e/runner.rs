@@ -25,7 +25,14 @@ fn demo_pack_passes_on_the_demo_agent_with_no_arguments() {
     assert!(r.stderr.contains("6/6 runs passed"), "{}", r.stderr);
     let runs = dir.path().join("runs");
     let all = files(&runs);
-    assert_eq!(all.len(), 12, "{:?}", all.keys());
+    // A trace and a score per run, and the sweep's event journal.
+    assert_eq!(all.len(), 13, "{:?}", all.keys());
+    assert_eq!(
+        all.keys().filter(|k| k.ends_with(".events.jsonl")).count(),
+        1,
+        "{:?}",
+        all.keys()
+    );
     let traces = traces(&runs);
     let scores = scores(&runs);
     assert_eq!((traces.len(), scores.len()), (6, 6));
@@ -579,9 +586,27 @@ fn pinned_clock_and_seed_give_byte_identical_sweeps() {
     };
     let a = sweep("a", "42");
     let b = sweep("b", "42");
-    assert_eq!(a.len(), 18);
+    assert_eq!(a.len(), 19);
     assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());
     for (name, bytes) in &a {
+        if name.ends_with(".events.jsonl") {
+            // Three scenarios in parallel: the journal interleaves them in real completion
+            // order, so only its content (without sequence numbers) is the same.
+            let events = |bytes: &[u8]| {
+                let mut lines: Vec<Value> = String::from_utf8_lossy(bytes)
+                    .lines()
+                    .map(|l| {
+                        let mut v: Value = serde_json::from_str(l).unwrap();
+                        v.as_object_mut().unwrap().remove("seq");
+                        v
+                    })
+                    .collect();
+                lines.sort_by_key(|v| v.to_string());
+                lines
+            };
+            assert_eq!(events(bytes), events(&b[name]), "{name}");
+            continue;
+        }
         assert!(bytes == &b[name], "{name} differs between identical sweeps");
         assert!(name.starts_with("20261130T051500Z_"), "{name}");
     }
@@ -807,11 +832,14 @@ fn ctrl_c_finishes_the_current_run_and_exits_130_with_whole_files() {
         .filter(|n| !n.trim_end_matches(".json").contains('.'))
         .count();
     assert!((1..60).contains(&traces), "{names:?}");
+    // Every trace has its score, plus the sweep's journal; no temp files.
     assert_eq!(
         names.len(),
-        traces * 2,
+        traces * 2 + 1,
         "every trace has its score, no temp files: {names:?}"
     );
+    let journal = names.iter().find(|n| n.ends_with(".events.jsonl")).unwrap();
+    windtunnel::events::read_journal(&runs.join(journal)).expect("whole lines only");
 }
 
 #[test]

@@ -1,15 +1,308 @@
 //! `wt hooks …`: list, check and install hook plugins.
 
-use clap::Subcommand;
+use std::{io::Write, path::PathBuf};
+
+use anyhow::Context as _;
+use clap::{Args, Subcommand};
+
+use crate::{
+    exit::{self, CodedError},
+    plugin::{self, Refusal},
+    registry::{EntryView, Registry},
+};
 
 #[derive(Debug, Subcommand)]
 pub enum HooksCommand {
-    /// List built-in hooks and plugins with their status.
-    List,
+    /// List built-in hooks and plugins with their status. Runs no plugin code.
+    List(ListArgs),
+    /// Fully validate plugin files (including loading them); exit 2 on any refusal.
+    Check(CheckArgs),
+    /// Validate a plugin, then install it into the per-user plugin directory.
+    Install(InstallArgs),
+    /// Show, per point, which of the given hooks run, in which order, under which deadline.
+    Plan(PlanArgs),
+}
+
+/// Where to look for plugins.
+#[derive(Debug, Clone, Default, Args)]
+pub struct PluginDirArgs {
+    /// A directory of hook plugins (repeatable); searched before WT_PLUGIN_PATH and the
+    /// per-user directory.
+    #[arg(long = "plugin-dir", value_name = "DIR")]
+    pub plugin_dirs: Vec<PathBuf>,
+}
+
+impl PluginDirArgs {
+    /// Every directory searched, in order.
+    pub fn dirs(&self) -> Vec<PathBuf> {
+        plugin::plugin_dirs(&self.plugin_dirs)
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    pub dirs: PluginDirArgs,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Also list shared libraries that are not Wind Tunnel plugins at all.
+    #[arg(long)]
+    pub all: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// Plugin files to check.
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct InstallArgs {
+    /// The plugin file to install.
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// A hook to activate, as with `wt run --hook` (repeatable; order matters).
+    #[arg(long = "hook", value_name = "NAME")]
+    pub hooks: Vec<String>,
+    #[command(flatten)]
+    pub dirs: PluginDirArgs,
+}
+
+/// Resolves `--hook` flags against the plugin directories, loading the named plugins; the
+/// errors are one line each and exit 2.
+pub fn activate(
+    names: &[String],
+    dirs: &PluginDirArgs,
+) -> anyhow::Result<Vec<crate::registry::ActiveHook>> {
+    if names.is_empty() {
+        return Ok(Vec::new());
+    }
+    let registry = Registry::discover(&dirs.dirs());
+    registry
+        .activate(names)
+        .map_err(|e| CodedError::usage(e.to_string()).into())
+}
+
+fn plan(args: PlanArgs) -> anyhow::Result<u8> {
+    let deadlines = crate::deadlines::Deadlines::from_env().map_err(CodedError::usage)?;
+    let active = activate(&args.hooks, &args.dirs)?;
+    let mut out = std::io::stdout().lock();
+    for h in &active {
+        writeln!(
+            out,
+            "hook {}  ({}, {})",
+            h.name,
+            h.source,
+            crate::registry::env_prefix(&h.name) + "*"
+        )?;
+    }
+    for point in windtunnel_abi::point::ALL {
+        let runners: Vec<&str> = active
+            .iter()
+            .filter(|h| h.declares(point))
+            .map(|h| h.name.as_str())
+            .collect();
+        let who = if runners.is_empty() {
+            "(none: not dispatched)".to_owned()
+        } else {
+            runners.join(" -> ")
+        };
+        writeln!(
+            out,
+            "{:<16} {}  [deadline {}]",
+            windtunnel_abi::point::name(point),
+            who,
+            crate::deadlines::human(deadlines.for_point(point))
+        )?;
+    }
+    Ok(exit::SUCCESS)
 }
 
 pub fn run(cmd: HooksCommand) -> anyhow::Result<u8> {
     match cmd {
-        HooksCommand::List => Ok(crate::exit::SUCCESS),
+        HooksCommand::List(args) => list(args),
+        HooksCommand::Check(args) => check(args),
+        HooksCommand::Install(args) => install(args),
+        HooksCommand::Plan(args) => plan(args),
     }
+}
+
+fn list(args: ListArgs) -> anyhow::Result<u8> {
+    let dirs = args.dirs.dirs();
+    let registry = Registry::discover(&dirs);
+    let mut views: Vec<EntryView> = registry.entries.iter().map(EntryView::from).collect();
+    if args.all {
+        views.extend(registry.foreign.iter().map(|p| EntryView {
+            name: None,
+            source: p.display().to_string(),
+            version: None,
+            sdk_version: None,
+            points: vec![],
+            status: format!("refused: {}", Refusal::NoRootModule),
+        }));
+    }
+    print_views(&views, args.json)?;
+    if !args.json && !args.all && !registry.foreign.is_empty() {
+        eprintln!(
+            "({} shared libraries that are not Wind Tunnel plugins were skipped; --all lists them)",
+            registry.foreign.len()
+        );
+    }
+    Ok(exit::SUCCESS)
+}
+
+/// Checks each file as `wt run --hook` would use it: every pre-load check, then loading it
+/// and instantiating each hook it exports.
+fn check(args: CheckArgs) -> anyhow::Result<u8> {
+    let registry = Registry::from_files(&args.files, false);
+    let mut views = Vec::new();
+    let mut refused = false;
+    for entry in registry
+        .entries
+        .iter()
+        .filter(|e| e.source != crate::registry::Source::BuiltIn)
+    {
+        let mut view = EntryView::from(entry);
+        if entry.is_ok() {
+            let name = entry.name.clone().unwrap_or_default();
+            if let Err(err) = registry.activate(std::slice::from_ref(&name)) {
+                view.status = match err {
+                    crate::registry::ActivationError::Refused { refusal, .. } => {
+                        format!("refused: {refusal}")
+                    }
+                    other => format!("refused: {other}"),
+                };
+            }
+        }
+        refused |= view.status != "ok";
+        views.push(view);
+    }
+    print_views(&views, args.json)?;
+    Ok(if refused { exit::USAGE } else { exit::SUCCESS })
+}
+
+fn install(args: InstallArgs) -> anyhow::Result<u8> {
+    let file = &args.file;
+    let registry = Registry::from_files(std::slice::from_ref(file), false);
+    let entries: Vec<_> = registry
+        .entries
+        .iter()
+        .filter(|e| e.source != crate::registry::Source::BuiltIn)
+        .collect();
+    for e in &entries {
+        if let Err(refusal) = &e.status {
+            return Err(
+                CodedError::usage(format!("{}: refused: {refusal}", file.display())).into(),
+            );
+        }
+    }
+    let names: Vec<String> = entries.iter().filter_map(|e| e.name.clone()).collect();
+    registry
+        .activate(&names)
+        .map_err(|e| CodedError::usage(format!("{}: {e}", file.display())))?;
+
+    let dir = plugin::user_plugin_dir().ok_or_else(|| {
+        CodedError::usage("cannot find the per-user plugin directory: set HOME or XDG_DATA_HOME")
+    })?;
+    fs_err::create_dir_all(&dir)?;
+    set_mode(&dir, 0o755)?;
+    let file_name = file
+        .file_name()
+        .context("the plugin path has no file name")?;
+    let dest = dir.join(file_name);
+
+    // Another installed library must not already provide these names.
+    let installed = Registry::discover(std::slice::from_ref(&dir));
+    for e in installed.entries.iter() {
+        if let crate::registry::Source::Plugin(p) = &e.source {
+            if p != &dest && e.name.as_ref().is_some_and(|n| names.contains(n)) {
+                return Err(CodedError::usage(format!(
+                    "hook `{}` is already installed from {}; remove that file first",
+                    e.name.as_deref().unwrap_or_default(),
+                    p.display()
+                ))
+                .into());
+            }
+        }
+    }
+
+    // Copy beside the destination, then rename: a running `wt` that has the old library
+    // mapped keeps a valid mapping, and nobody ever sees a half-written file.
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".install-")
+        .tempfile_in(&dir)
+        .with_context(|| format!("failed to create a temporary file in {}", dir.display()))?;
+    let mut src = fs_err::File::open(file)?;
+    std::io::copy(&mut src, tmp.as_file_mut())?;
+    tmp.as_file().sync_all()?;
+    set_mode(tmp.path(), 0o755)?;
+    tmp.persist(&dest)
+        .with_context(|| format!("failed to install {}", dest.display()))?;
+    eprintln!(
+        "installed {} ({}) to {}",
+        names.join(", "),
+        file.display(),
+        dest.display()
+    );
+    Ok(exit::SUCCESS)
+}
+
+fn set_mode(path: &std::path::Path, mode: u32) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    fs_err::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+    Ok(())
+}
+
+fn print_views(views: &[EntryView], json: bool) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    if json {
+        serde_json::to_writer_pretty(&mut out, views)?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    let rows: Vec<[String; 6]> = views
+        .iter()
+        .map(|v| {
+            [
+                v.name.clone().unwrap_or_else(|| "-".into()),
+                v.source.clone(),
+                v.version.clone().unwrap_or_else(|| "-".into()),
+                v.sdk_version.clone().unwrap_or_else(|| "-".into()),
+                if v.points.is_empty() {
+                    "-".into()
+                } else {
+                    v.points.join(", ")
+                },
+                v.status.clone(),
+            ]
+        })
+        .collect();
+    let header = ["NAME", "SOURCE", "VERSION", "SDK", "POINTS", "STATUS"].map(String::from);
+    let mut widths = header.clone().map(|h| h.len());
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.len());
+        }
+    }
+    for row in std::iter::once(&header).chain(&rows) {
+        let mut line = String::new();
+        for (i, (cell, w)) in row.iter().zip(widths).enumerate() {
+            if i + 1 == row.len() {
+                line.push_str(cell);
+            } else {
+                line.push_str(&format!("{cell:<w$}  "));
+            }
+        }
+        writeln!(out, "{}", line.trim_end())?;
+    }
+    Ok(())
 }

@@ -8,10 +8,12 @@ use clap::{Parser, Subcommand};
 use crate::exit;
 
 pub mod bench_floor;
+pub mod doctor;
 pub mod hooks;
 pub mod report;
 pub mod rescore;
 pub mod run;
+pub mod triage;
 
 /// Wind Tunnel: evaluate AI agents against packs of scenarios.
 #[derive(Debug, Parser)]
@@ -32,6 +34,11 @@ pub enum Command {
     /// Inspect, check and install hook plugins.
     #[command(subcommand)]
     Hooks(hooks::HooksCommand),
+    /// Check that an agent is reachable and isolated across resets (the hard gate).
+    Doctor(doctor::DoctorArgs),
+    /// Cluster failing runs and place each cluster on the wiring → harness → steering →
+    /// model ladder.
+    Triage(triage::TriageArgs),
     /// Benchmark floor: write files atomically, nothing else (used by bench/sweep.sh).
     #[command(hide = true)]
     BenchFloor(bench_floor::BenchFloorArgs),
@@ -46,6 +53,8 @@ pub fn main() -> ExitCode {
         Command::Report(args) => report::run(args),
         Command::Rescore(args) => rescore::run(args),
         Command::Hooks(cmd) => hooks::run(cmd),
+        Command::Doctor(args) => doctor::run(args),
+        Command::Triage(args) => triage::run(args),
         Command::BenchFloor(args) => bench_floor::run(args),
     };
     match result {

@@ -1,10 +1,12 @@
 //! `wt run`: load the pack and agent, run the sweep, show progress and a summary, and end
 //! with the exit code of the worst run (see [`crate::exit`]).
 
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
+use std::io::Write;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -12,7 +14,11 @@ use indicatif::{ProgressBar, ProgressStyle};
 use windtunnel_sdk::model::{LAYERS, Scenario, Verdict};
 
 use crate::clock::{Clock, Ids};
+use crate::deadlines::Deadlines;
+use crate::dispatch::Dispatcher;
+use crate::events::{self, Journal, Scope};
 use crate::exit::CodedError;
+use crate::hooks::observer::HookObserver;
 use crate::pack::Pack;
 use crate::report::Report;
 use crate::runner::{self, Event, NoopObserver, Progress, RunConfig, RunObserver, Sweep};
@@ -51,12 +57,74 @@ pub struct RunArgs {
     /// Derive every id from this seed (with WT_FIXED_CLOCK, sweeps become byte-identical).
     #[arg(long, value_name = "N", env = "WT_SEED")]
     pub seed: Option<u64>,
+    /// Activate a hook (built-in or plugin); repeatable, fires in flag order. No --hook
+    /// means no hooks at all.
+    #[arg(long = "hook", value_name = "NAME", help_heading = "Hooks")]
+    pub hooks: Vec<String>,
+    #[command(flatten, next_help_heading = "Hooks")]
+    pub plugin_dirs: crate::cli::hooks::PluginDirArgs,
+    /// The policy revision stamped into every trace; required when a guard is active,
+    /// refused when none is.
+    #[arg(long, value_name = "REV", help_heading = "Hooks")]
+    pub policy_revision: Option<String>,
+    /// Stream the event journal live: `-` for stdout, or a file path. The journal is always
+    /// written to `<out>/<sweep_ts>.events.jsonl` too.
+    #[arg(long, value_name = "-|FILE")]
+    pub events: Option<PathBuf>,
 }
 
-/// Builds the lifecycle observer for this invocation: the hook seam. No hooks → no-op.
-/// `sweep.ts` names pack- and scenario-level artifacts (`store::pack_artifact_path`).
-fn observer(_args: &RunArgs, _sweep: &Sweep) -> anyhow::Result<Arc<dyn RunObserver>> {
-    Ok(Arc::new(NoopObserver))
+/// The active hooks of this invocation, checked before anything is provisioned: names
+/// resolve (plugins load), deadlines parse, and the policy-revision rule holds.
+struct Hooks {
+    observer: Option<Arc<HookObserver>>,
+    provenance: Option<Vec<windtunnel_sdk::model::HookProvenance>>,
+}
+
+fn hooks(args: &RunArgs) -> anyhow::Result<Hooks> {
+    let deadlines = Deadlines::from_env().map_err(CodedError::usage)?;
+    let active = crate::cli::hooks::activate(&args.hooks, &args.plugin_dirs)?;
+    let guards: Vec<&str> = active
+        .iter()
+        .filter(|h| h.declares(windtunnel_abi::point::GUARD_CHECK))
+        .map(|h| h.name.as_str())
+        .collect();
+    match (&args.policy_revision, guards.is_empty()) {
+        (None, false) => {
+            return Err(CodedError::usage(format!(
+                "guard(s) {} active: --policy-revision REV is required",
+                guards.join(", ")
+            ))
+            .into());
+        }
+        (Some(_), true) => {
+            return Err(
+                CodedError::usage("--policy-revision given but no active hook is a guard").into(),
+            );
+        }
+        _ => {}
+    }
+    if active.is_empty() {
+        return Ok(Hooks {
+            observer: None,
+            provenance: None,
+        });
+    }
+    let provenance = active.iter().map(|h| h.provenance()).collect();
+    let dispatcher = Arc::new(Dispatcher::new(active, deadlines));
+    Ok(Hooks {
+        observer: Some(Arc::new(HookObserver::new(dispatcher))),
+        provenance: Some(provenance),
+    })
+}
+
+fn journal_sink(events: &Option<PathBuf>) -> anyhow::Result<Option<Box<dyn Write + Send>>> {
+    Ok(match events {
+        None => None,
+        Some(p) if p.as_os_str() == "-" => Some(Box::new(std::io::stdout())),
+        Some(p) => Some(Box::new(
+            fs_err::File::create(p).map_err(|e| CodedError::usage(e.to_string()))?,
+        )),
+    })
 }
 
 fn load_pack(args: &RunArgs) -> anyhow::Result<Pack> {
@@ -84,9 +152,13 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
     let agent =
         runtime::resolve_agent(&args.agent).map_err(|e| CodedError::usage(e.to_string()))?;
     let clock = Clock::from_env().map_err(|e| CodedError::usage(e.to_string()))?;
-    let ids = args.seed.map_or_else(Ids::random, Ids::seeded);
-    let sweep = Sweep::start(&clock, &ids);
-    let observer = observer(&args, &sweep)?;
+    let hooks = hooks(&args)?;
+    let observer: Arc<dyn RunObserver> = match &hooks.observer {
+        Some(o) => o.clone(),
+        None => Arc::new(NoopObserver),
+    };
+    let live = journal_sink(&args.events)?;
+    let cancel = interrupt_flag();
     let jobs = args.jobs.map_or_else(
         || std::thread::available_parallelism().map_or(1, |n| n.get().min(8)),
         |j| j as usize,
@@ -102,13 +174,38 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
         runs: args.runs,
         jobs,
         clock,
-        ids,
+        ids: args.seed.map_or_else(Ids::random, Ids::seeded),
         observer,
         progress: Arc::new(CliProgress::new(total)),
-        policy_revision: None,
-        hooks: None,
-        cancel: interrupt_flag(),
+        policy_revision: args.policy_revision.clone(),
+        hooks: hooks.provenance.clone(),
+        journal: None,
+        cancel: cancel.clone(),
     };
+    let sweep = Sweep::new(&cfg);
+    store::ensure_dir(&cfg.out_dir)?;
+    let journal_clock = cfg.clock;
+    let journal = Journal::create(
+        &cfg.out_dir,
+        &sweep.ts,
+        &sweep.id,
+        live,
+        Box::new(move || journal_clock.now_rfc3339()),
+    )?;
+    let cfg = RunConfig {
+        journal: Some(Arc::new(journal)),
+        ..cfg
+    };
+    cfg.publish(
+        &Scope::default(),
+        &events::Cause::Scenario,
+        events::Event::SweepStarted {
+            pack: pack.manifest.name.clone(),
+            agent: cfg.agent.label.clone(),
+            scenarios: pack.scenarios.len(),
+            hooks: args.hooks.clone(),
+        },
+    );
     eprintln!(
         "wt: {} scenario(s), {total} run(s) of pack {} on agent `{}` → {}",
         pack.scenarios.len(),
@@ -120,7 +217,37 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
         runner::RunnerError::Runtime { .. } => anyhow::Error::new(CodedError::usage(e.to_string())),
         other => anyhow::Error::new(other),
     })?;
-    // Pack-level seam: `result.aggregates()` holds every scenario, provisioned or not.
+    // Pack-level point: every scenario's aggregate, provisioned or not.
+    if let Some(observer) = &hooks.observer {
+        let out = observer.on_pack_end(result.aggregates());
+        for w in &out.warnings {
+            eprintln!("warning: {w}");
+        }
+        for a in out.artifacts {
+            let path = store::scoped_artifact_path(
+                &args.out,
+                &sweep.ts,
+                &a.hook,
+                None,
+                a.label.as_deref(),
+            )
+            .and_then(|p| store::write_json(&p, &a.payload).map(|()| p));
+            if let Err(e) = path {
+                eprintln!("warning: hook:{}: artifact not written: {e}", a.hook);
+            }
+        }
+    }
+    cfg.publish(
+        &Scope::default(),
+        &events::Cause::Scenario,
+        events::Event::SweepEnded {
+            scenarios: result.scenarios.len(),
+            exit_code: result.exit_code(),
+        },
+    );
+    if let Some(e) = cfg.journal.as_ref().and_then(|j| j.error()) {
+        eprintln!("warning: event journal incomplete: {e}");
+    }
     print_summary(&pack.scenarios, &result, &args);
     if let Some(path) = &args.junit {
         let runs: Vec<_> = store::load_runs(&[&args.out])?
@@ -129,6 +256,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
             .collect();
         store::write_atomic(path, Report::from_runs(&runs).to_junit().as_bytes())
             .with_context(|| format!("write JUnit report {}", path.display()))?;
+    }
+    if cancel.load(Ordering::SeqCst) {
+        eprintln!("wt: interrupted; every run that started was written");
+        return Ok(crate::exit::INTERRUPTED);
     }
     Ok(result.exit_code())
 }

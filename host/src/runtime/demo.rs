@@ -55,7 +55,6 @@ impl Runtime for DemoRuntime {
             fault: self.fault,
             tools: scenario.tools.clone(),
             memory: Vec::new(),
-            resets: 0,
         }))
     }
 }
@@ -70,7 +69,6 @@ struct DemoAgent {
     fault: Fault,
     tools: Vec<ToolSpec>,
     memory: Vec<Memory>,
-    resets: u32,
 }
 
 fn order_number(text: &str) -> Option<String> {
@@ -106,7 +104,6 @@ impl Turn<'_, '_> {
 
 impl AgentHandle for DemoAgent {
     fn reset_state(&mut self) -> Result<(), RuntimeError> {
-        self.resets += 1;
         if self.fault != Fault::Leaky {
             self.memory.clear();
         }
@@ -168,8 +165,9 @@ impl AgentHandle for DemoAgent {
             }
             acc
         });
+        // What the agent retains, not bookkeeping: a reset counter would differ after every
+        // reset of even a perfectly clean agent.
         Some(json!({
-            "resets": self.resets,
             "sessions": sessions,
             "memory": self.memory.iter().map(|m| json!({"session": m.session, "text": m.text})).collect::<Vec<_>>(),
         }))
@@ -202,6 +200,21 @@ fn respond(
     earlier: &[String],
     turn: &mut Turn<'_, '_>,
 ) -> String {
+    if mentions(text, &["this run has been scored"]) {
+        // A debrief: answer in the order asked, from what this agent knows of its fault.
+        let differently = match fault {
+            Fault::ForbiddenTool => {
+                "I would not call issue_refund unless the customer asked for a refund."
+            }
+            Fault::Leaky => "I would not rely on what I remembered from earlier sessions.",
+            _ => "I would follow the required steps in order.",
+        };
+        return format!(
+            "1. Environment: no tool call returned an error or an unexpected shape.\n\
+             2. Blockers: nothing I needed was missing.\n\
+             3. {differently}"
+        );
+    }
     if mentions(text, &["remember", "earlier", "previous", "last time"]) {
         return if earlier.is_empty() {
             "I don't have any earlier conversation with you.".to_owned()

@@ -82,6 +82,9 @@ pub mod op {
     pub const EMIT_ARTIFACT: &str = "emit_artifact";
     /// Argument: the warning text. Returns `null`.
     pub const WARN: &str = "warn";
+    /// No argument. Returns the agent's internal state as JSON, as its runtime reports it
+    /// (run points only; an error where the runtime cannot report state).
+    pub const PROBE_STATE: &str = "probe_state";
 }
 
 /// The root module every hook library exports.
@@ -108,8 +111,8 @@ impl RootModule for HookLibRef {
 /// once, but may call it from different threads over its life.
 #[sabi_trait]
 pub trait FfiHook: Send + Sync {
-    /// Calls the hook at `point` with the host's context. `Ok` carries JSON text (`null` for
-    /// lifecycle points, a decision for guards); `Err` an error message. The plugin side
+    /// Calls the hook at `point` with the host's context. `Ok` carries JSON text, or the
+    /// empty string for no value (lifecycle points); `Err` an error message. The plugin side
     /// catches panics and reports them as `Err`.
     #[sabi(last_prefix_field)]
     fn on_event(&self, point: u32, ctx: FfiContextRef<'_>) -> RResult<RString, RString>;

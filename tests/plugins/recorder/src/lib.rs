@@ -1,19 +1,24 @@
 //! Records every call it gets as one JSON line in the file named by `WT_RECORDER_LOG`:
-//! the point, which context members were present, the run id, and whether `converse`
-//! was allowed. `WT_RECORDER_TAG` tells several recorder copies apart.
+//! the hook, the point, which context members were present, the run id, and whether
+//! `converse` was allowed. The library exports the same recorder twice, as `recorder` and
+//! `tape`, to test activation order.
 
 use std::io::Write;
 
 use windtunnel_sdk::{Context, Hook, Result, export_hooks, hook};
 
-#[derive(Default)]
-pub struct Recorder;
-
 const MEMBERS: [&str; 8] = [
-    "scenario", "agent", "run_id", "session_id", "trace", "score", "aggregate", "aggregates",
+    "scenario",
+    "agent",
+    "run_id",
+    "session_id",
+    "trace",
+    "score",
+    "aggregate",
+    "aggregates",
 ];
 
-fn record(point: &str, ctx: &Context<'_>) -> Result {
+fn record(hook: &str, point: &str, ctx: &Context<'_>) -> Result {
     let present: Vec<&str> = MEMBERS
         .iter()
         .copied()
@@ -24,7 +29,7 @@ fn record(point: &str, ctx: &Context<'_>) -> Result {
         Err(e) => format!("refused: {e}"),
     };
     let line = serde_json::json!({
-        "tag": std::env::var("WT_RECORDER_TAG").unwrap_or_default(),
+        "hook": hook,
         "point": point,
         "present": present,
         "run_id": ctx.run_id(),
@@ -32,34 +37,49 @@ fn record(point: &str, ctx: &Context<'_>) -> Result {
         "converse": converse,
     });
     if let Ok(path) = std::env::var("WT_RECORDER_LOG") {
-        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)?;
         writeln!(f, "{line}")?;
     }
-    ctx.emit_artifact(&line, Some(point.trim_start_matches("on_").replace('_', "-").as_str()))
+    ctx.emit_artifact(
+        &line,
+        Some(point.trim_start_matches("on_").replace('_', "-").as_str()),
+    )
 }
 
-#[hook]
-impl Hook for Recorder {
-    const NAME: &'static str = "recorder";
+macro_rules! recorder {
+    ($($ty:ident = $name:literal),+) => {$(
+        #[derive(Default)]
+        pub struct $ty;
 
-    fn on_provisioned(&mut self, ctx: &Context<'_>) -> Result {
-        record("on_provisioned", ctx)
-    }
-    fn on_run_start(&mut self, ctx: &Context<'_>) -> Result {
-        record("on_run_start", ctx)
-    }
-    fn on_run_scored(&mut self, ctx: &Context<'_>) -> Result {
-        record("on_run_scored", ctx)
-    }
-    fn on_run_end(&mut self, ctx: &Context<'_>) -> Result {
-        record("on_run_end", ctx)
-    }
-    fn on_scenario_end(&mut self, ctx: &Context<'_>) -> Result {
-        record("on_scenario_end", ctx)
-    }
-    fn on_pack_end(&mut self, ctx: &Context<'_>) -> Result {
-        record("on_pack_end", ctx)
-    }
+        #[hook]
+        impl Hook for $ty {
+            const NAME: &'static str = $name;
+
+            fn on_provisioned(&mut self, ctx: &Context<'_>) -> Result {
+                record($name, "on_provisioned", ctx)
+            }
+            fn on_run_start(&mut self, ctx: &Context<'_>) -> Result {
+                record($name, "on_run_start", ctx)
+            }
+            fn on_run_scored(&mut self, ctx: &Context<'_>) -> Result {
+                record($name, "on_run_scored", ctx)
+            }
+            fn on_run_end(&mut self, ctx: &Context<'_>) -> Result {
+                record($name, "on_run_end", ctx)
+            }
+            fn on_scenario_end(&mut self, ctx: &Context<'_>) -> Result {
+                record($name, "on_scenario_end", ctx)
+            }
+            fn on_pack_end(&mut self, ctx: &Context<'_>) -> Result {
+                record($name, "on_pack_end", ctx)
+            }
+        }
+    )+};
 }
 
-export_hooks!(Recorder);
+recorder!(Recorder = "recorder", Tape = "tape");
+
+export_hooks!(Recorder, Tape);

@@ -1,0 +1,111 @@
+//! Dispatch cost: one lifecycle point to 8 active no-op plugin hooks (loaded from a real
+//! `.so`, deadlines enforced), against pluggy dispatching one hook to 8 no-op Python
+//! implementations on the same machine in the same run; plus the cost of a point no hook
+//! declared, and the time to vet and load one plugin.
+//!
+//! Run with `bash bench/dispatch.sh` (builds the plugin, installs pluggy if needed).
+//! Prints medians of several batches and the ratio; asserts nothing.
+
+use std::{
+    hint::black_box,
+    path::{Path, PathBuf},
+    process::Command,
+    time::Instant,
+};
+
+use windtunnel::{
+    deadlines::Deadlines,
+    dispatch::{CallData, Dispatcher},
+    plugin,
+    registry::Registry,
+};
+use windtunnel_abi::point;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn ns_per_call(batches: usize, n: usize, mut f: impl FnMut()) -> f64 {
+    for _ in 0..n / 10 {
+        f();
+    }
+    let samples = (0..batches)
+        .map(|_| {
+            let t = Instant::now();
+            for _ in 0..n {
+                f();
+            }
+            t.elapsed().as_nanos() as f64 / n as f64
+        })
+        .collect();
+    median(samples)
+}
+
+fn load_ms(lib: &Path) -> f64 {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let samples = (0..15)
+        .map(|i| {
+            // A distinct inode each time, so every load is a real dlopen.
+            let copy = dir.path().join(format!("libcopy{i}.so"));
+            std::fs::copy(lib, &copy).expect("copy plugin");
+            let t = Instant::now();
+            let mut seen = Default::default();
+            let inspected = plugin::inspect(&copy, &mut seen).expect("plugin passes vetting");
+            let loaded = plugin::load(&inspected).expect("plugin loads");
+            black_box(loaded.new_hook("noop0").expect("hook builds"));
+            t.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
+    median(samples)
+}
+
+fn main() {
+    let dir = std::env::args()
+        .skip(1)
+        .find(|a| !a.starts_with('-'))
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("target/release"));
+    let lib = dir.join("libwt_test_noop8.so");
+    assert!(
+        lib.exists(),
+        "build it first: cargo build --release -p wt_test_noop8"
+    );
+
+    let registry = Registry::from_files(std::slice::from_ref(&lib), false);
+    let names: Vec<String> = (0..8).map(|i| format!("noop{i}")).collect();
+    let hooks = registry.activate(&names).expect("noop hooks activate");
+    let dispatcher = Dispatcher::new(hooks, Deadlines::from_env().expect("deadlines"));
+
+    let eight = ns_per_call(7, 200_000, || {
+        let out = dispatcher.dispatch(point::ON_RUN_END, CallData::default(), None);
+        black_box(out);
+    });
+    let none = ns_per_call(7, 2_000_000, || {
+        let out = dispatcher.dispatch(black_box(point::ON_PACK_END), CallData::default(), None);
+        black_box(out);
+    });
+    let load = load_ms(&lib);
+
+    println!("wt   dispatch, 8 no-op plugin hooks, deadlines on: {eight:>9.1} ns");
+    println!("wt   dispatch, point with no active hook:          {none:>9.1} ns");
+    println!("wt   vet + dlopen + instantiate one plugin:        {load:>9.3} ms");
+
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../bench/pluggy_dispatch.py");
+    match Command::new("python3").arg(&script).arg("100000").output() {
+        Ok(out) if out.status.success() => {
+            let text = String::from_utf8_lossy(&out.stdout);
+            let pluggy: f64 = text.trim().parse().expect("pluggy prints ns");
+            println!("pluggy dispatch, 8 no-op implementations:          {pluggy:>9.1} ns");
+            println!(
+                "ratio pluggy / wt: {:.1}x (target: at least 5x)",
+                pluggy / eight
+            );
+        }
+        Ok(out) => println!(
+            "pluggy benchmark failed (pip install pluggy): {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ),
+        Err(e) => println!("python3 not available for the pluggy comparison: {e}"),
+    }
+}

@@ -1,0 +1,66 @@
+//! `wt triage [DIR]...`: failing runs, clustered and placed on the wiring → harness →
+//! steering → model ladder (see [`crate::triage`]).
+
+use std::{io::Write, path::PathBuf};
+
+use crate::{
+    exit::{self, CodedError},
+    store, triage,
+};
+
+#[derive(Debug, clap::Args)]
+pub struct TriageArgs {
+    /// Run directories to read [default: runs].
+    #[arg(value_name = "DIR")]
+    pub dirs: Vec<PathBuf>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: TriageArgs) -> anyhow::Result<u8> {
+    let dirs = if args.dirs.is_empty() {
+        vec![PathBuf::from("runs")]
+    } else {
+        args.dirs
+    };
+    for d in &dirs {
+        if !d.is_dir() {
+            return Err(CodedError::usage(format!("no run directory at {}", d.display())).into());
+        }
+    }
+    let runs = store::load_runs(&dirs)?;
+    let clusters = triage::triage(&runs);
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        serde_json::to_writer_pretty(&mut out, &clusters)?;
+        writeln!(out)?;
+        return Ok(exit::SUCCESS);
+    }
+    if clusters.is_empty() {
+        writeln!(out, "no failing runs among {} run(s)", runs.len())?;
+        return Ok(exit::SUCCESS);
+    }
+    for c in &clusters {
+        writeln!(
+            out,
+            "[{}] {} {}/{} runs {} — {}",
+            c.rung.as_str(),
+            c.scenario_id,
+            c.runs.len(),
+            c.of,
+            c.verdict,
+            if c.failed_layers.is_empty() {
+                "no layer verdict".to_owned()
+            } else {
+                c.failed_layers.join(", ")
+            }
+        )?;
+        writeln!(out, "    reason:   {}", c.reason)?;
+        writeln!(out, "    evidence: {}", c.evidence)?;
+        for d in c.debriefs.iter().take(2) {
+            writeln!(out, "    debrief:  {d}")?;
+        }
+    }
+    Ok(exit::SUCCESS)
+}

@@ -1,0 +1,944 @@
+//! Calling active hooks at a point, under deadlines, without letting them hurt the run.
+//!
+//! A dispatch hands the whole point (every hook that declared it, in activation order) to
+//! one worker thread in a single hand-off and waits for it: spinning briefly, then parking,
+//! so a fast dispatch costs well under a microsecond per hook and an idle worker burns no
+//! CPU. Each hook call has its own deadline. A hook that overruns is abandoned (the worker
+//! is left to it and replaced), quarantined for the rest of the invocation, and the
+//! dispatch goes on with the next hook. The context a hook sees is an owned snapshot
+//! (`Arc`s), so an abandoned call holds no borrow of the runner's state.
+//!
+//! `ctx.converse()` is proxied back to the dispatching thread, which owns the agent
+//! session; the worker waits for the reply. A point nobody declared costs one branch.
+//!
+//! What a dispatch must never do: change a verdict, or let a hook panic/err/hang stop the
+//! run. Failures become warnings (`hook:<name>: …`); after [`FAILURE_LATCH`] consecutive
+//! failures a hook is quarantined with one summary warning.
+
+use std::{
+    sync::{
+        Arc, Mutex, MutexGuard, OnceLock,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    thread::Thread,
+    time::{Duration, Instant},
+};
+
+use serde::Serialize;
+use serde_json::Value;
+use windtunnel_abi::{op, point};
+use windtunnel_sdk::model::{AgentConfig, AggregateResult, Scenario, Score, Trace, is_slug};
+
+use crate::{
+    deadlines::{Deadlines, human},
+    registry::{ActiveHook, HostServices},
+};
+
+/// Consecutive failures after which a hook is quarantined.
+pub const FAILURE_LATCH: u32 = 3;
+
+/// How long each side spins before parking.
+const SPIN: Duration = Duration::from_micros(50);
+
+/// The read-only members of a hook's context. Members are serialized to JSON only when a
+/// hook reads them, once per dispatch.
+#[derive(Default, Clone)]
+pub struct CallData {
+    pub scenario: Option<Arc<Scenario>>,
+    pub agent: Option<Arc<AgentConfig>>,
+    pub run_id: Option<Arc<str>>,
+    pub session_id: Option<Arc<str>>,
+    pub trace: Option<Arc<Trace>>,
+    pub score: Option<Arc<Score>>,
+    pub aggregate: Option<Arc<AggregateResult>>,
+    pub aggregates: Option<Arc<Vec<AggregateResult>>>,
+    /// Extra members for turn points (`turn_call`, `turn_result`), as JSON text.
+    pub extra: Vec<(&'static str, Arc<str>)>,
+}
+
+struct Snapshot {
+    data: CallData,
+    cache: [OnceLock<Option<String>>; 8],
+}
+
+const MEMBERS: [&str; 8] = [
+    "scenario",
+    "agent",
+    "run_id",
+    "session_id",
+    "trace",
+    "score",
+    "aggregate",
+    "aggregates",
+];
+
+impl Snapshot {
+    fn member(&self, name: &str) -> Option<String> {
+        let Some(i) = MEMBERS.iter().position(|m| *m == name) else {
+            return self
+                .data
+                .extra
+                .iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.to_string());
+        };
+        fn json<T: Serialize>(v: &Option<Arc<T>>) -> Option<String>
+        where
+            T: ?Sized,
+        {
+            v.as_ref().and_then(|v| serde_json::to_string(&**v).ok())
+        }
+        let d = &self.data;
+        self.cache[i]
+            .get_or_init(|| match i {
+                0 => json(&d.scenario),
+                1 => json(&d.agent),
+                2 => json(&d.run_id),
+                3 => json(&d.session_id),
+                4 => json(&d.trace),
+                5 => json(&d.score),
+                6 => json(&d.aggregate),
+                _ => json(&d.aggregates),
+            })
+            .clone()
+    }
+}
+
+/// An artifact a hook emitted.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Artifact {
+    pub hook: String,
+    pub label: Option<String>,
+    pub payload: Value,
+}
+
+/// What a dispatch produced, in activation order.
+#[derive(Debug, Default)]
+pub struct DispatchOutput {
+    /// `hook:<name>: <message>` lines: `ctx.warn` calls, errors, panics, timeouts.
+    pub warnings: Vec<String>,
+    pub artifacts: Vec<Artifact>,
+    /// What each hook that completed returned, by slot (activation index), in call order.
+    pub returns: Vec<(usize, Result<String, String>)>,
+    /// Slots of hooks that overran their deadline in this dispatch.
+    pub timed_out: Vec<usize>,
+}
+
+/// Why a converse call failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConverseError {
+    /// No reply within the converse deadline; a late reply is discarded.
+    TimedOut(Duration),
+    Failed(String),
+}
+
+impl std::fmt::Display for ConverseError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConverseError::TimedOut(d) => write!(f, "converse timed out after {}", human(*d)),
+            ConverseError::Failed(e) => write!(f, "converse failed: {e}"),
+        }
+    }
+}
+
+/// The run's live session, for `ctx.converse()` and `ctx.probe_state()`. Implemented by
+/// the runner; always called on the dispatching thread, never on a hook's worker.
+pub trait Session {
+    /// One turn into the run's session, bounded by `timeout`. Never recorded in the trace.
+    fn converse(&self, hook: &str, text: &str, timeout: Duration) -> Result<String, ConverseError>;
+    /// The agent's state as its runtime reports it.
+    fn probe_state(&self) -> Result<Value, String>;
+}
+
+enum SessionRequest {
+    /// Hook name, text.
+    Converse(String, String),
+    ProbeState,
+}
+
+/// One hook call's outcome as the worker saw it.
+struct CallRecord {
+    slot: usize,
+    result: Result<String, String>,
+    warnings: Vec<String>,
+    artifacts: Vec<(Option<String>, Value)>,
+    conversed: bool,
+    converse_timed_out: bool,
+}
+
+struct Job {
+    seq: u64,
+    point: u32,
+    /// Slots to call, as a bitmask (bit i = hook i).
+    order: u64,
+    /// Call in reverse activation order (turn finishes).
+    reverse: bool,
+    hooks: Arc<[Arc<ActiveHook>]>,
+    data: Arc<Snapshot>,
+    runner: Thread,
+    has_session: bool,
+}
+
+/// State shared by the dispatching thread and one worker generation.
+struct Shared {
+    job: Mutex<Option<Job>>,
+    submitted: AtomicU64,
+    done: AtomicU64,
+    /// The call in progress: `(call number << 16) | (slot + 1)`, 0 when idle. The waiting
+    /// thread times each call from when it first sees its number, so the worker reads no
+    /// clock.
+    current: AtomicU64,
+    records: Mutex<Vec<CallRecord>>,
+    request: Mutex<Option<SessionRequest>>,
+    reply: Mutex<Option<Result<String, ConverseError>>>,
+    abandoned: AtomicBool,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A poisoned lock only means a panic elsewhere; the data is still usable here, and
+    // panicking in code a plugin calls into would cross the FFI boundary.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+struct Worker {
+    shared: Arc<Shared>,
+    thread: Thread,
+}
+
+impl Worker {
+    fn spawn() -> std::io::Result<Worker> {
+        let shared = Arc::new(Shared {
+            job: Mutex::new(None),
+            submitted: AtomicU64::new(0),
+            done: AtomicU64::new(0),
+            current: AtomicU64::new(0),
+            records: Mutex::new(Vec::new()),
+            request: Mutex::new(None),
+            reply: Mutex::new(None),
+            abandoned: AtomicBool::new(false),
+        });
+        let for_thread = shared.clone();
+        let handle = std::thread::Builder::new()
+            .name("wt-hook-dispatch".into())
+            .spawn(move || worker_loop(&for_thread))?;
+        Ok(Worker {
+            shared,
+            thread: handle.thread().clone(),
+        })
+    }
+}
+
+fn worker_loop(shared: &Arc<Shared>) {
+    let mut seen = 0u64;
+    loop {
+        // Wait for the next job: spin briefly (back-to-back dispatches), then park.
+        let spin_until = Instant::now() + SPIN;
+        let mut spins = 0u32;
+        while shared.submitted.load(Ordering::Acquire) == seen {
+            if shared.abandoned.load(Ordering::Acquire) {
+                return;
+            }
+            spins = spins.wrapping_add(1);
+            if spins % 64 == 0 && Instant::now() > spin_until {
+                std::thread::park();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+        let Some(job) = lock(&shared.job).take() else {
+            continue;
+        };
+        seen = job.seq;
+        run_job(shared, &job);
+        if shared.abandoned.load(Ordering::Acquire) {
+            return;
+        }
+        shared.done.store(job.seq, Ordering::Release);
+        job.runner.unpark();
+    }
+}
+
+fn run_job(shared: &Arc<Shared>, job: &Job) {
+    let mut bits = job.order;
+    let mut call = job.seq << 8;
+    while bits != 0 {
+        let slot = if job.reverse {
+            63 - bits.leading_zeros() as usize
+        } else {
+            bits.trailing_zeros() as usize
+        };
+        bits &= !(1u64 << slot);
+        let hook = &job.hooks[slot];
+        call += 1;
+        shared
+            .current
+            .store((call << 16) | (slot as u64 + 1), Ordering::Release);
+
+        let services = WorkerServices {
+            shared,
+            job,
+            hook: &hook.name,
+            warnings: Mutex::new(Vec::new()),
+            artifacts: Mutex::new(Vec::new()),
+            conversed: AtomicBool::new(false),
+            timed_out: AtomicBool::new(false),
+        };
+        let result = hook.call(job.point, &services);
+        shared.current.store(0, Ordering::Release);
+        if shared.abandoned.load(Ordering::Acquire) {
+            return;
+        }
+        lock(&shared.records).push(CallRecord {
+            slot,
+            result,
+            warnings: services.warnings.into_inner().unwrap_or_default(),
+            artifacts: services.artifacts.into_inner().unwrap_or_default(),
+            conversed: services.conversed.load(Ordering::Acquire),
+            converse_timed_out: services.timed_out.load(Ordering::Acquire),
+        });
+    }
+}
+
+/// The host side of a hook's context, on the worker thread.
+struct WorkerServices<'a> {
+    shared: &'a Arc<Shared>,
+    job: &'a Job,
+    hook: &'a str,
+    warnings: Mutex<Vec<String>>,
+    artifacts: Mutex<Vec<(Option<String>, Value)>>,
+    conversed: AtomicBool,
+    timed_out: AtomicBool,
+}
+
+impl HostServices for WorkerServices<'_> {
+    fn member(&self, name: &str) -> Option<String> {
+        self.job.data.member(name)
+    }
+
+    fn call(&self, op: &str, arg: &str) -> Result<String, String> {
+        match op {
+            op::WARN => {
+                lock(&self.warnings).push(format!("hook:{}: {arg}", self.hook));
+                Ok("null".into())
+            }
+            op::EMIT_ARTIFACT => {
+                let v: Value =
+                    serde_json::from_str(arg).map_err(|e| format!("artifact is not JSON: {e}"))?;
+                let label = match v.get("label") {
+                    None | Some(Value::Null) => None,
+                    Some(Value::String(l)) if is_slug(l) => Some(l.clone()),
+                    Some(other) => {
+                        return Err(format!(
+                            "artifact label {other} is not a slug ([a-z0-9_-]+, at most 64 characters)"
+                        ));
+                    }
+                };
+                let payload = v.get("payload").cloned().unwrap_or(Value::Null);
+                lock(&self.artifacts).push((label, payload));
+                Ok("null".into())
+            }
+            op::CONVERSE => {
+                if self.job.point != point::ON_RUN_SCORED {
+                    return Err(format!(
+                        "converse is valid only during on_run_scored, not {}",
+                        point::name(self.job.point)
+                    ));
+                }
+                if !self.job.has_session {
+                    return Err("the run's session is unusable; converse is unavailable".into());
+                }
+                self.conversed.store(true, Ordering::Release);
+                match self.ask(SessionRequest::Converse(
+                    self.hook.to_owned(),
+                    arg.to_owned(),
+                )) {
+                    Ok(reply) => serde_json::to_string(&reply).map_err(|e| e.to_string()),
+                    Err(e) => {
+                        if matches!(e, ConverseError::TimedOut(_)) {
+                            self.timed_out.store(true, Ordering::Release);
+                        }
+                        Err(e.to_string())
+                    }
+                }
+            }
+            op::PROBE_STATE => {
+                if !matches!(
+                    self.job.point,
+                    point::ON_RUN_START | point::ON_RUN_SCORED | point::ON_RUN_END
+                ) {
+                    return Err(format!(
+                        "probe_state is valid only at run points, not {}",
+                        point::name(self.job.point)
+                    ));
+                }
+                if !self.job.has_session {
+                    return Err("the run's session is unusable; probe_state is unavailable".into());
+                }
+                self.ask(SessionRequest::ProbeState).map_err(|e| match e {
+                    ConverseError::Failed(e) => e,
+                    other => other.to_string(),
+                })
+            }
+            other => Err(format!("this wt offers no host service `{other}`")),
+        }
+    }
+}
+
+impl WorkerServices<'_> {
+    /// Posts a session request to the dispatching thread and waits for its reply.
+    fn ask(&self, request: SessionRequest) -> Result<String, ConverseError> {
+        *lock(&self.shared.reply) = None;
+        *lock(&self.shared.request) = Some(request);
+        self.job.runner.unpark();
+        loop {
+            if let Some(reply) = lock(&self.shared.reply).take() {
+                return reply;
+            }
+            if self.shared.abandoned.load(Ordering::Acquire) {
+                return Err(ConverseError::Failed("the hook call was abandoned".into()));
+            }
+            std::thread::park_timeout(Duration::from_millis(5));
+        }
+    }
+}
+
+struct Health {
+    consecutive: u32,
+    first_error: Option<String>,
+}
+
+struct Inner {
+    worker: Option<Worker>,
+    health: Vec<Health>,
+    /// Bitmask of quarantined hooks.
+    quarantined: u64,
+    seq: u64,
+    /// A record buffer kept between dispatches so a dispatch allocates none.
+    spare: Vec<CallRecord>,
+}
+
+/// The active hooks of one invocation and everything needed to call them safely.
+pub struct Dispatcher {
+    hooks: Arc<[Arc<ActiveHook>]>,
+    /// Per point, the bitmask of hooks that declared it.
+    by_point: [u64; 10],
+    deadlines: Deadlines,
+    inner: Mutex<Inner>,
+}
+
+impl Dispatcher {
+    /// At most 64 hooks can be active at once.
+    pub const MAX_HOOKS: usize = 64;
+
+    pub fn new(hooks: Vec<ActiveHook>, deadlines: Deadlines) -> Dispatcher {
+        assert!(hooks.len() <= Self::MAX_HOOKS, "at most 64 active hooks");
+        let hooks: Arc<[Arc<ActiveHook>]> = hooks.into_iter().map(Arc::new).collect();
+        let mut by_point = [0u64; 10];
+        for p in point::ALL {
+            for (i, h) in hooks.iter().enumerate() {
+                if h.declares(p) {
+                    by_point[p as usize] |= 1 << i;
+                }
+            }
+        }
+        let health = hooks
+            .iter()
+            .map(|_| Health {
+                consecutive: 0,
+                first_error: None,
+            })
+            .collect();
+        Dispatcher {
+            hooks,
+            by_point,
+            deadlines,
+            inner: Mutex::new(Inner {
+                worker: None,
+                health,
+                quarantined: 0,
+                seq: 0,
+                spare: Vec::new(),
+            }),
+        }
+    }
+
+    pub fn hooks(&self) -> &[Arc<ActiveHook>] {
+        &self.hooks
+    }
+
+    pub fn deadlines(&self) -> Deadlines {
+        self.deadlines
+    }
+
+    /// Does any active hook declare `point`? (A dispatch to nobody is free.)
+    #[inline]
+    pub fn wants(&self, point: u32) -> bool {
+        self.by_point
+            .get(point as usize)
+            .is_some_and(|&bits| bits != 0)
+    }
+
+    /// Calls every hook that declared `point`, in activation order, and returns what they
+    /// produced. `session` is the run's live session at run points (None when the session
+    /// is unusable, and at scenario and pack points).
+    pub fn dispatch(
+        &self,
+        point: u32,
+        data: CallData,
+        session: Option<&dyn Session>,
+    ) -> DispatchOutput {
+        self.dispatch_to(u64::MAX, false, point, data, session)
+    }
+
+    /// Bitmask of the hooks that declared `point`.
+    pub fn declared(&self, point: u32) -> u64 {
+        self.by_point.get(point as usize).copied().unwrap_or(0)
+    }
+
+    /// Bitmask of quarantined hooks.
+    pub fn quarantined(&self) -> u64 {
+        lock(&self.inner).quarantined
+    }
+
+    /// Like [`Dispatcher::dispatch`], limited to the hooks in `mask`, optionally in reverse
+    /// activation order.
+    pub fn dispatch_to(
+        &self,
+        mask: u64,
+        reverse: bool,
+        point: u32,
+        data: CallData,
+        session: Option<&dyn Session>,
+    ) -> DispatchOutput {
+        if self.declared(point) & mask == 0 {
+            return DispatchOutput::default();
+        }
+        let mut inner = lock(&self.inner);
+        let mut out = DispatchOutput::default();
+        let mut order = self.by_point[point as usize] & mask & !inner.quarantined;
+        if order == 0 {
+            return out;
+        }
+        let snapshot = Arc::new(Snapshot {
+            data,
+            cache: Default::default(),
+        });
+        while order != 0 {
+            match self.run_batch(
+                &mut inner, point, order, reverse, &snapshot, session, &mut out,
+            ) {
+                Ok(()) => break,
+                // Go on with the hooks after the one that hung.
+                Err(hung) if reverse => order &= (1u64 << hung) - 1,
+                Err(hung) => order &= !(u64::MAX >> (63 - hung)),
+            }
+        }
+        out
+    }
+
+    /// Runs `order` on the worker. `Err(slot)` when the hook in `slot` overran its deadline
+    /// and was abandoned (its warning is already recorded).
+    fn run_batch(
+        &self,
+        inner: &mut Inner,
+        point: u32,
+        order: u64,
+        reverse: bool,
+        snapshot: &Arc<Snapshot>,
+        session: Option<&dyn Session>,
+        out: &mut DispatchOutput,
+    ) -> Result<(), usize> {
+        if inner.worker.is_none() {
+            match Worker::spawn() {
+                Ok(w) => inner.worker = Some(w),
+                Err(e) => {
+                    for (i, h) in self.hooks.iter().enumerate() {
+                        if order & (1 << i) != 0 {
+                            out.warnings.push(format!(
+                                "hook:{}: not called: cannot start a thread: {e}",
+                                h.name
+                            ));
+                        }
+                    }
+                    return Ok(());
+                }
+            }
+        }
+        let Some(worker) = inner.worker.as_ref() else {
+            return Ok(());
+        };
+        let shared = worker.shared.clone();
+        inner.seq += 1;
+        let seq = inner.seq;
+        *lock(&shared.job) = Some(Job {
+            seq,
+            point,
+            order,
+            reverse,
+            hooks: self.hooks.clone(),
+            data: snapshot.clone(),
+            runner: std::thread::current(),
+            has_session: session.is_some(),
+        });
+        shared.submitted.store(seq, Ordering::Release);
+        worker.thread.unpark();
+
+        let deadline = self.deadlines.for_point(point);
+        let worker_thread = worker.thread.clone();
+        let hung = wait(
+            &shared,
+            seq,
+            deadline,
+            session,
+            self.deadlines.converse,
+            &worker_thread,
+        );
+
+        let mut records = std::mem::take(&mut inner.spare);
+        std::mem::swap(&mut records, &mut *lock(&shared.records));
+        for r in records.drain(..) {
+            self.absorb(inner, r, out);
+        }
+        inner.spare = records;
+        match hung {
+            None => Ok(()),
+            Some(slot) => {
+                shared.abandoned.store(true, Ordering::Release);
+                if let Some(w) = inner.worker.take() {
+                    w.thread.unpark();
+                }
+                let name = &self.hooks[slot].name;
+                inner.quarantined |= 1 << slot;
+                let msg = format!(
+                    "hook:{name}: timed out after {} in {}; abandoned and quarantined for the rest of this invocation",
+                    human(deadline),
+                    point::name(point)
+                );
+                tracing::debug!("{msg}");
+                out.warnings.push(msg);
+                out.timed_out.push(slot);
+                Err(slot)
+            }
+        }
+    }
+
+    fn absorb(&self, inner: &mut Inner, r: CallRecord, out: &mut DispatchOutput) {
+        let name = self.hooks[r.slot].name.clone();
+        out.warnings.extend(r.warnings);
+        for (label, mut payload) in r.artifacts {
+            if r.conversed {
+                if let Value::Object(map) = &mut payload {
+                    map.insert("tools_disabled".into(), Value::Bool(false));
+                    map.insert("timed_out".into(), Value::Bool(r.converse_timed_out));
+                }
+            }
+            out.artifacts.push(Artifact {
+                hook: name.clone(),
+                label,
+                payload,
+            });
+        }
+        let health = &mut inner.health[r.slot];
+        match &r.result {
+            Ok(_) => {
+                health.consecutive = 0;
+                health.first_error = None;
+            }
+            Err(e) => {
+                health.consecutive += 1;
+                health.first_error.get_or_insert_with(|| e.clone());
+                let msg = format!("hook:{name}: {e}");
+                tracing::debug!("{msg}");
+                out.warnings.push(msg);
+                if health.consecutive >= FAILURE_LATCH && inner.quarantined & (1 << r.slot) == 0 {
+                    inner.quarantined |= 1 << r.slot;
+                    let msg = format!(
+                        "hook:{name}: disabled for the rest of this invocation after {} consecutive failures (first: {})",
+                        health.consecutive,
+                        health.first_error.as_deref().unwrap_or("unknown")
+                    );
+                    tracing::debug!("{msg}");
+                    out.warnings.push(msg);
+                }
+            }
+        }
+        out.returns.push((r.slot, r.result));
+    }
+}
+
+/// Waits for job `seq`, serving converse requests. Returns the slot of a hook that overran
+/// `deadline`, or `None` when the job completed.
+fn wait(
+    shared: &Shared,
+    seq: u64,
+    deadline: Duration,
+    session: Option<&dyn Session>,
+    converse_timeout: Duration,
+    worker: &Thread,
+) -> Option<usize> {
+    let spin_until = Instant::now() + SPIN;
+    let mut spins = 0u32;
+    // The call in progress and when this thread first saw it.
+    let mut observed = (0u64, Instant::now());
+    loop {
+        if shared.done.load(Ordering::Acquire) == seq {
+            return None;
+        }
+        spins = spins.wrapping_add(1);
+        if spins % 64 != 0 {
+            std::hint::spin_loop();
+            continue;
+        }
+        let request = lock(&shared.request).take();
+        if let Some(req) = request {
+            let reply = match (session, req) {
+                (None, _) => Err(ConverseError::Failed("no session".into())),
+                (Some(s), SessionRequest::Converse(hook, text)) => {
+                    s.converse(&hook, &text, converse_timeout)
+                }
+                (Some(s), SessionRequest::ProbeState) => s
+                    .probe_state()
+                    .map(|v| v.to_string())
+                    .map_err(ConverseError::Failed),
+            };
+            *lock(&shared.reply) = Some(reply);
+            worker.unpark();
+            continue;
+        }
+        let now = Instant::now();
+        let current = shared.current.load(Ordering::Acquire);
+        if current != observed.0 {
+            observed = (current, now);
+        } else if current != 0 && now.saturating_duration_since(observed.1) > deadline {
+            return Some((current & 0xffff) as usize - 1);
+        }
+        if now > spin_until {
+            std::thread::park_timeout(Duration::from_millis(2));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex as StdMutex;
+
+    use windtunnel_sdk::{Context, Hook, Result as HookResult, hook};
+
+    use super::*;
+    use crate::registry::BuiltIn;
+
+    static LOG: StdMutex<Vec<String>> = StdMutex::new(Vec::new());
+
+    fn active<H: Hook>() -> ActiveHook {
+        let e = windtunnel_sdk::__private::HookEntry::of::<H>();
+        ActiveHook::from_builtin(&BuiltIn {
+            name: e.name,
+            points: e.points,
+            new: e.new,
+        })
+    }
+
+    fn deadlines(ms: u64) -> Deadlines {
+        Deadlines {
+            dispatch: Duration::from_millis(ms),
+            converse: Duration::from_millis(ms),
+        }
+    }
+
+    macro_rules! logging_hook {
+        ($ty:ident, $name:literal) => {
+            #[derive(Default)]
+            struct $ty;
+            #[hook]
+            impl Hook for $ty {
+                const NAME: &'static str = $name;
+                fn on_run_start(&mut self, ctx: &Context<'_>) -> HookResult {
+                    LOG.lock().unwrap().push(format!(
+                        "{}:{}",
+                        $name,
+                        ctx.run_id().unwrap_or_default()
+                    ));
+                    Ok(())
+                }
+            }
+        };
+    }
+    logging_hook!(OrderA, "order-a");
+    logging_hook!(OrderB, "order-b");
+
+    #[derive(Default)]
+    struct Sleeper;
+    #[hook]
+    impl Hook for Sleeper {
+        const NAME: &'static str = "sleeper";
+        fn on_run_start(&mut self, _: &Context<'_>) -> HookResult {
+            std::thread::sleep(Duration::from_secs(3));
+            Ok(())
+        }
+    }
+
+    #[derive(Default)]
+    struct Failing;
+    #[hook]
+    impl Hook for Failing {
+        const NAME: &'static str = "failing";
+        fn on_run_end(&mut self, _: &Context<'_>) -> HookResult {
+            Err(windtunnel_sdk::Error::msg("disk full"))
+        }
+    }
+
+    #[derive(Default)]
+    struct Boom;
+    #[hook]
+    impl Hook for Boom {
+        const NAME: &'static str = "boom";
+        fn on_run_end(&mut self, _: &Context<'_>) -> HookResult {
+            panic!("boom went the hook")
+        }
+    }
+
+    #[derive(Default)]
+    struct Talker;
+    #[hook]
+    impl Hook for Talker {
+        const NAME: &'static str = "talker";
+        fn on_run_start(&mut self, ctx: &Context<'_>) -> HookResult {
+            let err = ctx.converse("hello").unwrap_err();
+            ctx.warn(err);
+            Ok(())
+        }
+        fn on_run_scored(&mut self, ctx: &Context<'_>) -> HookResult {
+            let reply = ctx.converse("how did it go?");
+            ctx.emit_artifact(
+                &serde_json::json!({"reply": reply.as_ref().ok(), "error": reply.err().map(|e| e.to_string())}),
+                Some("self-report"),
+            )?;
+            Ok(())
+        }
+    }
+
+    fn data(run: &str) -> CallData {
+        CallData {
+            run_id: Some(Arc::from(run)),
+            ..CallData::default()
+        }
+    }
+
+    #[test]
+    fn hooks_run_in_activation_order_and_undeclared_points_are_skipped() {
+        let d = Dispatcher::new(
+            vec![active::<OrderB>(), active::<OrderA>()],
+            deadlines(5000),
+        );
+        assert!(!d.wants(point::ON_PACK_END));
+        let out = d.dispatch(point::ON_RUN_START, data("r1"), None);
+        assert!(out.warnings.is_empty(), "{:?}", out.warnings);
+        let log = LOG.lock().unwrap().clone();
+        let mine: Vec<&String> = log.iter().filter(|l| l.ends_with(":r1")).collect();
+        assert_eq!(mine, ["order-b:r1", "order-a:r1"]);
+    }
+
+    #[test]
+    fn a_hook_that_overruns_is_abandoned_and_quarantined_and_the_next_hook_still_runs() {
+        let d = Dispatcher::new(
+            vec![active::<Sleeper>(), active::<OrderA>()],
+            deadlines(100),
+        );
+        let started = Instant::now();
+        let out = d.dispatch(point::ON_RUN_START, data("r-hang"), None);
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "dispatch waited for the hung hook"
+        );
+        assert_eq!(out.warnings.len(), 1, "{:?}", out.warnings);
+        assert!(out.warnings[0].starts_with("hook:sleeper: timed out after 100ms in on_run_start"));
+        assert!(LOG.lock().unwrap().contains(&"order-a:r-hang".to_string()));
+        // Quarantined: the next dispatch does not wait for it again.
+        let started = Instant::now();
+        let out = d.dispatch(point::ON_RUN_START, data("r-hang-2"), None);
+        assert!(started.elapsed() < Duration::from_millis(500));
+        assert!(out.warnings.is_empty(), "{:?}", out.warnings);
+        assert!(
+            LOG.lock()
+                .unwrap()
+                .contains(&"order-a:r-hang-2".to_string())
+        );
+    }
+
+    #[test]
+    fn errors_and_panics_become_warnings_and_three_in_a_row_trip_the_latch() {
+        let d = Dispatcher::new(vec![active::<Failing>(), active::<Boom>()], deadlines(5000));
+        let out = d.dispatch(point::ON_RUN_END, data("x"), None);
+        assert_eq!(out.warnings[0], "hook:failing: disk full");
+        assert!(
+            out.warnings[1].starts_with("hook:boom: panicked at "),
+            "{:?}",
+            out.warnings
+        );
+        assert!(out.warnings[1].contains("boom went the hook"));
+        let out2 = d.dispatch(point::ON_RUN_END, data("x"), None);
+        let out3 = d.dispatch(point::ON_RUN_END, data("x"), None);
+        assert_eq!(out2.warnings[0], "hook:failing: disk full");
+        let summary: Vec<&String> = out3
+            .warnings
+            .iter()
+            .filter(|w| w.contains("consecutive"))
+            .collect();
+        assert_eq!(summary.len(), 2, "{:?}", out3.warnings);
+        assert!(summary[0].starts_with("hook:failing: disabled for the rest of this invocation after 3 consecutive failures (first: disk full)"));
+        // Both are now quarantined: nothing is called.
+        let out4 = d.dispatch(point::ON_RUN_END, data("x"), None);
+        assert!(out4.warnings.is_empty() && out4.returns.is_empty());
+    }
+
+    struct Echo(Option<Duration>);
+    impl Session for Echo {
+        fn converse(
+            &self,
+            _hook: &str,
+            text: &str,
+            timeout: Duration,
+        ) -> Result<String, ConverseError> {
+            match self.0 {
+                Some(_) => Err(ConverseError::TimedOut(timeout)),
+                None => Ok(format!("echo: {text}")),
+            }
+        }
+        fn probe_state(&self) -> Result<Value, String> {
+            Ok(serde_json::json!({"memory": []}))
+        }
+    }
+
+    #[test]
+    fn converse_works_only_at_run_scored_and_stamps_the_artifacts() {
+        let d = Dispatcher::new(vec![active::<Talker>()], deadlines(5000));
+        let out = d.dispatch(point::ON_RUN_START, data("c"), Some(&Echo(None)));
+        assert_eq!(
+            out.warnings,
+            ["hook:talker: converse is valid only during on_run_scored, not on_run_start"]
+        );
+        let out = d.dispatch(point::ON_RUN_SCORED, data("c"), Some(&Echo(None)));
+        assert_eq!(out.artifacts.len(), 1);
+        let a = &out.artifacts[0];
+        assert_eq!(a.label.as_deref(), Some("self-report"));
+        assert_eq!(a.payload["reply"], "echo: how did it go?");
+        assert_eq!(a.payload["tools_disabled"], false);
+        assert_eq!(a.payload["timed_out"], false);
+
+        let out = d.dispatch(
+            point::ON_RUN_SCORED,
+            data("c"),
+            Some(&Echo(Some(Duration::ZERO))),
+        );
+        let a = &out.artifacts[0];
+        assert_eq!(a.payload["timed_out"], true);
+        assert_eq!(a.payload["reply"], Value::Null);
+        assert_eq!(a.payload["error"], "converse timed out after 5s");
+
+        let out = d.dispatch(point::ON_RUN_SCORED, data("c"), None);
+        assert_eq!(
+            out.artifacts[0].payload["error"],
+            "the run's session is unusable; converse is unavailable"
+        );
+    }
+}

@@ -1,0 +1,330 @@
+//! The event stream: what happened in a sweep, as JSON lines.
+//!
+//! Durable: `<sweep_ts>.events.jsonl` in the runs directory. Each event is one line, written
+//! with a single `write(2)` to a file opened for appending, so a sweep killed at any point
+//! (even with SIGKILL) leaves a journal whose every line parses. Live: the same lines go to
+//! `wt run --events -` (stdout) or `--events FILE` as they happen.
+//!
+//! Every event carries the schema version, a per-sweep sequence number (gapless, in file
+//! order), a timestamp, the sweep/scenario/run/session ids and turn/step indexes where they
+//! apply, and a cause: a scenario turn, or the `converse` of the hook named. Consumers must
+//! not assume any hook was installed; hooks cannot replace or alter events. The schema is
+//! documented in `docs/events.md`.
+
+use std::{
+    fs::File,
+    io::Write,
+    path::{Path, PathBuf},
+    sync::Mutex,
+};
+
+use serde::Serialize;
+use serde_json::Value;
+
+/// Version of the event schema.
+pub const EVENTS_SCHEMA_VERSION: u32 = 1;
+
+/// The events, with their own fields.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "event")]
+pub enum Event {
+    SweepStarted {
+        pack: String,
+        agent: String,
+        scenarios: usize,
+        hooks: Vec<String>,
+    },
+    ScenarioStarted {
+        runs: u32,
+    },
+    RunStarted {
+        run_index: u32,
+    },
+    TurnStarted {
+        input: String,
+    },
+    /// A tool call the agent made during a turn.
+    StepDone {
+        tool: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
+    TurnDone {
+        latency_ms: u64,
+    },
+    TurnFailed {
+        error: String,
+    },
+    TurnInterrupted {
+        reason: String,
+    },
+    RunScored {
+        verdict: String,
+        failed_layers: Vec<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
+    RunEnded {
+        stem: String,
+    },
+    ScenarioEnded {
+        runs: u32,
+        passed: u32,
+        failed: u32,
+        errored: u32,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
+    SweepEnded {
+        scenarios: usize,
+        exit_code: u8,
+    },
+}
+
+impl Event {
+    /// The event's name, as written in its `event` field.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Event::SweepStarted { .. } => "SweepStarted",
+            Event::ScenarioStarted { .. } => "ScenarioStarted",
+            Event::RunStarted { .. } => "RunStarted",
+            Event::TurnStarted { .. } => "TurnStarted",
+            Event::StepDone { .. } => "StepDone",
+            Event::TurnDone { .. } => "TurnDone",
+            Event::TurnFailed { .. } => "TurnFailed",
+            Event::TurnInterrupted { .. } => "TurnInterrupted",
+            Event::RunScored { .. } => "RunScored",
+            Event::RunEnded { .. } => "RunEnded",
+            Event::ScenarioEnded { .. } => "ScenarioEnded",
+            Event::SweepEnded { .. } => "SweepEnded",
+        }
+    }
+
+    /// Is this a turn's terminal event?
+    pub fn is_turn_terminal(&self) -> bool {
+        matches!(
+            self,
+            Event::TurnDone { .. } | Event::TurnFailed { .. } | Event::TurnInterrupted { .. }
+        )
+    }
+}
+
+/// What caused an event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Cause {
+    /// The sweep itself, a scenario turn, or anything not caused by a hook.
+    Scenario,
+    /// A hook's `ctx.converse()`.
+    Converse { hook: String },
+}
+
+/// Where an event happened.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Scope {
+    pub scenario_id: Option<String>,
+    pub run_id: Option<String>,
+    pub session_id: Option<String>,
+    pub turn: Option<u32>,
+    pub step: Option<u32>,
+}
+
+#[derive(Serialize)]
+struct Line<'a> {
+    v: u32,
+    seq: u64,
+    ts: &'a str,
+    sweep_id: &'a str,
+    #[serde(flatten)]
+    scope: &'a Scope,
+    cause: &'a Cause,
+    #[serde(flatten)]
+    event: &'a Event,
+}
+
+/// Why the journal could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum JournalError {
+    #[error("failed to open the event journal {path}: {source}")]
+    Open {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("failed to write the event journal {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+struct Inner {
+    file: File,
+    live: Option<Box<dyn Write + Send>>,
+    seq: u64,
+    /// The first write error; later events are still attempted.
+    failed: Option<String>,
+}
+
+/// The sweep's journal.
+pub struct Journal {
+    path: PathBuf,
+    sweep_id: String,
+    now: Box<dyn Fn() -> String + Send + Sync>,
+    inner: Mutex<Inner>,
+}
+
+impl Journal {
+    /// Opens `<dir>/<sweep_ts>.events.jsonl` (new, appending) and an optional live sink.
+    pub fn create(
+        dir: &Path,
+        sweep_ts: &str,
+        sweep_id: &str,
+        live: Option<Box<dyn Write + Send>>,
+        now: Box<dyn Fn() -> String + Send + Sync>,
+    ) -> Result<Journal, JournalError> {
+        let path = dir.join(format!("{sweep_ts}.events.jsonl"));
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(|source| JournalError::Open {
+                path: path.clone(),
+                source,
+            })?;
+        Ok(Journal {
+            path,
+            sweep_id: sweep_id.to_owned(),
+            now,
+            inner: Mutex::new(Inner {
+                file,
+                live,
+                seq: 0,
+                failed: None,
+            }),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Writes one event durably (to the file, then the live sink) and returns its sequence
+    /// number. Returns after the line is in the file, so whoever publishes a terminal event
+    /// can rely on it being there.
+    pub fn publish(&self, scope: &Scope, cause: &Cause, event: &Event) -> u64 {
+        let ts = (self.now)();
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let seq = inner.seq;
+        let line = Line {
+            v: EVENTS_SCHEMA_VERSION,
+            seq,
+            ts: &ts,
+            sweep_id: &self.sweep_id,
+            scope,
+            cause,
+            event,
+        };
+        let mut bytes = match serde_json::to_vec(&line) {
+            Ok(b) => b,
+            Err(e) => {
+                inner
+                    .failed
+                    .get_or_insert(format!("event {}: {e}", event.name()));
+                return seq;
+            }
+        };
+        bytes.push(b'\n');
+        inner.seq += 1;
+        // One write of the whole line: O_APPEND makes it atomic with respect to the file's
+        // end, and a killed process leaves either the whole line or none of it.
+        if let Err(e) = inner.file.write_all(&bytes) {
+            inner
+                .failed
+                .get_or_insert(format!("{}: {e}", self.path.display()));
+        }
+        if let Some(live) = inner.live.as_mut() {
+            // A closed pipe on the live stream must not stop the sweep.
+            let _ = live.write_all(&bytes).and_then(|()| live.flush());
+        }
+        seq
+    }
+
+    /// The first write error, if any.
+    pub fn error(&self) -> Option<String> {
+        self.inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .failed
+            .clone()
+    }
+
+    /// How many events were published.
+    pub fn published(&self) -> u64 {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).seq
+    }
+}
+
+/// Reads a journal back: every line as JSON. A line that does not parse is an error naming
+/// its number.
+pub fn read_journal(path: &Path) -> Result<Vec<Value>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    text.lines()
+        .enumerate()
+        .map(|(i, l)| {
+            serde_json::from_str(l).map_err(|e| format!("{}:{}: {e}", path.display(), i + 1))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_carry_ids_sequence_and_cause() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = Journal::create(
+            dir.path(),
+            "20261130T000000Z",
+            "sw-1",
+            None,
+            Box::new(|| "2026-11-30T00:00:00Z".into()),
+        )
+        .unwrap();
+        let scope = Scope {
+            scenario_id: Some("refund".into()),
+            run_id: Some("r1".into()),
+            session_id: Some("s1".into()),
+            turn: Some(0),
+            step: None,
+        };
+        j.publish(
+            &scope,
+            &Cause::Scenario,
+            &Event::TurnStarted { input: "hi".into() },
+        );
+        j.publish(
+            &scope,
+            &Cause::Converse {
+                hook: "debrief".into(),
+            },
+            &Event::TurnDone { latency_ms: 3 },
+        );
+        let lines = read_journal(j.path()).unwrap();
+        assert_eq!(lines.len(), 2);
+        assert_eq!(lines[0]["event"], "TurnStarted");
+        assert_eq!(lines[0]["seq"], 0);
+        assert_eq!(lines[0]["sweep_id"], "sw-1");
+        assert_eq!(lines[0]["run_id"], "r1");
+        assert_eq!(lines[0]["turn"], 0);
+        assert_eq!(lines[0]["step"], Value::Null);
+        assert_eq!(lines[0]["cause"]["kind"], "scenario");
+        assert_eq!(lines[1]["seq"], 1);
+        assert_eq!(lines[1]["cause"]["hook"], "debrief");
+        assert_eq!(lines[1]["latency_ms"], 3);
+        assert_eq!(
+            j.path().file_name().unwrap(),
+            "20261130T000000Z.events.jsonl"
+        );
+    }
+}

@@ -1,0 +1,364 @@
+//! The bridge between the runner's [`RunObserver`] seam and the [`Dispatcher`]: builds each
+//! point's context from the runner's state, turns dispatch output into warnings and
+//! artifacts, and implements the turn-hook and guard protocol.
+//!
+//! A point no active hook declared returns at once: no snapshot is built, nothing is
+//! serialized, no thread is involved.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+use windtunnel_abi::point;
+use windtunnel_sdk::{
+    GuardDecision, TurnCall, TurnResult,
+    model::{AgentConfig, AggregateResult, Denial, Scenario, Score, Trace},
+};
+
+use crate::{
+    dispatch::{Artifact, CallData, DispatchOutput, Dispatcher, Session},
+    runner::{RunHookOutput, RunObserver, TurnOpen},
+};
+
+/// Schema version stamped into artifacts that carry none.
+pub const DEFAULT_ARTIFACT_SCHEMA_VERSION: u64 = 1;
+
+/// Every active hook, observing a sweep.
+pub struct HookObserver {
+    dispatcher: Arc<Dispatcher>,
+}
+
+impl HookObserver {
+    pub fn new(dispatcher: Arc<Dispatcher>) -> Self {
+        HookObserver { dispatcher }
+    }
+
+    pub fn dispatcher(&self) -> &Dispatcher {
+        &self.dispatcher
+    }
+
+    fn run_data(&self, scenario: &Scenario, agent: &AgentConfig) -> CallData {
+        CallData {
+            scenario: Some(Arc::new(scenario.clone())),
+            agent: Some(Arc::new(agent.clone())),
+            ..CallData::default()
+        }
+    }
+
+    fn with_run(
+        &self,
+        scenario: &Scenario,
+        agent: &AgentConfig,
+        trace: &Trace,
+        score: &Score,
+    ) -> CallData {
+        CallData {
+            run_id: Some(Arc::from(trace.run_id.as_str())),
+            session_id: Some(Arc::from(trace.session_id.as_str())),
+            trace: Some(Arc::new(trace.clone())),
+            score: Some(Arc::new(score.clone())),
+            ..self.run_data(scenario, agent)
+        }
+    }
+
+    /// Dispatches `point` when anyone declared it.
+    fn fire(
+        &self,
+        point: u32,
+        data: impl FnOnce() -> CallData,
+        session: Option<&dyn Session>,
+    ) -> RunHookOutput {
+        if !self.dispatcher.wants(point) {
+            return RunHookOutput::default();
+        }
+        output(self.dispatcher.dispatch(point, data(), session))
+    }
+
+    /// `on_pack_end`, fired by the CLI after the sweep with every scenario's aggregate.
+    pub fn on_pack_end(&self, aggregates: Vec<AggregateResult>) -> RunHookOutput {
+        self.fire(
+            point::ON_PACK_END,
+            || CallData {
+                aggregates: Some(Arc::new(aggregates)),
+                ..CallData::default()
+            },
+            None,
+        )
+    }
+
+    fn turn_data(call: &TurnCall) -> CallData {
+        CallData {
+            run_id: Some(Arc::from(call.run_id.as_str())),
+            session_id: Some(Arc::from(call.session_id.as_str())),
+            extra: vec![(
+                "turn_call",
+                Arc::from(serde_json::to_string(call).unwrap_or_default()),
+            )],
+            ..CallData::default()
+        }
+    }
+}
+
+/// Artifacts carry a `kind` and a schema version: the framework adds them to object
+/// payloads that lack them (`kind` = `<hook>` or `<hook>.<label>`), and wraps any other JSON
+/// value as `{kind, schema_version, value}`.
+pub fn stamp(mut a: Artifact) -> Artifact {
+    let kind = match &a.label {
+        Some(l) => format!("{}.{l}", a.hook),
+        None => a.hook.clone(),
+    };
+    match &mut a.payload {
+        Value::Object(map) => {
+            map.entry("kind").or_insert_with(|| Value::String(kind));
+            map.entry("schema_version")
+                .or_insert_with(|| Value::from(DEFAULT_ARTIFACT_SCHEMA_VERSION));
+        }
+        other => {
+            let value = other.take();
+            a.payload = serde_json::json!({
+                "kind": kind,
+                "schema_version": DEFAULT_ARTIFACT_SCHEMA_VERSION,
+                "value": value,
+            });
+        }
+    }
+    a
+}
+
+fn output(out: DispatchOutput) -> RunHookOutput {
+    RunHookOutput {
+        warnings: out.warnings,
+        artifacts: out.artifacts.into_iter().map(stamp).collect(),
+    }
+}
+
+impl RunObserver for HookObserver {
+    fn on_provisioned(&self, scenario: &Scenario, agent: &AgentConfig) -> RunHookOutput {
+        self.fire(
+            point::ON_PROVISIONED,
+            || self.run_data(scenario, agent),
+            None,
+        )
+    }
+
+    fn on_run_start(
+        &self,
+        scenario: &Scenario,
+        agent: &AgentConfig,
+        run_id: &str,
+        session_id: &str,
+        session: &dyn Session,
+    ) -> RunHookOutput {
+        self.fire(
+            point::ON_RUN_START,
+            || CallData {
+                run_id: Some(Arc::from(run_id)),
+                session_id: Some(Arc::from(session_id)),
+                ..self.run_data(scenario, agent)
+            },
+            Some(session),
+        )
+    }
+
+    fn on_run_scored(
+        &self,
+        scenario: &Scenario,
+        agent: &AgentConfig,
+        trace: &Trace,
+        score: &Score,
+        session: &dyn Session,
+    ) -> RunHookOutput {
+        self.fire(
+            point::ON_RUN_SCORED,
+            || self.with_run(scenario, agent, trace, score),
+            Some(session),
+        )
+    }
+
+    fn on_run_end(
+        &self,
+        scenario: &Scenario,
+        agent: &AgentConfig,
+        trace: &Trace,
+        score: &Score,
+        session: &dyn Session,
+    ) -> RunHookOutput {
+        self.fire(
+            point::ON_RUN_END,
+            || self.with_run(scenario, agent, trace, score),
+            Some(session),
+        )
+    }
+
+    fn on_scenario_end(
+        &self,
+        scenario: &Scenario,
+        agent: &AgentConfig,
+        aggregate: &AggregateResult,
+    ) -> RunHookOutput {
+        self.fire(
+            point::ON_SCENARIO_END,
+            || CallData {
+                aggregate: Some(Arc::new(aggregate.clone())),
+                ..self.run_data(scenario, agent)
+            },
+            None,
+        )
+    }
+
+    fn wants_turns(&self) -> bool {
+        let d = &self.dispatcher;
+        d.wants(point::TURN_BEGIN) || d.wants(point::TURN_FINISH) || d.wants(point::GUARD_CHECK)
+    }
+
+    fn begin_turn(&self, call: &TurnCall) -> TurnOpen {
+        let d = &self.dispatcher;
+        let guards = d.declared(point::GUARD_CHECK);
+        let begins = d.declared(point::TURN_BEGIN);
+        let mut open = TurnOpen::default();
+        if guards == 0 {
+            // Observers only: one hand-off for all begins.
+            let out = d.dispatch_to(
+                begins,
+                false,
+                point::TURN_BEGIN,
+                Self::turn_data(call),
+                None,
+            );
+            open.begun = succeeded(&out);
+            open.warnings = out.warnings;
+            return open;
+        }
+        // With guards, hooks go one at a time in activation order so that a denial stops
+        // the begins that come after it.
+        for slot in 0..d.hooks().len() {
+            let bit = 1u64 << slot;
+            if guards & bit != 0 {
+                if let Some(denial) = self.check(slot, call, &mut open.warnings) {
+                    open.denial = Some(denial);
+                    return open;
+                }
+            }
+            if begins & bit != 0 {
+                let out = d.dispatch_to(bit, false, point::TURN_BEGIN, Self::turn_data(call), None);
+                open.begun.extend(succeeded(&out));
+                open.warnings.extend(out.warnings);
+            }
+        }
+        open
+    }
+
+    fn finish_turn(&self, open: TurnOpen, result: &TurnResult) -> Vec<String> {
+        let mask = open.begun.iter().fold(0u64, |m, s| m | (1u64 << s));
+        if mask == 0 {
+            return open.warnings;
+        }
+        let mut data = Self::turn_data(&result.call);
+        data.extra.push((
+            "turn_result",
+            Arc::from(serde_json::to_string(result).unwrap_or_default()),
+        ));
+        let out = self
+            .dispatcher
+            .dispatch_to(mask, true, point::TURN_FINISH, data, None);
+        out.warnings
+    }
+}
+
+impl HookObserver {
+    /// Runs one guard. Anything but an explicit allow denies: a denial, an error, a panic,
+    /// an overrun, or a guard already quarantined (guards fail closed).
+    fn check(&self, slot: usize, call: &TurnCall, warnings: &mut Vec<String>) -> Option<Denial> {
+        let d = &self.dispatcher;
+        let guard = d.hooks()[slot].name.clone();
+        let denial = |kind: &str, code: &str, message: String| Denial {
+            turn: call.turn,
+            guard: guard.clone(),
+            code: code.to_owned(),
+            message,
+            kind: kind.to_owned(),
+        };
+        if d.quarantined() & (1 << slot) != 0 {
+            return Some(denial(
+                "quarantined",
+                "guard_error",
+                "the guard was disabled earlier in this invocation".into(),
+            ));
+        }
+        let out = d.dispatch_to(
+            1 << slot,
+            false,
+            point::GUARD_CHECK,
+            Self::turn_data(call),
+            None,
+        );
+        warnings.extend(out.warnings);
+        if out.timed_out.contains(&slot) {
+            return Some(denial(
+                "timeout",
+                "guard_error",
+                format!(
+                    "the guard overran its deadline of {}",
+                    crate::deadlines::human(d.deadlines().dispatch)
+                ),
+            ));
+        }
+        match out
+            .returns
+            .into_iter()
+            .find(|(s, _)| *s == slot)
+            .map(|(_, r)| r)
+        {
+            Some(Ok(json)) => match serde_json::from_str::<GuardDecision>(&json) {
+                Ok(GuardDecision::Allow) => None,
+                Ok(GuardDecision::Deny { code, message }) => Some(denial("denied", &code, message)),
+                Err(e) => Some(denial(
+                    "error",
+                    "guard_error",
+                    format!("unreadable decision: {e}"),
+                )),
+            },
+            Some(Err(e)) if e.starts_with("panicked") => Some(denial("panic", "guard_error", e)),
+            Some(Err(e)) => Some(denial("error", "guard_error", e)),
+            None => Some(denial(
+                "error",
+                "guard_error",
+                "the guard was not called".into(),
+            )),
+        }
+    }
+}
+
+/// Slots whose call returned `Ok`.
+fn succeeded(out: &DispatchOutput) -> Vec<usize> {
+    out.returns
+        .iter()
+        .filter(|(_, r)| r.is_ok())
+        .map(|(s, _)| *s)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn artifacts_get_a_kind_and_schema_version_unless_they_have_one() {
+        let a = stamp(Artifact {
+            hook: "debrief".into(),
+            label: None,
+            payload: json!({"schema_version": 2, "reply": "x"}),
+        });
+        assert_eq!(a.payload["kind"], "debrief");
+        assert_eq!(a.payload["schema_version"], 2);
+        let b = stamp(Artifact {
+            hook: "probe".into(),
+            label: Some("violation".into()),
+            payload: json!([1, 2]),
+        });
+        assert_eq!(
+            b.payload,
+            json!({"kind": "probe.violation", "schema_version": 1, "value": [1, 2]})
+        );
+    }
+}

@@ -1,0 +1,266 @@
+//! Triage: cluster failing runs and place each cluster on the ladder
+//! wiring → harness → steering → model, with the evidence for the placement.
+//!
+//! - **wiring**: the agent could not be reached or answered out of protocol (transport
+//!   errors, timeouts, malformed output, a reset that failed). Fix the connection first.
+//! - **harness**: the environment misbehaved: tool calls came back with errors, a guard
+//!   denied a turn. Fix the fixture, tools or policy.
+//! - **steering**: the agent did what its instructions should have prevented: a forbidden
+//!   tool, a required step skipped or out of order, a step limit exceeded. Fix the soul.
+//! - **model**: everything around it worked and the result is still wrong. Only now is it
+//!   the model.
+//!
+//! Debrief artifacts, where present, are attached as leads (the agent's self-report); they
+//! never change a placement. Hook artifacts are read, never counted.
+
+use std::{collections::BTreeMap, path::Path};
+
+use serde::Serialize;
+use windtunnel_sdk::model::{Score, Trace, Verdict};
+
+use crate::store::StoredRun;
+
+/// The rungs, in the order a failure is attributed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Rung {
+    Wiring,
+    Harness,
+    Steering,
+    Model,
+}
+
+impl Rung {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Rung::Wiring => "wiring",
+            Rung::Harness => "harness",
+            Rung::Steering => "steering",
+            Rung::Model => "model",
+        }
+    }
+}
+
+/// Failing runs that share a scenario, failed layers and normalized reason.
+#[derive(Debug, Clone, Serialize)]
+pub struct Cluster {
+    pub scenario_id: String,
+    pub verdict: Verdict,
+    pub failed_layers: Vec<String>,
+    /// The reason with ids, numbers and quoted values replaced by placeholders.
+    pub reason: String,
+    pub rung: Rung,
+    /// Why it sits on that rung.
+    pub evidence: String,
+    pub runs: Vec<String>,
+    /// How many runs of the scenario were looked at.
+    pub of: usize,
+    /// Excerpts of debrief replies for runs in the cluster.
+    pub debriefs: Vec<String>,
+}
+
+/// Replaces what varies between runs of the same failure: quoted text, ids, numbers.
+pub fn normalize(reason: &str) -> String {
+    let mut out = String::with_capacity(reason.len());
+    let mut chars = reason.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '`' | '"' => {
+                let close = c;
+                out.push(close);
+                out.push('…');
+                for d in chars.by_ref() {
+                    if d == close {
+                        break;
+                    }
+                }
+                out.push(close);
+            }
+            '{' => {
+                let mut depth = 1;
+                for d in chars.by_ref() {
+                    match d {
+                        '{' => depth += 1,
+                        '}' => {
+                            depth -= 1;
+                            if depth == 0 {
+                                break;
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                out.push_str("{…}");
+            }
+            c if c.is_ascii_digit() => {
+                while chars
+                    .peek()
+                    .is_some_and(|d| d.is_ascii_alphanumeric() || *d == '.')
+                {
+                    chars.next();
+                }
+                out.push('N');
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Where a failing run sits on the ladder, and the evidence for it.
+pub fn place(trace: &Trace, score: &Score) -> (Rung, String) {
+    if score.verdict == Verdict::Error {
+        if let Some(d) = &trace.denial {
+            return (
+                Rung::Harness,
+                format!(
+                    "guard `{}` denied turn {} ({}: {})",
+                    d.guard, d.turn, d.code, d.message
+                ),
+            );
+        }
+        let why = score.error.clone().unwrap_or_else(|| "run error".into());
+        return (Rung::Wiring, format!("the run could not be judged: {why}"));
+    }
+    if !score.integrity.passed {
+        return (
+            Rung::Wiring,
+            format!("integrity: {}", score.integrity.detail),
+        );
+    }
+    let tool_errors: Vec<String> = trace
+        .evidence
+        .tool_calls
+        .iter()
+        .filter_map(|c| {
+            c.error
+                .as_ref()
+                .map(|e| format!("`{}` (turn {}, step {}): {e}", c.name, c.turn, c.step))
+        })
+        .collect();
+    if !tool_errors.is_empty() {
+        return (
+            Rung::Harness,
+            format!("tool calls returned errors: {}", tool_errors.join("; ")),
+        );
+    }
+    if !score.constraint.passed {
+        return (
+            Rung::Steering,
+            format!("constraint: {}", score.constraint.detail),
+        );
+    }
+    if !score.trajectory.passed {
+        return (
+            Rung::Steering,
+            format!("trajectory: {}", score.trajectory.detail),
+        );
+    }
+    (
+        Rung::Model,
+        format!(
+            "wiring, tools and steering held; outcome: {}",
+            score.outcome.detail
+        ),
+    )
+}
+
+fn reason(score: &Score) -> String {
+    if let Some(e) = &score.error {
+        return e.clone();
+    }
+    score
+        .layers()
+        .into_iter()
+        .filter(|(_, l)| !l.passed)
+        .map(|(n, l)| format!("{n}: {}", l.detail))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+fn debrief_excerpt(trace_path: &Path) -> Option<String> {
+    let stem = trace_path.file_stem()?.to_str()?;
+    let path = trace_path.with_file_name(format!("{stem}.debrief.json"));
+    let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
+    let text = doc
+        .get("reply")
+        .and_then(|r| r.as_str())
+        .map(str::to_owned)
+        .or_else(|| {
+            doc.get("error")
+                .and_then(|e| e.as_str())
+                .map(|e| format!("(no reply: {e})"))
+        })?;
+    let one_line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    Some(if one_line.chars().count() > 240 {
+        format!("{}…", one_line.chars().take(240).collect::<String>())
+    } else {
+        one_line
+    })
+}
+
+/// Clusters the failing runs among `runs`, most frequent first.
+pub fn triage(runs: &[StoredRun]) -> Vec<Cluster> {
+    let mut per_scenario: BTreeMap<&str, usize> = BTreeMap::new();
+    for (t, _, _) in runs {
+        *per_scenario.entry(&t.scenario_id).or_default() += 1;
+    }
+    let mut clusters: BTreeMap<(String, Vec<String>, String), Cluster> = BTreeMap::new();
+    for (trace, score, path) in runs {
+        let Some(score) = score else { continue };
+        if score.verdict == Verdict::Pass {
+            continue;
+        }
+        let layers: Vec<String> = score
+            .failed_layers()
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        let norm = normalize(&reason(score));
+        let key = (trace.scenario_id.clone(), layers.clone(), norm.clone());
+        let (rung, evidence) = place(trace, score);
+        let c = clusters.entry(key).or_insert_with(|| Cluster {
+            scenario_id: trace.scenario_id.clone(),
+            verdict: score.verdict,
+            failed_layers: layers,
+            reason: norm,
+            rung,
+            evidence,
+            runs: Vec::new(),
+            of: per_scenario
+                .get(trace.scenario_id.as_str())
+                .copied()
+                .unwrap_or(0),
+            debriefs: Vec::new(),
+        });
+        c.runs.push(trace.run_id.clone());
+        if let Some(d) = debrief_excerpt(path) {
+            c.debriefs.push(d);
+        }
+    }
+    let mut out: Vec<Cluster> = clusters.into_values().collect();
+    out.sort_by(|a, b| {
+        a.rung
+            .cmp(&b.rung)
+            .then(b.runs.len().cmp(&a.runs.len()))
+            .then(a.scenario_id.cmp(&b.scenario_id))
+    });
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalization_folds_what_varies_between_runs() {
+        assert_eq!(
+            normalize("forbidden tool `issue_refund` called (turn 0, step 1, arguments {\"a\":1})"),
+            "forbidden tool `…` called (turn N, step N, arguments {…})"
+        );
+        assert_eq!(
+            normalize("turn 0: no reply within the turn timeout of 0.2s"),
+            "turn N: no reply within the turn timeout of N"
+        );
+    }
+}

@@ -1,0 +1,137 @@
+//! Hooks called through the real loader (dlopen + abi_stable) in this process: the context
+//! crosses the boundary, declared points are honoured, and a panicking hook comes back as
+//! an error while the host lives on.
+
+use std::{cell::RefCell, collections::HashMap};
+
+use windtunnel::registry::{HostServices, Registry};
+use windtunnel_abi::point;
+
+use crate::fixtures::plugin_dir;
+
+/// A host context with fixed members that records every service call.
+#[derive(Default)]
+struct FakeHost {
+    members: HashMap<&'static str, String>,
+    calls: RefCell<Vec<(String, String)>>,
+}
+
+impl HostServices for FakeHost {
+    fn member(&self, name: &str) -> Option<String> {
+        self.members.get(name).cloned()
+    }
+    fn call(&self, op: &str, arg: &str) -> Result<String, String> {
+        self.calls
+            .borrow_mut()
+            .push((op.to_owned(), arg.to_owned()));
+        match op {
+            "converse" => Err("converse is valid only during on_run_scored".into()),
+            _ => Ok("null".into()),
+        }
+    }
+}
+
+#[test]
+fn a_panicking_hook_becomes_an_error_and_the_host_lives_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = plugin_dir(tmp.path(), &["wt_test_panicky"]);
+    let reg = Registry::discover(&[dir]);
+    let hooks = reg
+        .activate(&["panicky".to_string()])
+        .expect("panicky loads");
+    let host = FakeHost::default();
+
+    let err = hooks[0].call(point::ON_RUN_START, &host).unwrap_err();
+    assert!(
+        err.contains("panicky hook exploded in on_run_start"),
+        "{err}"
+    );
+    assert!(
+        err.contains("panicked at") && err.contains("lib.rs"),
+        "{err}"
+    );
+    // The instance is poisoned: later calls fail cleanly instead of running on torn state.
+    let err = hooks[0].call(point::ON_RUN_END, &host).unwrap_err();
+    assert!(err.contains("disabled after an earlier panic"), "{err}");
+    // Still alive: a fresh instance from the same (already loaded) library works the same.
+    let again = reg.activate(&["panicky".to_string()]).unwrap();
+    assert!(
+        again[0]
+            .call(point::ON_PROVISIONED, &host)
+            .unwrap_err()
+            .contains("on_provisioned")
+    );
+}
+
+#[test]
+fn the_context_crosses_the_boundary_and_services_reach_the_host() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = plugin_dir(tmp.path(), &["wt_test_recorder"]);
+    let log = tmp.path().join("calls.jsonl");
+    // SAFETY: this test binary's tests do not read WT_RECORDER_LOG concurrently except
+    // through this plugin, and nextest runs each test in its own process.
+    unsafe { std::env::set_var("WT_RECORDER_LOG", &log) };
+    let reg = Registry::discover(&[dir]);
+    let hooks = reg.activate(&["recorder".to_string()]).unwrap();
+    let recorder = &hooks[0];
+    assert!(recorder.declares(point::ON_PACK_END) && !recorder.declares(point::TURN_BEGIN));
+
+    let mut host = FakeHost::default();
+    host.members.insert("run_id", "\"run-123\"".into());
+    host.members.insert("session_id", "\"s-1\"".into());
+    recorder
+        .call(point::ON_RUN_START, &host)
+        .expect("recorder succeeds");
+
+    let line: serde_json::Value = serde_json::from_str(
+        std::fs::read_to_string(&log)
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(line["point"], "on_run_start");
+    assert_eq!(line["run_id"], "run-123");
+    assert_eq!(line["present"], serde_json::json!(["run_id", "session_id"]));
+    assert_eq!(
+        line["converse"],
+        "refused: converse is valid only during on_run_scored"
+    );
+
+    let calls = host.calls.borrow();
+    let ops: Vec<&str> = calls.iter().map(|(op, _)| op.as_str()).collect();
+    assert_eq!(ops, ["converse", "emit_artifact"]);
+    let emitted: serde_json::Value = serde_json::from_str(&calls[1].1).unwrap();
+    assert_eq!(emitted["label"], "run-start");
+    assert_eq!(emitted["payload"]["point"], "on_run_start");
+}
+
+#[test]
+fn two_hooks_of_one_library_are_independent_instances_with_their_own_points() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = plugin_dir(tmp.path(), &["wt_test_pair", "acme_state_probe"]);
+    let reg = Registry::discover(&[dir]);
+    let hooks = reg
+        .activate(&[
+            "pair_second".into(),
+            "acme_state_probe".into(),
+            "pair_first".into(),
+        ])
+        .unwrap();
+    let names: Vec<&str> = hooks.iter().map(|h| h.name.as_str()).collect();
+    assert_eq!(names, ["pair_second", "acme_state_probe", "pair_first"]);
+    assert!(hooks[2].declares(point::ON_PROVISIONED) && !hooks[0].declares(point::ON_PROVISIONED));
+    let host = FakeHost::default();
+    hooks[2].call(point::ON_PROVISIONED, &host).unwrap();
+    assert_eq!(
+        host.calls.borrow()[0],
+        (
+            "warn".to_owned(),
+            "pair_first saw on_provisioned".to_owned()
+        )
+    );
+    let prov = hooks[1].provenance();
+    assert_eq!(prov.sha256.as_ref().map(String::len), Some(64));
+    assert!(prov.source.ends_with("libacme_state_probe.so"));
+}

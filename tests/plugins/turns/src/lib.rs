@@ -1,0 +1,182 @@
+//! Turn hooks for the test suite. Every call appends a line to the file named by
+//! `WT_TURNLOG`:
+//!
+//! - observers `turn_a` … `turn_d`: `<name> begin <run8> <turn> started=<yes|no>` and
+//!   `<name> finish <run8> <turn> <outcome> terminal=<yes|no>`, where `terminal` says whether
+//!   the turn's terminal event was already in the journal (`*.events.jsonl` in
+//!   `WT_TURNLOG_JOURNAL_DIR`) when the finish ran. `WT_<NAME>_PANIC=begin|finish` makes
+//!   that observer panic there (after logging).
+//! - guards: `guard_deny` denies turn `WT_GUARD_DENY_TURN` (default 0) with code
+//!   `no_refunds`; `guard_panic` panics; `guard_hang` never returns. Each logs
+//!   `<name> check <run8> <turn>` first.
+
+use std::io::Write;
+
+use windtunnel_sdk::{
+    Context, GuardDecision, Hook, Result, TurnCall, TurnResult, export_hooks, hook,
+};
+
+fn log(line: String) {
+    if let Ok(path) = std::env::var("WT_TURNLOG") {
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+        {
+            let _ = writeln!(f, "{line}");
+        }
+    }
+}
+
+fn short(run: &str) -> &str {
+    &run[..run.len().min(8)]
+}
+
+fn panics_at(name: &str, at: &str) -> bool {
+    std::env::var(format!("WT_{}_PANIC", name.to_ascii_uppercase())).is_ok_and(|v| v == at)
+}
+
+/// Is an event of (run, turn) among `names` already in the journal?
+fn in_journal(run: &str, turn: u32, names: &[&str]) -> bool {
+    let Ok(dir) = std::env::var("WT_TURNLOG_JOURNAL_DIR") else {
+        return false;
+    };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return false;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        if !p.to_string_lossy().ends_with(".events.jsonl") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&p).unwrap_or_default();
+        for line in text.lines() {
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+                continue;
+            };
+            let wanted = v["event"].as_str().is_some_and(|e| names.contains(&e));
+            if wanted && v["run_id"] == run && v["turn"] == turn && v["cause"]["kind"] == "scenario"
+            {
+                return true;
+            }
+        }
+    }
+    false
+}
+
+macro_rules! observer {
+    ($($ty:ident = $name:literal),+) => {$(
+        #[derive(Default)]
+        pub struct $ty;
+
+        #[hook]
+        impl Hook for $ty {
+            const NAME: &'static str = $name;
+
+            fn turn_begin(&mut self, call: &TurnCall, _ctx: &Context<'_>) -> Result {
+                let started = in_journal(&call.run_id, call.turn, &["TurnStarted"]);
+                log(format!(
+                    "{} begin {} {} started={}",
+                    $name,
+                    short(&call.run_id),
+                    call.turn,
+                    if started { "yes" } else { "no" }
+                ));
+                if panics_at($name, "begin") {
+                    panic!("{} panics in begin", $name);
+                }
+                Ok(())
+            }
+
+            fn turn_finish(&mut self, result: &TurnResult, _ctx: &Context<'_>) -> Result {
+                let seen = in_journal(
+                    &result.call.run_id,
+                    result.call.turn,
+                    &["TurnDone", "TurnFailed", "TurnInterrupted"],
+                );
+                log(format!(
+                    "{} finish {} {} {:?} terminal={}",
+                    $name,
+                    short(&result.call.run_id),
+                    result.call.turn,
+                    result.outcome,
+                    if seen { "yes" } else { "no" }
+                ));
+                if panics_at($name, "finish") {
+                    panic!("{} panics in finish", $name);
+                }
+                Ok(())
+            }
+        }
+    )+};
+}
+
+observer!(
+    TurnA = "turn_a",
+    TurnB = "turn_b",
+    TurnC = "turn_c",
+    TurnD = "turn_d"
+);
+
+#[derive(Default)]
+pub struct GuardDeny;
+
+#[hook]
+impl Hook for GuardDeny {
+    const NAME: &'static str = "guard_deny";
+
+    fn guard_check(&mut self, call: &TurnCall, _ctx: &Context<'_>) -> Result<GuardDecision> {
+        log(format!(
+            "guard_deny check {} {}",
+            short(&call.run_id),
+            call.turn
+        ));
+        let deny_turn: u32 = std::env::var("WT_GUARD_DENY_TURN")
+            .ok()
+            .and_then(|t| t.parse().ok())
+            .unwrap_or(0);
+        Ok(if call.turn == deny_turn {
+            GuardDecision::deny("no_refunds", "refund requests are out of policy")
+        } else {
+            GuardDecision::Allow
+        })
+    }
+}
+
+#[derive(Default)]
+pub struct GuardPanic;
+
+#[hook]
+impl Hook for GuardPanic {
+    const NAME: &'static str = "guard_panic";
+
+    fn guard_check(&mut self, call: &TurnCall, _ctx: &Context<'_>) -> Result<GuardDecision> {
+        log(format!(
+            "guard_panic check {} {}",
+            short(&call.run_id),
+            call.turn
+        ));
+        panic!("guard_panic exploded")
+    }
+}
+
+#[derive(Default)]
+pub struct GuardHang;
+
+#[hook]
+impl Hook for GuardHang {
+    const NAME: &'static str = "guard_hang";
+
+    fn guard_check(&mut self, call: &TurnCall, _ctx: &Context<'_>) -> Result<GuardDecision> {
+        log(format!(
+            "guard_hang check {} {}",
+            short(&call.run_id),
+            call.turn
+        ));
+        loop {
+            std::thread::park();
+        }
+    }
+}
+
+export_hooks!(TurnA, TurnB, TurnC, TurnD, GuardDeny, GuardPanic, GuardHang);
