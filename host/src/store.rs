@@ -165,7 +165,22 @@ pub fn to_json_bytes<T: Serialize + ?Sized>(value: &T) -> Vec<u8> {
 }
 
 pub fn write_json<T: Serialize + ?Sized>(path: &Path, value: &T) -> Result<(), StoreError> {
-    write_atomic(path, &to_json_bytes(value))
+    thread_local! {
+        // Reused per thread: a sweep serializes thousands of similar documents.
+        static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    BUF.with(|buf| {
+        let mut buf = buf.borrow_mut();
+        buf.clear();
+        serde_json::to_writer_pretty(&mut *buf, value).expect("model types serialize");
+        buf.push(b'\n');
+        let written = write_atomic(path, &buf);
+        if buf.capacity() > 1 << 20 {
+            // Do not keep an outsized buffer after a huge document.
+            *buf = Vec::new();
+        }
+        written
+    })
 }
 
 /// Creates the runs directory if needed.
