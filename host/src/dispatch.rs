@@ -82,10 +82,7 @@ impl Snapshot {
                 .find(|(k, _)| *k == name)
                 .map(|(_, v)| v.to_string());
         };
-        fn json<T: Serialize>(v: &Option<Arc<T>>) -> Option<String>
-        where
-            T: ?Sized,
-        {
+        fn json<T: Serialize + ?Sized>(v: &Option<Arc<T>>) -> Option<String> {
             v.as_ref().and_then(|v| serde_json::to_string(&**v).ok())
         }
         let d = &self.data;
@@ -402,6 +399,15 @@ impl WorkerServices<'_> {
     }
 }
 
+/// One hand-off to the worker: which hooks, at which point, in which order.
+struct Batch<'a> {
+    point: u32,
+    order: u64,
+    reverse: bool,
+    snapshot: &'a Arc<Snapshot>,
+    session: Option<&'a dyn Session>,
+}
+
 struct Health {
     consecutive: u32,
     first_error: Option<String>,
@@ -524,9 +530,14 @@ impl Dispatcher {
             cache: Default::default(),
         });
         while order != 0 {
-            match self.run_batch(
-                &mut inner, point, order, reverse, &snapshot, session, &mut out,
-            ) {
+            let batch = Batch {
+                point,
+                order,
+                reverse,
+                snapshot: &snapshot,
+                session,
+            };
+            match self.run_batch(&mut inner, &batch, &mut out) {
                 Ok(()) => break,
                 // Go on with the hooks after the one that hung.
                 Err(hung) if reverse => order &= (1u64 << hung) - 1,
@@ -541,13 +552,16 @@ impl Dispatcher {
     fn run_batch(
         &self,
         inner: &mut Inner,
-        point: u32,
-        order: u64,
-        reverse: bool,
-        snapshot: &Arc<Snapshot>,
-        session: Option<&dyn Session>,
+        batch: &Batch<'_>,
         out: &mut DispatchOutput,
     ) -> Result<(), usize> {
+        let Batch {
+            point,
+            order,
+            reverse,
+            snapshot,
+            session,
+        } = *batch;
         if inner.worker.is_none() {
             match Worker::spawn() {
                 Ok(w) => inner.worker = Some(w),

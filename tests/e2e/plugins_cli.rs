@@ -408,7 +408,7 @@ fn install_validates_then_copies_into_the_user_directory() {
         std::fs::read(dir.join("libacme_state_probe.so")).unwrap()
     );
     // Found without --plugin-dir now.
-    let r = run(&mut wt(tmp.path()).args(["hooks", "list"]));
+    let r = run(wt(tmp.path()).args(["hooks", "list"]));
     assert!(
         r.stdout
             .lines()

@@ -259,8 +259,8 @@ fn state_check(clean: Option<&Value>, after: Option<&Value>) -> Check {
 
 fn cut(v: &Value) -> String {
     let s = v.to_string();
-    if s.len() > 160 {
-        format!("{}…", &s[..s.floor_char_boundary(160)])
+    if s.chars().count() > 160 {
+        format!("{}…", s.chars().take(160).collect::<String>())
     } else {
         s
     }

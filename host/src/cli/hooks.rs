@@ -97,9 +97,14 @@ fn plan(args: PlanArgs) -> anyhow::Result<u8> {
     let active = activate(&args.hooks, &args.dirs)?;
     let mut out = std::io::stdout().lock();
     for h in &active {
+        let role = if h.declares(windtunnel_abi::point::GUARD_CHECK) {
+            "guard: may deny turns; needs --policy-revision"
+        } else {
+            "observer"
+        };
         writeln!(
             out,
-            "hook {}  ({}, {})",
+            "hook {}  ({}, {}, {role})",
             h.name,
             h.source,
             crate::registry::env_prefix(&h.name) + "*"

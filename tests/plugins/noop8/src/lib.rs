@@ -1,6 +1,7 @@
-//! Eight hooks that do nothing at `on_run_end`: the dispatch benchmark's subjects.
+//! Eight hooks that do nothing at `on_run_end`, and four turn observers that do nothing:
+//! the benchmarks' subjects.
 
-use windtunnel_sdk::{Context, Hook, Result, export_hooks, hook};
+use windtunnel_sdk::{Context, Hook, Result, TurnCall, TurnResult, export_hooks, hook};
 
 macro_rules! noop {
     ($($ty:ident = $name:literal),+) => {$(
@@ -28,4 +29,32 @@ noop!(
     Noop7 = "noop7"
 );
 
-export_hooks!(Noop0, Noop1, Noop2, Noop3, Noop4, Noop5, Noop6, Noop7);
+macro_rules! turn_noop {
+    ($($ty:ident = $name:literal),+) => {$(
+        #[derive(Default)]
+        pub struct $ty;
+
+        #[hook]
+        impl Hook for $ty {
+            const NAME: &'static str = $name;
+            fn turn_begin(&mut self, _call: &TurnCall, _ctx: &Context<'_>) -> Result {
+                Ok(())
+            }
+            fn turn_finish(&mut self, _result: &TurnResult, _ctx: &Context<'_>) -> Result {
+                Ok(())
+            }
+        }
+    )+};
+}
+
+turn_noop!(
+    TurnNoop0 = "tnoop0",
+    TurnNoop1 = "tnoop1",
+    TurnNoop2 = "tnoop2",
+    TurnNoop3 = "tnoop3"
+);
+
+export_hooks!(
+    Noop0, Noop1, Noop2, Noop3, Noop4, Noop5, Noop6, Noop7, TurnNoop0, TurnNoop1, TurnNoop2,
+    TurnNoop3
+);

@@ -17,14 +17,15 @@ use windtunnel_sdk::{
 };
 
 fn log(line: String) {
-    if let Ok(path) = std::env::var("WT_TURNLOG") {
-        if let Ok(mut f) = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-        {
-            let _ = writeln!(f, "{line}");
-        }
+    let Ok(path) = std::env::var("WT_TURNLOG") else {
+        return;
+    };
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    {
+        let _ = writeln!(f, "{line}");
     }
 }
 
