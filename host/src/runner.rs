@@ -308,6 +308,16 @@ pub fn run_sweep(
         agent: cfg.agent.label.clone(),
         source,
     })?;
+    run_sweep_on(runtime.as_ref(), scenarios, cfg, sweep)
+}
+
+/// [`run_sweep`] on a given runtime (tests, embedders with their own runtime).
+pub fn run_sweep_on(
+    runtime: &dyn Runtime,
+    scenarios: &[Scenario],
+    cfg: &RunConfig,
+    sweep: &Sweep,
+) -> Result<SweepResult, RunnerError> {
     store::ensure_dir(&cfg.out_dir)?;
     // Stems already in the directory count as taken: a sweep never overwrites a trace.
     let taken = store::trace_files(&cfg.out_dir)?
@@ -333,7 +343,7 @@ pub fn run_sweep(
                         surface: &surface,
                         sweep,
                         scenario,
-                        runtime: runtime.as_ref(),
+                        runtime,
                         stems: &stems,
                     }
                     .run();
@@ -427,14 +437,20 @@ impl ScenarioRunner<'_> {
         let provisioned = cfg.observer.on_provisioned(scenario, &cfg.agent);
         self.scoped(provisioned, &mut warnings)?;
         let mut first_problem = None;
+        let mut write_failure = None;
         for index in 0..runs {
             if cfg.cancelled() {
                 // Interrupted: runs that never started are not counted as run.
                 break;
             }
-            let score = self.run_one(index, &handle, &mut agg)?;
-            if first_problem.is_none() {
-                first_problem = problem(&score);
+            match self.run_one(index, &handle, &mut agg) {
+                Ok(score) if first_problem.is_none() => first_problem = problem(&score),
+                Ok(_) => {}
+                Err(e) => {
+                    // Files cannot be written: stop this scenario, but keep hooks paired.
+                    write_failure = Some(e);
+                    break;
+                }
             }
         }
         self.teardown(&handle, &mut warnings);
@@ -442,8 +458,12 @@ impl ScenarioRunner<'_> {
         let end = cfg
             .observer
             .on_scenario_end(scenario, &cfg.agent, &aggregate);
-        self.scoped(end, &mut warnings)?;
+        let scoped = self.scoped(end, &mut warnings);
         self.scenario_ended(&aggregate);
+        if let Some(e) = write_failure {
+            return Err(e);
+        }
+        scoped?;
         Ok(ScenarioOutcome {
             aggregate,
             warnings,
@@ -691,18 +711,7 @@ impl ScenarioRunner<'_> {
             );
             let watch = cfg.clock.stopwatch();
             let real = std::time::Instant::now();
-            let reply = {
-                let mut w = lock(world);
-                lock(handle).send(
-                    &trace.session_id,
-                    text,
-                    TurnCtx {
-                        index,
-                        world: &mut w,
-                        timeout,
-                    },
-                )
-            };
+            let reply = guarded_send(handle, world, &trace.session_id, text, index, timeout);
             for call in &reply.tool_calls {
                 cfg.publish(
                     &Scope {
@@ -787,6 +796,37 @@ impl ScenarioRunner<'_> {
     }
 }
 
+/// Sends one turn; a panicking runtime becomes a turn error instead of ending the sweep.
+fn guarded_send(
+    handle: &Mutex<Box<dyn AgentHandle>>,
+    world: &Mutex<World>,
+    session_id: &str,
+    text: &str,
+    index: u32,
+    timeout: Duration,
+) -> runtime::Reply {
+    let sent = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut w = lock(world);
+        lock(handle).send(
+            session_id,
+            text,
+            TurnCtx {
+                index,
+                world: &mut w,
+                timeout,
+            },
+        )
+    }));
+    sent.unwrap_or_else(|panic| {
+        let msg = panic
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".to_owned());
+        runtime::Reply::failed(format!("the agent runtime panicked: {msg}"), Vec::new())
+    })
+}
+
 /// A turn that failed after using its whole deadline was interrupted by it; any other error
 /// is a failure. (Every runtime honours the deadline, so this needs no runtime cooperation.)
 fn terminal(error: &Option<String>, took: Duration, timeout: Duration) -> Outcome {
@@ -857,18 +897,14 @@ impl Session for SessionConverse<'_> {
         );
         let watch = self.cfg.clock.stopwatch();
         let real = std::time::Instant::now();
-        let reply = {
-            let mut w = lock(self.world);
-            lock(self.handle).send(
-                &self.session_id,
-                text,
-                TurnCtx {
-                    index,
-                    world: &mut w,
-                    timeout,
-                },
-            )
-        };
+        let reply = guarded_send(
+            self.handle,
+            self.world,
+            &self.session_id,
+            text,
+            index,
+            timeout,
+        );
         let outcome = terminal(&reply.error, real.elapsed(), timeout);
         let event = match (&reply.error, outcome) {
             (Some(e), Outcome::Interrupted) => events::Event::TurnInterrupted { reason: e.clone() },
@@ -1027,6 +1063,42 @@ mod tests {
         let probe: Value =
             store::read_json(&dir.path().join(format!("{stem}.rec.probe.json"))).unwrap();
         assert!(probe["sessions"].as_array().unwrap().len() >= 2, "{probe}");
+    }
+
+    struct Panicky;
+    struct PanickyHandle;
+    impl Runtime for Panicky {
+        fn provision(&self, _: &Scenario) -> Result<Box<dyn AgentHandle>, RuntimeError> {
+            Ok(Box::new(PanickyHandle))
+        }
+    }
+    impl AgentHandle for PanickyHandle {
+        fn reset_state(&mut self) -> Result<(), RuntimeError> {
+            Ok(())
+        }
+        fn send(&mut self, _: &str, _: &str, _: TurnCtx<'_>) -> runtime::Reply {
+            panic!("boom")
+        }
+        fn teardown(&mut self) -> Result<(), RuntimeError> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_panicking_runtime_is_a_turn_error_not_a_crash() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = RunConfig::new(runtime::builtin_agent("demo").unwrap(), dir.path());
+        let pack = Pack::demo();
+        let sweep = Sweep::new(&cfg);
+        let r = run_sweep_on(&Panicky, &pack.scenarios, &cfg, &sweep).unwrap();
+        assert_eq!(r.exit_code(), 3);
+        let runs = store::load_runs(&[dir.path()]).unwrap();
+        assert_eq!(runs.len(), 6);
+        let score = runs[0].1.as_ref().unwrap();
+        assert_eq!(
+            score.error.as_deref(),
+            Some("turn 0: the agent runtime panicked: boom")
+        );
     }
 
     #[test]

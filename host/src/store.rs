@@ -104,7 +104,6 @@ pub fn artifact_path(
     }))
 }
 
-/// Writes `bytes` to `path` atomically (temp file in the same directory, then rename).
 /// A scenario- or pack-scoped hook artifact, at the runs-directory root:
 /// `<sweep_ts>.<hook>[.<scenario_id>][.<label>].pack.json`.
 pub fn scoped_artifact_path(
@@ -138,6 +137,7 @@ pub fn scoped_artifact_path(
     Ok(dir.join(name))
 }
 
+/// Writes `bytes` to `path` atomically (temp file in the same directory, then rename).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
     let err = |source| StoreError::Write {
         path: path.to_owned(),
@@ -165,7 +165,22 @@ pub fn to_json_bytes<T: Serialize + ?Sized>(value: &T) -> Vec<u8> {
 }
 
 pub fn write_json<T: Serialize + ?Sized>(path: &Path, value: &T) -> Result<(), StoreError> {
-    write_atomic(path, &to_json_bytes(value))
+    thread_local! {
+        // Reused per thread: a sweep serializes thousands of similar documents.
+        static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    BUF.with(|buf| {
+        let mut buf = buf.borrow_mut();
+        buf.clear();
+        serde_json::to_writer_pretty(&mut *buf, value).expect("model types serialize");
+        buf.push(b'\n');
+        let written = write_atomic(path, &buf);
+        if buf.capacity() > 1 << 20 {
+            // Do not keep an outsized buffer after a huge document.
+            *buf = Vec::new();
+        }
+        written
+    })
 }
 
 /// Creates the runs directory if needed.
@@ -264,6 +279,24 @@ mod tests {
             artifact_path(Path::new("d"), "s", "debrief", Some("x")).unwrap(),
             Path::new("d/s.debrief.x.json")
         );
+    }
+
+    #[test]
+    fn pack_artifacts_are_sidecars() {
+        let p = scoped_artifact_path(
+            Path::new("d"),
+            "20261130T051500Z",
+            "debrief",
+            Some("s-1"),
+            Some("x"),
+        )
+        .unwrap();
+        assert_eq!(p, Path::new("d/20261130T051500Z.debrief.s-1.x.pack.json"));
+        assert!(is_sidecar(&p));
+        let p = scoped_artifact_path(Path::new("d"), "20261130T051500Z", "debrief", None, None)
+            .unwrap();
+        assert_eq!(p, Path::new("d/20261130T051500Z.debrief.pack.json"));
+        assert!(scoped_artifact_path(Path::new("d"), "t", "h", Some("a.b"), None).is_err());
     }
 
     #[test]

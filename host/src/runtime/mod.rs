@@ -197,6 +197,10 @@ pub enum AgentError {
 
 /// `--agent FILE|NAME`: a TOML file deserializing into [`AgentConfig`], or a built-in name.
 pub fn resolve_agent(spec: &str) -> Result<AgentConfig, AgentError> {
+    // A built-in name wins over a same-named file in the working directory.
+    if let Some(agent) = builtin_agent(spec) {
+        return Ok(agent);
+    }
     let path = Path::new(spec);
     if path.is_file() || spec.ends_with(".toml") {
         let text = std::fs::read_to_string(path).map_err(|source| AgentError::Read {
