@@ -44,6 +44,24 @@ pub enum Command {
     BenchFloor(bench_floor::BenchFloorArgs),
 }
 
+/// The run directories a reading command works on: those given, else `runs`. Each must
+/// exist; a missing one is a usage error naming it.
+pub fn run_dirs(dirs: Vec<std::path::PathBuf>) -> anyhow::Result<Vec<std::path::PathBuf>> {
+    let dirs = if dirs.is_empty() {
+        vec![std::path::PathBuf::from("runs")]
+    } else {
+        dirs
+    };
+    for d in &dirs {
+        if !d.is_dir() {
+            return Err(
+                exit::CodedError::usage(format!("no run directory at {}", d.display())).into(),
+            );
+        }
+    }
+    Ok(dirs)
+}
+
 /// Parses the command line, runs the subcommand and maps the outcome to an exit code.
 pub fn main() -> ExitCode {
     init_logging();

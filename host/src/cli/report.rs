@@ -27,16 +27,7 @@ pub struct ReportArgs {
 }
 
 pub fn run(args: ReportArgs) -> anyhow::Result<u8> {
-    let dirs = if args.dirs.is_empty() {
-        vec![PathBuf::from("runs")]
-    } else {
-        args.dirs
-    };
-    for d in &dirs {
-        if !d.is_dir() {
-            return Err(CodedError::usage(format!("no run directory at {}", d.display())).into());
-        }
-    }
+    let dirs = super::run_dirs(args.dirs)?;
     let runs = store::load_runs(&dirs)?;
     if runs.is_empty() {
         let shown: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();

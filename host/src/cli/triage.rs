@@ -3,10 +3,7 @@
 
 use std::{io::Write, path::PathBuf};
 
-use crate::{
-    exit::{self, CodedError},
-    store, triage,
-};
+use crate::{exit, store, triage};
 
 #[derive(Debug, clap::Args)]
 pub struct TriageArgs {
@@ -19,16 +16,7 @@ pub struct TriageArgs {
 }
 
 pub fn run(args: TriageArgs) -> anyhow::Result<u8> {
-    let dirs = if args.dirs.is_empty() {
-        vec![PathBuf::from("runs")]
-    } else {
-        args.dirs
-    };
-    for d in &dirs {
-        if !d.is_dir() {
-            return Err(CodedError::usage(format!("no run directory at {}", d.display())).into());
-        }
-    }
+    let dirs = super::run_dirs(args.dirs)?;
     let runs = store::load_runs(&dirs)?;
     let clusters = triage::triage(&runs);
     let mut out = std::io::stdout().lock();
