@@ -71,6 +71,10 @@ pub type Result<T = (), E = Error> = std::result::Result<T, E>;
 ///
 /// Points fire in activation (`--hook`) order; the host never calls one instance from two
 /// threads at once. A panic inside a method is caught in the plugin and reported as an error.
+///
+/// Besides the six lifecycle points, a hook may observe every scenario turn (`turn_begin` /
+/// `turn_finish`) or act as a guard that may deny a turn (`guard_check`); see
+/// [`crate::turn`]. The same attribute derives those capabilities.
 pub trait Hook: Default + Send + 'static {
     /// Stable slug (`[a-z0-9_-]+`): the activation token and the artifact discriminator.
     const NAME: &'static str;
