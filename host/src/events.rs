@@ -99,14 +99,6 @@ impl Event {
             Event::SweepEnded { .. } => "SweepEnded",
         }
     }
-
-    /// Is this a turn's terminal event?
-    pub fn is_turn_terminal(&self) -> bool {
-        matches!(
-            self,
-            Event::TurnDone { .. } | Event::TurnFailed { .. } | Event::TurnInterrupted { .. }
-        )
-    }
 }
 
 /// What caused an event.
@@ -256,11 +248,6 @@ impl Journal {
             .unwrap_or_else(|e| e.into_inner())
             .failed
             .clone()
-    }
-
-    /// How many events were published.
-    pub fn published(&self) -> u64 {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner()).seq
     }
 }
 

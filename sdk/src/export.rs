@@ -285,6 +285,3 @@ pub const fn meta_bytes<const N: usize>(
 ) -> [u8; N] {
     write_meta::<N>(hooks, library_version, unwind).buf
 }
-
-/// Every point bit the SDK can declare, for the `#[hook]` attribute's sanity check.
-pub const KNOWN_BITS: u32 = point::KNOWN_BITS;
