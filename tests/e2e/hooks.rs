@@ -654,8 +654,9 @@ fn acme_reads_an_agent_state_directory_when_configured() {
     let state = tmp.path().join("agent-state");
     std::fs::create_dir_all(&state).unwrap();
     std::fs::write(state.join("memory.txt"), "clean").unwrap();
-    let r = run(wt(tmp.path())
-        .args([
+    let sweep = |out: &str, baseline: Option<&Path>| {
+        let mut cmd = wt(tmp.path());
+        cmd.args([
             "run",
             "--jobs",
             "1",
@@ -667,29 +668,20 @@ fn acme_reads_an_agent_state_directory_when_configured() {
         ])
         .arg(&dir)
         .arg("--out")
-        .arg(tmp.path().join("out"))
-        .env("WT_ACME_STATE_PROBE_DIR", &state));
+        .arg(tmp.path().join(out))
+        .env("WT_ACME_STATE_PROBE_DIR", &state);
+        if let Some(b) = baseline {
+            cmd.env("WT_ACME_STATE_PROBE_BASELINE", b);
+        }
+        run(&mut cmd)
+    };
+    let r = sweep("out", None);
     assert_eq!(r.code, 0, "{r}");
     assert!(json_files(&tmp.path().join("out"), ".violation.json").is_empty());
     // A file the agent leaves behind between runs is a violation.
     let baseline = tmp.path().join("baseline.json");
     std::fs::write(&baseline, json!({"files": {}}).to_string()).unwrap();
-    let r = run(wt(tmp.path())
-        .args([
-            "run",
-            "--jobs",
-            "1",
-            "--runs",
-            "1",
-            "--hook",
-            "acme_state_probe",
-            "--plugin-dir",
-        ])
-        .arg(&dir)
-        .arg("--out")
-        .arg(tmp.path().join("out2"))
-        .env("WT_ACME_STATE_PROBE_DIR", &state)
-        .env("WT_ACME_STATE_PROBE_BASELINE", &baseline));
+    let r = sweep("out2", Some(&baseline));
     assert_eq!(r.code, 0, "{r}");
     let v = json_files(&tmp.path().join("out2"), ".violation.json");
     assert_eq!(v.len(), 3, "{r}");

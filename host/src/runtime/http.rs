@@ -43,19 +43,9 @@ impl HttpRuntime {
 
 impl Runtime for HttpRuntime {
     fn provision(&self, scenario: &Scenario) -> Result<Box<dyn AgentHandle>, RuntimeError> {
-        let key = match &self.agent.api_key_env {
-            None => None,
-            Some(var) => Some(std::env::var(var).map_err(|_| {
-                RuntimeError(format!(
-                    "agent `{}`: environment variable {var} (named by api_key_env) is not set",
-                    self.agent.label
-                ))
-            })?),
-        };
+        let key = super::api_key(&self.agent)?;
         let handle = HttpAgent {
-            http: ureq::AgentBuilder::new()
-                .timeout_connect(Duration::from_secs(5))
-                .build(),
+            http: super::http_client(Duration::from_secs(5))?,
             base: self.base.clone(),
             key,
             scenario_id: scenario.id.clone(),
@@ -70,7 +60,7 @@ impl Runtime for HttpRuntime {
 }
 
 struct HttpAgent {
-    http: ureq::Agent,
+    http: super::HttpClient,
     base: String,
     key: Option<String>,
     scenario_id: String,

@@ -97,6 +97,20 @@ pub trait Runtime: Send + Sync {
     fn provision(&self, scenario: &Scenario) -> Result<Box<dyn AgentHandle>, RuntimeError>;
 }
 
+/// The API key from the environment variable the agent config names (`api_key_env`), if it
+/// names one. The key is only ever sent to the endpoint, never stored.
+pub fn api_key(agent: &AgentConfig) -> Result<Option<String>, RuntimeError> {
+    let Some(var) = &agent.api_key_env else {
+        return Ok(None);
+    };
+    std::env::var(var).map(Some).map_err(|_| {
+        RuntimeError(format!(
+            "agent `{}`: environment variable {var} (named by api_key_env) is not set",
+            agent.label
+        ))
+    })
+}
+
 /// The runtime named by `agent.runtime`.
 pub fn for_agent(agent: &AgentConfig) -> Result<Box<dyn Runtime>, RuntimeError> {
     match agent.runtime.as_str() {
@@ -289,7 +303,7 @@ pub(crate) enum HttpFailure {
 
 /// Sends `body` as JSON (POST) or nothing (GET) and returns the parsed JSON reply.
 pub(crate) fn http_json(
-    agent: &ureq::Agent,
+    agent: &HttpClient,
     method: &str,
     url: &str,
     auth: Option<&str>,
@@ -308,61 +322,83 @@ pub(crate) fn http_json(
     })
 }
 
+/// An HTTP client for one provisioned agent.
+pub(crate) fn http_client(connect_timeout: Duration) -> Result<HttpClient, RuntimeError> {
+    HttpClient::builder()
+        .connect_timeout(connect_timeout)
+        .build()
+        .map_err(|e| RuntimeError(format!("cannot build an HTTP client: {}", chain(&e))))
+}
+
+pub(crate) type HttpClient = reqwest::blocking::Client;
+
+/// An error with its causes, on one line.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let part = cause.to_string();
+        if !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+/// The innermost cause of an error (e.g. `tcp connect error: Connection refused`).
+fn root_cause(e: &dyn std::error::Error) -> String {
+    let mut cause = e;
+    while let Some(next) = cause.source() {
+        cause = next;
+    }
+    cause.to_string()
+}
+
 /// Sends `body` as JSON (POST) or nothing (GET) and returns the 2xx reply's body.
 pub(crate) fn http_text(
-    agent: &ureq::Agent,
+    client: &HttpClient,
     method: &str,
     url: &str,
     auth: Option<&str>,
     body: Option<&Value>,
     timeout: Duration,
 ) -> Result<String, HttpFailure> {
-    let mut req = agent.request(method, url).timeout(timeout);
+    let verb = reqwest::Method::from_bytes(method.as_bytes())
+        .map_err(|e| HttpFailure::Fatal(format!("{method} {url}: {e}")))?;
+    let mut req = client.request(verb, url).timeout(timeout);
     if let Some(key) = auth {
-        req = req.set("Authorization", &format!("Bearer {key}"));
+        req = req.bearer_auth(key);
     }
-    let resp = match body {
-        Some(b) => req
-            .set("Content-Type", "application/json")
-            .send_string(&b.to_string()),
-        None => req.call(),
-    };
-    let resp = match resp {
-        Ok(r) => r,
-        Err(ureq::Error::Status(code, r)) => {
-            let body: String = r
-                .into_string()
-                .unwrap_or_default()
-                .chars()
-                .take(200)
-                .collect();
-            let msg = format!("{method} {url}: HTTP {code}: {}", body.trim());
-            return Err(if code == 429 || code >= 500 {
-                HttpFailure::Retryable(msg)
-            } else {
-                HttpFailure::Fatal(msg)
-            });
-        }
-        Err(ureq::Error::Transport(t)) => {
-            let msg = t.to_string();
-            let kind = if msg.contains("timed out") || msg.contains("Timeout") {
-                "timed out".to_owned()
-            } else {
-                msg
-            };
-            return Err(HttpFailure::Fatal(format!("{method} {url}: {kind}")));
-        }
-    };
-    resp.into_string().map_err(|e| {
-        let what = if e.kind() == std::io::ErrorKind::TimedOut
-            || e.kind() == std::io::ErrorKind::WouldBlock
-        {
-            "timed out reading the body".to_owned()
-        } else {
-            format!("reading the body: {e}")
+    if let Some(b) = body {
+        req = req
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(b.to_string());
+    }
+    let transport = |e: reqwest::Error, reading: bool| {
+        let what = match (e.is_timeout(), reading) {
+            (true, false) => "timed out".to_owned(),
+            (true, true) => "timed out reading the body".to_owned(),
+            (false, _) if e.is_connect() => format!("cannot connect: {}", root_cause(&e)),
+            (false, false) => chain(&e),
+            (false, true) => format!("reading the body: {}", chain(&e)),
         };
         HttpFailure::Fatal(format!("{method} {url}: {what}"))
-    })
+    };
+    let resp = req.send().map_err(|e| transport(e, false))?;
+    let status = resp.status();
+    let text = resp.text().map_err(|e| transport(e, true))?;
+    if !status.is_success() {
+        let body: String = text.chars().take(200).collect();
+        let msg = format!("{method} {url}: HTTP {}: {}", status.as_u16(), body.trim());
+        return Err(if status.as_u16() == 429 || status.is_server_error() {
+            HttpFailure::Retryable(msg)
+        } else {
+            HttpFailure::Fatal(msg)
+        });
+    }
+    Ok(text)
 }
 
 #[cfg(test)]

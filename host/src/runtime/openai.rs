@@ -52,19 +52,9 @@ impl OpenAiRuntime {
 
 impl Runtime for OpenAiRuntime {
     fn provision(&self, scenario: &Scenario) -> Result<Box<dyn AgentHandle>, RuntimeError> {
-        let key = match &self.agent.api_key_env {
-            None => None,
-            Some(var) => Some(std::env::var(var).map_err(|_| {
-                RuntimeError(format!(
-                    "agent `{}`: environment variable {var} (named by api_key_env) is not set",
-                    self.agent.label
-                ))
-            })?),
-        };
+        let key = super::api_key(&self.agent)?;
         Ok(Box::new(OpenAiAgent {
-            http: ureq::AgentBuilder::new()
-                .timeout_connect(Duration::from_secs(10))
-                .build(),
+            http: super::http_client(Duration::from_secs(10))?,
             url: self.url.clone(),
             key,
             agent: self.agent.clone(),
@@ -76,7 +66,7 @@ impl Runtime for OpenAiRuntime {
 }
 
 struct OpenAiAgent {
-    http: ureq::Agent,
+    http: super::HttpClient,
     url: String,
     key: Option<String>,
     agent: AgentConfig,
