@@ -287,7 +287,7 @@ fn a_guard_denial_stops_the_turn_before_it_starts_and_errors_the_run() {
         "hang",
         &["turn_a", "guard_hang", "turn_b"],
         &rev,
-        &[("WT_HOOK_TIMEOUT_S", "0.3")],
+        &[("WT_HOOK_TIMEOUT_S", "1")],
     );
     assert_denied(&s, "timeout");
 }
