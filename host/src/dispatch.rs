@@ -945,7 +945,7 @@ mod tests {
     fn a_hook_that_overruns_is_abandoned_and_quarantined_and_the_next_hook_still_runs() {
         let d = Dispatcher::new(
             vec![active::<Sleeper>(), active::<OrderA>()],
-            deadlines(100),
+            deadlines(500),
         );
         let started = Instant::now();
         let out = d.dispatch(point::ON_RUN_START, data("r-hang"), None);
@@ -954,7 +954,7 @@ mod tests {
             "dispatch waited for the hung hook"
         );
         assert_eq!(out.warnings.len(), 1, "{:?}", out.warnings);
-        assert!(out.warnings[0].starts_with("hook:sleeper: timed out after 100ms in on_run_start"));
+        assert!(out.warnings[0].starts_with("hook:sleeper: timed out after 500ms in on_run_start"));
         assert!(LOG.lock().unwrap().contains(&"order-a:r-hang".to_string()));
         // Quarantined: the next dispatch does not wait for it again.
         let started = Instant::now();
