@@ -88,6 +88,14 @@ fn scores(out: &Path) -> Vec<Value> {
         .collect()
 }
 
+/// The finish lines of one turn, in the order they ran.
+fn finish_lines(log: &[String], turn: u32) -> Vec<String> {
+    turn_lines(log, turn)
+        .into_iter()
+        .filter(|l| l.contains("finish"))
+        .collect()
+}
+
 fn turn_lines(log: &[String], turn: u32) -> Vec<String> {
     log.iter()
         .filter(|l| l.split(' ').nth(2) == Some(&turn.to_string()))
@@ -136,10 +144,7 @@ fn a_panicking_finish_does_not_stop_the_others_and_a_panicking_begin_does_not_st
         &[("WT_TURN_C_PANIC", "finish")],
     );
     assert_eq!(c.run.code, 0, "{}", c.run);
-    let finishes: Vec<String> = turn_lines(&c.log, 0)
-        .into_iter()
-        .filter(|l| l.contains("finish"))
-        .collect();
+    let finishes: Vec<String> = finish_lines(&c.log, 0);
     assert_eq!(
         finishes,
         [
@@ -171,10 +176,7 @@ fn a_panicking_finish_does_not_stop_the_others_and_a_panicking_begin_does_not_st
         warnings.iter().all(|w| w.starts_with("hook:turn_c:")),
         "{warnings:?}"
     );
-    let turn1: Vec<String> = turn_lines(&c.log, 1)
-        .into_iter()
-        .filter(|l| l.contains("finish"))
-        .collect();
+    let turn1: Vec<String> = finish_lines(&c.log, 1);
     assert_eq!(
         turn1,
         [
@@ -197,10 +199,7 @@ fn a_panicking_finish_does_not_stop_the_others_and_a_panicking_begin_does_not_st
         &[("WT_TURN_B_PANIC", "begin")],
     );
     assert_eq!(b.run.code, 0, "{}", b.run);
-    let finishes: Vec<String> = turn_lines(&b.log, 0)
-        .into_iter()
-        .filter(|l| l.contains("finish"))
-        .collect();
+    let finishes: Vec<String> = finish_lines(&b.log, 0);
     assert_eq!(
         finishes,
         [
