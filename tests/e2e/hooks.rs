@@ -10,10 +10,7 @@ use std::{
 
 use serde_json::{Value, json};
 
-use crate::{
-    common::{TestServer, files},
-    fixtures::{Run, plugin_dir, run, workspace, wt},
-};
+use crate::harness::{Run, TestServer, files, plugin_dir, run, workspace, wt};
 
 const CLOCK: &str = "2026-11-30T06:00:00Z";
 

@@ -7,7 +7,7 @@ use std::{cell::RefCell, collections::HashMap};
 use windtunnel::registry::{HostServices, Registry};
 use windtunnel_abi::point;
 
-use crate::fixtures::plugin_dir;
+use crate::harness::plugin_dir;
 
 /// A host context with fixed members that records every service call.
 #[derive(Default)]
@@ -67,10 +67,6 @@ fn a_panicking_hook_becomes_an_error_and_the_host_lives_on() {
 fn the_context_crosses_the_boundary_and_services_reach_the_host() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = plugin_dir(tmp.path(), &["wt_test_recorder"]);
-    let log = tmp.path().join("calls.jsonl");
-    // SAFETY: this test binary's tests do not read WT_RECORDER_LOG concurrently except
-    // through this plugin, and nextest runs each test in its own process.
-    unsafe { std::env::set_var("WT_RECORDER_LOG", &log) };
     let reg = Registry::discover(&[dir]);
     let hooks = reg.activate(&["recorder".to_string()]).unwrap();
     let recorder = &hooks[0];
@@ -83,14 +79,13 @@ fn the_context_crosses_the_boundary_and_services_reach_the_host() {
         .call(point::ON_RUN_START, &host)
         .expect("recorder succeeds");
 
-    let line: serde_json::Value = serde_json::from_str(
-        std::fs::read_to_string(&log)
-            .unwrap()
-            .lines()
-            .next()
-            .unwrap(),
-    )
-    .unwrap();
+    let calls = host.calls.borrow();
+    let ops: Vec<&str> = calls.iter().map(|(op, _)| op.as_str()).collect();
+    assert_eq!(ops, ["converse", "emit_artifact"]);
+    // What the plugin saw, as it reported it back through `emit_artifact`.
+    let emitted: serde_json::Value = serde_json::from_str(&calls[1].1).unwrap();
+    assert_eq!(emitted["label"], "run-start");
+    let line = &emitted["payload"];
     assert_eq!(line["point"], "on_run_start");
     assert_eq!(line["run_id"], "run-123");
     assert_eq!(line["present"], serde_json::json!(["run_id", "session_id"]));
@@ -98,13 +93,6 @@ fn the_context_crosses_the_boundary_and_services_reach_the_host() {
         line["converse"],
         "refused: converse is valid only during on_run_scored"
     );
-
-    let calls = host.calls.borrow();
-    let ops: Vec<&str> = calls.iter().map(|(op, _)| op.as_str()).collect();
-    assert_eq!(ops, ["converse", "emit_artifact"]);
-    let emitted: serde_json::Value = serde_json::from_str(&calls[1].1).unwrap();
-    assert_eq!(emitted["label"], "run-start");
-    assert_eq!(emitted["payload"]["point"], "on_run_start");
 }
 
 #[test]

@@ -1,8 +1,7 @@
 //! The end-to-end suite: builds the workspace's binaries and plugins from source and drives
 //! the real `wt` binary.
 
-mod common;
-mod fixtures;
+mod harness;
 mod hooks;
 mod loader;
 mod plugins_cli;

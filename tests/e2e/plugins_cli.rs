@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::fixtures::{plugin_dir, plugin_lib, run, set_mode, wt};
+use crate::harness::{plugin_dir, plugin_lib, run, set_mode, wt};
 
 /// Replaces `from` with `to` (same length) inside the file's metadata record.
 fn patch_meta(path: &Path, from: &str, to: &str) {
@@ -108,8 +108,7 @@ fn list_shows_acme_with_its_points_and_runs_no_plugin_code() {
 }
 
 fn windtunnel_sdk_version() -> String {
-    let toml =
-        std::fs::read_to_string(crate::fixtures::workspace().join("sdk/Cargo.toml")).unwrap();
+    let toml = std::fs::read_to_string(crate::harness::workspace().join("sdk/Cargo.toml")).unwrap();
     toml.lines()
         .find_map(|l| l.strip_prefix("version = \""))
         .and_then(|l| l.strip_suffix('"'))

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::common::{TestServer, Wt, dead_port, files, scores, traces, workspace, write_pack};
+use crate::harness::{TestServer, Wt, dead_port, files, scores, traces, workspace, write_pack};
 
 fn tmp() -> tempfile::TempDir {
     tempfile::tempdir().expect("tempdir")
@@ -244,7 +244,7 @@ fn failure(mode: &str) -> Option<(u16, String)> {
 }
 
 /// Runs the mode pack and checks the four outcomes; returns the runs dir.
-fn check_modes(dir: &Path, r: &crate::common::Run) -> std::path::PathBuf {
+fn check_modes(dir: &Path, r: &crate::harness::Run) -> std::path::PathBuf {
     assert_eq!(r.code, 3, "{r:?}");
     let runs = dir.join("runs");
     let traces = traces(&runs);
@@ -801,10 +801,9 @@ fn report_merges_directories_in_every_format() {
 #[test]
 fn ctrl_c_finishes_the_current_run_and_exits_130_with_whole_files() {
     let dir = tmp();
-    let child = std::process::Command::new(crate::common::wt_bin())
+    let child = Wt::new(dir.path())
         .args(["run", "--agent", "demo-slow", "--runs", "20", "--jobs", "1"])
-        .current_dir(dir.path())
-        .env_remove("WT_FIXED_CLOCK")
+        .command()
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();

@@ -11,7 +11,7 @@ use std::path::Path;
 use windtunnel::registry::{HostServices, Registry};
 use windtunnel_abi::point;
 
-use crate::fixtures::{plugin_dir, profile_dir, run, set_mode, workspace, wt};
+use crate::harness::{cargo, cargo_profile, plugin_dir, profile_dir, run, set_mode, workspace, wt};
 
 fn copy_tree(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
@@ -105,20 +105,9 @@ fn a_plugin_built_against_the_previous_sdk_patch_release_loads() {
     std::fs::write(old.join("plugin/Cargo.toml"), plugin_manifest).unwrap();
     std::fs::copy(root.join("Cargo.lock"), old.join("Cargo.lock")).unwrap();
 
-    let profile = match profile_dir().file_name().unwrap().to_str().unwrap() {
-        "debug" => "dev".to_owned(),
-        p => p.to_owned(),
-    };
-    let status = std::process::Command::new(std::env::var("CARGO").unwrap_or("cargo".into()))
-        .args([
-            "build",
-            "-p",
-            "wt_test_pair_oldsdk",
-            "--profile",
-            &profile,
-            "--target-dir",
-        ])
-        .arg(profile_dir().parent().unwrap())
+    let status = cargo()
+        .args(["build", "-q", "-p", "wt_test_pair_oldsdk", "--profile"])
+        .arg(cargo_profile())
         .current_dir(&old)
         .status()
         .unwrap();

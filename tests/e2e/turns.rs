@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::fixtures::{Run, plugin_dir, run, wt};
+use crate::harness::{Run, plugin_dir, run, wt};
 
 const OBSERVERS: [&str; 4] = ["turn_a", "turn_b", "turn_c", "turn_d"];
 

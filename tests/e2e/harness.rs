@@ -1,0 +1,342 @@
+//! The suite's one harness: the workspace's binaries and plugins built from source once per
+//! test process (cargo is a no-op when they are fresh), `wt` run in a sandbox, tiny local
+//! HTTP servers, and readers for what a sweep leaves on disk.
+//!
+//! Every `wt` the suite starts runs with no inherited `WT_*` variable, with its working
+//! directory, `HOME` and `XDG_DATA_HOME` inside the test's own temp dir, so neither the
+//! developer's plugins nor a stray `runs/` can leak in or out. Settings a test needs are
+//! passed to that child (`Wt::env`), never set on the test process.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// The workspace root.
+pub fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ sits in the workspace")
+        .to_path_buf()
+}
+
+/// `<target>/<profile>` of this test binary (it lives in `<target>/<profile>/deps/`).
+pub fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("test binary lives in <target>/<profile>/deps")
+        .to_path_buf()
+}
+
+pub fn target_dir() -> PathBuf {
+    profile_dir()
+        .parent()
+        .expect("profile dir has a parent")
+        .to_path_buf()
+}
+
+/// The cargo profile this test binary was built in (`dev`, `release`, …).
+pub fn cargo_profile() -> String {
+    match profile_dir().file_name().and_then(|n| n.to_str()) {
+        Some("debug") | None => "dev".into(),
+        Some(other) => other.into(),
+    }
+}
+
+/// A cargo command in the workspace with this test binary's target dir and none of the
+/// variables cargo sets for a test process: those look like changed build inputs to build
+/// scripts that watch them (ring's watches `CARGO_MANIFEST_DIR`) and would force rebuilds.
+pub fn cargo() -> Command {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(workspace())
+        .env("CARGO_TARGET_DIR", target_dir());
+    for (k, _) in std::env::vars() {
+        if (k.starts_with("CARGO_") && k != "CARGO_HOME" && k != "CARGO_TARGET_DIR")
+            || k == "OUT_DIR"
+        {
+            cmd.env_remove(k);
+        }
+    }
+    cmd
+}
+
+fn cargo_ok(args: &[&str]) {
+    let status = cargo().args(args).status().expect("run cargo");
+    assert!(status.success(), "cargo {args:?} failed");
+}
+
+/// Builds `wt` and every plugin in this test binary's profile, plus the `panic = "abort"`
+/// test plugin in its own profile. Once per process.
+pub fn build() -> &'static Path {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let profile = cargo_profile();
+        cargo_ok(&[
+            "build",
+            "-q",
+            "--workspace",
+            "--exclude",
+            "wt_test_abort",
+            "--profile",
+            &profile,
+        ]);
+        cargo_ok(&[
+            "build",
+            "-q",
+            "-p",
+            "wt_test_abort",
+            "--profile",
+            "abort-plugin",
+        ]);
+        profile_dir()
+    })
+}
+
+/// The `wt` binary.
+pub fn wt_bin() -> PathBuf {
+    build().join("wt")
+}
+
+/// A built plugin library by crate name (`acme_state_probe`, `wt_test_recorder`, …).
+pub fn plugin_lib(crate_name: &str) -> PathBuf {
+    let dir = if crate_name == "wt_test_abort" {
+        target_dir().join("abort-plugin")
+    } else {
+        build().to_path_buf()
+    };
+    build();
+    dir.join(format!("lib{crate_name}.so"))
+}
+
+/// A `wt` command sandboxed in `dir`: working directory, `HOME` and the per-user plugin
+/// directory inside it, and no inherited `WT_*` variable.
+pub fn wt(dir: &Path) -> Command {
+    let mut cmd = Command::new(wt_bin());
+    for (k, _) in std::env::vars() {
+        if k.starts_with("WT_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.current_dir(dir)
+        .env("HOME", dir)
+        .env("XDG_DATA_HOME", dir.join("data"));
+    cmd
+}
+
+/// The outcome of one `wt` invocation, as text.
+#[derive(Debug)]
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    pub fn from(out: Output) -> Run {
+        Run {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+}
+
+impl std::fmt::Display for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "exit {}\n--- stdout\n{}\n--- stderr\n{}",
+            self.code, self.stdout, self.stderr
+        )
+    }
+}
+
+/// Runs a command to completion.
+pub fn run(cmd: &mut Command) -> Run {
+    Run::from(cmd.output().expect("run wt"))
+}
+
+/// [`wt`] as a builder: `Wt::new(dir).args(["run"]).env("WT_SEED", "1").run()`.
+pub struct Wt {
+    cmd: Command,
+}
+
+impl Wt {
+    pub fn new(dir: &Path) -> Wt {
+        Wt { cmd: wt(dir) }
+    }
+
+    pub fn args<I, S>(mut self, args: I) -> Wt
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<std::ffi::OsStr>,
+    {
+        self.cmd.args(args);
+        self
+    }
+
+    pub fn arg(mut self, arg: impl AsRef<std::ffi::OsStr>) -> Wt {
+        self.cmd.arg(arg);
+        self
+    }
+
+    pub fn env(mut self, k: &str, v: impl AsRef<std::ffi::OsStr>) -> Wt {
+        self.cmd.env(k, v);
+        self
+    }
+
+    /// The command itself, for spawning, piping or signalling.
+    pub fn command(self) -> Command {
+        self.cmd
+    }
+
+    pub fn run(mut self) -> Run {
+        run(&mut self.cmd)
+    }
+}
+
+/// A private plugin directory (mode 0700) holding copies of the named plugin crates.
+pub fn plugin_dir(root: &Path, crates: &[&str]) -> PathBuf {
+    let dir = root.join("plugins");
+    std::fs::create_dir_all(&dir).unwrap();
+    set_mode(&dir, 0o700);
+    for c in crates {
+        std::fs::copy(plugin_lib(c), dir.join(format!("lib{c}.so"))).unwrap();
+    }
+    dir
+}
+
+pub fn set_mode(path: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// Files in `dir` by name.
+pub fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .expect("read dir")
+        .map(|e| {
+            let p = e.unwrap().path();
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            (name, std::fs::read(&p).unwrap())
+        })
+        .collect()
+}
+
+/// Trace files (`*.json` whose stem has no dot) in `dir`.
+pub fn traces(dir: &Path) -> Vec<serde_json::Value> {
+    files(dir)
+        .into_iter()
+        .filter(|(n, _)| n.ends_with(".json") && !n.trim_end_matches(".json").contains('.'))
+        .map(|(_, b)| serde_json::from_slice(&b).unwrap())
+        .collect()
+}
+
+/// Score sidecars in `dir`.
+pub fn scores(dir: &Path) -> Vec<serde_json::Value> {
+    files(dir)
+        .into_iter()
+        .filter(|(n, _)| n.ends_with(".score.json"))
+        .map(|(_, b)| serde_json::from_slice(&b).unwrap())
+        .collect()
+}
+
+/// Writes a pack (`pack.toml` + `scenarios/<name>`) under `dir` and returns its path.
+pub fn write_pack(dir: &Path, scenarios: &[(&str, &str)]) -> PathBuf {
+    let pack = dir.join("pack");
+    std::fs::create_dir_all(pack.join("scenarios")).unwrap();
+    std::fs::write(pack.join("pack.toml"), "name = \"test\"\n").unwrap();
+    for (name, text) in scenarios {
+        std::fs::write(pack.join("scenarios").join(name), text).unwrap();
+    }
+    pack
+}
+
+/// A request as a test server saw it.
+#[derive(Clone, Debug)]
+pub struct Seen {
+    pub method: String,
+    pub url: String,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+/// A local HTTP server on 127.0.0.1 answering with `handler(request) -> (status, body)`,
+/// each request on its own thread (so a slow answer does not block the others).
+pub struct TestServer {
+    pub base: String,
+    pub seen: Arc<Mutex<Vec<Seen>>>,
+}
+
+impl TestServer {
+    pub fn start<F>(handler: F) -> TestServer
+    where
+        F: Fn(&Seen) -> (u16, String) + Send + Sync + 'static,
+    {
+        TestServer::start_with_headers(move |s| {
+            let (status, body) = handler(s);
+            (status, Vec::new(), body)
+        })
+    }
+
+    /// Like [`TestServer::start`], with extra response headers.
+    pub fn start_with_headers<F>(handler: F) -> TestServer
+    where
+        F: Fn(&Seen) -> (u16, Vec<(String, String)>, String) + Send + Sync + 'static,
+    {
+        let server = tiny_http::Server::http("127.0.0.1:0").expect("bind test server");
+        let port = server.server_addr().to_ip().expect("ip addr").port();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let handler = Arc::new(handler);
+        let log = seen.clone();
+        std::thread::spawn(move || {
+            for mut req in server.incoming_requests() {
+                let mut body = String::new();
+                let _ = req.as_reader().read_to_string(&mut body);
+                let s = Seen {
+                    method: req.method().to_string(),
+                    url: req.url().to_owned(),
+                    headers: req
+                        .headers()
+                        .iter()
+                        .map(|h| (h.field.to_string(), h.value.to_string()))
+                        .collect(),
+                    body,
+                };
+                log.lock().unwrap().push(s.clone());
+                let handler = handler.clone();
+                std::thread::spawn(move || {
+                    let (status, headers, body) = handler(&s);
+                    let mut resp = tiny_http::Response::from_string(body)
+                        .with_status_code(status)
+                        .with_header(
+                            tiny_http::Header::from_bytes("Content-Type", "application/json")
+                                .unwrap(),
+                        );
+                    for (k, v) in headers {
+                        resp.add_header(
+                            tiny_http::Header::from_bytes(k.as_bytes(), v.as_bytes()).unwrap(),
+                        );
+                    }
+                    let _ = req.respond(resp);
+                });
+            }
+        });
+        TestServer {
+            base: format!("http://127.0.0.1:{port}"),
+            seen,
+        }
+    }
+
+    pub fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+/// A port on 127.0.0.1 with nothing listening.
+pub fn dead_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
