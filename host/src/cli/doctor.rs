@@ -83,10 +83,11 @@ fn send(
             index: 0,
             world,
             timeout,
+            stop: &crate::interrupt::Interrupt::default(),
         },
     );
     match (reply.error, reply.text) {
-        (Some(e), _) => Err(e),
+        (Some(e), _) => Err(e.message),
         (None, Some(t)) => Ok(t),
         (None, None) => Err("no reply".into()),
     }

@@ -13,6 +13,7 @@ pub mod hooks;
 pub mod report;
 pub mod rescore;
 pub mod run;
+pub mod term;
 pub mod triage;
 
 /// Wind Tunnel: evaluate AI agents against packs of scenarios.
