@@ -9,6 +9,7 @@
 //! - [`pack`], [`runtime`], [`runner`], [`score`], [`store`], [`report`] — the evaluation
 //!   core: scenarios, the agents they drive, the run loop, the four scorer layers, files on
 //!   disk and the reports over them.
+//! - [`mcp`] — the fixture world served over MCP to agents outside `wt` (`http`, `process`).
 
 pub mod cli;
 pub mod clock;
@@ -19,6 +20,7 @@ pub mod exit;
 pub mod hooks;
 pub mod interrupt;
 pub mod limits;
+pub mod mcp;
 pub mod pack;
 pub mod plugin;
 pub mod registry;

@@ -423,6 +423,7 @@ max_steps = 2
                         arguments: json!({}),
                         result: json!(null),
                         error: None,
+                        source: None,
                     })
                     .collect(),
             },

@@ -184,7 +184,7 @@ fn default_max_steps() -> u32 {
 #[serde(deny_unknown_fields)]
 pub struct AgentConfig {
     pub label: String,
-    /// `demo`, `openai`, `http` (and later `process`).
+    /// `demo`, `openai`, `http` or `process`.
     pub runtime: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
@@ -193,7 +193,7 @@ pub struct AgentConfig {
     pub soul: String,
     #[serde(default)]
     pub sampling: Sampling,
-    /// Base URL (`openai`) or inject URL (`http`).
+    /// Base URL (`openai`, `http`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<String>,
     /// Name of the environment variable holding the API key. The key itself is never stored.
@@ -215,6 +215,33 @@ pub struct AgentConfig {
     /// a larger one ends the turn with a protocol error.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_response_bytes: Option<u64>,
+    /// `process` runtime: the agent's command line. With `{input}` in it, one process per
+    /// turn (one-shot mode); without, one process per run speaking JSON lines (session mode).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+    /// `process` runtime: variables set in the agent's environment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<BTreeMap<String, String>>,
+    /// `process` runtime: names of variables copied from `wt`'s environment to the agent's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env_passthrough: Option<Vec<String>>,
+    /// `process` runtime, one-shot mode: the reply is this field (a dotted path) of the JSON
+    /// the process prints, instead of the whole of its stdout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply_field: Option<String>,
+    /// `process` runtime: deadline of a whole run, in seconds; at it the agent's process
+    /// group is killed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_timeout_s: Option<f64>,
+    /// `process` runtime: a directory where the agent keeps state, shown to state probes
+    /// (`wt doctor`) as a listing of its files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_dir: Option<String>,
+    /// `http` and `process` runtimes: whether the agent reaches the fixture world over MCP
+    /// (default true). An agent that cannot is refused scenarios that judge the world or
+    /// tool calls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp: Option<bool>,
 }
 
 /// What the agent saw, frozen before the first inject.
@@ -316,6 +343,31 @@ pub struct ToolCall {
     pub result: Value,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Which door the call came through when it was not the harness's own tool loop
+    /// (`mcp`); absent for the built-in loop.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+}
+
+/// How an agent process of the `process` runtime ended.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct AgentProcess {
+    /// The turn it served (one-shot mode); absent for a run's session process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn: Option<u32>,
+    /// `exited with status N`, `killed by signal N`, or how `wt` ended it.
+    pub exit: String,
+    /// The exit status, when it exited by itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<i32>,
+    /// Why `wt` killed its process group, when it did (`turn timeout`, `run timeout`,
+    /// `end of run`, `interrupted`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub killed: Option<String>,
+    /// The last bytes of its stderr (at most 4 KiB, cut at a character boundary).
+    pub stderr_tail: String,
+    /// How many bytes it wrote to stderr in all.
+    pub stderr_bytes: u64,
 }
 
 /// Evidence captured during a run.
@@ -389,6 +441,9 @@ pub struct Trace {
     /// Provenance of the active hooks; absent when none was active.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hooks: Option<Vec<HookProvenance>>,
+    /// The agent processes of the run and how each ended (`process` runtime only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub processes: Vec<AgentProcess>,
 }
 
 /// The verdict of a run.

@@ -58,6 +58,17 @@ impl<'s, 'a> RunRunner<'s, 'a> {
             trace.error = Some(format!("reset failed: {e}"));
         }
         trace.session_id = cfg.ids.mint("session", &[&scenario.id, &index.to_string()]);
+        if trace.error.is_none() {
+            let info = crate::runtime::RunInfo {
+                run_id: run_id.clone(),
+                session_id: trace.session_id.clone(),
+                index,
+                lane: 0,
+            };
+            if let Err(e) = lock(self.handle).begin_run(&info) {
+                trace.error = Some(format!("the agent could not start the run: {e}"));
+            }
+        }
         trace.surface = std::mem::take(&mut *lock(&sc.surface));
         let scope = Scope {
             scenario_id: Some(scenario.id.clone()),
@@ -133,6 +144,12 @@ impl<'s, 'a> RunRunner<'s, 'a> {
         let end_out = cfg
             .observer
             .on_run_end(scenario, &cfg.agent, &trace, &score, &session);
+        // The run is over for the agent too: its world closes and what the runtime started
+        // for it stops. A turn cut when wt stopped may still hold the handle; the runtime's
+        // own drop cleans up then.
+        if let Some(mut h) = super::try_lock(self.handle) {
+            trace.processes = h.end_run().processes;
+        }
         let mut artifacts = Vec::new();
         for out in [start_out, scored_out, end_out] {
             for w in &out.warnings {

@@ -1,16 +1,23 @@
 //! The `http` runtime: an agent service behind an inject endpoint. The protocol
 //! (health, reset, inject, optional state probe) is specified in
 //! `docs/http-runtime-protocol.md`. The base URL comes from `WT_INJECT_URL`, else from the
-//! agent config's `endpoint`. The service runs its own tools; the tool calls it reports
-//! become the run's evidence.
+//! agent config's `endpoint`.
+//!
+//! Unless the agent config says `mcp = false`, each run gets its own MCP endpoint on the
+//! fixture world ([`crate::mcp`]), sent with every inject as `mcp_url`: the tools the service
+//! calls there act on the run's world and are recorded by `wt`. Tool calls the service
+//! reports in its inject response are recorded too, after them, as the service reported them.
 
+use std::sync::Arc;
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use windtunnel_sdk::model::{AgentConfig, Retry, Scenario, ToolCall, TurnErrorKind};
 
 use super::net::{Net, Request};
-use super::{AgentHandle, Reply, Runtime, RuntimeError, TurnCtx, TurnError};
+use super::{AgentHandle, Reply, RunEnd, RunInfo, Runtime, RuntimeError, TurnCtx, TurnError};
+use crate::mcp::{self, Inbox, McpRun, ToolSet};
 
 /// The environment variable that overrides the inject endpoint.
 pub const INJECT_URL_ENV: &str = "WT_INJECT_URL";
@@ -47,7 +54,17 @@ impl HttpRuntime {
 
 impl Runtime for HttpRuntime {
     fn provision(&self, scenario: &Scenario) -> Result<Box<dyn AgentHandle>, RuntimeError> {
+        let (lane, tools) = if super::reaches_world(&self.agent) {
+            let tools = ToolSet::new(&scenario.tools).map_err(|e| RuntimeError(e.to_string()))?;
+            let lane = mcp::Lane::open(0).map_err(|e| RuntimeError(e.to_string()))?;
+            (Some(lane), Some(tools))
+        } else {
+            (None, None)
+        };
         let handle = HttpAgent {
+            lane,
+            tools,
+            run: None,
             net: Net::new(
                 Duration::from_secs(5),
                 self.agent.max_response_bytes,
@@ -66,6 +83,10 @@ impl Runtime for HttpRuntime {
 }
 
 struct HttpAgent {
+    lane: Option<mcp::Lane>,
+    tools: Option<Arc<ToolSet>>,
+    /// The current run's MCP endpoint.
+    run: Option<McpRun>,
     net: Net,
     base: String,
     key: Option<String>,
@@ -107,7 +128,8 @@ impl HttpAgent {
     }
 }
 
-fn parse_tool_calls(turn: u32, v: Option<&Value>) -> Result<Vec<ToolCall>, String> {
+/// Tool calls the service reports, numbered after the `first` calls `wt` already recorded.
+fn parse_tool_calls(turn: u32, first: usize, v: Option<&Value>) -> Result<Vec<ToolCall>, String> {
     let Some(v) = v else { return Ok(Vec::new()) };
     let arr = v.as_array().ok_or("`tool_calls` is not an array")?;
     arr.iter()
@@ -119,14 +141,66 @@ fn parse_tool_calls(turn: u32, v: Option<&Value>) -> Result<Vec<ToolCall>, Strin
                 .ok_or_else(|| format!("tool_calls[{i}] has no string `name`"))?;
             Ok(ToolCall {
                 turn,
-                step: i as u32,
+                step: (first + i) as u32,
                 name: name.to_owned(),
                 arguments: c.get("arguments").cloned().unwrap_or(json!({})),
                 result: c.get("result").cloned().unwrap_or(Value::Null),
                 error: c.get("error").and_then(Value::as_str).map(str::to_owned),
+                source: None,
             })
         })
         .collect()
+}
+
+impl HttpAgent {
+    /// Posts the inject; meanwhile, executes the tool calls the service makes on the run's
+    /// MCP endpoint (on this thread, the one that holds the turn's world).
+    fn inject(
+        &self,
+        body: &Value,
+        ctx: &mut TurnCtx<'_>,
+    ) -> (Result<Value, TurnError>, Vec<ToolCall>, Vec<Retry>) {
+        let Some(run) = &self.run else {
+            let mut retries = Vec::new();
+            let resp = self.call("POST", "/inject", Some(body), ctx.timeout, &mut retries);
+            return (resp, Vec::new(), retries);
+        };
+        type Answer = (Result<Value, TurnError>, Vec<Retry>);
+        let (tx, rx) = mpsc::channel::<Inbox<Answer>>();
+        run.open_turn(tx.clone());
+        let mut calls = Vec::new();
+        let timeout = ctx.timeout;
+        let answer = std::thread::scope(|s| {
+            let request = s.spawn(move || {
+                let mut retries = Vec::new();
+                let resp = self.call("POST", "/inject", Some(body), timeout, &mut retries);
+                let _ = tx.send(Inbox::Agent((resp, retries)));
+            });
+            loop {
+                match rx.recv_timeout(Duration::from_millis(25)) {
+                    Ok(Inbox::Tool(req)) => {
+                        let step = calls.len() as u32;
+                        calls.push(mcp::execute(ctx, run.tools(), step, req));
+                    }
+                    Ok(Inbox::Agent(answer)) => break answer,
+                    Err(_) if request.is_finished() => {
+                        // The request thread ended without an answer (it panicked).
+                        break (
+                            Err(TurnError::new(
+                                TurnErrorKind::Transport,
+                                "the inject request ended without an answer",
+                            )),
+                            Vec::new(),
+                        );
+                    }
+                    Err(_) => {}
+                }
+            }
+        });
+        run.close_turn();
+        mcp::refuse_pending(&rx, "refused: the turn ended before the call ran");
+        (answer.0, calls, answer.1)
+    }
 }
 
 impl AgentHandle for HttpAgent {
@@ -139,40 +213,67 @@ impl AgentHandle for HttpAgent {
         .map_err(|e| RuntimeError(e.message))
     }
 
-    fn send(&mut self, session_id: &str, text: &str, ctx: TurnCtx<'_>) -> Reply {
-        let body = json!({
+    fn begin_run(&mut self, _run: &RunInfo) -> Result<(), RuntimeError> {
+        self.run = None;
+        if let (Some(lane), Some(tools)) = (&self.lane, &self.tools) {
+            self.run = Some(
+                lane.start_run(tools.clone())
+                    .map_err(|e| RuntimeError(e.to_string()))?,
+            );
+        }
+        Ok(())
+    }
+
+    fn end_run(&mut self) -> RunEnd {
+        self.run = None;
+        RunEnd::default()
+    }
+
+    fn send(&mut self, session_id: &str, text: &str, mut ctx: TurnCtx<'_>) -> Reply {
+        let mut body = json!({
             "session_id": session_id,
             "scenario_id": self.scenario_id,
             "turn": ctx.index,
             "text": text,
         });
-        let mut retries = Vec::new();
-        let resp = self.call("POST", "/inject", Some(&body), ctx.timeout, &mut retries);
+        if let Some(run) = &self.run {
+            body["mcp_url"] = json!(run.url());
+        }
+        let (resp, mcp_calls, retries) = self.inject(&body, &mut ctx);
         let url = format!("{}/inject", self.base);
-        let protocol =
-            |message: String, calls| Reply::failed(TurnErrorKind::Protocol, message, calls);
+        let protocol = |message: String, mut calls: Vec<ToolCall>, reported: Vec<ToolCall>| {
+            calls.extend(reported);
+            Reply::failed(TurnErrorKind::Protocol, message, calls)
+        };
         let mut reply = match resp {
             Err(e) => Reply {
                 error: Some(e),
+                tool_calls: mcp_calls,
                 ..Reply::default()
             },
-            Ok(resp) => match parse_tool_calls(ctx.index, resp.get("tool_calls")) {
-                Err(e) => protocol(format!("POST {url}: {e}"), Vec::new()),
-                Ok(calls) => match (
+            Ok(resp) => match parse_tool_calls(ctx.index, mcp_calls.len(), resp.get("tool_calls")) {
+                Err(e) => protocol(format!("POST {url}: {e}"), mcp_calls, Vec::new()),
+                Ok(reported) => match (
                     resp.get("session_id").and_then(Value::as_str),
                     resp.get("reply"),
                 ) {
                     (Some(s), _) if s != session_id => protocol(
                         format!("POST {url}: answered in session {s:?}, not {session_id:?}"),
-                        calls,
+                        mcp_calls,
+                        reported,
                     ),
-                    (_, Some(Value::String(r))) => Reply::text(r.clone(), calls),
+                    (_, Some(Value::String(r))) => {
+                        let mut calls = mcp_calls;
+                        calls.extend(reported);
+                        Reply::text(r.clone(), calls)
+                    }
                     _ => protocol(
                         format!(
                             "POST {url}: response has no string `reply`: {}",
                             crate::score::excerpt(&resp.to_string())
                         ),
-                        calls,
+                        mcp_calls,
+                        reported,
                     ),
                 },
             },
@@ -187,6 +288,7 @@ impl AgentHandle for HttpAgent {
     }
 
     fn teardown(&mut self) -> Result<(), RuntimeError> {
+        self.run = None;
         Ok(())
     }
 }

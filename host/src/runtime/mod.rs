@@ -1,8 +1,11 @@
 //! Runtimes: how `wt` reaches the agent under test. A runtime provisions one
-//! [`AgentHandle`] per scenario; the runner drives it with `reset_state`, `send` and
-//! `teardown`. Built-ins: `demo` (in-process, deterministic, with fault modes), `openai`
-//! (any OpenAI-compatible chat-completions endpoint, tool loop run by the harness) and
-//! `http` (an agent service behind an inject endpoint; see `docs/http-runtime-protocol.md`).
+//! [`AgentHandle`] per scenario; the runner drives it with `reset_state`, `begin_run`,
+//! `send`, `end_run` and `teardown`. Built-ins: `demo` (in-process, deterministic, with
+//! fault modes), `openai` (any OpenAI-compatible chat-completions endpoint, tool loop run by
+//! the harness), `http` (an agent service behind an inject endpoint; see
+//! `docs/http-runtime-protocol.md`) and `process` (a local agent process; see
+//! `docs/process-runtime.md`). The last two reach the fixture world over MCP
+//! ([`crate::mcp`]).
 //!
 //! Runtimes report what happened; they never score.
 
@@ -12,7 +15,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use windtunnel_sdk::model::{
-    AgentConfig, Retry, Sampling, Scenario, Surface, ToolCall, ToolSpec, TurnErrorKind,
+    AgentConfig, AgentProcess, Retry, Sampling, Scenario, Surface, ToolCall, ToolSpec,
+    TurnErrorKind,
 };
 
 use crate::interrupt::Interrupt;
@@ -23,6 +27,7 @@ pub mod demo;
 pub mod http;
 pub(crate) mod net;
 pub mod openai;
+pub mod process;
 
 pub use net::{DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_RETRIES};
 
@@ -109,9 +114,37 @@ impl TurnCtx<'_> {
         name: &str,
         args: Value,
     ) -> ToolCall {
+        self.execute(tools, step, name, args, None, |_, _| Ok(()))
+    }
+
+    /// Executes a call that came through another door than the harness's own tool loop
+    /// (MCP): the same execution and the same record as [`TurnCtx::call_tool`], marked with
+    /// `source`. `check` vets the arguments first (the tool's schema); a call it refuses is
+    /// recorded as a failed call and never reaches the world.
+    pub fn call_tool_from(
+        &mut self,
+        source: &str,
+        tools: &[ToolSpec],
+        step: u32,
+        name: &str,
+        args: Value,
+        check: impl FnOnce(&ToolSpec, &Value) -> Result<(), String>,
+    ) -> ToolCall {
+        self.execute(tools, step, name, args, Some(source), check)
+    }
+
+    fn execute(
+        &mut self,
+        tools: &[ToolSpec],
+        step: u32,
+        name: &str,
+        args: Value,
+        source: Option<&str>,
+        check: impl FnOnce(&ToolSpec, &Value) -> Result<(), String>,
+    ) -> ToolCall {
         let (result, error) = match tools.iter().find(|t| t.name == name) {
             None => (Value::Null, Some(format!("unknown tool `{name}`"))),
-            Some(spec) => match self.world.execute(spec, &args) {
+            Some(spec) => match check(spec, &args).and_then(|()| self.world.execute(spec, &args)) {
                 Ok(v) => (v, None),
                 Err(e) => (Value::Null, Some(e)),
             },
@@ -123,14 +156,45 @@ impl TurnCtx<'_> {
             arguments: args,
             result,
             error,
+            source: source.map(str::to_owned),
         }
     }
+}
+
+/// The run a handle is about to serve (see [`AgentHandle::begin_run`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunInfo {
+    pub run_id: String,
+    pub session_id: String,
+    /// The run's index within its scenario.
+    pub index: u32,
+    /// The agent session slot the run is on (always 0 until the runner has lanes).
+    pub lane: u32,
+}
+
+/// What a runtime knows of a run once it is over, for its trace.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RunEnd {
+    /// The agent processes of the run and how each ended (`process` runtime).
+    pub processes: Vec<AgentProcess>,
 }
 
 /// A provisioned agent for one scenario. Calls are sequential (one run at a time).
 pub trait AgentHandle: Send {
     /// Forgets everything from earlier runs (a fresh agent, as far as the runtime can tell).
     fn reset_state(&mut self) -> Result<(), RuntimeError>;
+    /// A run starts: called after `reset_state` and before its first turn, with the run's
+    /// ids. A failure makes the run ERROR without any turn (like a failed reset).
+    fn begin_run(&mut self, run: &RunInfo) -> Result<(), RuntimeError> {
+        let _ = run;
+        Ok(())
+    }
+    /// The run is over: called after its last hook point (converse turns included), before
+    /// its files are written. Nothing of the run may act on its world afterwards, and
+    /// nothing the runtime started for it may outlive it.
+    fn end_run(&mut self) -> RunEnd {
+        RunEnd::default()
+    }
     /// Injects one user turn into `session_id` and waits for the reply (at most `ctx.timeout`).
     fn send(&mut self, session_id: &str, text: &str, ctx: TurnCtx<'_>) -> Reply;
     /// The agent's internal state as JSON, where the runtime can see it (state probes).
@@ -187,6 +251,19 @@ pub fn redactor(agent: &AgentConfig) -> Redactor {
     if let Ok(url) = std::env::var(http::INJECT_URL_ENV) {
         r.add(&url);
     }
+    // The process runtime's environment: values set or passed through under a secret name.
+    for (name, value) in agent.env.iter().flatten() {
+        if crate::secrets::is_secret_name(name) || value.contains("://") {
+            r.add(value);
+        }
+    }
+    for name in agent.env_passthrough.iter().flatten() {
+        if crate::secrets::is_secret_name(name) {
+            if let Ok(value) = std::env::var(name) {
+                r.add(&value);
+            }
+        }
+    }
     r
 }
 
@@ -200,9 +277,11 @@ pub fn for_agent(agent: &AgentConfig) -> Result<Box<dyn Runtime>, RuntimeError> 
         "demo" => Box::new(demo::DemoRuntime::new(agent).map_err(scrub)?),
         "openai" => Box::new(openai::OpenAiRuntime::new(agent).map_err(scrub)?),
         "http" => Box::new(http::HttpRuntime::new(agent).map_err(scrub)?),
+        "process" => Box::new(process::ProcessRuntime::new(agent).map_err(scrub)?),
         other => {
             return Err(RuntimeError(format!(
-                "unknown runtime `{other}` (expected demo, openai or http)"
+                "unknown runtime `{other}` (expected {})",
+                RUNTIMES.join(", ")
             )));
         }
     };
@@ -234,6 +313,19 @@ impl Runtime for Redacting<dyn Runtime> {
 impl AgentHandle for Redacting<dyn AgentHandle> {
     fn reset_state(&mut self) -> Result<(), RuntimeError> {
         self.inner.reset_state().map_err(|e| self.error(e))
+    }
+
+    fn begin_run(&mut self, run: &RunInfo) -> Result<(), RuntimeError> {
+        self.inner.begin_run(run).map_err(|e| self.error(e))
+    }
+
+    fn end_run(&mut self) -> RunEnd {
+        let mut end = self.inner.end_run();
+        for p in &mut end.processes {
+            self.redactor.scrub_string(&mut p.exit);
+            self.redactor.scrub_string(&mut p.stderr_tail);
+        }
+        end
     }
 
     fn send(&mut self, session_id: &str, text: &str, ctx: TurnCtx<'_>) -> Reply {
@@ -290,11 +382,16 @@ pub fn tool_schemas(tools: &[ToolSpec]) -> Vec<Value> {
         .collect()
 }
 
-/// What the agent sees in a scenario, frozen before the first inject.
+/// What the agent sees in a scenario, frozen before the first inject. An agent that cannot
+/// reach the world is offered no tools.
 pub fn surface(agent: &AgentConfig, scenario: &Scenario) -> Surface {
     Surface {
         soul: agent.soul.clone(),
-        tools: tool_schemas(&scenario.tools),
+        tools: if reaches_world(agent) {
+            tool_schemas(&scenario.tools)
+        } else {
+            Vec::new()
+        },
         model: agent.model.clone(),
         sampling: agent.sampling.clone(),
     }
@@ -338,6 +435,13 @@ pub fn builtin_agent(name: &str) -> Option<AgentConfig> {
         retries: None,
         fault: fault.map(str::to_owned),
         max_response_bytes: None,
+        command: None,
+        env: None,
+        env_passthrough: None,
+        reply_field: None,
+        run_timeout_s: None,
+        state_dir: None,
+        mcp: None,
     })
 }
 
@@ -412,13 +516,52 @@ pub fn validate_agent(agent: &AgentConfig) -> Result<(), String> {
     if agent.retries.is_some_and(|r| r > MAX_RETRIES) {
         return Err(format!("`retries` must be at most {MAX_RETRIES}"));
     }
-    if !["demo", "openai", "http"].contains(&agent.runtime.as_str()) {
+    if !RUNTIMES.contains(&agent.runtime.as_str()) {
         return Err(format!(
-            "unknown runtime `{}` (expected demo, openai or http)",
-            agent.runtime
+            "unknown runtime `{}` (expected {})",
+            agent.runtime,
+            RUNTIMES.join(", ")
         ));
     }
+    let runtime = agent.runtime.as_str();
+    let only = |field: &str, set: bool, runtimes: &[&str]| {
+        if set && !runtimes.contains(&runtime) {
+            Err(format!(
+                "`{field}` applies to the {} runtime only, not `{runtime}`",
+                runtimes.join(" and ")
+            ))
+        } else {
+            Ok(())
+        }
+    };
+    only("command", agent.command.is_some(), &["process"])?;
+    only("env", agent.env.is_some(), &["process"])?;
+    only("env_passthrough", agent.env_passthrough.is_some(), &["process"])?;
+    only("reply_field", agent.reply_field.is_some(), &["process"])?;
+    only("run_timeout_s", agent.run_timeout_s.is_some(), &["process"])?;
+    only("state_dir", agent.state_dir.is_some(), &["process"])?;
+    only("mcp", agent.mcp.is_some(), &["http", "process"])?;
+    if let Some(s) = agent.run_timeout_s {
+        crate::deadlines::check_seconds(s, false)
+            .map_err(|why| format!("`run_timeout_s` = {s} {why}"))?;
+    }
+    if runtime == "process" {
+        process::validate(agent)?;
+    }
     Ok(())
+}
+
+/// The runtimes an agent config may name.
+pub const RUNTIMES: [&str; 4] = ["demo", "openai", "http", "process"];
+
+/// Can the agent act on the fixture world? The harness's own loops (`demo`, `openai`)
+/// always can; `http` and `process` agents can over MCP unless their config says `mcp =
+/// false`.
+pub fn reaches_world(agent: &AgentConfig) -> bool {
+    match agent.runtime.as_str() {
+        "http" | "process" => agent.mcp.unwrap_or(true),
+        _ => true,
+    }
 }
 
 /// The largest `max_response_bytes` an agent config may set (1 GiB).

@@ -208,6 +208,7 @@ impl AgentHandle for OpenAiAgent {
                                 arguments: raw.clone(),
                                 result: Value::Null,
                                 error: Some(format!("arguments are not valid JSON: {e}")),
+                                source: None,
                             },
                         }
                     }
