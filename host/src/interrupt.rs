@@ -8,8 +8,8 @@
 //!   run that started is written whole. The summary, the journal's `SweepEnded` and JUnit are
 //!   written as usual, and `wt` exits 130. CI runners send SIGKILL about 10 s after SIGTERM;
 //!   the default grace leaves time for all of that.
-//! - A second signal stops at once: temporary files are removed, and `wt` exits 130 with
-//!   only whole files on disk.
+//! - A second signal stops at once: temporary files are removed, agent process groups
+//!   (`process` runtime) are killed, and `wt` exits 130 with only whole files on disk.
 //! - While a sweep runs, a process exit that does not come through `wt`'s own completion
 //!   path — a plugin or runtime calling `exit(0)` — ends the process with
 //!   [`crate::exit::ABORTED`], never with the status it asked for: a cut-short sweep is never
@@ -150,6 +150,7 @@ extern "C" fn on_exit() {
         return;
     }
     crate::store::remove_temp_files();
+    crate::runtime::process::kill_all();
     let msg = b"error: the process was asked to exit in the middle of the sweep (a hook or the agent runtime called exit); the sweep did not finish\n";
     // SAFETY: writing a static buffer to fd 2 and `_exit` are async-signal-safe and need no
     // state; `_exit` skips the remaining exit handlers, which could otherwise pick the status.
@@ -163,6 +164,8 @@ extern "C" fn on_exit() {
 /// exit handlers.
 pub fn exit_now() -> ! {
     crate::store::remove_temp_files();
+    // Agent processes live in process groups of their own: they would outlive `wt`.
+    crate::runtime::process::kill_all();
     // SAFETY: `_exit` ends the process; nothing is left to run.
     unsafe { libc::_exit(i32::from(crate::exit::INTERRUPTED)) }
 }

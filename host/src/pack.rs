@@ -179,6 +179,34 @@ impl Pack {
     }
 }
 
+/// Refuses, before anything runs, the scenarios an agent that cannot reach the fixture
+/// world could not be judged on: those with world checks or tool expectations. `agent`
+/// names the agent for the message.
+pub fn check_reachable(pack: &Pack, agent: &str) -> Result<(), String> {
+    for s in &pack.scenarios {
+        let e = &s.expect;
+        let judged = if !e.outcome.world.is_empty() {
+            Some("world checks (expect.outcome.world)")
+        } else if !e.trajectory.required_tools.is_empty() {
+            Some("required tools (expect.trajectory)")
+        } else if !e.constraint.forbidden_tools.is_empty()
+            || e.constraint.max_steps.is_some()
+            || e.constraint.max_steps_per_turn.is_some()
+        {
+            Some("tool constraints (expect.constraint)")
+        } else {
+            None
+        };
+        if let Some(what) = judged {
+            return Err(format!(
+                "scenario `{}` judges {what}, but agent `{agent}` cannot reach the fixture world (`mcp = false`); drop the scenario with --filter or let the agent use MCP",
+                s.id
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Glob (`*`, `?`) when the pattern has wildcards, substring otherwise.
 pub fn matches_pattern(pattern: &str, text: &str) -> bool {
     if !pattern.contains(['*', '?']) {

@@ -340,3 +340,66 @@ pub fn dead_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     l.local_addr().unwrap().port()
 }
+
+/// The Python of a venv with the official MCP SDK (`tests/agents/requirements.txt`), for the
+/// scripted agents under `tests/agents/`: `<target>/py-agents`, built once per test process
+/// when missing (`.ci/run` builds it first). A venv that cannot be built fails the calling
+/// test with pip's own words.
+pub fn agent_python() -> &'static Path {
+    static PYTHON: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let built = PYTHON.get_or_init(|| {
+        let venv = target_dir().join("py-agents");
+        let python = venv.join("bin").join("python");
+        let works = |py: &Path| {
+            Command::new(py)
+                .args(["-c", "import mcp"])
+                .output()
+                .is_ok_and(|o| o.status.success())
+        };
+        if works(&python) {
+            return Ok(python);
+        }
+        // Built aside and renamed into place, so concurrent test processes never see half
+        // a venv.
+        let tmp = target_dir().join(format!("py-agents.tmp-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&tmp);
+        let step = |cmd: &mut Command, what: &str| -> Result<(), String> {
+            let out = cmd
+                .output()
+                .map_err(|e| format!("{what}: cannot run it: {e}"))?;
+            if out.status.success() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{what} failed ({}):\n{}{}",
+                    out.status,
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                ))
+            }
+        };
+        step(
+            Command::new("python3").args(["-m", "venv"]).arg(&tmp),
+            "python3 -m venv (the e2e agents need Python 3 with venv)",
+        )?;
+        step(
+            Command::new(tmp.join("bin").join("python"))
+                .args(["-m", "pip", "install", "-q", "-r"])
+                .arg(workspace().join("tests/agents/requirements.txt")),
+            "pip install -r tests/agents/requirements.txt (PyPI must be reachable)",
+        )?;
+        if std::fs::rename(&tmp, &venv).is_err() {
+            // Another test process got there first; use its venv.
+            let _ = std::fs::remove_dir_all(&tmp);
+        }
+        if works(&python) {
+            Ok(python)
+        } else {
+            Err(format!("{} cannot import mcp after the install", python.display()))
+        }
+    });
+    match built {
+        Ok(p) => p,
+        Err(why) => panic!("cannot build the venv of the e2e agents: {why}"),
+    }
+}

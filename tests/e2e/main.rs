@@ -5,6 +5,7 @@ mod harness;
 mod hooks;
 mod loader;
 mod plugins_cli;
+mod process;
 mod runner;
 mod sdk_compat;
 mod turns;

@@ -1,10 +1,12 @@
 //! `wt doctor`: is the agent fit to be evaluated? The hard gate for isolation.
 //!
-//! 1. reachable — the runtime provisions (the `http` runtime checks `/health`);
+//! 1. reachable — the runtime provisions (the `http` runtime checks `/health`; a `process`
+//!    agent starts in each of the canary's two sessions, a fresh process for each);
 //! 2. reset canary — plant a seeded nonce in one session, reset, and ask for it back in a
 //!    fresh session: an agent that returns it leaks across resets;
-//! 3. state probe (where the runtime has one) — the state after a reset that followed a
-//!    conversation must equal the state after a reset of the fresh agent.
+//! 3. state probe (where the runtime has one; for a `process` agent, a listing of its
+//!    `state_dir`) — the state after a reset that followed a conversation must equal the
+//!    state after a reset of the fresh agent.
 //!
 //! Exit 0 when every check passes, 1 when isolation fails, 3 when the agent could not be
 //! checked (unreachable, no reply). `--write-baseline FILE` saves the clean post-reset state
@@ -69,6 +71,8 @@ fn canary_scenario() -> Scenario {
     }
 }
 
+/// One turn in a run of its own: the runtime starts the run (a `process` agent gets a
+/// fresh process) and ends it after the reply (nothing of it outlives it).
 fn send(
     handle: &mut dyn AgentHandle,
     world: &mut World,
@@ -76,6 +80,15 @@ fn send(
     text: &str,
     timeout: std::time::Duration,
 ) -> Result<String, String> {
+    let run = runtime::RunInfo {
+        run_id: session.to_owned(),
+        session_id: session.to_owned(),
+        index: 0,
+        lane: 0,
+    };
+    handle
+        .begin_run(&run)
+        .map_err(|e| format!("the agent could not start the run: {e}"))?;
     let reply = handle.send(
         session,
         text,
@@ -86,6 +99,7 @@ fn send(
             stop: &crate::interrupt::Interrupt::default(),
         },
     );
+    handle.end_run();
     match (reply.error, reply.text) {
         (Some(e), _) => Err(e.message),
         (None, Some(t)) => Ok(t),

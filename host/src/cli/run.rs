@@ -175,6 +175,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
         runtime::resolve_agent(&args.agent).map_err(|e| CodedError::usage(e.to_string()))?;
     runtime::validate_agent(&agent)
         .map_err(|e| CodedError::usage(format!("agent `{}`: {e}", agent.label)))?;
+    if !runtime::reaches_world(&agent) {
+        crate::pack::check_reachable(&pack, &agent.label).map_err(CodedError::usage)?;
+    }
     let rt = runtime::for_agent(&agent)
         .map_err(|e| CodedError::usage(format!("agent `{}`: {e}", agent.label)))?;
     let clock = Clock::from_env().map_err(|e| CodedError::usage(e.to_string()))?;

@@ -42,7 +42,7 @@ pub const STDERR_TAIL_BYTES: usize = 4096;
 
 /// How long a session process may take to exit after its stdin is closed at the end of a
 /// run, before its group is killed.
-pub const EXIT_GRACE: Duration = Duration::from_secs(2);
+pub const EXIT_GRACE: Duration = Duration::from_secs(5);
 
 /// How often a waiting turn looks at its deadline and at `wt`'s stop state.
 const TICK: Duration = Duration::from_millis(25);
@@ -665,7 +665,8 @@ impl ProcessAgent {
         let Some(mut run) = self.run.take() else {
             return;
         };
-        drop(run.mcp.take());
+        // The run's MCP endpoint stays up while the agent exits (no turn is open, so no call
+        // runs): a client may close its session politely.
         if let Some(mut s) = run.session.take() {
             drop(s.lines.take());
             if let Some(mut proc) = s.proc.take() {
@@ -679,6 +680,7 @@ impl ProcessAgent {
                 self.processes.push(proc.finish());
             }
         }
+        drop(run.mcp.take());
         if let Some(p) = run.mcp_config.take() {
             let _ = std::fs::remove_file(p);
         }
