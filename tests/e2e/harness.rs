@@ -395,7 +395,10 @@ pub fn agent_python() -> &'static Path {
         if works(&python) {
             Ok(python)
         } else {
-            Err(format!("{} cannot import mcp after the install", python.display()))
+            Err(format!(
+                "{} cannot import mcp after the install",
+                python.display()
+            ))
         }
     });
     match built {

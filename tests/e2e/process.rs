@@ -23,10 +23,7 @@ fn agent_script() -> String {
 
 /// A `process` agent config running the scripted agent with `args`, plus `extra` TOML.
 fn process_agent(dir: &Path, name: &str, args: &[&str], extra: &str) -> PathBuf {
-    let mut command = vec![
-        agent_python().display().to_string(),
-        agent_script(),
-    ];
+    let mut command = vec![agent_python().display().to_string(), agent_script()];
     command.extend(args.iter().map(|a| (*a).to_owned()));
     let path = dir.join(format!("{name}.toml"));
     std::fs::write(
@@ -47,7 +44,12 @@ fn by_scenario<'a>(all: &'a [Value], id: &str) -> Vec<&'a Value> {
 #[test]
 fn session_mode_agent_passes_the_demo_pack_acting_on_the_world_over_mcp() {
     let dir = tmp();
-    let agent = process_agent(dir.path(), "py", &["--policy", "correct"], "turn_timeout_s = 60.0");
+    let agent = process_agent(
+        dir.path(),
+        "py",
+        &["--policy", "correct"],
+        "turn_timeout_s = 60.0",
+    );
     let r = Wt::new(dir.path())
         .args(["run", "--runs", "1", "--jobs", "3", "--agent"])
         .arg(&agent)
@@ -120,7 +122,10 @@ fn one_shot_agent_passes_the_demo_pack_with_its_mcp_config_and_reply_field() {
     assert!(procs.iter().all(|p| p["status"] == 0));
     // The reply is the configured field of the JSON the agent printed, not its whole stdout.
     let reply = escalate["turns"][1]["reply"].as_str().unwrap();
-    assert!(reply.starts_with("I've opened ticket #1 for order 9012"), "{reply}");
+    assert!(
+        reply.starts_with("I've opened ticket #1 for order 9012"),
+        "{reply}"
+    );
     assert_eq!(escalate["world"]["after"]["tickets"][0]["order_id"], "9012");
     // The per-run MCP config file the agent read is gone with its run.
     let tail = procs[0]["stderr_tail"].as_str().unwrap();
@@ -135,7 +140,12 @@ fn one_shot_agent_passes_the_demo_pack_with_its_mcp_config_and_reply_field() {
 #[test]
 fn a_forbidden_tool_called_over_mcp_fails_the_constraint_layer() {
     let dir = tmp();
-    let agent = process_agent(dir.path(), "bad", &["--policy", "forbidden"], "turn_timeout_s = 60.0");
+    let agent = process_agent(
+        dir.path(),
+        "bad",
+        &["--policy", "forbidden"],
+        "turn_timeout_s = 60.0",
+    );
     let r = Wt::new(dir.path())
         .args(["run", "--runs", "1", "--filter", "order-status", "--agent"])
         .arg(&agent)
@@ -153,7 +163,12 @@ fn a_forbidden_tool_called_over_mcp_fails_the_constraint_layer() {
 #[test]
 fn wrong_arguments_are_recorded_as_failed_calls_that_never_touch_the_world() {
     let dir = tmp();
-    let agent = process_agent(dir.path(), "sloppy", &["--policy", "wrong-args"], "turn_timeout_s = 60.0");
+    let agent = process_agent(
+        dir.path(),
+        "sloppy",
+        &["--policy", "wrong-args"],
+        "turn_timeout_s = 60.0",
+    );
     let r = Wt::new(dir.path())
         .args(["run", "--runs", "1", "--filter", "order-status", "--agent"])
         .arg(&agent)
@@ -172,7 +187,10 @@ fn wrong_arguments_are_recorded_as_failed_calls_that_never_touch_the_world() {
         "{error}"
     );
     assert!(calls[1].get("error").is_none());
-    assert_eq!((calls[0]["step"].clone(), calls[1]["step"].clone()), (json!(0), json!(1)));
+    assert_eq!(
+        (calls[0]["step"].clone(), calls[1]["step"].clone()),
+        (json!(0), json!(1))
+    );
 }
 
 #[test]
@@ -183,9 +201,7 @@ fn a_crashing_agent_is_error_with_its_stderr_tail_and_its_environment_is_explici
         dir.path(),
         "crashy",
         &["--policy", "crash"],
-        &format!(
-            "env_passthrough = [\"PASSED_THROUGH\"]\n[env]\nAGENT_API_KEY = \"{KEY}\"\n"
-        ),
+        &format!("env_passthrough = [\"PASSED_THROUGH\"]\n[env]\nAGENT_API_KEY = \"{KEY}\"\n"),
     );
     let r = Wt::new(dir.path())
         .args(["run", "--runs", "1", "--filter", "order-status", "--agent"])
@@ -199,7 +215,8 @@ fn a_crashing_agent_is_error_with_its_stderr_tail_and_its_environment_is_explici
     assert_eq!(s["verdict"], "ERROR");
     let error = s["error"].as_str().unwrap();
     assert!(
-        error.contains("exited with status 1") && error.contains("RuntimeError: boom: the agent crashed"),
+        error.contains("exited with status 1")
+            && error.contains("RuntimeError: boom: the agent crashed"),
         "{error}"
     );
     let t = &traces(&runs)[0];
@@ -260,7 +277,11 @@ fn hang_and_check(extra: &str, args: &[&str], why: &str) {
     let recorded: Value =
         serde_json::from_str(&std::fs::read_to_string(&pids).expect("the agent started")).unwrap();
     let pgid = recorded["pgid"].as_i64().unwrap();
-    assert_eq!(recorded["pids"][0].as_i64(), Some(pgid), "the agent leads its own group");
+    assert_eq!(
+        recorded["pids"][0].as_i64(),
+        Some(pgid),
+        "the agent leads its own group"
+    );
     assert!(
         alive_in_group(pgid).is_empty(),
         "still running in group {pgid}: {:?}",
@@ -277,7 +298,14 @@ fn a_hanging_session_agent_is_killed_at_the_turn_deadline_with_its_whole_group()
 fn a_hanging_one_shot_agent_is_killed_at_the_run_deadline_with_its_whole_group() {
     hang_and_check(
         "turn_timeout_s = 60.0\nrun_timeout_s = 5.0",
-        &["--input", "{input}", "--mcp-config", "{mcp_config}", "--session", "{session_id}"],
+        &[
+            "--input",
+            "{input}",
+            "--mcp-config",
+            "{mcp_config}",
+            "--session",
+            "{session_id}",
+        ],
         "run timeout",
     );
 }
@@ -327,8 +355,7 @@ fn two_runs_at_once_see_only_their_own_world() {
         // Both agents met, so both runs were live at once; each found only its own order,
         // and a session opened on its own address was refused at the other's.
         assert_eq!(
-            t["turns"][0]["reply"],
-            "own=found peer=missing cross-session=404",
+            t["turns"][0]["reply"], "own=found peer=missing cross-session=404",
             "{id}"
         );
         assert_eq!(
@@ -344,7 +371,8 @@ fn the_address_of_an_ended_run_is_refused() {
     let dir = tmp();
     let meet = dir.path().join("meet");
     std::fs::create_dir(&meet).unwrap();
-    let s = isolation_scenario("twice", "1111", "2222").replace("id = \"twice\"", "id = \"twice\"\nruns = 2");
+    let s = isolation_scenario("twice", "1111", "2222")
+        .replace("id = \"twice\"", "id = \"twice\"\nruns = 2");
     let pack = write_pack(dir.path(), &[("twice.toml", &s)]);
     let agent = process_agent(
         dir.path(),
@@ -386,7 +414,10 @@ fn mcp_call(url: &str, name: &str, args: Value) -> Value {
             "clientInfo": {"name": "svc", "version": "1"}}}),
         None,
     );
-    let session = init.headers()["mcp-session-id"].to_str().unwrap().to_owned();
+    let session = init.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
     let _ = init.text();
     let _ = post(
         json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
@@ -415,7 +446,11 @@ fn an_http_service_acts_on_the_world_through_the_mcp_url_of_its_inject() {
             let body: Value = serde_json::from_str(&req.body).unwrap();
             let url = body["mcp_url"].as_str().unwrap_or_default().to_owned();
             let found = mcp_call(&url, "lookup_order", json!({"order_id": "5678"}));
-            let refund = mcp_call(&url, "issue_refund", json!({"order_id": "5678", "reason": "arrived damaged"}));
+            let refund = mcp_call(
+                &url,
+                "issue_refund",
+                json!({"order_id": "5678", "reason": "arrived damaged"}),
+            );
             let reply = json!({
                 "session_id": body["session_id"],
                 "reply": format!("I've issued a refund for order 5678 ({} / {}).",
@@ -429,11 +464,21 @@ fn an_http_service_acts_on_the_world_through_the_mcp_url_of_its_inject() {
     let agent = dir.path().join("svc.toml");
     std::fs::write(
         &agent,
-        format!("label = \"svc\"\nruntime = \"http\"\nendpoint = \"{}\"\nturn_timeout_s = 20.0\n", server.base),
+        format!(
+            "label = \"svc\"\nruntime = \"http\"\nendpoint = \"{}\"\nturn_timeout_s = 20.0\n",
+            server.base
+        ),
     )
     .unwrap();
     let r = Wt::new(dir.path())
-        .args(["run", "--filter", "refund-damaged", "--runs", "1", "--agent"])
+        .args([
+            "run",
+            "--filter",
+            "refund-damaged",
+            "--runs",
+            "1",
+            "--agent",
+        ])
         .arg(&agent)
         .run();
     assert_eq!(r.code, 0, "{r}");
@@ -443,11 +488,19 @@ fn an_http_service_acts_on_the_world_through_the_mcp_url_of_its_inject() {
     assert_eq!(calls.len(), 2);
     assert!(calls.iter().all(|c| c["source"] == "mcp"));
     let inject: Value = serde_json::from_str(
-        &server.seen().iter().find(|s| s.url == "/inject").unwrap().body,
+        &server
+            .seen()
+            .iter()
+            .find(|s| s.url == "/inject")
+            .unwrap()
+            .body,
     )
     .unwrap();
     let url = inject["mcp_url"].as_str().unwrap();
-    assert!(url.starts_with("http://127.0.0.1:") && url.ends_with("/mcp"), "{url}");
+    assert!(
+        url.starts_with("http://127.0.0.1:") && url.ends_with("/mcp"),
+        "{url}"
+    );
 }
 
 #[test]
@@ -459,7 +512,10 @@ fn an_agent_that_cannot_reach_the_world_is_refused_scenarios_that_judge_it() {
         "label = \"blind\"\nruntime = \"http\"\nendpoint = \"http://127.0.0.1:9\"\nmcp = false\n",
     )
     .unwrap();
-    let r = Wt::new(dir.path()).args(["run", "--agent"]).arg(&agent).run();
+    let r = Wt::new(dir.path())
+        .args(["run", "--agent"])
+        .arg(&agent)
+        .run();
     assert_eq!(r.code, 2, "{r}");
     let lines: Vec<&str> = r.stderr.lines().filter(|l| !l.trim().is_empty()).collect();
     assert_eq!(lines.len(), 1, "{}", r.stderr);
@@ -477,15 +533,31 @@ fn bad_process_agent_configs_are_usage_errors_naming_the_field() {
     let dir = tmp();
     for (extra, field) in [
         ("command = [\"agent\", \"{inptu}\"]", "{inptu}"),
-        ("command = [\"agent\"]\nrun_timeout_s = 90000.0", "`run_timeout_s`"),
+        (
+            "command = [\"agent\"]\nrun_timeout_s = 90000.0",
+            "`run_timeout_s`",
+        ),
         ("command = [\"agent\"]\n[env]\nWT_RUN_ID = \"x\"", "`env`"),
-        ("command = [\"agent\"]\nenv_passthrough = [\"NO_SUCH_VAR_FOR_WT\"]", "NO_SUCH_VAR_FOR_WT"),
-        ("command = [\"agent\", \"{mcp_config}\"]\nmcp = false", "mcp = false"),
+        (
+            "command = [\"agent\"]\nenv_passthrough = [\"NO_SUCH_VAR_FOR_WT\"]",
+            "NO_SUCH_VAR_FOR_WT",
+        ),
+        (
+            "command = [\"agent\", \"{mcp_config}\"]\nmcp = false",
+            "mcp = false",
+        ),
         ("", "`command`"),
     ] {
         let agent = dir.path().join("a.toml");
-        std::fs::write(&agent, format!("label = \"a\"\nruntime = \"process\"\n{extra}\n")).unwrap();
-        let r = Wt::new(dir.path()).args(["run", "--agent"]).arg(&agent).run();
+        std::fs::write(
+            &agent,
+            format!("label = \"a\"\nruntime = \"process\"\n{extra}\n"),
+        )
+        .unwrap();
+        let r = Wt::new(dir.path())
+            .args(["run", "--agent"])
+            .arg(&agent)
+            .run();
         assert_eq!(r.code, 2, "{extra}: {r}");
         assert!(r.stderr.contains(field), "{extra}: {}", r.stderr);
     }
@@ -495,9 +567,17 @@ fn bad_process_agent_configs_are_usage_errors_naming_the_field() {
         "label = \"o\"\nruntime = \"openai\"\nendpoint = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\nmcp = true\n",
     )
     .unwrap();
-    let r = Wt::new(dir.path()).args(["run", "--agent"]).arg(&agent).run();
+    let r = Wt::new(dir.path())
+        .args(["run", "--agent"])
+        .arg(&agent)
+        .run();
     assert_eq!(r.code, 2, "{r}");
-    assert!(r.stderr.contains("`mcp` applies to the http and process runtime only"), "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("`mcp` applies to the http and process runtime only"),
+        "{}",
+        r.stderr
+    );
 }
 
 #[test]

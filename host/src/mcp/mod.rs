@@ -262,10 +262,7 @@ impl McpRun {
 impl Drop for McpRun {
     fn drop(&mut self) {
         let mut current = lock(&self.lane.current);
-        if current
-            .as_ref()
-            .is_some_and(|c| Arc::ptr_eq(c, &self.slot))
-        {
+        if current.as_ref().is_some_and(|c| Arc::ptr_eq(c, &self.slot)) {
             current.take();
         }
         drop(current);

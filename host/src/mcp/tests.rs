@@ -147,7 +147,10 @@ fn turn<R: Send + 'static>(
             let _ = tx.send(Inbox::Agent(r));
         });
         loop {
-            match rx.recv_timeout(Duration::from_secs(20)).expect("the client finishes") {
+            match rx
+                .recv_timeout(Duration::from_secs(20))
+                .expect("the client finishes")
+            {
                 Inbox::Tool(req) => {
                     let step = calls.len() as u32;
                     calls.push(execute(&mut ctx, run.tools(), step, req));
@@ -185,7 +188,10 @@ fn tools_are_listed_from_the_pack_and_calls_run_on_the_turns_world() {
     let bad = bad_args.1.unwrap();
     assert_eq!(bad["result"]["isError"], true, "{bad}");
     let text = bad["result"]["content"][0]["text"].as_str().unwrap();
-    assert!(text.contains("do not match the schema of `lookup_order`"), "{text}");
+    assert!(
+        text.contains("do not match the schema of `lookup_order`"),
+        "{text}"
+    );
     let unknown = unknown.1.unwrap();
     assert_eq!(unknown["error"]["code"], -32602, "{unknown}");
     // Every call is evidence, in execution order, marked as coming through MCP.
@@ -194,13 +200,13 @@ fn tools_are_listed_from_the_pack_and_calls_run_on_the_turns_world() {
         .map(|c| (c.name.as_str(), c.error.as_deref(), c.source.as_deref()))
         .collect();
     assert_eq!(shown.len(), 3, "{calls:?}");
-    assert_eq!((shown[0].0, shown[0].1, shown[0].2), ("add_note", None, Some("mcp")));
+    assert_eq!(
+        (shown[0].0, shown[0].1, shown[0].2),
+        ("add_note", None, Some("mcp"))
+    );
     assert!(shown[1].1.unwrap().contains("do not match the schema"));
     assert_eq!(shown[2].1, Some("unknown tool `refund_everything`"));
-    assert_eq!(
-        calls.iter().map(|c| c.step).collect::<Vec<_>>(),
-        [0, 1, 2]
-    );
+    assert_eq!(calls.iter().map(|c| c.step).collect::<Vec<_>>(), [0, 1, 2]);
     assert_eq!(w.get("notes"), Some(&json!(["hello"])));
 }
 
@@ -248,7 +254,9 @@ fn malformed_and_oversized_requests_are_refused_and_the_lane_keeps_serving() {
     let (status, _) = c.raw(huge.to_string().into_bytes());
     assert_eq!(status, 413);
     let mut w = world();
-    let (r, calls) = turn(&run, &mut w, || c.call("add_note", json!({"text": "still here"})));
+    let (r, calls) = turn(&run, &mut w, || {
+        c.call("add_note", json!({"text": "still here"}))
+    });
     assert_eq!(r.0, 200);
     assert_eq!(calls.len(), 1);
 }
@@ -267,7 +275,12 @@ fn a_client_that_never_finishes_blocks_nobody_and_is_cut_with_its_run() {
         stuck.push(s);
     }
     let mut body_stuck = std::net::TcpStream::connect(lane.inner.addr).unwrap();
-    let path = run.url().split_once(&lane.inner.addr.to_string()).unwrap().1.to_owned();
+    let path = run
+        .url()
+        .split_once(&lane.inner.addr.to_string())
+        .unwrap()
+        .1
+        .to_owned();
     write!(
         body_stuck,
         "POST {path} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\naccept: application/json, text/event-stream\r\ncontent-length: 1000\r\n\r\n{{\"jsonrpc\""

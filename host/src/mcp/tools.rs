@@ -29,7 +29,10 @@ pub struct ToolSet {
 impl std::fmt::Debug for ToolSet {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ToolSet")
-            .field("tools", &self.specs.iter().map(|t| &t.name).collect::<Vec<_>>())
+            .field(
+                "tools",
+                &self.specs.iter().map(|t| &t.name).collect::<Vec<_>>(),
+            )
             .finish()
     }
 }

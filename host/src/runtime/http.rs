@@ -251,32 +251,34 @@ impl AgentHandle for HttpAgent {
                 tool_calls: mcp_calls,
                 ..Reply::default()
             },
-            Ok(resp) => match parse_tool_calls(ctx.index, mcp_calls.len(), resp.get("tool_calls")) {
-                Err(e) => protocol(format!("POST {url}: {e}"), mcp_calls, Vec::new()),
-                Ok(reported) => match (
-                    resp.get("session_id").and_then(Value::as_str),
-                    resp.get("reply"),
-                ) {
-                    (Some(s), _) if s != session_id => protocol(
-                        format!("POST {url}: answered in session {s:?}, not {session_id:?}"),
-                        mcp_calls,
-                        reported,
-                    ),
-                    (_, Some(Value::String(r))) => {
-                        let mut calls = mcp_calls;
-                        calls.extend(reported);
-                        Reply::text(r.clone(), calls)
-                    }
-                    _ => protocol(
-                        format!(
-                            "POST {url}: response has no string `reply`: {}",
-                            crate::score::excerpt(&resp.to_string())
+            Ok(resp) => {
+                match parse_tool_calls(ctx.index, mcp_calls.len(), resp.get("tool_calls")) {
+                    Err(e) => protocol(format!("POST {url}: {e}"), mcp_calls, Vec::new()),
+                    Ok(reported) => match (
+                        resp.get("session_id").and_then(Value::as_str),
+                        resp.get("reply"),
+                    ) {
+                        (Some(s), _) if s != session_id => protocol(
+                            format!("POST {url}: answered in session {s:?}, not {session_id:?}"),
+                            mcp_calls,
+                            reported,
                         ),
-                        mcp_calls,
-                        reported,
-                    ),
-                },
-            },
+                        (_, Some(Value::String(r))) => {
+                            let mut calls = mcp_calls;
+                            calls.extend(reported);
+                            Reply::text(r.clone(), calls)
+                        }
+                        _ => protocol(
+                            format!(
+                                "POST {url}: response has no string `reply`: {}",
+                                crate::score::excerpt(&resp.to_string())
+                            ),
+                            mcp_calls,
+                            reported,
+                        ),
+                    },
+                }
+            }
         };
         reply.retries = retries;
         reply

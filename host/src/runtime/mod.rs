@@ -536,7 +536,11 @@ pub fn validate_agent(agent: &AgentConfig) -> Result<(), String> {
     };
     only("command", agent.command.is_some(), &["process"])?;
     only("env", agent.env.is_some(), &["process"])?;
-    only("env_passthrough", agent.env_passthrough.is_some(), &["process"])?;
+    only(
+        "env_passthrough",
+        agent.env_passthrough.is_some(),
+        &["process"],
+    )?;
     only("reply_field", agent.reply_field.is_some(), &["process"])?;
     only("run_timeout_s", agent.run_timeout_s.is_some(), &["process"])?;
     only("state_dir", agent.state_dir.is_some(), &["process"])?;

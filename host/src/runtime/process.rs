@@ -120,9 +120,7 @@ pub fn validate(agent: &AgentConfig) -> Result<(), String> {
         return Err("`command`: {turn} needs one-shot mode ({input} in `command`)".into());
     }
     if !one_shot && agent.reply_field.is_some() {
-        return Err(
-            "`reply_field` applies to one-shot mode only ({input} in `command`)".into(),
-        );
+        return Err("`reply_field` applies to one-shot mode only ({input} in `command`)".into());
     }
     if agent.mcp == Some(false) && used.contains(&"mcp_config") {
         return Err("`command` uses {mcp_config} but `mcp = false`".into());
@@ -137,7 +135,9 @@ pub fn validate(agent: &AgentConfig) -> Result<(), String> {
     for (name, value) in agent.env.iter().flatten() {
         check_env_name(name).map_err(|why| format!("`env`: {why}"))?;
         if value.contains('\0') {
-            return Err(format!("`env`: the value of {name} contains a NUL character"));
+            return Err(format!(
+                "`env`: the value of {name} contains a NUL character"
+            ));
         }
     }
     for name in agent.env_passthrough.iter().flatten() {
@@ -327,7 +327,9 @@ impl Proc {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0);
-        let mut live = LIVE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut live = LIVE
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut child = cmd.spawn()?;
         let pgid = i32::try_from(child.id()).unwrap_or(i32::MAX);
         live.push(pgid);
@@ -442,7 +444,9 @@ impl Drop for Proc {
 }
 
 fn unregister(pgid: i32) {
-    let mut live = LIVE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut live = LIVE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     live.retain(|g| *g != pgid);
 }
 
@@ -625,10 +629,7 @@ impl ProcessAgent {
                 &tx,
             )
             .map_err(|e| {
-                RuntimeError(format!(
-                    "cannot start the agent command `{}`: {e}",
-                    argv[0]
-                ))
+                RuntimeError(format!("cannot start the agent command `{}`: {e}", argv[0]))
             })?;
             let (lines_tx, lines_rx) = mpsc::channel::<String>();
             if let Some(mut stdin) = stdin {
@@ -1023,10 +1024,7 @@ fn replace_placeholders(arg: &str, run: &LiveRun, input: Option<&str>) -> String
         let name = after.find('}').map(|close| &after[..close]);
         let value = match name {
             Some("input") => input.map(str::to_owned),
-            Some("mcp_config") => run
-                .mcp_config
-                .as_ref()
-                .map(|p| p.display().to_string()),
+            Some("mcp_config") => run.mcp_config.as_ref().map(|p| p.display().to_string()),
             Some("session_id") => Some(run.info.session_id.clone()),
             Some("run_id") => Some(run.info.run_id.clone()),
             _ => None,
@@ -1196,9 +1194,8 @@ fn state_listing(dir: &std::path::Path) -> Value {
             if meta.is_file() && meta.len() <= STATE_MAX_HASHED {
                 if let Ok(bytes) = std::fs::read(&path) {
                     let hash = sha2::Sha256::digest(&bytes);
-                    entry["sha256"] = json!(
-                        hash.iter().map(|b| format!("{b:02x}")).collect::<String>()
-                    );
+                    entry["sha256"] =
+                        json!(hash.iter().map(|b| format!("{b:02x}")).collect::<String>());
                 }
             }
             files.insert(rel, entry);
