@@ -357,12 +357,9 @@ impl Proc {
                 // Observes the exit without reaping: the group id stays reserved until the
                 // owner has killed the group and reaped the leader.
                 let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT;
-                loop {
-                    match waitid(Id::Pid(Pid::from_raw(pgid)), flags) {
-                        Err(nix::errno::Errno::EINTR) => continue,
-                        _ => break,
-                    }
-                }
+                while let Err(nix::errno::Errno::EINTR) =
+                    waitid(Id::Pid(Pid::from_raw(pgid)), flags)
+                {}
                 let _ = tx_exit.send(Inbox::Agent(Out::Exited));
             })?;
         Ok((
