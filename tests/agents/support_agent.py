@@ -229,7 +229,7 @@ def main():
     args = p.parse_args()
     if args.policy == "crash":
         # What the agent's environment holds, for the test that checks it is explicit.
-        for name in ["AGENT_API_KEY", "PASSED_THROUGH", "NOT_PASSED"]:
+        for name in ["AGENT_API_KEY", "DB_URL", "PASSED_THROUGH", "NOT_PASSED"]:
             sys.stderr.write(f"{name}={os.environ.get(name, 'unset')}\n")
     if args.policy == "hang":
         # A grandchild in the agent's group, recorded before anything else can go wrong.

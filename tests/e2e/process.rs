@@ -10,6 +10,39 @@ use serde_json::{Value, json};
 
 use crate::harness::{TestServer, Wt, agent_python, scores, traces, workspace, write_pack};
 
+/// A pack with one scenario judged on its reply alone (no world, no tools).
+fn reply_pack(dir: &Path, contains: &str) -> PathBuf {
+    let s = format!(
+        "id = \"echo\"\nturns = [\"hello there\"]\n[expect.outcome]\nreply_contains = [\"{contains}\"]\n"
+    );
+    write_pack(dir, &[("echo.toml", &s)])
+}
+
+/// An agent config running `/bin/sh -c script` with `args` after it.
+fn sh_agent(dir: &Path, name: &str, script: &str, args: &[&str], extra: &str) -> PathBuf {
+    let mut command = vec!["/bin/sh".to_owned(), "-c".to_owned(), script.to_owned()];
+    command.extend(args.iter().map(|a| (*a).to_owned()));
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(
+        &path,
+        format!(
+            "label = \"{name}\"\nruntime = \"process\"\ncommand = {}\n{extra}\n",
+            serde_json::to_string(&command).unwrap()
+        ),
+    )
+    .unwrap();
+    path
+}
+
+fn run_pack(dir: &Path, pack: &Path, agent: &Path) -> crate::harness::Run {
+    Wt::new(dir)
+        .args(["run", "--pack"])
+        .arg(pack)
+        .arg("--agent")
+        .arg(agent)
+        .run()
+}
+
 fn tmp() -> tempfile::TempDir {
     tempfile::tempdir().expect("tempdir")
 }
@@ -35,6 +68,19 @@ fn process_agent(dir: &Path, name: &str, args: &[&str], extra: &str) -> PathBuf 
     )
     .unwrap();
     path
+}
+
+/// `wt run` of one `order-status` run on `agent` (a builder: add settings, then run).
+fn order_status(dir: &Path, agent: &Path) -> Wt {
+    Wt::new(dir)
+        .args(["run", "--runs", "1", "--filter", "order-status", "--agent"])
+        .arg(agent)
+}
+
+/// The scripted agent in session mode with `policy`, and room for a loaded machine's
+/// Python start-up.
+fn policy_agent(dir: &Path, policy: &str) -> PathBuf {
+    process_agent(dir, policy, &["--policy", policy], "turn_timeout_s = 60.0")
 }
 
 fn by_scenario<'a>(all: &'a [Value], id: &str) -> Vec<&'a Value> {
@@ -140,15 +186,8 @@ fn one_shot_agent_passes_the_demo_pack_with_its_mcp_config_and_reply_field() {
 #[test]
 fn a_forbidden_tool_called_over_mcp_fails_the_constraint_layer() {
     let dir = tmp();
-    let agent = process_agent(
-        dir.path(),
-        "bad",
-        &["--policy", "forbidden"],
-        "turn_timeout_s = 60.0",
-    );
-    let r = Wt::new(dir.path())
-        .args(["run", "--runs", "1", "--filter", "order-status", "--agent"])
-        .arg(&agent)
+    let agent = policy_agent(dir.path(), "forbidden");
+    let r = order_status(dir.path(), &agent)
         .run();
     assert_eq!(r.code, 1, "{r}");
     let s = &scores(&dir.path().join("runs"))[0];
@@ -163,15 +202,8 @@ fn a_forbidden_tool_called_over_mcp_fails_the_constraint_layer() {
 #[test]
 fn wrong_arguments_are_recorded_as_failed_calls_that_never_touch_the_world() {
     let dir = tmp();
-    let agent = process_agent(
-        dir.path(),
-        "sloppy",
-        &["--policy", "wrong-args"],
-        "turn_timeout_s = 60.0",
-    );
-    let r = Wt::new(dir.path())
-        .args(["run", "--runs", "1", "--filter", "order-status", "--agent"])
-        .arg(&agent)
+    let agent = policy_agent(dir.path(), "wrong-args");
+    let r = order_status(dir.path(), &agent)
         .run();
     assert_eq!(r.code, 0, "{r}");
     let t = &traces(&dir.path().join("runs"))[0];
@@ -201,11 +233,11 @@ fn a_crashing_agent_is_error_with_its_stderr_tail_and_its_environment_is_explici
         dir.path(),
         "crashy",
         &["--policy", "crash"],
-        &format!("env_passthrough = [\"PASSED_THROUGH\"]\n[env]\nAGENT_API_KEY = \"{KEY}\"\n"),
+        &format!(
+            "env_passthrough = [\"PASSED_THROUGH\"]\n[env]\nAGENT_API_KEY = \"{KEY}\"\nDB_URL = \"postgres://app:pw-SECRET-77aa@db/x\"\n"
+        ),
     );
-    let r = Wt::new(dir.path())
-        .args(["run", "--runs", "1", "--filter", "order-status", "--agent"])
-        .arg(&agent)
+    let r = order_status(dir.path(), &agent)
         .env("PASSED_THROUGH", "yes")
         .env("NOT_PASSED", "leaked")
         .run();
@@ -227,10 +259,12 @@ fn a_crashing_agent_is_error_with_its_stderr_tail_and_its_environment_is_explici
     assert!(tail.contains("PASSED_THROUGH=yes"), "{tail}");
     assert!(tail.contains("NOT_PASSED=unset"), "{tail}");
     assert!(tail.contains("AGENT_API_KEY=[redacted]"), "{tail}");
+    assert!(tail.contains("DB_URL=postgres://app:[redacted]@db/x"), "{tail}");
     for (name, bytes) in crate::harness::files(&runs) {
+        let text = String::from_utf8_lossy(&bytes);
         assert!(
-            !String::from_utf8_lossy(&bytes).contains(KEY),
-            "{name} holds the secret"
+            !text.contains(KEY) && !text.contains("pw-SECRET-77aa"),
+            "{name} holds a secret"
         );
     }
     assert!(!r.stderr.contains(KEY));
@@ -259,9 +293,7 @@ fn hang_and_check(extra: &str, args: &[&str], why: &str) {
     let mut all = vec!["--policy", "hang", "--pids", pids.to_str().unwrap()];
     all.extend(args);
     let agent = process_agent(dir.path(), "stuck", &all, extra);
-    let r = Wt::new(dir.path())
-        .args(["run", "--runs", "1", "--filter", "order-status", "--agent"])
-        .arg(&agent)
+    let r = order_status(dir.path(), &agent)
         .run();
     assert_eq!(r.code, 3, "{r}");
     let s = &scores(&dir.path().join("runs"))[0];
@@ -455,6 +487,7 @@ fn an_http_service_acts_on_the_world_through_the_mcp_url_of_its_inject() {
                 "session_id": body["session_id"],
                 "reply": format!("I've issued a refund for order 5678 ({} / {}).",
                     found["result"]["content"][0]["text"], refund["result"]["content"][0]["text"]),
+                "tool_calls": [{"name": "send_email", "arguments": {"to": "customer"}, "result": "sent"}],
             });
             (200, reply.to_string())
         }
@@ -485,8 +518,19 @@ fn an_http_service_acts_on_the_world_through_the_mcp_url_of_its_inject() {
     let t = &traces(&dir.path().join("runs"))[0];
     assert_eq!(t["world"]["after"]["refunds"][0]["order_id"], "5678");
     let calls = t["evidence"]["tool_calls"].as_array().unwrap();
-    assert_eq!(calls.len(), 2);
-    assert!(calls.iter().all(|c| c["source"] == "mcp"));
+    // The calls made through MCP first, then the one the service reported, numbered after.
+    let shown: Vec<(&str, Value, Value)> = calls
+        .iter()
+        .map(|c| (c["name"].as_str().unwrap(), c["step"].clone(), c["source"].clone()))
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            ("lookup_order", json!(0), json!("mcp")),
+            ("issue_refund", json!(1), json!("mcp")),
+            ("send_email", json!(2), Value::Null),
+        ]
+    );
     let inject: Value = serde_json::from_str(
         &server
             .seen()
@@ -605,4 +649,175 @@ fn doctor_checks_a_process_agent_with_a_fresh_process_per_session_and_its_state_
     assert!(r.stdout.contains("ok   state probe"), "{}", r.stdout);
     let doc: Value = serde_json::from_str(&std::fs::read_to_string(&baseline).unwrap()).unwrap();
     assert_eq!(doc["state"]["files"]["memory.json"]["bytes"], 2, "{doc}");
+}
+
+#[test]
+fn a_one_shot_reply_is_stdout_and_a_failing_exit_is_an_agent_error() {
+    let dir = tmp();
+    let pack = reply_pack(dir.path(), "you said: hello there (turn 0)");
+    // $0 is {input}; WT_TURN is set by wt.
+    let ok = sh_agent(
+        dir.path(),
+        "echo",
+        "printf 'you said: %s (turn %s)\\n' \"$0\" \"$WT_TURN\"",
+        &["{input}"],
+        "mcp = false",
+    );
+    let r = run_pack(dir.path(), &pack, &ok);
+    assert_eq!(r.code, 0, "{r}");
+    let t = &traces(&dir.path().join("runs"))[0];
+    assert_eq!(t["turns"][0]["reply"], "you said: hello there (turn 0)");
+    assert_eq!(t["processes"][0]["turn"], 0);
+    assert_eq!(t["surface"]["tools"], json!([]));
+
+    let dir = tmp();
+    let pack = reply_pack(dir.path(), "x");
+    let failing = sh_agent(dir.path(), "fails", "echo oops-on-stderr >&2; exit 3", &["{input}"], "mcp = false");
+    let r = run_pack(dir.path(), &pack, &failing);
+    assert_eq!(r.code, 3, "{r}");
+    let t = &traces(&dir.path().join("runs"))[0];
+    assert_eq!(t["turns"][0]["error_kind"], "agent");
+    let error = t["turns"][0]["error"].as_str().unwrap();
+    assert!(error.contains("exited with status 3") && error.contains("oops-on-stderr"), "{error}");
+    assert_eq!(t["processes"][0]["status"], 3);
+}
+
+#[test]
+fn session_protocol_errors_end_the_turn_as_protocol_errors() {
+    for (name, script, extra, why) in [
+        ("chatty", "read -r line; echo 'thinking...'; sleep 30", "", "is not a JSON object"),
+        (
+            "verbose",
+            "read -r line; head -c 3000 /dev/zero | tr '\\0' a; echo",
+            "max_response_bytes = 1024",
+            "longer than 1024 bytes (max_response_bytes)",
+        ),
+        (
+            "confused",
+            "read -r line; echo '{\"type\": \"reply\", \"turn\": 7, \"text\": \"hi\"}'; sleep 30",
+            "",
+            "answered turn 7, expected 0",
+        ),
+    ] {
+        let dir = tmp();
+        let pack = reply_pack(dir.path(), "hi");
+        let agent = sh_agent(dir.path(), name, script, &[], &format!("mcp = false\n{extra}"));
+        let r = run_pack(dir.path(), &pack, &agent);
+        assert_eq!(r.code, 3, "{name}: {r}");
+        let t = &traces(&dir.path().join("runs"))[0];
+        assert_eq!(t["turns"][0]["error_kind"], "protocol", "{name}");
+        let error = t["turns"][0]["error"].as_str().unwrap();
+        assert!(error.contains(why), "{name}: {error}");
+        // The untrustworthy process was killed, not left to its sleep.
+        assert_eq!(t["processes"][0]["killed"], "protocol error", "{name}: {}", t["processes"]);
+    }
+}
+
+#[test]
+fn a_session_agent_that_ignores_the_end_of_its_input_is_killed_after_the_grace() {
+    let dir = tmp();
+    let pack = reply_pack(dir.path(), "ok");
+    let agent = sh_agent(
+        dir.path(),
+        "stubborn",
+        "read -r line; echo '{\"type\": \"reply\", \"text\": \"ok\"}'; trap '' HUP TERM; while :; do sleep 1; done",
+        &[],
+        "mcp = false",
+    );
+    let r = run_pack(dir.path(), &pack, &agent);
+    assert_eq!(r.code, 0, "{r}");
+    let t = &traces(&dir.path().join("runs"))[0];
+    assert_eq!(t["processes"][0]["killed"], "end of run", "{}", t["processes"]);
+    assert_eq!(t["processes"][0]["exit"], "killed by wt (end of run)");
+}
+
+/// Starts `wt run` on a hanging agent, waits until the agent recorded its group, sends
+/// SIGINT `signals` times, and checks that wt exits 130 leaving nothing of the group.
+fn interrupt_hanging_agent(signals: usize) {
+    let dir = tmp();
+    let pids = dir.path().join("pids.json");
+    let agent = process_agent(
+        dir.path(),
+        "stuck",
+        &["--policy", "hang", "--pids", pids.to_str().unwrap()],
+        "turn_timeout_s = 120.0",
+    );
+    let mut child = order_status(dir.path(), &agent)
+        .env("WT_GRACE_S", "0.5")
+        .command()
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while !pids.exists() && started.elapsed() < std::time::Duration::from_secs(60) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // The agent has started its grandchild; let its turn begin.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let recorded: Value = serde_json::from_str(&std::fs::read_to_string(&pids).unwrap()).unwrap();
+    let pgid = recorded["pgid"].as_i64().unwrap();
+    assert!(!alive_in_group(pgid).is_empty(), "the agent runs");
+    for _ in 0..signals {
+        let sent = std::process::Command::new("kill")
+            .args(["-INT", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        alive_in_group(pgid).is_empty(),
+        "still running in group {pgid}: {:?}",
+        alive_in_group(pgid)
+    );
+}
+
+#[test]
+fn stopping_wt_kills_the_agents_group_after_the_grace_period() {
+    interrupt_hanging_agent(1);
+}
+
+#[test]
+fn stopping_wt_at_once_still_kills_the_agents_group() {
+    interrupt_hanging_agent(2);
+}
+
+#[test]
+fn an_http_agent_without_mcp_gets_no_address_and_is_offered_no_tools() {
+    let server = TestServer::start(|req| match (req.method.as_str(), req.url.as_str()) {
+        ("GET", "/health") | ("POST", "/reset") => (200, "{}".into()),
+        ("POST", "/inject") => {
+            let body: Value = serde_json::from_str(&req.body).unwrap();
+            (200, json!({"reply": "hi", "session_id": body["session_id"]}).to_string())
+        }
+        _ => (404, "{}".into()),
+    });
+    let dir = tmp();
+    let s = format!(
+        "id = \"chat\"\nturns = [\"hello\"]\n{ISOLATION_TOOLS}\n[world]\nnotes = []\norders = {{}}\n[expect.outcome]\nreply_contains = [\"hi\"]\n"
+    );
+    let pack = write_pack(dir.path(), &[("chat.toml", &s)]);
+    let agent = dir.path().join("blind.toml");
+    std::fs::write(
+        &agent,
+        format!("label = \"blind\"\nruntime = \"http\"\nendpoint = \"{}\"\nmcp = false\n", server.base),
+    )
+    .unwrap();
+    let r = run_pack(dir.path(), &pack, &agent);
+    assert_eq!(r.code, 0, "{r}");
+    let inject: Value = serde_json::from_str(
+        &server.seen().iter().find(|s| s.url == "/inject").unwrap().body,
+    )
+    .unwrap();
+    assert!(inject.get("mcp_url").is_none(), "{inject}");
+    let t = &traces(&dir.path().join("runs"))[0];
+    assert_eq!(t["surface"]["tools"], json!([]));
 }
