@@ -35,21 +35,36 @@ fn spec() -> Vec<ToolSpec> {
 }
 
 fn world() -> World {
-    World::new(Some(&json!({"orders": {"1234": {"status": "shipped", "item": "kettle"}}})))
+    World::new(Some(
+        &json!({"orders": {"1234": {"status": "shipped", "item": "kettle"}}}),
+    ))
 }
 
 fn main() {
-    let calls: usize = std::env::var("CALLS").ok().and_then(|v| v.parse().ok()).unwrap_or(2000);
+    let calls: usize = std::env::var("CALLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2000);
     let stop = Interrupt::default();
 
     // Built-in loop.
     let tools = spec();
     let mut w = world();
-    let mut ctx = TurnCtx { index: 0, world: &mut w, timeout: Duration::from_secs(30), stop: &stop };
+    let mut ctx = TurnCtx {
+        index: 0,
+        world: &mut w,
+        timeout: Duration::from_secs(30),
+        stop: &stop,
+    };
     let mut builtin = Vec::with_capacity(calls * 10);
     for i in 0..calls * 10 {
         let t = Instant::now();
-        let c = ctx.call_tool(&tools, i as u32, "lookup_order", json!({"order_id": "1234"}));
+        let c = ctx.call_tool(
+            &tools,
+            i as u32,
+            "lookup_order",
+            json!({"order_id": "1234"}),
+        );
         builtin.push(t.elapsed().as_nanos());
         std::hint::black_box(c);
     }
@@ -63,7 +78,12 @@ fn main() {
     let (tx, rx) = mpsc::channel::<Inbox<Vec<u128>>>();
     run.open_turn(tx.clone());
     let mut w = world();
-    let mut ctx = TurnCtx { index: 0, world: &mut w, timeout: Duration::from_secs(30), stop: &stop };
+    let mut ctx = TurnCtx {
+        index: 0,
+        world: &mut w,
+        timeout: Duration::from_secs(30),
+        stop: &stop,
+    };
     let client = std::thread::spawn(move || {
         let http = reqwest::blocking::Client::new();
         let post = |body: Value, session: Option<&str>| {
@@ -73,22 +93,37 @@ fn main() {
                 .header("accept", "application/json, text/event-stream")
                 .body(body.to_string());
             if let Some(s) = session {
-                r = r.header("mcp-session-id", s).header("mcp-protocol-version", "2025-03-26");
+                r = r
+                    .header("mcp-session-id", s)
+                    .header("mcp-protocol-version", "2025-03-26");
             }
             r.send().unwrap()
         };
-        let init = post(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-03-26", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}}), None);
-        let session = init.headers()["mcp-session-id"].to_str().unwrap().to_owned();
+        let init = post(
+            json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-03-26", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}}),
+            None,
+        );
+        let session = init.headers()["mcp-session-id"]
+            .to_str()
+            .unwrap()
+            .to_owned();
         let _ = init.text();
-        let _ = post(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}), Some(&session)).text();
+        let _ = post(
+            json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+            Some(&session),
+        )
+        .text();
         let mut times = Vec::with_capacity(calls);
         for i in 0..calls + 100 {
             let t = Instant::now();
-            let text = post(json!({"jsonrpc": "2.0", "id": i + 1, "method": "tools/call",
-                "params": {"name": "lookup_order", "arguments": {"order_id": "1234"}}}), Some(&session))
-                .text()
-                .unwrap();
+            let text = post(
+                json!({"jsonrpc": "2.0", "id": i + 1, "method": "tools/call",
+                "params": {"name": "lookup_order", "arguments": {"order_id": "1234"}}}),
+                Some(&session),
+            )
+            .text()
+            .unwrap();
             assert!(text.contains("shipped"), "{text}");
             if i >= 100 {
                 times.push(t.elapsed().as_nanos());
@@ -108,7 +143,14 @@ fn main() {
     };
     client.join().unwrap();
     let (m50, m99) = percentiles(times);
-    println!("tool call, built-in loop (TurnCtx::call_tool):   p50 {b50:8.1} µs   p99 {b99:8.1} µs");
-    println!("tool call over MCP, raw JSON-RPC client (Rust):  p50 {m50:8.1} µs   p99 {m99:8.1} µs");
-    println!("MCP overhead per call (p50):                     {:8.1} µs", m50 - b50);
+    println!(
+        "tool call, built-in loop (TurnCtx::call_tool):   p50 {b50:8.1} µs   p99 {b99:8.1} µs"
+    );
+    println!(
+        "tool call over MCP, raw JSON-RPC client (Rust):  p50 {m50:8.1} µs   p99 {m99:8.1} µs"
+    );
+    println!(
+        "MCP overhead per call (p50):                     {:8.1} µs",
+        m50 - b50
+    );
 }

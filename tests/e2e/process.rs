@@ -187,8 +187,7 @@ fn one_shot_agent_passes_the_demo_pack_with_its_mcp_config_and_reply_field() {
 fn a_forbidden_tool_called_over_mcp_fails_the_constraint_layer() {
     let dir = tmp();
     let agent = policy_agent(dir.path(), "forbidden");
-    let r = order_status(dir.path(), &agent)
-        .run();
+    let r = order_status(dir.path(), &agent).run();
     assert_eq!(r.code, 1, "{r}");
     let s = &scores(&dir.path().join("runs"))[0];
     assert_eq!(s["verdict"], "FAIL");
@@ -203,8 +202,7 @@ fn a_forbidden_tool_called_over_mcp_fails_the_constraint_layer() {
 fn wrong_arguments_are_recorded_as_failed_calls_that_never_touch_the_world() {
     let dir = tmp();
     let agent = policy_agent(dir.path(), "wrong-args");
-    let r = order_status(dir.path(), &agent)
-        .run();
+    let r = order_status(dir.path(), &agent).run();
     assert_eq!(r.code, 0, "{r}");
     let t = &traces(&dir.path().join("runs"))[0];
     let calls = t["evidence"]["tool_calls"].as_array().unwrap();
@@ -259,7 +257,10 @@ fn a_crashing_agent_is_error_with_its_stderr_tail_and_its_environment_is_explici
     assert!(tail.contains("PASSED_THROUGH=yes"), "{tail}");
     assert!(tail.contains("NOT_PASSED=unset"), "{tail}");
     assert!(tail.contains("AGENT_API_KEY=[redacted]"), "{tail}");
-    assert!(tail.contains("DB_URL=postgres://app:[redacted]@db/x"), "{tail}");
+    assert!(
+        tail.contains("DB_URL=postgres://app:[redacted]@db/x"),
+        "{tail}"
+    );
     for (name, bytes) in crate::harness::files(&runs) {
         let text = String::from_utf8_lossy(&bytes);
         assert!(
@@ -293,8 +294,7 @@ fn hang_and_check(extra: &str, args: &[&str], why: &str) {
     let mut all = vec!["--policy", "hang", "--pids", pids.to_str().unwrap()];
     all.extend(args);
     let agent = process_agent(dir.path(), "stuck", &all, extra);
-    let r = order_status(dir.path(), &agent)
-        .run();
+    let r = order_status(dir.path(), &agent).run();
     assert_eq!(r.code, 3, "{r}");
     let s = &scores(&dir.path().join("runs"))[0];
     let error = s["error"].as_str().unwrap();
@@ -521,7 +521,13 @@ fn an_http_service_acts_on_the_world_through_the_mcp_url_of_its_inject() {
     // The calls made through MCP first, then the one the service reported, numbered after.
     let shown: Vec<(&str, Value, Value)> = calls
         .iter()
-        .map(|c| (c["name"].as_str().unwrap(), c["step"].clone(), c["source"].clone()))
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap(),
+                c["step"].clone(),
+                c["source"].clone(),
+            )
+        })
         .collect();
     assert_eq!(
         shown,
@@ -672,20 +678,34 @@ fn a_one_shot_reply_is_stdout_and_a_failing_exit_is_an_agent_error() {
 
     let dir = tmp();
     let pack = reply_pack(dir.path(), "x");
-    let failing = sh_agent(dir.path(), "fails", "echo oops-on-stderr >&2; exit 3", &["{input}"], "mcp = false");
+    let failing = sh_agent(
+        dir.path(),
+        "fails",
+        "echo oops-on-stderr >&2; exit 3",
+        &["{input}"],
+        "mcp = false",
+    );
     let r = run_pack(dir.path(), &pack, &failing);
     assert_eq!(r.code, 3, "{r}");
     let t = &traces(&dir.path().join("runs"))[0];
     assert_eq!(t["turns"][0]["error_kind"], "agent");
     let error = t["turns"][0]["error"].as_str().unwrap();
-    assert!(error.contains("exited with status 3") && error.contains("oops-on-stderr"), "{error}");
+    assert!(
+        error.contains("exited with status 3") && error.contains("oops-on-stderr"),
+        "{error}"
+    );
     assert_eq!(t["processes"][0]["status"], 3);
 }
 
 #[test]
 fn session_protocol_errors_end_the_turn_as_protocol_errors() {
     for (name, script, extra, why) in [
-        ("chatty", "read -r line; echo 'thinking...'; sleep 30", "", "is not a JSON object"),
+        (
+            "chatty",
+            "read -r line; echo 'thinking...'; sleep 30",
+            "",
+            "is not a JSON object",
+        ),
         (
             "verbose",
             "read -r line; head -c 3000 /dev/zero | tr '\\0' a; echo",
@@ -701,7 +721,13 @@ fn session_protocol_errors_end_the_turn_as_protocol_errors() {
     ] {
         let dir = tmp();
         let pack = reply_pack(dir.path(), "hi");
-        let agent = sh_agent(dir.path(), name, script, &[], &format!("mcp = false\n{extra}"));
+        let agent = sh_agent(
+            dir.path(),
+            name,
+            script,
+            &[],
+            &format!("mcp = false\n{extra}"),
+        );
         let r = run_pack(dir.path(), &pack, &agent);
         assert_eq!(r.code, 3, "{name}: {r}");
         let t = &traces(&dir.path().join("runs"))[0];
@@ -709,7 +735,11 @@ fn session_protocol_errors_end_the_turn_as_protocol_errors() {
         let error = t["turns"][0]["error"].as_str().unwrap();
         assert!(error.contains(why), "{name}: {error}");
         // The untrustworthy process was killed, not left to its sleep.
-        assert_eq!(t["processes"][0]["killed"], "protocol error", "{name}: {}", t["processes"]);
+        assert_eq!(
+            t["processes"][0]["killed"], "protocol error",
+            "{name}: {}",
+            t["processes"]
+        );
     }
 }
 
@@ -727,7 +757,11 @@ fn a_session_agent_that_ignores_the_end_of_its_input_is_killed_after_the_grace()
     let r = run_pack(dir.path(), &pack, &agent);
     assert_eq!(r.code, 0, "{r}");
     let t = &traces(&dir.path().join("runs"))[0];
-    assert_eq!(t["processes"][0]["killed"], "end of run", "{}", t["processes"]);
+    assert_eq!(
+        t["processes"][0]["killed"], "end of run",
+        "{}",
+        t["processes"]
+    );
     assert_eq!(t["processes"][0]["exit"], "killed by wt (end of run)");
 }
 
@@ -796,7 +830,10 @@ fn an_http_agent_without_mcp_gets_no_address_and_is_offered_no_tools() {
         ("GET", "/health") | ("POST", "/reset") => (200, "{}".into()),
         ("POST", "/inject") => {
             let body: Value = serde_json::from_str(&req.body).unwrap();
-            (200, json!({"reply": "hi", "session_id": body["session_id"]}).to_string())
+            (
+                200,
+                json!({"reply": "hi", "session_id": body["session_id"]}).to_string(),
+            )
         }
         _ => (404, "{}".into()),
     });
@@ -808,13 +845,21 @@ fn an_http_agent_without_mcp_gets_no_address_and_is_offered_no_tools() {
     let agent = dir.path().join("blind.toml");
     std::fs::write(
         &agent,
-        format!("label = \"blind\"\nruntime = \"http\"\nendpoint = \"{}\"\nmcp = false\n", server.base),
+        format!(
+            "label = \"blind\"\nruntime = \"http\"\nendpoint = \"{}\"\nmcp = false\n",
+            server.base
+        ),
     )
     .unwrap();
     let r = run_pack(dir.path(), &pack, &agent);
     assert_eq!(r.code, 0, "{r}");
     let inject: Value = serde_json::from_str(
-        &server.seen().iter().find(|s| s.url == "/inject").unwrap().body,
+        &server
+            .seen()
+            .iter()
+            .find(|s| s.url == "/inject")
+            .unwrap()
+            .body,
     )
     .unwrap();
     assert!(inject.get("mcp_url").is_none(), "{inject}");

@@ -357,22 +357,29 @@ fn a_lane_closes_connections_beyond_its_cap_at_once() {
         .set_read_timeout(Some(Duration::from_secs(5)))
         .unwrap();
     let mut buf = [0u8; 8];
-    assert!(matches!(extra.read(&mut buf), Ok(0) | Err(_)), "over the cap: closed");
+    assert!(
+        matches!(extra.read(&mut buf), Ok(0) | Err(_)),
+        "over the cap: closed"
+    );
     // Room again once some go away.
     drop(idle.drain(..4));
     let url = run.url().to_owned();
     let mut w = world();
     let deadline = Instant::now() + Duration::from_secs(10);
-    let (r, _) = turn(&run, &mut w, move || loop {
-        let mut c = Client::new(&url);
-        let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            c.initialize();
-            c.call("lookup_order", json!({"order_id": "1234"}))
-        }));
-        match ok {
-            Ok(r) => break r,
-            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
-            Err(e) => std::panic::resume_unwind(e),
+    let (r, _) = turn(&run, &mut w, move || {
+        loop {
+            let mut c = Client::new(&url);
+            let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                c.initialize();
+                c.call("lookup_order", json!({"order_id": "1234"}))
+            }));
+            match ok {
+                Ok(r) => break r,
+                Err(_) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(50))
+                }
+                Err(e) => std::panic::resume_unwind(e),
+            }
         }
     });
     assert_eq!(r.0, 200);
@@ -389,9 +396,16 @@ fn schemas_that_cannot_be_served_are_refused_and_outside_refs_never_resolved() {
             key_arg: None,
         },
     };
-    let e = ToolSet::new(&[spec(json!("object"))]).unwrap_err().to_string();
-    assert!(e.contains("tool `t`: `parameters` must be a JSON object"), "{e}");
-    let e = ToolSet::new(&[spec(json!({"type": 5}))]).unwrap_err().to_string();
+    let e = ToolSet::new(&[spec(json!("object"))])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("tool `t`: `parameters` must be a JSON object"),
+        "{e}"
+    );
+    let e = ToolSet::new(&[spec(json!({"type": 5}))])
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("is not a valid JSON Schema"), "{e}");
     let started = Instant::now();
     let e = ToolSet::new(&[spec(json!({"$ref": "urn:wt:not-here"}))])
