@@ -776,7 +776,7 @@ fn interrupt_hanging_agent(signals: usize) {
         &["--policy", "hang", "--pids", pids.to_str().unwrap()],
         "turn_timeout_s = 120.0",
     );
-    let mut child = order_status(dir.path(), &agent)
+    let child = order_status(dir.path(), &agent)
         .env("WT_GRACE_S", "0.5")
         .command()
         .stdout(std::process::Stdio::null())
