@@ -708,7 +708,7 @@ fn session_protocol_errors_end_the_turn_as_protocol_errors() {
         ),
         (
             "verbose",
-            "read -r line; head -c 3000 /dev/zero | tr '\\0' a; echo",
+            "read -r line; head -c 3000 /dev/zero | tr '\\0' a; echo; sleep 30",
             "max_response_bytes = 1024",
             "longer than 1024 bytes (max_response_bytes)",
         ),
