@@ -142,6 +142,9 @@ impl SweepGuard {
 impl Drop for SweepGuard {
     fn drop(&mut self) {
         SWEEP_ACTIVE.store(false, Ordering::SeqCst);
+        // A turn abandoned at a cut may still own an agent process group; the sweep is
+        // over, and nothing it started may outlive it.
+        crate::runtime::process::kill_all();
     }
 }
 

@@ -271,7 +271,20 @@ fn a_crashing_agent_is_error_with_its_stderr_tail_and_its_environment_is_explici
     assert!(!r.stderr.contains(KEY));
 }
 
-/// Processes of `pgid` that are still running (zombies are dead and do not count).
+/// Processes of `pgid` still running once the kills sent to them have landed (SIGKILL is
+/// delivered asynchronously; zombies are dead and do not count). Waits at most 10 s.
+fn left_in_group(pgid: i64) -> Vec<String> {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let alive = alive_in_group(pgid);
+        if alive.is_empty() || std::time::Instant::now() > until {
+            return alive;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Processes of `pgid` that are running right now (zombies are dead and do not count).
 fn alive_in_group(pgid: i64) -> Vec<String> {
     std::fs::read_dir("/proc")
         .unwrap()
@@ -314,11 +327,8 @@ fn hang_and_check(extra: &str, args: &[&str], why: &str) {
         Some(pgid),
         "the agent leads its own group"
     );
-    assert!(
-        alive_in_group(pgid).is_empty(),
-        "still running in group {pgid}: {:?}",
-        alive_in_group(pgid)
-    );
+    let left = left_in_group(pgid);
+    assert!(left.is_empty(), "still running in group {pgid}: {left:?}");
 }
 
 #[test]
@@ -807,11 +817,8 @@ fn interrupt_hanging_agent(signals: usize) {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(
-        alive_in_group(pgid).is_empty(),
-        "still running in group {pgid}: {:?}",
-        alive_in_group(pgid)
-    );
+    let left = left_in_group(pgid);
+    assert!(left.is_empty(), "still running in group {pgid}: {left:?}");
 }
 
 #[test]
