@@ -545,6 +545,9 @@ pub struct Dispatcher {
     by_point: [u64; 10],
     deadlines: Deadlines,
     caps: HookCaps,
+    /// The values of the hooks' secret settings (`WT_<HOOK>_API_KEY`, …): never let through
+    /// in a warning or an artifact.
+    redactor: crate::secrets::Redactor,
     /// Once cut, hook calls get at most [`CUT_HOOK_DEADLINE`].
     stop: Option<Arc<Interrupt>>,
     /// Top-level dispatches take turns: one hook instance is never called from two threads
@@ -576,11 +579,16 @@ impl Dispatcher {
                 first_error: None,
             })
             .collect();
+        let mut redactor = crate::secrets::Redactor::new();
+        for h in hooks.iter() {
+            redactor.extend(&crate::registry::hook_secrets(&h.name));
+        }
         Dispatcher {
             hooks,
             by_point,
             deadlines,
             caps: HookCaps::default(),
+            redactor,
             stop: None,
             serial: Mutex::new(()),
             serial_owner: Mutex::new(None),
@@ -776,6 +784,14 @@ impl Dispatcher {
             self.deadlines.converse,
             &worker.thread,
         );
+        #[cfg(test)]
+        if hung.is_some() {
+            // Widens the window between "it hung" and retiring the worker, where a call that
+            // returns late must not go on to the next hook.
+            std::thread::sleep(Duration::from_micros(
+                tests::WIDEN_ABANDON_WINDOW_US.load(Ordering::Relaxed),
+            ));
+        }
 
         let mut inner = lock(&self.inner);
         let quiet = shared.quiet_ok.load(Ordering::Acquire);
@@ -821,10 +837,19 @@ impl Dispatcher {
         }
     }
 
-    fn absorb(&self, inner: &mut Inner, r: CallRecord, out: &mut DispatchOutput) {
+    fn absorb(&self, inner: &mut Inner, mut r: CallRecord, out: &mut DispatchOutput) {
         let name = &self.hooks[r.slot].name;
+        for w in &mut r.warnings {
+            self.redactor.scrub_string(w);
+        }
+        if let Err(e) = &mut r.result {
+            self.redactor.scrub_string(e);
+        }
         out.warnings.extend(r.warnings);
         for (label, mut payload) in r.artifacts {
+            if !self.redactor.is_empty() {
+                self.redactor.scrub_value(&mut payload);
+            }
             if r.conversed {
                 if let Value::Object(map) = &mut payload {
                     map.insert("tools_disabled".into(), Value::Bool(false));
@@ -1137,6 +1162,72 @@ mod tests {
         // Both are now quarantined: nothing is called.
         let out4 = d.dispatch(point::ON_RUN_END, data("x"), None);
         assert!(out4.warnings.is_empty() && out4.returns.is_empty() && out4.ok == 0);
+    }
+
+    pub(super) static WIDEN_ABANDON_WINDOW_US: AtomicU64 = AtomicU64::new(0);
+    static A_SLEEP_US: AtomicU64 = AtomicU64::new(0);
+    static B_CALLS: StdMutex<Vec<String>> = StdMutex::new(Vec::new());
+
+    /// Returns right around its deadline.
+    #[derive(Default)]
+    struct Borderline;
+    #[hook]
+    impl Hook for Borderline {
+        const NAME: &'static str = "borderline";
+        fn on_run_start(&mut self, _: &Context<'_>) -> HookResult {
+            std::thread::sleep(Duration::from_micros(A_SLEEP_US.load(Ordering::Relaxed)));
+            Ok(())
+        }
+    }
+
+    /// Records each call's run id.
+    #[derive(Default)]
+    struct Once;
+    #[hook]
+    impl Hook for Once {
+        const NAME: &'static str = "once";
+        fn on_run_start(&mut self, ctx: &Context<'_>) -> HookResult {
+            B_CALLS
+                .lock()
+                .unwrap()
+                .push(ctx.run_id().unwrap_or_default().to_owned());
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_call_that_returns_as_it_is_abandoned_never_lets_two_threads_call_the_next_hook() {
+        // The hook before `once` returns within microseconds of its deadline, so the
+        // waiting thread's "it hung" and the worker's "it returned" race. Whichever wins,
+        // `once` is called once per dispatch: by the old worker or by its replacement,
+        // never by both.
+        let deadline = Duration::from_millis(4);
+        // The first half returns inside a widened window after the deadline; the second
+        // half races the deadline itself.
+        for i in 0..300u64 {
+            let (sleep_us, widen_us) = if i < 150 {
+                (5_000, 4_000)
+            } else {
+                (3_700 + (i % 7) * 100, 0)
+            };
+            A_SLEEP_US.store(sleep_us, Ordering::Relaxed);
+            WIDEN_ABANDON_WINDOW_US.store(widen_us, Ordering::Relaxed);
+            let d = Dispatcher::new(
+                vec![active::<Borderline>(), active::<Once>()],
+                Deadlines {
+                    dispatch: deadline,
+                    converse: deadline,
+                },
+            );
+            d.dispatch(point::ON_RUN_START, data(&format!("race-{i}")), None);
+        }
+        // Give an abandoned worker time to run on into the next hook, if it (wrongly) would.
+        std::thread::sleep(Duration::from_millis(200));
+        let calls = B_CALLS.lock().unwrap().clone();
+        let mut seen = std::collections::HashSet::new();
+        let twice: Vec<&String> = calls.iter().filter(|c| !seen.insert(*c)).collect();
+        assert!(twice.is_empty(), "called twice in one dispatch: {twice:?}");
+        assert_eq!(calls.len(), 300);
     }
 
     struct Echo(Option<Duration>);

@@ -459,10 +459,7 @@ impl Progress for CliProgress {
                                 .error
                                 .clone()
                                 .unwrap_or_else(|| score.failed_layers().join(", "));
-                            bar.println(format!(
-                                "{} {scenario} #{run_index}: {why}",
-                                score.verdict
-                            ));
+                            self.line(format!("{} {scenario} #{run_index}: {why}", score.verdict));
                         }
                     }
                     None => {
