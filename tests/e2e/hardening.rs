@@ -167,6 +167,29 @@ fn plain_pack(dir: &Path) -> PathBuf {
     )
 }
 
+/// An `openai` agent config named `<name>.toml` for the endpoint at `base`, with `extra`
+/// TOML lines.
+fn openai_agent(dir: &Path, name: &str, base: &str, extra: &str) -> PathBuf {
+    agent_file(
+        dir,
+        &format!("{name}.toml"),
+        &format!(
+            "label = \"{name}\"\nruntime = \"openai\"\nmodel = \"m\"\nendpoint = \"{base}/v1\"\n{extra}"
+        ),
+    )
+}
+
+/// `wt run --pack PACK --agent AGENT --out OUT` in `dir`; returns the run and `dir/OUT`.
+fn run_pack(dir: &Path, out: &str, pack: &Path, agent: &Path) -> (Run, PathBuf) {
+    let r = Wt::new(dir)
+        .args(["run", "--out", out, "--pack"])
+        .arg(pack)
+        .arg("--agent")
+        .arg(agent)
+        .run();
+    (r, dir.join(out))
+}
+
 // 1 ─────────────────────────────────────────────────────────────────────────────────────
 
 #[test]
@@ -567,27 +590,18 @@ impl Read for Endless {
 fn i07_response_bodies_stored_texts_artifacts_and_warnings_are_bounded() {
     let dir = tmp();
     let pack = plain_pack(dir.path());
-    let openai = |name: &str, base: &str, extra: &str| {
-        agent_file(
-            dir.path(),
-            &format!("{name}.toml"),
-            &format!(
-                "label = \"{name}\"\nruntime = \"openai\"\nmodel = \"m\"\nendpoint = \"{base}/v1\"\nturn_timeout_s = 60\n{extra}"
-            ),
-        )
-    };
     // An endless chunked body: stopped at the cap, not read into memory.
-    let endless = openai("endless", &streaming_server(|| Box::new(Endless)), "");
+    let endless = openai_agent(
+        dir.path(),
+        "endless",
+        &streaming_server(|| Box::new(Endless)),
+        "turn_timeout_s = 60\n",
+    );
     let started = Instant::now();
-    let r = Wt::new(dir.path())
-        .args(["run", "--out", "endless", "--pack"])
-        .arg(&pack)
-        .arg("--agent")
-        .arg(&endless)
-        .run();
+    let (r, out) = run_pack(dir.path(), "endless", &pack, &endless);
     assert_eq!(r.code, 3, "{r}");
     assert!(started.elapsed() < Duration::from_secs(30));
-    let t = &traces(&dir.path().join("endless"))[0];
+    let t = &traces(&out)[0];
     assert!(
         t["turns"][0]["error"]
             .as_str()
@@ -598,34 +612,26 @@ fn i07_response_bodies_stored_texts_artifacts_and_warnings_are_bounded() {
     assert_eq!(t["turns"][0]["error_kind"], "protocol");
 
     // A configured cap.
-    let small = openai(
+    let small = openai_agent(
+        dir.path(),
         "small",
         &TestServer::start(|_| (200, chat_completion(&"x".repeat(4096)))).base,
         "max_response_bytes = 2048\n",
     );
-    let r = Wt::new(dir.path())
-        .args(["run", "--out", "small", "--pack"])
-        .arg(&pack)
-        .arg("--agent")
-        .arg(&small)
-        .run();
+    let (r, _) = run_pack(dir.path(), "small", &pack, &small);
     assert_eq!(r.code, 3, "{r}");
     assert!(r.stderr.contains("reply exceeded 2048 bytes"), "{r}");
 
     // A 1 MB reply under the cap is stored cut, with its length.
-    let big = openai(
+    let big = openai_agent(
+        dir.path(),
         "big",
         &TestServer::start(|_| (200, chat_completion(&"y".repeat(1 << 20)))).base,
         "",
     );
-    let r = Wt::new(dir.path())
-        .args(["run", "--out", "big", "--pack"])
-        .arg(&pack)
-        .arg("--agent")
-        .arg(&big)
-        .run();
+    let (r, out) = run_pack(dir.path(), "big", &pack, &big);
     assert_eq!(r.code, 0, "{r}");
-    let t = &traces(&dir.path().join("big"))[0];
+    let t = &traces(&out)[0];
     let reply = t["turns"][0]["reply"].as_str().unwrap();
     assert!(reply.len() < 300 * 1024, "{}", reply.len());
     assert!(
@@ -1084,21 +1090,9 @@ fn i15_retries_honour_retry_after_retry_early_closes_and_are_recorded() {
         None,
         Some((200, "", chat_completion("Hello!"))),
     ]);
-    let agent = agent_file(
-        dir.path(),
-        "a.toml",
-        &format!(
-            "label = \"r\"\nruntime = \"openai\"\nmodel = \"m\"\nendpoint = \"{base}/v1\"\nretries = 3\nturn_timeout_s = 30\n"
-        ),
-    );
-    let r = Wt::new(dir.path())
-        .args(["run", "--pack"])
-        .arg(&pack)
-        .arg("--agent")
-        .arg(&agent)
-        .run();
+    let agent = openai_agent(dir.path(), "r", &base, "retries = 3\nturn_timeout_s = 30\n");
+    let (r, out) = run_pack(dir.path(), "runs", &pack, &agent);
     assert_eq!(r.code, 0, "{r}");
-    let out = dir.path().join("runs");
     let t = &traces(&out)[0];
     let retries = t["turns"][0]["retries"].as_array().unwrap();
     assert_eq!(retries.len(), 2, "{t}");
@@ -1132,22 +1126,14 @@ fn i16_outcomes_come_from_typed_errors_not_from_how_long_a_turn_took() {
         std::thread::sleep(Duration::from_millis(150));
         (503, "{\"error\":\"busy\"}".into())
     });
-    let agent = agent_file(
+    let agent = openai_agent(
         dir.path(),
-        "busy.toml",
-        &format!(
-            "label = \"busy\"\nruntime = \"openai\"\nmodel = \"m\"\nendpoint = \"{}/v1\"\nretries = 20\nturn_timeout_s = 1\n",
-            busy.base
-        ),
+        "busy",
+        &busy.base,
+        "retries = 20\nturn_timeout_s = 1\n",
     );
-    let r = Wt::new(dir.path())
-        .args(["run", "--out", "busy", "--pack"])
-        .arg(&pack)
-        .arg("--agent")
-        .arg(&agent)
-        .run();
+    let (r, out) = run_pack(dir.path(), "busy", &pack, &agent);
     assert_eq!(r.code, 3, "{r}");
-    let out = dir.path().join("busy");
     let t = &traces(&out)[0];
     assert_eq!(t["turns"][0]["error_kind"], "transport", "{t}");
     let j = journal(&out);
@@ -1158,22 +1144,9 @@ fn i16_outcomes_come_from_typed_errors_not_from_how_long_a_turn_took() {
         std::thread::sleep(Duration::from_secs(3));
         (200, chat_completion("late"))
     });
-    let agent = agent_file(
-        dir.path(),
-        "slow.toml",
-        &format!(
-            "label = \"slow\"\nruntime = \"openai\"\nmodel = \"m\"\nendpoint = \"{}/v1\"\nturn_timeout_s = 0.5\n",
-            slow.base
-        ),
-    );
-    let r = Wt::new(dir.path())
-        .args(["run", "--out", "slow", "--pack"])
-        .arg(&pack)
-        .arg("--agent")
-        .arg(&agent)
-        .run();
+    let agent = openai_agent(dir.path(), "slow", &slow.base, "turn_timeout_s = 0.5\n");
+    let (r, out) = run_pack(dir.path(), "slow", &pack, &agent);
     assert_eq!(r.code, 3, "{r}");
-    let out = dir.path().join("slow");
     assert_eq!(traces(&out)[0]["turns"][0]["error_kind"], "timeout");
     let j = journal(&out);
     let interrupted = events(&j, "TurnInterrupted");

@@ -43,13 +43,18 @@ pub(crate) fn open_plugin(path: &Path) -> Result<(File, std::fs::Metadata), Refu
     if !ft.is_file() || ft.is_fifo() || ft.is_socket() {
         return Err(Refusal::NotRegular);
     }
-    if meta.len() > MAX_PLUGIN_BYTES {
+    check_size(meta.len())?;
+    Ok((file, meta))
+}
+
+fn check_size(bytes: u64) -> Result<(), Refusal> {
+    if bytes > MAX_PLUGIN_BYTES {
         return Err(Refusal::TooLarge {
-            bytes: meta.len(),
+            bytes,
             max: MAX_PLUGIN_BYTES,
         });
     }
-    Ok((file, meta))
+    Ok(())
 }
 
 /// What a plugin's metadata record says about it.
@@ -98,12 +103,7 @@ pub fn inspect(path: &Path, seen: &mut HashMap<(u64, u64), PathBuf>) -> Result<I
     if !ft.is_file() || ft.is_fifo() || ft.is_socket() {
         return Err(Refusal::NotRegular);
     }
-    if meta.len() > MAX_PLUGIN_BYTES {
-        return Err(Refusal::TooLarge {
-            bytes: meta.len(),
-            max: MAX_PLUGIN_BYTES,
-        });
-    }
+    check_size(meta.len())?;
     check_owner_mode(meta.uid(), meta.mode()).map_err(|(uid, mode)| match uid {
         Some(uid) => Refusal::ForeignFile { uid },
         None => Refusal::WritableFile { mode },

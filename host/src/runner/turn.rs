@@ -240,105 +240,100 @@ pub(super) fn send(
 ) -> Reply {
     if cfg.stop.is_cut() {
         // A turn cut earlier may still hold the handle; nothing new is sent once cut.
-        return Reply::failed(
-            TurnErrorKind::Interrupted,
-            "interrupted: wt was stopped and the grace period ran out",
-            Vec::new(),
-        );
+        return cut();
     }
+    let send = Outgoing {
+        handle: handle.clone(),
+        world: world.clone(),
+        session_id: session_id.to_owned(),
+        text: text.to_owned(),
+        index,
+        timeout,
+        stop: cfg.stop.clone(),
+    };
     let mut reply = if lock(handle).cooperative() {
-        send_in_place(handle, world, session_id, text, index, timeout, &cfg.stop)
+        send.in_place()
     } else {
-        send_on_thread(handle, world, session_id, text, index, timeout, &cfg.stop)
+        send.on_thread()
     };
     bound(&mut reply);
     reply
 }
 
-fn send_in_place(
-    handle: &Handle,
-    world: &Arc<Mutex<World>>,
-    session_id: &str,
-    text: &str,
+/// One turn to send, owned, so that it can go to a thread of its own.
+struct Outgoing {
+    handle: Handle,
+    world: Arc<Mutex<World>>,
+    session_id: String,
+    text: String,
     index: u32,
     timeout: Duration,
-    stop: &Interrupt,
-) -> Reply {
-    let sent = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let mut w = lock(world);
-        lock(handle).send(
-            session_id,
-            text,
-            TurnCtx {
-                index,
-                world: &mut w,
-                timeout,
-                stop,
-            },
-        )
-    }));
-    sent.unwrap_or_else(|panic| {
-        Reply::failed(
-            TurnErrorKind::Agent,
-            format!("the agent runtime panicked: {}", panic_message(&*panic)),
-            Vec::new(),
-        )
-    })
+    stop: Arc<Interrupt>,
 }
 
-fn send_on_thread(
-    handle: &Handle,
-    world: &Arc<Mutex<World>>,
-    session_id: &str,
-    text: &str,
-    index: u32,
-    timeout: Duration,
-    stop: &Arc<Interrupt>,
-) -> Reply {
-    let (tx, rx) = mpsc::sync_channel(1);
-    let (handle, world, stop_for_turn) = (handle.clone(), world.clone(), stop.clone());
-    let (session_id, text) = (session_id.to_owned(), text.to_owned());
-    let spawned = std::thread::Builder::new()
-        .name("wt-turn".into())
-        .spawn(move || {
-            let reply = send_in_place(
-                &handle,
-                &world,
-                &session_id,
-                &text,
-                index,
-                timeout,
-                &stop_for_turn,
-            );
-            let _ = tx.send(reply);
-        });
-    if let Err(e) = spawned {
-        return Reply::failed(
-            TurnErrorKind::Agent,
-            format!("cannot start a thread for the turn: {e}"),
-            Vec::new(),
-        );
+impl Outgoing {
+    fn in_place(&self) -> Reply {
+        let sent = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut w = lock(&self.world);
+            lock(&self.handle).send(
+                &self.session_id,
+                &self.text,
+                TurnCtx {
+                    index: self.index,
+                    world: &mut w,
+                    timeout: self.timeout,
+                    stop: &self.stop,
+                },
+            )
+        }));
+        sent.unwrap_or_else(|panic| {
+            Reply::failed(
+                TurnErrorKind::Agent,
+                format!("the agent runtime panicked: {}", panic_message(&*panic)),
+                Vec::new(),
+            )
+        })
     }
-    loop {
-        match rx.recv_timeout(Duration::from_millis(25)) {
-            Ok(reply) => return reply,
-            Err(mpsc::RecvTimeoutError::Timeout) if stop.is_cut() => {
-                return Reply::failed(
-                    TurnErrorKind::Interrupted,
-                    "interrupted: wt was stopped and the grace period ran out",
-                    Vec::new(),
-                );
-            }
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                return Reply::failed(
-                    TurnErrorKind::Agent,
-                    "the agent runtime ended the turn without a reply",
-                    Vec::new(),
-                );
+
+    fn on_thread(self) -> Reply {
+        let (tx, rx) = mpsc::sync_channel(1);
+        let stop = self.stop.clone();
+        let spawned = std::thread::Builder::new()
+            .name("wt-turn".into())
+            .spawn(move || {
+                let _ = tx.send(self.in_place());
+            });
+        if let Err(e) = spawned {
+            return Reply::failed(
+                TurnErrorKind::Agent,
+                format!("cannot start a thread for the turn: {e}"),
+                Vec::new(),
+            );
+        }
+        loop {
+            match rx.recv_timeout(Duration::from_millis(25)) {
+                Ok(reply) => return reply,
+                Err(mpsc::RecvTimeoutError::Timeout) if stop.is_cut() => return cut(),
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    return Reply::failed(
+                        TurnErrorKind::Agent,
+                        "the agent runtime ended the turn without a reply",
+                        Vec::new(),
+                    );
+                }
             }
         }
     }
+}
+
+/// The reply of a turn cut when `wt` stopped.
+fn cut() -> Reply {
+    Reply::failed(
+        TurnErrorKind::Interrupted,
+        "interrupted: wt was stopped and the grace period ran out",
+        Vec::new(),
+    )
 }
 
 /// Cuts what a runtime returned to the sizes `wt` stores.
