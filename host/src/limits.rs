@@ -126,7 +126,12 @@ fn rough_len(value: &Value) -> usize {
         Value::Number(_) => 24,
         Value::String(s) => s.len() + 2,
         Value::Array(a) => a.iter().map(|v| rough_len(v) + 1).sum::<usize>() + 2,
-        Value::Object(m) => m.iter().map(|(k, v)| k.len() + 4 + rough_len(v)).sum::<usize>() + 2,
+        Value::Object(m) => {
+            m.iter()
+                .map(|(k, v)| k.len() + 4 + rough_len(v))
+                .sum::<usize>()
+                + 2
+        }
     }
 }
 

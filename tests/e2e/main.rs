@@ -7,5 +7,6 @@ mod hooks;
 mod loader;
 mod plugins_cli;
 mod runner;
+mod scale;
 mod sdk_compat;
 mod turns;
