@@ -1,8 +1,9 @@
 //! Files on disk (ARCHITECTURE §4): one directory per story, `<stem>.json` traces,
 //! `<stem>.score.json` score sidecars and hook artifacts beside them.
 //!
-//! - [`is_sidecar`] is THE sidecar rule; every walker goes through [`load_runs`], which
-//!   applies it, so a sidecar is never mistaken for a trace.
+//! - [`is_sidecar`] is THE sidecar rule; every walker goes through the reading side's one
+//!   loader ([`crate::report::load`], also behind [`load_runs`]), which applies it, so a
+//!   sidecar is never mistaken for a trace.
 //! - Every write is atomic: a temporary file in the target directory, then a rename, so a
 //!   killed sweep leaves only whole files (no fsync: whole files on a crash of `wt`, not on
 //!   a power cut).
@@ -194,24 +195,22 @@ pub fn ensure_dir(dir: &Path) -> Result<(), StoreError> {
 /// One stored run.
 pub type StoredRun = (Trace, Option<Score>, PathBuf);
 
-/// Every trace in `dirs` (sidecars skipped by [`is_sidecar`]) with its score sidecar when
-/// there is one, ordered by directory then file name. A trace that does not parse is an
-/// error naming the file.
+/// Every run in `dirs` as read by the reading side's one loader
+/// ([`crate::report::load::load`]: sidecar rule, foreign and oversized files skipped, runs
+/// deduplicated by `run_id`), ordered by scenario and run index. Skipped files are logged at
+/// `warn` level; commands that show them to the user call the loader itself.
 pub fn load_runs<P: AsRef<Path>>(dirs: &[P]) -> Result<Vec<StoredRun>, StoreError> {
-    let mut out = Vec::new();
-    for dir in dirs {
-        for path in trace_files(dir.as_ref())? {
-            let trace: Trace = read_json(&path)?;
-            let score_file = path.with_extension("score.json");
-            let score = if score_file.is_file() {
-                Some(read_json(&score_file)?)
-            } else {
-                None
-            };
-            out.push((trace, score, path));
-        }
+    let loaded = crate::report::load::load(dirs).map_err(|e| match e {
+        crate::report::load::LoadError::Dir { path, source } => StoreError::Read { path, source },
+    })?;
+    for w in &loaded.warnings {
+        tracing::warn!("{w}");
     }
-    Ok(out)
+    Ok(loaded
+        .runs
+        .into_iter()
+        .map(|r| (r.trace, r.score, r.path))
+        .collect())
 }
 
 /// The trace files of one directory, sorted by name.

@@ -5,6 +5,7 @@ mod harness;
 mod hooks;
 mod loader;
 mod plugins_cli;
+mod reports;
 mod runner;
 mod sdk_compat;
 mod turns;
