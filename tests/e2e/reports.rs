@@ -186,6 +186,19 @@ fn report_counts_each_run_once_across_repeated_and_copied_directories() {
     let junit = wt(dir.path(), &["report", "runs", "copy", "--format", "junit"]);
     assert_eq!(junit.stdout.matches("<testcase").count(), 6, "{junit}");
     assert!(junit.stderr.contains("repeat a run_id"), "{junit}");
+    // A trace copied under another stem in the same directory is rescored once (the first
+    // by name wins).
+    let trace = trace_paths(&runs)[0].clone();
+    std::fs::copy(&trace, runs.join("20991231T000000Z_copycopy.json")).unwrap();
+    let re = wt(dir.path(), &["rescore", "runs"]);
+    assert_eq!(re.code, 0, "{re}");
+    assert!(re.stderr.contains("checked 6 run(s)"), "{re}");
+    assert!(
+        re.stderr.contains(
+            "warning: skipping runs/20991231T000000Z_copycopy.json: it repeats the run_id"
+        ),
+        "{re}"
+    );
 }
 
 #[test]
@@ -258,6 +271,10 @@ fn a_sweep_without_sweep_ended_is_incomplete_and_never_gates_green() {
     assert_eq!(v["gate"], 3);
     let html = wt(dir.path(), &["report", "--format", "html"]);
     assert!(html.stdout.contains("is incomplete"), "the page says so");
+    // Nor does a comparison with a partial side pass its gate.
+    let cmp = wt(dir.path(), &["compare", "runs", "runs", "--gate"]);
+    assert_eq!(cmp.code, 3, "{cmp}");
+    assert!(cmp.stdout.contains("Incomplete sweep(s)"), "{cmp}");
 }
 
 // ---- merging run directories and the gate (issue 10, reading side) ------------------------

@@ -725,6 +725,36 @@ mod tests {
     }
 
     #[test]
+    fn runs_turns_and_clusters_are_bounded_and_the_page_says_so() {
+        // One failing run in each of MAX_CLUSTERS + 1 scenarios: one cluster each.
+        let mut runs: Vec<_> = (0..=MAX_CLUSTERS)
+            .map(|i| run(&format!("s{i:03}"), 0, Verdict::Fail))
+            .collect();
+        runs[0].0.turns = (0..MAX_TURNS as u32 + 3)
+            .map(|index| windtunnel_sdk::model::TurnRecord {
+                index,
+                input: "x".repeat(MAX_TEXT + 1),
+                ..Default::default()
+            })
+            .collect();
+        let page = report_page(&Report::from_runs(&runs), None);
+        assert!(page.contains("1 further cluster(s) are counted but not listed."));
+        assert_eq!(
+            page.matches("<details class=\"run\"").count(),
+            MAX_DETAILED_RUNS
+        );
+        assert!(
+            page.contains("Showing full details for <strong>100</strong> of <strong>201</strong>")
+        );
+        assert!(page.contains("3 more turn(s) not shown."));
+        assert!(page.contains(&format!("[cut: {} characters in all]", MAX_TEXT + 1)));
+        assert_eq!(
+            page.matches("class=\"scenario-row\"").count(),
+            MAX_CLUSTERS + 1
+        );
+    }
+
+    #[test]
     fn links_are_relative_and_cannot_become_a_scheme() {
         let l = link(Path::new("javascript:x/a b#c.json"), Some(Path::new("")));
         assert_eq!(l, "./javascript%3Ax/a%20b%23c.json");

@@ -611,6 +611,123 @@ fn is_interesting(line: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use windtunnel_sdk::model::{LayerResult, SCHEMA_VERSION, Verdict};
+
+    fn write_run(dir: &Path, stem: &str, run_id: &str, score_for: &str) {
+        let trace = Trace {
+            schema_version: SCHEMA_VERSION,
+            run_id: run_id.into(),
+            sweep_id: "sw".into(),
+            scenario_id: "s".into(),
+            ..Trace::default()
+        };
+        let ok = LayerResult {
+            passed: true,
+            detail: String::new(),
+        };
+        let score = Score {
+            schema_version: SCHEMA_VERSION,
+            run_id: score_for.into(),
+            scenario_id: "s".into(),
+            verdict: Verdict::Pass,
+            outcome: ok.clone(),
+            trajectory: ok.clone(),
+            constraint: ok.clone(),
+            integrity: ok,
+            error: None,
+        };
+        store::write_json(&dir.join(format!("{stem}.json")), &trace).unwrap();
+        store::write_json(&dir.join(format!("{stem}.score.json")), &score).unwrap();
+    }
+
+    #[test]
+    fn a_score_of_another_run_is_not_this_runs_score() {
+        let dir = tempfile::tempdir().unwrap();
+        write_run(dir.path(), "t_aaaaaaaa", "aaaaaaaa-1", "aaaaaaaa-1");
+        write_run(dir.path(), "t_bbbbbbbb", "bbbbbbbb-1", "someone-else");
+        let l = load(&[dir.path()]).unwrap();
+        assert_eq!(l.runs.len(), 2);
+        let b = l
+            .runs
+            .iter()
+            .find(|r| r.trace.run_id == "bbbbbbbb-1")
+            .unwrap();
+        assert!(b.score.is_none());
+        assert!(
+            b.score_problem
+                .as_ref()
+                .unwrap()
+                .contains("is for run someone-else")
+        );
+        assert_eq!(l.warnings.len(), 1, "{:?}", l.warnings);
+    }
+
+    #[test]
+    fn journals_give_status_and_scenario_errors_and_are_read_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let line = |sweep: &str, event: &str, extra: &str| {
+            format!("{{\"v\":1,\"seq\":0,\"sweep_id\":\"{sweep}\",\"event\":\"{event}\"{extra}}}\n")
+        };
+        let long = format!(
+            "{{\"event\":\"TurnStarted\",\"input\":\"{}\"}}\n",
+            "x".repeat(2 << 20)
+        );
+        let done = [
+            line(
+                "a",
+                "SweepStarted",
+                ",\"pack\":\"p\",\"agent\":\"demo\",\"hooks\":[]",
+            ),
+            long,
+            line(
+                "a",
+                "ScenarioEnded",
+                ",\"scenario_id\":\"s\",\"runs\":3,\"error\":\"provisioning failed: x\"",
+            ),
+            line("a", "SweepEnded", ",\"exit_code\":3"),
+        ]
+        .concat();
+        std::fs::write(dir.path().join("one.events.jsonl"), &done).unwrap();
+        // The same bytes again (a copied directory): read once.
+        std::fs::write(dir.path().join("copy.events.jsonl"), &done).unwrap();
+        std::fs::write(
+            dir.path().join("two.events.jsonl"),
+            [
+                line("b", "SweepStarted", ""),
+                line("b", "SweepEnded", ",\"exit_code\":130"),
+            ]
+            .concat(),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("three.events.jsonl"),
+            line("c", "SweepStarted", ""),
+        )
+        .unwrap();
+        let l = load(&[dir.path()]).unwrap();
+        let status: Vec<(&str, SweepStatus)> = l
+            .sweeps
+            .iter()
+            .map(|s| (s.sweep_id.as_str(), s.status))
+            .collect();
+        assert_eq!(
+            status,
+            [
+                ("a", SweepStatus::Complete),
+                ("b", SweepStatus::Interrupted),
+                ("c", SweepStatus::Incomplete)
+            ]
+        );
+        assert_eq!(l.scenario_errors.len(), 1, "copied journal counted once");
+        assert_eq!(l.scenario_errors[0].runs, 3);
+        assert_eq!(l.sweeps[0].pack.as_deref(), Some("p"));
+        assert!(
+            l.warnings.iter().any(|w| w.contains("1 line(s) skipped")),
+            "the overlong line: {:?}",
+            l.warnings
+        );
+        assert_eq!(l.partial_sweeps().count(), 2);
+    }
 
     #[test]
     fn bounded_reads_refuse_links_fifos_and_big_files() {
