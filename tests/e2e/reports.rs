@@ -186,6 +186,20 @@ fn report_counts_each_run_once_across_repeated_and_copied_directories() {
     let junit = wt(dir.path(), &["report", "runs", "copy", "--format", "junit"]);
     assert_eq!(junit.stdout.matches("<testcase").count(), 6, "{junit}");
     assert!(junit.stderr.contains("repeat a run_id"), "{junit}");
+    // Pinned sweeps of different agents reuse run ids; they are different runs all the same.
+    for (out, agent) in [("pin-a", "demo"), ("pin-b", "demo-forbidden-tool")] {
+        let r = Wt::new(dir.path())
+            .args(["run", "--out", out, "--seed", "7", "--agent", agent])
+            .env("WT_FIXED_CLOCK", "2026-11-30T05:15:00Z")
+            .run();
+        assert!(r.code <= 1, "{r}");
+    }
+    let pinned = json(&wt(
+        dir.path(),
+        &["report", "pin-a", "pin-b", "--format", "json"],
+    ));
+    assert_eq!(pinned["pack"]["runs"], 12);
+    assert_eq!(pinned["pack"]["passed"], 6);
     // A trace copied under another stem in the same directory is rescored once (the first
     // by name wins).
     let trace = trace_paths(&runs)[0].clone();

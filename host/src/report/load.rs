@@ -11,8 +11,9 @@
 //!   symbolic links and without blocking, must be regular files, and are read only up to a
 //!   size bound. A file that is not a `wt` trace (foreign JSON, a corrupt or oversized
 //!   trace) is skipped with one warning naming it; it never fails the whole directory.
-//! - Directories given twice are read once, and a run (by `run_id`) found in several
-//!   directories is counted once: the first directory given wins.
+//! - Directories given twice are read once, and a run found in several directories is
+//!   counted once (by `run_id`, qualified by sweep, agent and start time: pinned sweeps of
+//!   different agents reuse ids); the first directory given wins.
 //! - Event journals (`*.events.jsonl`, any stem) are read for what traces cannot say: which
 //!   sweeps ended (`SweepEnded`), and which scenarios could not run at all (`ScenarioEnded`
 //!   with an `error`; such a scenario wrote no trace). Sweeps are told apart by the
@@ -135,7 +136,7 @@ pub struct Loaded {
     pub scenario_errors: Vec<ScenarioError>,
     /// One line per skipped file or other problem, for stderr (no `warning:` prefix).
     pub warnings: Vec<String>,
-    /// Trace files not counted because an earlier one had the same `run_id`.
+    /// Trace files not counted because an earlier one was the same run.
     pub duplicates: Vec<PathBuf>,
 }
 
@@ -163,7 +164,7 @@ pub fn load<P: AsRef<Path>>(dirs: &[P]) -> Result<Loaded, LoadError> {
             let Some(run) = load_run(path, &listing, &mut out.warnings) else {
                 continue;
             };
-            if seen_runs.insert(run.trace.run_id.clone()) {
+            if seen_runs.insert(identity(&run.trace)) {
                 out.runs.push(run);
             } else {
                 out.duplicates.push(run.path);
@@ -189,6 +190,18 @@ pub fn load<P: AsRef<Path>>(dirs: &[P]) -> Result<Loaded, LoadError> {
     });
     journals.finish(&mut out);
     Ok(out)
+}
+
+/// What makes two trace files the same run: its `run_id`, qualified by the sweep, agent and
+/// start time, because pinned sweeps (`--seed`) of different agents mint the same ids for
+/// different runs. A copied directory, or one given twice, repeats all four.
+fn identity(t: &Trace) -> (String, String, String, String) {
+    (
+        t.run_id.clone(),
+        t.sweep_id.clone(),
+        t.agent.label.clone(),
+        t.started_at.clone(),
+    )
 }
 
 /// What one directory holds, by kind.
