@@ -295,7 +295,12 @@ fn run_details(run: &LoadedRun, base: Option<&Path>, open: bool) -> Markup {
                             td { pre { (cut(&turn.input)) } }
                             td {
                                 @if let Some(reply) = &turn.reply { pre.reply { (cut(reply)) } }
-                                @if let Some(e) = &turn.error { pre.error { "error: " (cut(e)) } }
+                                @if let Some(e) = &turn.error {
+                                    pre.error {
+                                        "error" @if let Some(k) = turn.error_kind { " (" (k) ")" } ": " (cut(e))
+                                    }
+                                }
+                                @if !turn.retries.is_empty() { p.muted { (turn.retries.len()) " request(s) retried" } }
                             }
                             td.num { (turn.latency_ms) }
                         }
@@ -689,7 +694,7 @@ mod tests {
             input: "hi".into(),
             reply: Some("<script>alert(1)</script> & \"q\"".into()),
             latency_ms: 3,
-            error: None,
+            ..Default::default()
         });
         let page = report_page(&Report::from_runs(&runs), None);
         assert!(page.contains("&lt;script&gt;alert(1)&lt;/script&gt; &amp; &quot;q&quot;"));
