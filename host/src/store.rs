@@ -291,9 +291,7 @@ pub type StoredRun = (Trace, Option<Score>, PathBuf);
 /// deduplicated by `run_id`), ordered by scenario and run index. Skipped files are logged at
 /// `warn` level; commands that show them to the user call the loader itself.
 pub fn load_runs<P: AsRef<Path>>(dirs: &[P]) -> Result<Vec<StoredRun>, StoreError> {
-    let loaded = crate::report::load::load(dirs).map_err(|e| match e {
-        crate::report::load::LoadError::Dir { path, source } => StoreError::Read { path, source },
-    })?;
+    let loaded = crate::report::load::load(dirs)?;
     for w in &loaded.warnings {
         tracing::warn!("{w}");
     }
@@ -304,25 +302,35 @@ pub fn load_runs<P: AsRef<Path>>(dirs: &[P]) -> Result<Vec<StoredRun>, StoreErro
         .collect())
 }
 
-/// The trace files of one directory, sorted by name.
-pub fn trace_files(dir: &Path) -> Result<Vec<PathBuf>, StoreError> {
+/// The entries of a runs directory that any walker may look at, sorted by name: hidden
+/// files (among them the `.wt-tmp-*` temp files a killed sweep leaves) and names that are
+/// not UTF-8 are never among them. Nothing is opened or followed.
+pub fn dir_entries(dir: &Path) -> Result<Vec<(String, PathBuf)>, StoreError> {
     let read_err = |source| StoreError::Read {
         path: dir.to_owned(),
         source,
     };
-    let mut files = Vec::new();
+    let mut entries = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(read_err)? {
         let path = entry.map_err(read_err)?.path();
-        let hidden = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .is_some_and(|n| n.starts_with('.'));
-        if !hidden && is_trace(&path) && path.is_file() {
-            files.push(path);
+        let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        if !name.starts_with('.') {
+            entries.push((name.to_owned(), path));
         }
     }
-    files.sort();
-    Ok(files)
+    entries.sort();
+    Ok(entries)
+}
+
+/// The trace files of one directory, sorted by name.
+pub fn trace_files(dir: &Path) -> Result<Vec<PathBuf>, StoreError> {
+    Ok(dir_entries(dir)?
+        .into_iter()
+        .map(|(_, path)| path)
+        .filter(|path| is_trace(path) && path.is_file())
+        .collect())
 }
 
 pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, StoreError> {

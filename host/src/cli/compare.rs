@@ -36,9 +36,8 @@ pub struct CompareArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
-    /// Write the comparison to FILE (atomically) instead of stdout.
-    #[arg(short = 'o', long = "output", value_name = "FILE")]
-    pub output: Option<PathBuf>,
+    #[command(flatten)]
+    pub output: super::report::Output,
     /// Exit 1 when a scenario regressed significantly (3 when a side holds an incomplete
     /// sweep), 0 otherwise.
     #[arg(long)]
@@ -82,7 +81,7 @@ pub fn run(args: CompareArgs) -> anyhow::Result<u8> {
         Format::Json => c.to_json(),
         Format::Html => crate::report::html::compare_page(&c),
     };
-    super::report::emit(&text, args.output.as_deref())?;
+    args.output.emit(&text)?;
     if args.format != Format::Table {
         eprintln!("{}", c.summary);
     }

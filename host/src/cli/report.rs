@@ -28,9 +28,8 @@ pub struct ReportArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
-    /// Write the report to FILE (atomically) instead of stdout.
-    #[arg(short = 'o', long = "output", value_name = "FILE")]
-    pub output: Option<PathBuf>,
+    #[command(flatten)]
+    pub output: Output,
     /// Exit with the code the sweep would have had: 3 if any run or scenario could not be
     /// judged or a sweep is incomplete, else 1 if any run failed, else 0.
     #[arg(long)]
@@ -46,11 +45,11 @@ pub fn run(args: ReportArgs) -> anyhow::Result<u8> {
         Format::Junit => report.to_junit(),
         Format::Markdown => report.to_markdown(),
         Format::Html => {
-            let base = args.output.as_deref().and_then(Path::parent);
+            let base = args.output.file.as_deref().and_then(Path::parent);
             report::html::report_page(&report, base)
         }
     };
-    emit(&text, args.output.as_deref())?;
+    args.output.emit(&text)?;
     Ok(if args.gate {
         report.gate
     } else {
@@ -78,18 +77,27 @@ pub fn load_report(dirs: &[PathBuf]) -> anyhow::Result<Report> {
     Ok(Report::new(loaded))
 }
 
-/// Machine output: to `output` atomically when given, else stdout.
-pub fn emit(text: &str, output: Option<&Path>) -> anyhow::Result<()> {
-    match output {
-        Some(path) => store::write_atomic(path, text.as_bytes())
-            .with_context(|| format!("write the report to {}", path.display())),
-        None => {
-            use std::io::Write as _;
-            let mut out = std::io::stdout().lock();
-            // A closed pipe (`wt report | head`) is not an error of the report.
-            match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-                other => other.context("write the report to stdout"),
+/// Where machine output goes: stdout, or a file written atomically.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Output {
+    /// Write to FILE (atomically) instead of stdout.
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub file: Option<PathBuf>,
+}
+
+impl Output {
+    pub fn emit(&self, text: &str) -> anyhow::Result<()> {
+        match &self.file {
+            Some(path) => store::write_atomic(path, text.as_bytes())
+                .with_context(|| format!("write {}", path.display())),
+            None => {
+                use std::io::Write as _;
+                let mut out = std::io::stdout().lock();
+                // A closed pipe (`wt report | head`) is not an error of the report.
+                match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+                    Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+                    other => other.context("write to stdout"),
+                }
             }
         }
     }

@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use windtunnel_sdk::model::{Score, Trace, is_slug};
 
-use crate::store;
+use crate::store::{self, StoreError};
 
 /// Largest trace file read; larger ones are skipped with a warning.
 pub const MAX_TRACE_BYTES: u64 = 64 << 20;
@@ -41,17 +41,6 @@ pub const MAX_SIDECAR_BYTES: u64 = 16 << 20;
 pub const MAX_JOURNAL_BYTES: u64 = 4 << 30;
 /// Longest journal line parsed; longer lines are skipped.
 const MAX_JOURNAL_LINE: u64 = 1 << 20;
-
-/// Why a directory could not be read at all.
-#[derive(Debug, thiserror::Error)]
-pub enum LoadError {
-    #[error("read run directory {path}: {source}")]
-    Dir {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-}
 
 /// One run as stored: its trace, its score (when the sidecar is there and readable) and
 /// where they live.
@@ -148,7 +137,7 @@ impl Loaded {
 }
 
 /// Reads every run directory in `dirs` (see the module docs for the rules).
-pub fn load<P: AsRef<Path>>(dirs: &[P]) -> Result<Loaded, LoadError> {
+pub fn load<P: AsRef<Path>>(dirs: &[P]) -> Result<Loaded, StoreError> {
     let mut out = Loaded::default();
     let mut seen_dirs = HashSet::new();
     let mut seen_runs = HashSet::new();
@@ -213,20 +202,9 @@ struct Listing {
     artifacts: HashMap<String, Vec<PathBuf>>,
 }
 
-fn list_dir(dir: &Path) -> Result<Listing, LoadError> {
-    let err = |source| LoadError::Dir {
-        path: dir.to_owned(),
-        source,
-    };
+fn list_dir(dir: &Path) -> Result<Listing, StoreError> {
     let mut listing = Listing::default();
-    for entry in std::fs::read_dir(dir).map_err(err)? {
-        let path = entry.map_err(err)?.path();
-        let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
-            continue;
-        };
-        if name.starts_with('.') {
-            continue;
-        }
+    for (name, path) in store::dir_entries(dir)? {
         if name.ends_with(".events.jsonl") {
             listing.journals.push(path);
         } else if store::is_trace(&path) {
@@ -235,11 +213,6 @@ fn list_dir(dir: &Path) -> Result<Listing, LoadError> {
             let stem = name.split('.').next().unwrap_or_default().to_owned();
             listing.artifacts.entry(stem).or_default().push(path);
         }
-    }
-    listing.traces.sort();
-    listing.journals.sort();
-    for a in listing.artifacts.values_mut() {
-        a.sort();
     }
     Ok(listing)
 }
