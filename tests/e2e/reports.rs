@@ -291,6 +291,61 @@ fn a_sweep_without_sweep_ended_is_incomplete_and_never_gates_green() {
     assert!(cmp.stdout.contains("Incomplete sweep(s)"), "{cmp}");
 }
 
+/// Starts a long sweep of passing runs, waits for its first trace, then sends `signal`
+/// (`KILL` or `INT`). Every run written passes: only the sweep's end can fail the gate.
+fn cut_sweep(dir: &Path, out: &str, signal: &str) -> PathBuf {
+    let mut child = Wt::new(dir)
+        .args([
+            "run",
+            "--out",
+            out,
+            "--filter",
+            "order-status",
+            "--runs",
+            "100000",
+        ])
+        .command()
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let runs = dir.join(out);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !runs.is_dir() || trace_paths(&runs).is_empty() {
+        assert!(std::time::Instant::now() < deadline, "no trace was written");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let sent = Command::new("kill")
+        .args([format!("-{signal}"), child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    child.wait().unwrap();
+    runs
+}
+
+#[test]
+fn a_killed_or_interrupted_sweep_is_reported_as_such_and_gates_as_error() {
+    let dir = tmp();
+    cut_sweep(dir.path(), "killed", "KILL");
+    let r = wt(
+        dir.path(),
+        &["report", "killed", "--gate", "--format", "json"],
+    );
+    assert_eq!(r.code, 3, "{r}");
+    assert!(r.stderr.contains("is incomplete"), "{}", r.stderr);
+    assert_eq!(json(&r)["sweeps"][0]["status"], "incomplete");
+
+    cut_sweep(dir.path(), "stopped", "INT");
+    let r = wt(
+        dir.path(),
+        &["report", "stopped", "--gate", "--format", "json"],
+    );
+    assert_eq!(r.code, 3, "{r}");
+    assert!(r.stderr.contains("was interrupted"), "{}", r.stderr);
+    assert_eq!(json(&r)["sweeps"][0]["status"], "interrupted");
+}
+
 // ---- merging run directories and the gate (issue 10, reading side) ------------------------
 
 #[test]
