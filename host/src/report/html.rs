@@ -52,6 +52,7 @@ table{border-collapse:collapse;width:100%}
 th,td{text-align:left;padding:5px 8px;border-bottom:1px solid var(--line);vertical-align:top}
 th{font-weight:600;color:var(--muted);font-size:12px;text-transform:uppercase;letter-spacing:.03em}
 td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
+td.nowrap,tr.scenario-row td:first-child{white-space:nowrap}
 .tiles{display:flex;flex-wrap:wrap;gap:10px}
 .tile{border:1px solid var(--line);border-radius:6px;padding:8px 14px;min-width:120px}
 .tile b{display:block;font-size:22px}
@@ -150,7 +151,7 @@ fn rate_bar(rate: Option<f64>, interval: Option<[f64; 2]>, label: &str) -> Marku
 
 fn interval_text(s: &ScenarioSummary) -> String {
     match (s.pass_rate, s.wilson95) {
-        (Some(r), Some([lo, hi])) => format!("{} (95% CI {}–{})", pct(r), pct(lo), pct(hi)),
+        (Some(r), Some([lo, hi])) => format!("{} [{}–{}]", pct(r), pct(lo), pct(hi)),
         _ => "-".to_owned(),
     }
 }
@@ -166,7 +167,12 @@ fn latency_histogram(latencies: &mut [u64]) -> Markup {
     let span = (max - min).max(1) as f64;
     let mut counts = vec![0u64; bins];
     for &l in latencies.iter() {
-        let i = (((l - min) as f64 / span) * bins as f64) as usize;
+        // All turns equally fast (a pinned clock): one bar in the middle.
+        let i = if max == min {
+            bins / 2
+        } else {
+            (((l - min) as f64 / span) * bins as f64) as usize
+        };
         counts[i.min(bins - 1)] += 1;
     }
     let top = counts.iter().copied().max().unwrap_or(1).max(1) as f64;
@@ -546,7 +552,7 @@ pub fn report_page(report: &Report, base: Option<&Path>) -> String {
                     tr.scenario-row id=(format!("scenario-{}", a.scenario_id)) data-scenario=(a.scenario_id) {
                         td { strong { (a.scenario_id) } }
                         td.num.passed { (a.passed) "/" (a.runs) }
-                        td { (rate_bar(s.pass_rate, s.wilson95, &interval_text(s))) " " span.muted { (interval_text(s)) } }
+                        td.nowrap { (rate_bar(s.pass_rate, s.wilson95, &interval_text(s))) " " span.muted { (interval_text(s)) } }
                         td.num { (a.failed) }
                         td.num { (a.errored) }
                         td.num { (s.pass_hat_k.last().map_or("-".into(), |x| format!("{:.2}", x.value))) }
