@@ -8,6 +8,7 @@ use std::{
     collections::HashMap,
     fmt,
     path::{Path, PathBuf},
+    sync::Arc,
 };
 
 use abi_stable::{
@@ -299,8 +300,11 @@ impl Registry {
                 source_path: entry.source.to_string(),
                 refusal,
             };
-            let (hook, sha256) = match &entry.kind {
-                EntryKind::BuiltIn(new) => (new(), None),
+            let (factory, sha256): (Factory, _) = match &entry.kind {
+                EntryKind::BuiltIn(new) => {
+                    let new = *new;
+                    (Arc::new(move || Ok(new())), None)
+                }
                 EntryKind::Plugin(inspected) => {
                     let lib = match libraries.get(&inspected.path) {
                         Some(lib) => lib.clone(),
@@ -310,13 +314,13 @@ impl Registry {
                             lib
                         }
                     };
-                    (
-                        lib.new_hook(&name).map_err(refused)?,
-                        Some(lib.sha256.clone()),
-                    )
+                    let sha256 = Some(lib.sha256.clone());
+                    let hook_name = name.clone();
+                    (Arc::new(move || lib.new_hook(&hook_name)), sha256)
                 }
                 EntryKind::Refused => unreachable!("refused entries are never chosen"),
             };
+            let hook = factory().map_err(refused)?;
             active.push(ActiveHook {
                 name,
                 source: entry.source.clone(),
@@ -325,6 +329,7 @@ impl Registry {
                 points: entry.points,
                 sha256,
                 hook,
+                factory,
             });
         }
         Ok(active)
@@ -410,6 +415,9 @@ pub fn hook_secrets(name: &str) -> crate::secrets::Redactor {
     r
 }
 
+/// Builds a fresh instance of a hook (its `Default` value).
+type Factory = Arc<dyn Fn() -> Result<FfiHookBox, Refusal> + Send + Sync>;
+
 /// An activated hook, ready to call.
 pub struct ActiveHook {
     pub name: String,
@@ -420,6 +428,7 @@ pub struct ActiveHook {
     /// SHA-256 of the plugin library; `None` for built-ins.
     pub sha256: Option<String>,
     hook: FfiHookBox,
+    factory: Factory,
 }
 
 impl fmt::Debug for ActiveHook {
@@ -459,6 +468,7 @@ impl FfiContext for FfiHost<'_> {
 impl ActiveHook {
     /// A fresh instance of a built-in hook.
     pub fn from_builtin(b: &BuiltIn) -> ActiveHook {
+        let new = b.new;
         ActiveHook {
             name: b.name.to_owned(),
             source: Source::BuiltIn,
@@ -466,8 +476,23 @@ impl ActiveHook {
             sdk_version: windtunnel_sdk::SDK_VERSION.to_owned(),
             points: b.points,
             sha256: None,
-            hook: (b.new)(),
+            hook: new(),
+            factory: Arc::new(move || Ok(new())),
         }
+    }
+
+    /// Another instance of the same hook, from the same library: for a lane of its own.
+    pub fn another(&self) -> Result<ActiveHook, Refusal> {
+        Ok(ActiveHook {
+            name: self.name.clone(),
+            source: self.source.clone(),
+            version: self.version.clone(),
+            sdk_version: self.sdk_version.clone(),
+            points: self.points,
+            sha256: self.sha256.clone(),
+            hook: (self.factory)()?,
+            factory: self.factory.clone(),
+        })
     }
 
     /// Does the hook declare `point`?

@@ -8,5 +8,6 @@ mod loader;
 mod plugins_cli;
 mod reports;
 mod runner;
+mod scale;
 mod sdk_compat;
 mod turns;

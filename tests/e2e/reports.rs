@@ -360,50 +360,83 @@ fn report_gate_is_the_exit_code_of_the_sweep() {
     }
 }
 
+/// Per scenario: (id, runs, passed, failed, errored).
+fn counts(v: &Value) -> Vec<(String, u64, u64, u64, u64)> {
+    v["scenarios"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            let n = |k: &str| s[k].as_u64().unwrap();
+            (
+                s["scenario_id"].as_str().unwrap().to_owned(),
+                n("runs"),
+                n("passed"),
+                n("failed"),
+                n("errored"),
+            )
+        })
+        .collect()
+}
+
 #[test]
 fn shards_merge_into_the_unsharded_result_with_its_gate() {
     let dir = tmp();
-    let agent = ["--agent", "demo-forbidden-tool", "--seed", "3"];
-    let whole = sweep(dir.path(), "whole", &agent, 1);
-    // Shards by scenario, each its own sweep and directory (as `--shard K/N` writes them).
-    let mut shards = Vec::new();
-    for (i, filter) in ["order-status", "*a*e*"].iter().enumerate() {
-        let out = format!("shard{i}");
-        let mut args = agent.to_vec();
-        args.extend(["--filter", filter]);
-        sweep(dir.path(), &out, &args, 1);
-        shards.push(out);
+    for (agent, code) in [("demo-forbidden-tool", 1), ("demo", 0)] {
+        let whole = format!("{agent}-whole");
+        sweep(dir.path(), &whole, &["--agent", agent, "--runs", "4"], code);
+        let one = wt(
+            dir.path(),
+            &["report", &whole, "--format", "json", "--gate"],
+        );
+        assert_eq!(one.code, code, "{one}");
+        let mut merged_args = vec!["report".to_owned()];
+        for k in 1..=3 {
+            let out = format!("{agent}-shard{k}");
+            let shard = format!("{k}/3");
+            let r = Wt::new(dir.path())
+                .args(["run", "--out", &out, "--agent", agent, "--runs", "4"])
+                .args(["--shard", &shard])
+                .run();
+            assert!(r.code == 0 || r.code == code, "{r}");
+            merged_args.push(out);
+        }
+        for format in ["table", "markdown", "junit", "html", "json"] {
+            let mut args = merged_args.clone();
+            args.extend(["--gate".into(), "--format".into(), format.into()]);
+            let r = Wt::new(dir.path()).args(&args).run();
+            assert_eq!(r.code, code, "{agent} {format}: {r}");
+            if format == "json" {
+                let (merged, one) = (json(&r), json(&one));
+                assert_eq!(counts(&merged), counts(&one), "{agent}");
+                assert_eq!(merged["pack"]["runs"], 12);
+            }
+        }
     }
-    let one = json(&wt(dir.path(), &["report", "whole", "--format", "json"]));
-    let mut merged_args = vec!["report"];
-    merged_args.extend(shards.iter().map(String::as_str));
-    merged_args.extend(["--format", "json", "--gate"]);
-    let merged = wt(dir.path(), &merged_args);
-    assert_eq!(merged.code, 1, "{merged}");
-    let merged = json(&merged);
-    for key in ["runs", "passed", "failed", "errored"] {
-        assert_eq!(merged["pack"][key], one["pack"][key], "{key}");
+    // Pinned shards share their sweep id: one sweep, its shards listed, complete.
+    let mut args = vec!["report".to_owned()];
+    for k in 1..=2 {
+        let out = format!("pinned{k}");
+        let r = Wt::new(dir.path())
+            .args([
+                "run",
+                "--out",
+                &out,
+                "--seed",
+                "5",
+                "--shard",
+                &format!("{k}/2"),
+            ])
+            .run();
+        assert_eq!(r.code, 0, "{r}");
+        args.push(out);
     }
-    let counts = |v: &Value| -> Vec<(String, u64, u64)> {
-        v["scenarios"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|s| {
-                (
-                    s["scenario_id"].as_str().unwrap().to_owned(),
-                    s["runs"].as_u64().unwrap(),
-                    s["passed"].as_u64().unwrap(),
-                )
-            })
-            .collect()
-    };
-    assert_eq!(counts(&merged), counts(&one));
-    // Pinned shards share the sweep id; each journal is still read.
-    assert_eq!(merged["sweeps"].as_array().unwrap().len(), 1);
-    assert_eq!(merged["sweeps"][0]["journals"].as_array().unwrap().len(), 2);
-    assert_eq!(merged["sweeps"][0]["status"], "complete");
-    drop(whole);
+    args.extend(["--format".into(), "json".into()]);
+    let v = json(&Wt::new(dir.path()).args(&args).run());
+    assert_eq!(v["sweeps"].as_array().unwrap().len(), 1, "{v}");
+    assert_eq!(v["sweeps"][0]["shards"], serde_json::json!(["1/2", "2/2"]));
+    assert_eq!(v["sweeps"][0]["status"], "complete");
+    assert_eq!(v["pack"]["runs"], 6);
 }
 
 #[test]

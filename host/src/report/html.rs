@@ -572,11 +572,12 @@ pub fn report_page(report: &Report, base: Option<&Path>) -> String {
         section #sweeps {
             h2 { "Sweeps" }
             table {
-                tr { th { "sweep" } th { "status" } th { "pack" } th { "agent" } th { "started" } th.num { "runs" } th { "hooks" } }
+                tr { th { "sweep" } th { "status" } th { "shards" } th { "pack" } th { "agent" } th { "started" } th.num { "runs" } th { "hooks" } }
                 @for s in &report.sweeps {
                     tr {
                         td { code { (s.sweep_id) } }
-                        td class=(if s.status.is_partial() { "error" } else { "" }) { (format!("{:?}", s.status).to_lowercase()) }
+                        td class=(if s.status.is_partial() { "error" } else { "" }) { (s.status.as_str()) }
+                        td { (s.shards.join(", ")) }
                         td { (s.pack.clone().unwrap_or_default()) }
                         td { (s.agent.clone().unwrap_or_default()) }
                         td { (s.started_at.clone().unwrap_or_default()) }

@@ -81,6 +81,15 @@ pub enum SweepStatus {
 }
 
 impl SweepStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SweepStatus::Complete => "complete",
+            SweepStatus::Interrupted => "interrupted",
+            SweepStatus::Incomplete => "incomplete",
+            SweepStatus::NoJournal => "no journal",
+        }
+    }
+
     /// Whether part of the sweep may never have run.
     pub fn is_partial(self) -> bool {
         matches!(self, SweepStatus::Interrupted | SweepStatus::Incomplete)
@@ -99,6 +108,9 @@ pub struct Sweep {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub started_at: Option<String>,
     pub hooks: Vec<String>,
+    /// The shards (`K/N`) of this sweep whose journals were read, when it was sharded.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub shards: Vec<String>,
     /// Runs of this sweep among the loaded ones.
     pub runs: usize,
     /// The journals that mention it.
@@ -370,6 +382,8 @@ struct Line {
     #[serde(default)]
     hooks: Option<Vec<String>>,
     #[serde(default)]
+    shard: Option<String>,
+    #[serde(default)]
     runs: Option<u32>,
     #[serde(default)]
     error: Option<String>,
@@ -379,6 +393,7 @@ struct Line {
 
 /// What a `SweepStarted` line says.
 struct Started {
+    shard: Option<String>,
     ts: Option<String>,
     pack: Option<String>,
     agent: Option<String>,
@@ -457,6 +472,7 @@ impl Journals {
             match line.event.as_str() {
                 "SweepStarted" => {
                     seg.started = Some(Started {
+                        shard: line.shard,
                         ts: line.ts,
                         pack: line.pack,
                         agent: line.agent,
@@ -498,6 +514,7 @@ impl Journals {
             agent: None,
             started_at: None,
             hooks: Vec::new(),
+            shards: Vec::new(),
             runs: 0,
             journals: Vec::new(),
         };
@@ -510,6 +527,9 @@ impl Journals {
                 s.started_at = s.started_at.take().or(started.ts);
                 s.pack = s.pack.take().or(started.pack);
                 s.agent = s.agent.take().or(started.agent);
+                if let Some(k) = started.shard.filter(|k| !s.shards.contains(k)) {
+                    s.shards.push(k);
+                }
                 for h in started.hooks {
                     if !s.hooks.contains(&h) {
                         s.hooks.push(h);
