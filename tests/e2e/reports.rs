@@ -53,11 +53,17 @@ fn journal(dir: &Path) -> PathBuf {
         .expect("a journal")
 }
 
+/// Trace files in `dir`, by name only: safe to call while a sweep writes there.
 fn trace_paths(dir: &Path) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = files(dir)
-        .keys()
-        .filter(|n| n.ends_with(".json") && !n.trim_end_matches(".json").contains('.'))
-        .map(|n| dir.join(n))
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let n = p.file_name().unwrap().to_string_lossy();
+            !n.starts_with('.')
+                && n.ends_with(".json")
+                && !n.trim_end_matches(".json").contains('.')
+        })
         .collect();
     v.sort();
     v
