@@ -6,6 +6,7 @@ mod harness;
 mod hooks;
 mod loader;
 mod plugins_cli;
+mod reports;
 mod runner;
 mod scale;
 mod sdk_compat;
