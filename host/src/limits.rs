@@ -92,6 +92,11 @@ pub fn cut_value(value: &mut Value, max: usize) {
         cut_text(s, max);
         return;
     }
+    // Most values are small: a walk that allocates nothing settles them (an escaped
+    // character takes at most 6 bytes).
+    if rough_len(value).saturating_mul(6) <= max {
+        return;
+    }
     let len = serde_json::to_vec(value).map_or(0, |b| b.len());
     if len <= max {
         return;
@@ -111,6 +116,22 @@ pub fn cut_value(value: &mut Value, max: usize) {
         let mut excerpt = value.to_string();
         cut_text(&mut excerpt, 1024.min(max / 2));
         *value = serde_json::json!({"cut_by_wt": {"bytes": len, "excerpt": excerpt}});
+    }
+}
+
+/// About how long `value`'s JSON is, counting each string's bytes once.
+fn rough_len(value: &Value) -> usize {
+    match value {
+        Value::Null | Value::Bool(_) => 5,
+        Value::Number(_) => 24,
+        Value::String(s) => s.len() + 2,
+        Value::Array(a) => a.iter().map(|v| rough_len(v) + 1).sum::<usize>() + 2,
+        Value::Object(m) => {
+            m.iter()
+                .map(|(k, v)| k.len() + 4 + rough_len(v))
+                .sum::<usize>()
+                + 2
+        }
     }
 }
 

@@ -41,14 +41,18 @@ impl Redactor {
         Redactor::default()
     }
 
-    /// Adds a secret value (and, for a URL, the password inside it).
+    /// Adds a secret value (and, for a URL, the password inside it, as written, decoded,
+    /// and as the `Basic` credentials an HTTP client derives from it).
     pub fn add(&mut self, secret: &str) {
-        if let Some(pw) = url_password(secret) {
-            let pw = pw.to_owned();
+        if let Some((user, pw)) = url_credentials(secret) {
+            let (user, pw) = (user.to_owned(), pw.to_owned());
             self.push(&pw);
-            if let Ok(decoded) = percent_decode(&pw) {
-                self.push(&decoded);
-            }
+            let user = percent_decode(&user).unwrap_or(user);
+            let pw = percent_decode(&pw).unwrap_or(pw);
+            self.push(&pw);
+            use base64::Engine as _;
+            let basic = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{pw}"));
+            self.push(&basic);
         }
         if !looks_like_url(secret) {
             self.push(secret);
@@ -119,13 +123,13 @@ fn looks_like_url(s: &str) -> bool {
     s.contains("://")
 }
 
-/// The password of a `scheme://user:password@host…` URL, as written.
-fn url_password(url: &str) -> Option<&str> {
+/// The user and password of a `scheme://user:password@host…` URL, as written.
+fn url_credentials(url: &str) -> Option<(&str, &str)> {
     let (_, rest) = url.split_once("://")?;
     let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
     let (userinfo, _) = authority.rsplit_once('@')?;
-    let (_, pw) = userinfo.split_once(':')?;
-    (!pw.is_empty()).then_some(pw)
+    let (user, pw) = userinfo.split_once(':')?;
+    (!pw.is_empty()).then_some((user, pw))
 }
 
 fn percent_decode(s: &str) -> Result<String, ()> {
@@ -198,10 +202,10 @@ mod tests {
         let mut r = Redactor::new();
         r.add("sk-live-0123456789");
         r.add("https://alice:p%40ss-word@api.example.com/v1");
-        let text = "401 from https://bob:hunter22@proxy:8080/x: echo Authorization: Bearer sk-live-0123456789; pw p@ss-word";
+        let text = "401 from https://bob:hunter22@proxy:8080/x: echo Authorization: Bearer sk-live-0123456789; pw p@ss-word; Basic YWxpY2U6cEBzcy13b3Jk";
         assert_eq!(
             r.scrub(text),
-            "401 from https://bob:[redacted]@proxy:8080/x: echo Authorization: Bearer [redacted]; pw [redacted]"
+            "401 from https://bob:[redacted]@proxy:8080/x: echo Authorization: Bearer [redacted]; pw [redacted]; Basic [redacted]"
         );
         assert!(matches!(r.scrub("nothing here"), Cow::Borrowed(_)));
         // URLs without a password are left alone.

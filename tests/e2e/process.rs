@@ -422,8 +422,9 @@ fn the_address_of_an_ended_run_is_refused() {
         &["--policy", "late", "--meet", meet.to_str().unwrap()],
         "turn_timeout_s = 60.0",
     );
+    // One lane: the second run starts after the first has ended.
     let r = Wt::new(dir.path())
-        .args(["run", "--pack"])
+        .args(["run", "--jobs", "1", "--pack"])
         .arg(&pack)
         .arg("--agent")
         .arg(&agent)

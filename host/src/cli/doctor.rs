@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 use windtunnel_sdk::model::Scenario;
 
 use crate::{
+    cli::term,
     clock::Ids,
     exit::{self, CodedError},
     runtime::{self, AgentHandle, TurnCtx},
@@ -84,7 +85,6 @@ fn send(
         run_id: session.to_owned(),
         session_id: session.to_owned(),
         index: 0,
-        lane: 0,
     };
     handle
         .begin_run(&run)
@@ -110,7 +110,10 @@ fn send(
 pub fn run(args: DoctorArgs) -> anyhow::Result<u8> {
     let agent =
         runtime::resolve_agent(&args.agent).map_err(|e| CodedError::usage(e.to_string()))?;
-    let rt = runtime::for_agent(&agent).map_err(|e| CodedError::usage(e.to_string()))?;
+    runtime::validate_agent(&agent)
+        .map_err(|e| CodedError::usage(format!("agent `{}`: {e}", agent.label)))?;
+    let rt = runtime::for_agent(&agent)
+        .map_err(|e| CodedError::usage(format!("agent `{}`: {e}", agent.label)))?;
     let ids = args.seed.map_or_else(Ids::random, Ids::seeded);
     let nonce = format!(
         "WT-CANARY-{}",
@@ -122,10 +125,10 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<u8> {
     );
     let timeout = runtime::turn_timeout(&agent);
     let mut checks = Vec::new();
-    eprintln!(
+    term::err_line(&format!(
         "wt doctor: agent `{}` (runtime {})",
         agent.label, agent.runtime
-    );
+    ));
 
     let mut handle = match rt.provision(&canary_scenario()) {
         Ok(h) => {
@@ -231,7 +234,10 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<u8> {
                     "state": state,
                 });
                 crate::store::write_json(path, &doc)?;
-                eprintln!("wrote the clean post-reset state to {}", path.display());
+                term::err_line(&format!(
+                    "wrote the clean post-reset state to {}",
+                    path.display()
+                ));
             }
             None => {
                 return Err(CodedError::usage(format!(
@@ -243,7 +249,7 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<u8> {
         }
     }
     if let Err(e) = handle.teardown() {
-        eprintln!("warning: teardown failed: {e}");
+        term::err_line(&format!("warning: teardown failed: {e}"));
     }
     Ok(finish(&checks))
 }
@@ -293,7 +299,7 @@ fn finish(checks: &[Check]) -> u8 {
             Status::Skipped => "skip",
             Status::Unjudged => "ERROR",
         };
-        println!("{tag} {:<13} {}", c.name, c.detail);
+        term::out_line(&format!("{tag} {:<13} {}", c.name, c.detail));
     }
     if checks.iter().any(|c| c.status == Status::Unjudged) {
         exit::RUN_ERROR

@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use crate::cli::term;
 use crate::exit::{self, CodedError};
 use crate::pack::Pack;
 use crate::{score, store};
@@ -30,9 +31,20 @@ pub fn run(args: RescoreArgs) -> anyhow::Result<u8> {
             CodedError::usage(format!("no run directory at {}", args.dir.display())).into(),
         );
     }
-    let runs = store::load_runs(&[&args.dir])?;
+    let loaded = crate::report::load::load(&[&args.dir])?;
+    for w in &loaded.warnings {
+        crate::cli::term::err_line(&format!("warning: {w}"));
+    }
+    for d in &loaded.duplicates {
+        term::err_line(&format!(
+            "warning: skipping {}: it repeats the run_id of a trace already rescored",
+            d.display()
+        ));
+    }
+    let runs = &loaded.runs;
     let (mut changed, mut unchanged, mut skipped) = (0, 0, Vec::new());
-    for (trace, old, path) in &runs {
+    for run in runs {
+        let (trace, old, path) = (&run.trace, &run.score, &run.path);
         let Some(scenario) = pack.scenario(&trace.scenario_id) else {
             skipped.push(trace.scenario_id.clone());
             continue;
@@ -50,7 +62,10 @@ pub fn run(args: RescoreArgs) -> anyhow::Result<u8> {
             .map(|s| s.to_string_lossy())
             .unwrap_or_default();
         let before = old.as_ref().map_or("UNSCORED", |s| s.verdict.as_str());
-        println!("{stem} {}: {before} → {}", trace.scenario_id, new.verdict);
+        term::out_line(&format!(
+            "{stem} {}: {before} → {}",
+            trace.scenario_id, new.verdict
+        ));
         for (name, layer) in new.layers() {
             let was = old.as_ref().map(|o| {
                 o.layers()
@@ -61,13 +76,13 @@ pub fn run(args: RescoreArgs) -> anyhow::Result<u8> {
             });
             if was.as_ref() != Some(layer) {
                 let state = if layer.passed { "passes" } else { "fails" };
-                println!("    {name} now {state}: {}", layer.detail);
+                term::out_line(&format!("    {name} now {state}: {}", layer.detail));
             }
         }
     }
     skipped.sort();
     skipped.dedup();
-    eprintln!(
+    term::err_line(&format!(
         "checked {} run(s) against pack {}: {changed} changed, {unchanged} unchanged{}",
         runs.len(),
         pack.source,
@@ -79,6 +94,6 @@ pub fn run(args: RescoreArgs) -> anyhow::Result<u8> {
                 skipped.join(", ")
             )
         }
-    );
+    ));
     Ok(exit::SUCCESS)
 }

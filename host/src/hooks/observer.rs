@@ -26,14 +26,49 @@ pub const DEFAULT_ARTIFACT_SCHEMA_VERSION: u64 = 1;
 
 type Names = Arc<Mutex<HashSet<String>>>;
 
-/// Every active hook, observing a sweep.
+/// Every active hook, observing a sweep. Each lane (worker) of the sweep has its own
+/// `HookObserver` over its own hook instances ([`HookObserver::prepare_lanes`]); they share
+/// the artifact-name registries and, through the dispatchers, health and quarantine.
 pub struct HookObserver {
     dispatcher: Arc<Dispatcher>,
-    /// Artifact names written so far, per run (by run id), per scenario (by id), and for
-    /// the pack: each scope's files are named after them, so a name may be used once.
-    run_names: Mutex<HashMap<String, Names>>,
-    scenario_names: Mutex<HashMap<String, Names>>,
-    pack_names: Names,
+    names: Arc<ArtifactNames>,
+    /// Lanes 1, 2, …; lane 0 is this observer.
+    lanes: Vec<Arc<HookObserver>>,
+    /// The trace and score snapshots of the run at `on_run_scored`, reused at `on_run_end`
+    /// (the runner changes neither in between).
+    last_run: Mutex<Option<RunSnapshot>>,
+}
+
+/// A run's id with its trace and score snapshots.
+type RunSnapshot = (String, Arc<Trace>, Arc<Score>);
+
+/// What every lane's observer shares: the artifact names written so far, per run (by run
+/// id), per scenario (by id), and for the pack — each scope's files are named after them,
+/// so a name may be used once —, and the snapshots that do not change within a sweep.
+#[derive(Default)]
+struct ArtifactNames {
+    run: Mutex<HashMap<String, Names>>,
+    scenario: Mutex<HashMap<String, Names>>,
+    pack: Names,
+    scenarios: Mutex<HashMap<String, Arc<Scenario>>>,
+    agent: std::sync::OnceLock<Arc<AgentConfig>>,
+}
+
+impl ArtifactNames {
+    /// The scenario's snapshot, built once per sweep.
+    fn scenario(&self, s: &Scenario) -> Arc<Scenario> {
+        self.scenarios
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(s.id.clone())
+            .or_insert_with(|| Arc::new(s.clone()))
+            .clone()
+    }
+
+    /// The agent's snapshot, built once per sweep.
+    fn agent(&self, a: &AgentConfig) -> Arc<AgentConfig> {
+        self.agent.get_or_init(|| Arc::new(a.clone())).clone()
+    }
 }
 
 fn names_in(map: &Mutex<HashMap<String, Names>>, key: &str) -> Names {
@@ -52,10 +87,24 @@ impl HookObserver {
     pub fn new(dispatcher: Arc<Dispatcher>) -> Self {
         HookObserver {
             dispatcher,
-            run_names: Mutex::default(),
-            scenario_names: Mutex::default(),
-            pack_names: Names::default(),
+            names: Arc::default(),
+            lanes: Vec::new(),
+            last_run: Mutex::new(None),
         }
+    }
+
+    /// Builds the observers of lanes 1 to `lanes - 1`, each with fresh instances of every
+    /// hook, so the sweep's lanes never wait for each other's hooks.
+    pub fn prepare_lanes(&mut self, lanes: usize) -> Result<(), String> {
+        while self.lanes.len() + 1 < lanes {
+            self.lanes.push(Arc::new(HookObserver {
+                dispatcher: Arc::new(self.dispatcher.for_lane()?),
+                names: self.names.clone(),
+                lanes: Vec::new(),
+                last_run: Mutex::new(None),
+            }));
+        }
+        Ok(())
     }
 
     pub fn dispatcher(&self) -> &Dispatcher {
@@ -64,18 +113,18 @@ impl HookObserver {
 
     fn scenario_data(&self, scenario: &Scenario, agent: &AgentConfig) -> CallData {
         CallData {
-            scenario: Some(Arc::new(scenario.clone())),
-            agent: Some(Arc::new(agent.clone())),
-            artifact_names: Some(names_in(&self.scenario_names, &scenario.id)),
+            scenario: Some(self.names.scenario(scenario)),
+            agent: Some(self.names.agent(agent)),
+            artifact_names: Some(names_in(&self.names.scenario, &scenario.id)),
             ..CallData::default()
         }
     }
 
     fn run_data(&self, scenario: &Scenario, agent: &AgentConfig, run_id: &str) -> CallData {
         CallData {
-            scenario: Some(Arc::new(scenario.clone())),
-            agent: Some(Arc::new(agent.clone())),
-            artifact_names: Some(names_in(&self.run_names, run_id)),
+            scenario: Some(self.names.scenario(scenario)),
+            agent: Some(self.names.agent(agent)),
+            artifact_names: Some(names_in(&self.names.run, run_id)),
             ..CallData::default()
         }
     }
@@ -87,11 +136,22 @@ impl HookObserver {
         trace: &Trace,
         score: &Score,
     ) -> CallData {
+        let (trace_snap, score_snap) = {
+            let mut last = self.last_run.lock().unwrap_or_else(|e| e.into_inner());
+            match &*last {
+                Some((run, t, s)) if *run == trace.run_id => (t.clone(), s.clone()),
+                _ => {
+                    let (t, s) = (Arc::new(trace.clone()), Arc::new(score.clone()));
+                    *last = Some((trace.run_id.clone(), t.clone(), s.clone()));
+                    (t, s)
+                }
+            }
+        };
         CallData {
             run_id: Some(Arc::from(trace.run_id.as_str())),
             session_id: Some(Arc::from(trace.session_id.as_str())),
-            trace: Some(Arc::new(trace.clone())),
-            score: Some(Arc::new(score.clone())),
+            trace: Some(trace_snap),
+            score: Some(score_snap),
             ..self.run_data(scenario, agent, &trace.run_id)
         }
     }
@@ -115,7 +175,7 @@ impl HookObserver {
             point::ON_PACK_END,
             || CallData {
                 aggregates: Some(Arc::new(aggregates)),
-                artifact_names: Some(self.pack_names.clone()),
+                artifact_names: Some(self.names.pack.clone()),
                 ..CallData::default()
             },
             None,
@@ -224,7 +284,8 @@ impl RunObserver for HookObserver {
             || self.with_run(scenario, agent, trace, score),
             Some(session),
         );
-        forget(&self.run_names, &trace.run_id);
+        forget(&self.names.run, &trace.run_id);
+        *self.last_run.lock().unwrap_or_else(|e| e.into_inner()) = None;
         out
     }
 
@@ -242,8 +303,13 @@ impl RunObserver for HookObserver {
             },
             None,
         );
-        forget(&self.scenario_names, &scenario.id);
+        forget(&self.names.scenario, &scenario.id);
         out
+    }
+
+    fn lane(&self, lane: usize) -> Option<Arc<dyn RunObserver>> {
+        let l = self.lanes.get(lane.checked_sub(1)?)?;
+        Some(l.clone())
     }
 
     fn wants_turns(&self) -> bool {

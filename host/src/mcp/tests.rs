@@ -223,7 +223,12 @@ fn calls_outside_a_turn_after_the_run_or_to_another_run_are_refused() {
     let first_session = c.session.clone();
     let second = lane.start_run(tools()).unwrap();
     drop(first);
-    // The ended run's address is dead, even with its session.
+    // The ended run's address is dead, even with its session. (Its connections were closed
+    // with it, so this is a fresh one.)
+    let mut c = Client {
+        session: c.session.clone(),
+        ..Client::new(&first_url)
+    };
     let (status, m) = c.call("add_note", json!({"text": "late"}));
     assert_eq!(status, 404);
     assert_eq!(m.unwrap()["error"]["code"], -32001);

@@ -12,7 +12,7 @@ use windtunnel_sdk::model::{Denial, Trace, TurnErrorKind, TurnRecord};
 use windtunnel_sdk::turn::{Cause as TurnCause, Outcome, TurnCall, TurnResult};
 
 use super::scenario::{Handle, ScenarioRunner};
-use super::{RunConfig, TurnOpen, lock};
+use super::{RunConfig, RunObserver, TurnOpen, lock};
 use crate::events::{self, Scope};
 use crate::interrupt::Interrupt;
 use crate::limits::{MAX_STORED_TEXT_BYTES, cut_text, cut_value};
@@ -21,6 +21,8 @@ use crate::world::World;
 
 pub(super) struct TurnRunner<'r, 'a> {
     pub sc: &'r ScenarioRunner<'a>,
+    /// The lane's observer (its own hook instances).
+    pub observer: &'r dyn RunObserver,
     pub handle: &'r Handle,
     pub world: &'r Arc<Mutex<World>>,
     pub scope: &'r Scope,
@@ -32,7 +34,7 @@ impl TurnRunner<'_, '_> {
         let sc = self.sc;
         let cfg = sc.cfg;
         let timeout = runtime::turn_timeout(&cfg.agent);
-        let turn_hooks = cfg.observer.wants_turns();
+        let turn_hooks = self.observer.wants_turns();
         for (i, text) in sc.scenario.turns.iter().enumerate() {
             let index = i as u32;
             let scope = Scope {
@@ -51,7 +53,7 @@ impl TurnRunner<'_, '_> {
                 cause: TurnCause::Scenario,
             });
             let mut open = match &call {
-                Some(call) => cfg.observer.begin_turn(call),
+                Some(call) => self.observer.begin_turn(call),
                 None => TurnOpen::default(),
             };
             for w in std::mem::take(&mut open.warnings) {
@@ -62,7 +64,15 @@ impl TurnRunner<'_, '_> {
                 publish_denial(cfg, &scope, &events::Cause::Scenario, &denial);
                 trace.error = Some(denial_text(&denial));
                 trace.denial = Some(denial.clone());
-                let finished = finish(cfg, open, call, Outcome::Denied, None, Some(denial));
+                let finished = finish(
+                    cfg,
+                    self.observer,
+                    open,
+                    call,
+                    Outcome::Denied,
+                    None,
+                    Some(denial),
+                );
                 self.warnings(trace, finished);
                 break;
             }
@@ -87,7 +97,15 @@ impl TurnRunner<'_, '_> {
             let outcome =
                 publish_terminal(cfg, &scope, &events::Cause::Scenario, &reply, latency_ms);
             let failed = reply.error.is_some();
-            let finished = finish(cfg, open, call, outcome, reply.error.clone(), None);
+            let finished = finish(
+                cfg,
+                self.observer,
+                open,
+                call,
+                outcome,
+                reply.error.clone(),
+                None,
+            );
             let (error, error_kind) = match reply.error {
                 Some(e) => (Some(e.message), Some(e.kind)),
                 None => (None, None),
@@ -145,6 +163,7 @@ pub(super) fn publish_denial(cfg: &RunConfig, scope: &Scope, cause: &events::Cau
 /// durable).
 pub(super) fn finish(
     cfg: &RunConfig,
+    observer: &dyn RunObserver,
     open: TurnOpen,
     call: Option<TurnCall>,
     outcome: Outcome,
@@ -162,7 +181,7 @@ pub(super) fn finish(
         error: error.map(|e| e.message),
         denial,
     };
-    cfg.observer.finish_turn(open, &result)
+    observer.finish_turn(open, &result)
 }
 
 /// The outcome a reply stands for.
@@ -185,6 +204,16 @@ pub(super) fn publish_terminal(
     reply: &Reply,
     latency_ms: u64,
 ) -> Outcome {
+    for w in &reply.waits {
+        cfg.publish(
+            scope,
+            cause,
+            events::Event::RequestWaited {
+                reason: w.reason.to_owned(),
+                wait_ms: w.wait_ms,
+            },
+        );
+    }
     for r in &reply.retries {
         cfg.publish(
             scope,
@@ -240,105 +269,100 @@ pub(super) fn send(
 ) -> Reply {
     if cfg.stop.is_cut() {
         // A turn cut earlier may still hold the handle; nothing new is sent once cut.
-        return Reply::failed(
-            TurnErrorKind::Interrupted,
-            "interrupted: wt was stopped and the grace period ran out",
-            Vec::new(),
-        );
+        return cut();
     }
+    let send = Outgoing {
+        handle: handle.clone(),
+        world: world.clone(),
+        session_id: session_id.to_owned(),
+        text: text.to_owned(),
+        index,
+        timeout,
+        stop: cfg.stop.clone(),
+    };
     let mut reply = if lock(handle).cooperative() {
-        send_in_place(handle, world, session_id, text, index, timeout, &cfg.stop)
+        send.in_place()
     } else {
-        send_on_thread(handle, world, session_id, text, index, timeout, &cfg.stop)
+        send.on_thread()
     };
     bound(&mut reply);
     reply
 }
 
-fn send_in_place(
-    handle: &Handle,
-    world: &Arc<Mutex<World>>,
-    session_id: &str,
-    text: &str,
+/// One turn to send, owned, so that it can go to a thread of its own.
+struct Outgoing {
+    handle: Handle,
+    world: Arc<Mutex<World>>,
+    session_id: String,
+    text: String,
     index: u32,
     timeout: Duration,
-    stop: &Interrupt,
-) -> Reply {
-    let sent = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let mut w = lock(world);
-        lock(handle).send(
-            session_id,
-            text,
-            TurnCtx {
-                index,
-                world: &mut w,
-                timeout,
-                stop,
-            },
-        )
-    }));
-    sent.unwrap_or_else(|panic| {
-        Reply::failed(
-            TurnErrorKind::Agent,
-            format!("the agent runtime panicked: {}", panic_message(&*panic)),
-            Vec::new(),
-        )
-    })
+    stop: Arc<Interrupt>,
 }
 
-fn send_on_thread(
-    handle: &Handle,
-    world: &Arc<Mutex<World>>,
-    session_id: &str,
-    text: &str,
-    index: u32,
-    timeout: Duration,
-    stop: &Arc<Interrupt>,
-) -> Reply {
-    let (tx, rx) = mpsc::sync_channel(1);
-    let (handle, world, stop_for_turn) = (handle.clone(), world.clone(), stop.clone());
-    let (session_id, text) = (session_id.to_owned(), text.to_owned());
-    let spawned = std::thread::Builder::new()
-        .name("wt-turn".into())
-        .spawn(move || {
-            let reply = send_in_place(
-                &handle,
-                &world,
-                &session_id,
-                &text,
-                index,
-                timeout,
-                &stop_for_turn,
-            );
-            let _ = tx.send(reply);
-        });
-    if let Err(e) = spawned {
-        return Reply::failed(
-            TurnErrorKind::Agent,
-            format!("cannot start a thread for the turn: {e}"),
-            Vec::new(),
-        );
+impl Outgoing {
+    fn in_place(&self) -> Reply {
+        let sent = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut w = lock(&self.world);
+            lock(&self.handle).send(
+                &self.session_id,
+                &self.text,
+                TurnCtx {
+                    index: self.index,
+                    world: &mut w,
+                    timeout: self.timeout,
+                    stop: &self.stop,
+                },
+            )
+        }));
+        sent.unwrap_or_else(|panic| {
+            Reply::failed(
+                TurnErrorKind::Agent,
+                format!("the agent runtime panicked: {}", panic_message(&*panic)),
+                Vec::new(),
+            )
+        })
     }
-    loop {
-        match rx.recv_timeout(Duration::from_millis(25)) {
-            Ok(reply) => return reply,
-            Err(mpsc::RecvTimeoutError::Timeout) if stop.is_cut() => {
-                return Reply::failed(
-                    TurnErrorKind::Interrupted,
-                    "interrupted: wt was stopped and the grace period ran out",
-                    Vec::new(),
-                );
-            }
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                return Reply::failed(
-                    TurnErrorKind::Agent,
-                    "the agent runtime ended the turn without a reply",
-                    Vec::new(),
-                );
+
+    fn on_thread(self) -> Reply {
+        let (tx, rx) = mpsc::sync_channel(1);
+        let stop = self.stop.clone();
+        let spawned = std::thread::Builder::new()
+            .name("wt-turn".into())
+            .spawn(move || {
+                let _ = tx.send(self.in_place());
+            });
+        if let Err(e) = spawned {
+            return Reply::failed(
+                TurnErrorKind::Agent,
+                format!("cannot start a thread for the turn: {e}"),
+                Vec::new(),
+            );
+        }
+        loop {
+            match rx.recv_timeout(Duration::from_millis(25)) {
+                Ok(reply) => return reply,
+                Err(mpsc::RecvTimeoutError::Timeout) if stop.is_cut() => return cut(),
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    return Reply::failed(
+                        TurnErrorKind::Agent,
+                        "the agent runtime ended the turn without a reply",
+                        Vec::new(),
+                    );
+                }
             }
         }
     }
+}
+
+/// The reply of a turn cut when `wt` stopped.
+fn cut() -> Reply {
+    Reply::failed(
+        TurnErrorKind::Interrupted,
+        "interrupted: wt was stopped and the grace period ran out",
+        Vec::new(),
+    )
 }
 
 /// Cuts what a runtime returned to the sizes `wt` stores.

@@ -13,9 +13,9 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use windtunnel_sdk::model::{AgentConfig, Retry, Scenario, ToolCall, TurnErrorKind};
+use windtunnel_sdk::model::{AgentConfig, Scenario, ToolCall, TurnErrorKind};
 
-use super::net::{Net, Request};
+use super::net::{Log, Net, Request};
 use super::{AgentHandle, Reply, RunEnd, RunInfo, Runtime, RuntimeError, TurnCtx, TurnError};
 use crate::mcp::{self, Inbox, McpRun, ToolSet};
 
@@ -27,6 +27,8 @@ pub struct HttpRuntime {
     agent: AgentConfig,
     base: String,
     key: Option<String>,
+    /// One client and one set of limits for the endpoint, shared by every lane.
+    net: Net,
 }
 
 impl HttpRuntime {
@@ -48,31 +50,39 @@ impl HttpRuntime {
             agent: agent.clone(),
             base: base.trim().trim_end_matches('/').to_owned(),
             key: super::api_key(agent)?,
+            net: Net::new(Duration::from_secs(5), agent)?,
         })
     }
 }
 
 impl Runtime for HttpRuntime {
     fn provision(&self, scenario: &Scenario) -> Result<Box<dyn AgentHandle>, RuntimeError> {
-        let (lane, tools) = if super::reaches_world(&self.agent) {
+        self.provision_lane(scenario, 0)
+    }
+
+    fn provision_lane(
+        &self,
+        scenario: &Scenario,
+        lane: usize,
+    ) -> Result<Box<dyn AgentHandle>, RuntimeError> {
+        // Each lane its own MCP listener: nothing one session's client does reaches another.
+        let (door, tools) = if super::reaches_world(&self.agent) {
             let tools = ToolSet::new(&scenario.tools).map_err(|e| RuntimeError(e.to_string()))?;
-            let lane = mcp::Lane::open(0).map_err(|e| RuntimeError(e.to_string()))?;
-            (Some(lane), Some(tools))
+            let door = mcp::Lane::open(u32::try_from(lane).unwrap_or(u32::MAX))
+                .map_err(|e| RuntimeError(e.to_string()))?;
+            (Some(door), Some(tools))
         } else {
             (None, None)
         };
         let handle = HttpAgent {
-            lane,
+            door,
             tools,
             run: None,
-            net: Net::new(
-                Duration::from_secs(5),
-                self.agent.max_response_bytes,
-                self.agent.retries,
-            )?,
+            net: self.net.clone(),
             base: self.base.clone(),
             key: self.key.clone(),
             scenario_id: scenario.id.clone(),
+            lane,
             timeout: super::turn_timeout(&self.agent),
         };
         handle
@@ -80,10 +90,17 @@ impl Runtime for HttpRuntime {
             .map_err(|e| RuntimeError(format!("health check failed: {e}")))?;
         Ok(Box::new(handle))
     }
+
+    /// As many lanes as the service says it holds sessions (`max_sessions`, default 1: a
+    /// stateful service sees one run at a time).
+    fn max_lanes(&self) -> Option<usize> {
+        Some(self.agent.max_sessions.unwrap_or(1) as usize)
+    }
 }
 
 struct HttpAgent {
-    lane: Option<mcp::Lane>,
+    /// The lane's MCP listener (absent with `mcp = false`).
+    door: Option<mcp::Lane>,
     tools: Option<Arc<ToolSet>>,
     /// The current run's MCP endpoint.
     run: Option<McpRun>,
@@ -91,6 +108,8 @@ struct HttpAgent {
     base: String,
     key: Option<String>,
     scenario_id: String,
+    /// The session slot this handle drives; its reset names it.
+    lane: usize,
     timeout: Duration,
 }
 
@@ -101,7 +120,7 @@ impl HttpAgent {
         path: &str,
         body: Option<&Value>,
         timeout: Duration,
-        retries: &mut Vec<Retry>,
+        log: &mut Log,
     ) -> Result<Value, TurnError> {
         let url = format!("{}{path}", self.base);
         let req = Request {
@@ -110,7 +129,7 @@ impl HttpAgent {
             auth: self.key.as_deref(),
             body,
         };
-        self.net.json(&req, Instant::now() + timeout, retries)
+        self.net.json(&req, Instant::now() + timeout, log)
     }
 
     /// Like [`Self::call`], for endpoints whose body does not matter (any 2xx succeeds).
@@ -123,7 +142,7 @@ impl HttpAgent {
             body,
         };
         self.net
-            .text(&req, Instant::now() + self.timeout, &mut Vec::new())
+            .text(&req, Instant::now() + self.timeout, &mut Log::default())
             .map(drop)
     }
 }
@@ -159,22 +178,22 @@ impl HttpAgent {
         &self,
         body: &Value,
         ctx: &mut TurnCtx<'_>,
-    ) -> (Result<Value, TurnError>, Vec<ToolCall>, Vec<Retry>) {
+    ) -> (Result<Value, TurnError>, Vec<ToolCall>, Log) {
         let Some(run) = &self.run else {
-            let mut retries = Vec::new();
-            let resp = self.call("POST", "/inject", Some(body), ctx.timeout, &mut retries);
-            return (resp, Vec::new(), retries);
+            let mut log = Log::default();
+            let resp = self.call("POST", "/inject", Some(body), ctx.timeout, &mut log);
+            return (resp, Vec::new(), log);
         };
-        type Answer = (Result<Value, TurnError>, Vec<Retry>);
+        type Answer = (Result<Value, TurnError>, Log);
         let (tx, rx) = mpsc::channel::<Inbox<Answer>>();
         run.open_turn(tx.clone());
         let mut calls = Vec::new();
         let timeout = ctx.timeout;
         let answer = std::thread::scope(|s| {
             let request = s.spawn(move || {
-                let mut retries = Vec::new();
-                let resp = self.call("POST", "/inject", Some(body), timeout, &mut retries);
-                let _ = tx.send(Inbox::Agent((resp, retries)));
+                let mut log = Log::default();
+                let resp = self.call("POST", "/inject", Some(body), timeout, &mut log);
+                let _ = tx.send(Inbox::Agent((resp, log)));
             });
             loop {
                 match rx.recv_timeout(Duration::from_millis(25)) {
@@ -190,7 +209,7 @@ impl HttpAgent {
                                 TurnErrorKind::Transport,
                                 "the inject request ended without an answer",
                             )),
-                            Vec::new(),
+                            Log::default(),
                         );
                     }
                     Err(_) => {}
@@ -208,16 +227,16 @@ impl AgentHandle for HttpAgent {
         self.call_ok(
             "POST",
             "/reset",
-            Some(&json!({"scenario_id": self.scenario_id})),
+            Some(&json!({"scenario_id": self.scenario_id, "lane": self.lane})),
         )
         .map_err(|e| RuntimeError(e.message))
     }
 
     fn begin_run(&mut self, _run: &RunInfo) -> Result<(), RuntimeError> {
         self.run = None;
-        if let (Some(lane), Some(tools)) = (&self.lane, &self.tools) {
+        if let (Some(door), Some(tools)) = (&self.door, &self.tools) {
             self.run = Some(
-                lane.start_run(tools.clone())
+                door.start_run(tools.clone())
                     .map_err(|e| RuntimeError(e.to_string()))?,
             );
         }
@@ -239,13 +258,13 @@ impl AgentHandle for HttpAgent {
         if let Some(run) = &self.run {
             body["mcp_url"] = json!(run.url());
         }
-        let (resp, mcp_calls, retries) = self.inject(&body, &mut ctx);
+        let (resp, mcp_calls, log) = self.inject(&body, &mut ctx);
         let url = format!("{}/inject", self.base);
         let protocol = |message: String, mut calls: Vec<ToolCall>, reported: Vec<ToolCall>| {
             calls.extend(reported);
             Reply::failed(TurnErrorKind::Protocol, message, calls)
         };
-        let mut reply = match resp {
+        let reply = match resp {
             Err(e) => Reply {
                 error: Some(e),
                 tool_calls: mcp_calls,
@@ -280,12 +299,11 @@ impl AgentHandle for HttpAgent {
                 }
             }
         };
-        reply.retries = retries;
-        reply
+        reply.with_log(log)
     }
 
     fn probe_state(&mut self) -> Option<Value> {
-        self.call("GET", "/state", None, self.timeout, &mut Vec::new())
+        self.call("GET", "/state", None, self.timeout, &mut Log::default())
             .ok()
     }
 

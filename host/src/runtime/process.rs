@@ -237,9 +237,19 @@ impl ProcessRuntime {
 
 impl Runtime for ProcessRuntime {
     fn provision(&self, scenario: &Scenario) -> Result<Box<dyn AgentHandle>, RuntimeError> {
+        self.provision_lane(scenario, 0)
+    }
+
+    fn provision_lane(
+        &self,
+        scenario: &Scenario,
+        lane: usize,
+    ) -> Result<Box<dyn AgentHandle>, RuntimeError> {
+        // Each lane its own MCP listener: nothing one lane's agent does reaches another.
         let (lane, tools) = if self.config.mcp {
             let tools = ToolSet::new(&scenario.tools).map_err(|e| RuntimeError(e.to_string()))?;
-            let lane = mcp::Lane::open(0).map_err(|e| RuntimeError(e.to_string()))?;
+            let lane = mcp::Lane::open(u32::try_from(lane).unwrap_or(u32::MAX))
+                .map_err(|e| RuntimeError(e.to_string()))?;
             (Some(lane), Some(tools))
         } else {
             (None, None)
@@ -256,6 +266,17 @@ impl Runtime for ProcessRuntime {
             run: None,
             processes: Vec::new(),
         }))
+    }
+
+    /// Every run is a fresh process with its own MCP endpoint: runs are independent, so a
+    /// scenario may use as many lanes as `--jobs`.
+    fn max_lanes(&self) -> Option<usize> {
+        None
+    }
+
+    /// Starting an agent process costs CPU (an interpreter, its imports): one lane per CPU.
+    fn default_jobs(&self) -> usize {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
     }
 }
 
@@ -1115,7 +1136,6 @@ impl AgentHandle for ProcessAgent {
                 run_id: session_id.to_owned(),
                 session_id: session_id.to_owned(),
                 index: 0,
-                lane: 0,
             };
             if let Err(e) = self.start(&info) {
                 return Reply::failed(TurnErrorKind::Agent, e.0, Vec::new());
@@ -1253,7 +1273,6 @@ mod tests {
                 run_id: "r1".into(),
                 session_id: "s1".into(),
                 index: 0,
-                lane: 0,
             },
             mcp: None,
             mcp_config: Some(PathBuf::from("/tmp/c.json")),
