@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::harness::{
-    Run, TestServer, Wt, files, plugin_dir, scores, traces, workspace, write_pack,
+    Run, TestServer, Wt, files, journal, plugin_dir, scores, traces, workspace, write_pack,
 };
 
 const CLOCK: &str = "2026-11-30T06:00:00Z";
@@ -65,20 +65,6 @@ fn agent_file(dir: &Path, name: &str, toml: &str) -> PathBuf {
     let p = dir.join(name);
     std::fs::write(&p, toml).unwrap();
     p
-}
-
-fn journal(out: &Path) -> Vec<Value> {
-    files(out)
-        .into_iter()
-        .filter(|(n, _)| n.ends_with(".events.jsonl"))
-        .flat_map(|(_, b)| {
-            String::from_utf8(b)
-                .unwrap()
-                .lines()
-                .map(|l| serde_json::from_str(l).unwrap())
-                .collect::<Vec<Value>>()
-        })
-        .collect()
 }
 
 fn events<'a>(lines: &'a [Value], name: &str) -> Vec<&'a Value> {
