@@ -27,7 +27,10 @@ use std::{
 use serde::Serialize;
 use serde_json::Value;
 use windtunnel_abi::{op, point};
-use windtunnel_sdk::model::{AgentConfig, AggregateResult, Scenario, Score, Trace, is_slug};
+use windtunnel_sdk::{
+    member,
+    model::{AgentConfig, AggregateResult, Scenario, Score, Trace, is_slug},
+};
 
 use crate::{
     deadlines::{Deadlines, human},
@@ -62,14 +65,14 @@ struct Snapshot {
 }
 
 const MEMBERS: [&str; 8] = [
-    "scenario",
-    "agent",
-    "run_id",
-    "session_id",
-    "trace",
-    "score",
-    "aggregate",
-    "aggregates",
+    member::SCENARIO,
+    member::AGENT,
+    member::RUN_ID,
+    member::SESSION_ID,
+    member::TRACE,
+    member::SCORE,
+    member::AGGREGATE,
+    member::AGGREGATES,
 ];
 
 impl Snapshot {
