@@ -326,7 +326,7 @@ impl Registry {
     }
 }
 
-fn reserved(name: &str) -> Option<String> {
+pub(crate) fn reserved(name: &str) -> Option<String> {
     RESERVED.contains(&name).then(|| {
         format!(
             "its settings prefix {} belongs to wt itself",

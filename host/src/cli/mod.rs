@@ -10,6 +10,7 @@ use crate::exit;
 pub mod bench_floor;
 pub mod doctor;
 pub mod hooks;
+pub mod hooks_new;
 pub mod report;
 pub mod rescore;
 pub mod run;
