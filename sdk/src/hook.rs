@@ -328,7 +328,8 @@ pub trait Hook: Default + Send + 'static {
 
     /// Turn observer: after the turn's terminal event is durable. Runs once for every
     /// `turn_begin` that returned `Ok`, in reverse activation order. Members: as at
-    /// `turn_begin`, + [`turn_result`](Context::turn_result).
+    /// `turn_begin`, + [`turn_result`](Context::turn_result). Artifacts cannot be emitted
+    /// here; keep what you observe and emit it at `on_run_end` (see [`crate::turn`]).
     ///
     /// Defining `turn_finish` without `turn_begin` does not compile: the finish would never
     /// be called.
@@ -666,9 +667,11 @@ impl<'a> Context<'a> {
     }
 
     /// Buffers a JSON payload as this hook's artifact; `wt` writes it beside the trace
-    /// (run and turn points: `<stem>.<hook>[.<label>].json`) or at the runs-directory root
-    /// (scenario and pack points). `label` tells several artifacts of one run apart and must
-    /// be a slug. `wt` adds `kind` (`<hook>` or `<hook>.<label>`) and `schema_version: 1` to
+    /// (run points: `<stem>.<hook>[.<label>].json`) or at the runs-directory root (scenario
+    /// and pack points). `label` tells several artifacts of one run apart and must be a
+    /// slug. At turn points (`turn_begin`, `turn_finish`, `guard_check`) `wt` writes no
+    /// artifact: keep per-turn data in the hook and emit it at `on_run_end` (the
+    /// [`testing`](crate::testing) kit refuses such a call, so you find out in `cargo test`). `wt` adds `kind` (`<hook>` or `<hook>.<label>`) and `schema_version: 1` to
     /// object payloads that lack them, and wraps any other JSON value as
     /// `{kind, schema_version, value}`.
     ///

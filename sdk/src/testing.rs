@@ -299,6 +299,17 @@ impl Access for Host<'_> {
                 Ok("null".into())
             }
             op::EMIT_ARTIFACT => {
+                if matches!(
+                    self.point,
+                    point::TURN_BEGIN | point::TURN_FINISH | point::GUARD_CHECK
+                ) {
+                    // `wt` would accept the call and write nothing; failing here tells the
+                    // author before their data goes missing.
+                    return Err(format!(
+                        "wt writes no artifacts emitted at {here}; keep what you need and \
+                         emit it at on_run_end"
+                    ));
+                }
                 let v: Value =
                     serde_json::from_str(arg).map_err(|e| format!("artifact is not JSON: {e}"))?;
                 let label = match v.get("label") {
@@ -1116,5 +1127,227 @@ impl Aggregator {
             };
         }
         self.agg
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Context, Result, hook};
+
+    /// Declares every point and logs what it sees.
+    #[derive(Default)]
+    struct Everything {
+        deny_turn: Option<u32>,
+    }
+
+    #[hook]
+    impl Hook for Everything {
+        const NAME: &'static str = "everything";
+
+        fn on_provisioned(&mut self, ctx: &Context<'_>) -> Result {
+            self.deny_turn = ctx
+                .scenario()
+                .and_then(|s| s.tags.first())
+                .and_then(|t| t.strip_prefix("deny-"))
+                .and_then(|n| n.parse().ok());
+            Ok(())
+        }
+        fn on_run_start(&mut self, ctx: &Context<'_>) -> Result {
+            ctx.probe_state().map(drop)
+        }
+        fn on_run_scored(&mut self, ctx: &Context<'_>) -> Result {
+            let verdict = ctx.score().map(|s| s.verdict.as_str()).unwrap_or("none");
+            ctx.emit_artifact(&json!({"verdict": verdict}), Some("scored"))
+        }
+        fn on_run_end(&mut self, ctx: &Context<'_>) -> Result {
+            match ctx.converse("too late") {
+                Ok(_) => Err(crate::Error::msg("converse worked at on_run_end")),
+                Err(e) => {
+                    ctx.warn(e);
+                    Ok(())
+                }
+            }
+        }
+        fn on_scenario_end(&mut self, ctx: &Context<'_>) -> Result {
+            let agg = ctx.aggregate().cloned().unwrap_or_default();
+            ctx.emit_artifact(&agg, None)
+        }
+        fn on_pack_end(&mut self, ctx: &Context<'_>) -> Result {
+            let n = ctx.aggregates().map_or(0, Vec::len);
+            ctx.emit_artifact(&json!({"scenarios": n}), None)
+        }
+        fn turn_begin(&mut self, call: &TurnCall, ctx: &Context<'_>) -> Result {
+            assert_eq!(ctx.turn_call().as_ref(), Some(call));
+            Ok(())
+        }
+        fn turn_finish(&mut self, result: &TurnResult, ctx: &Context<'_>) -> Result {
+            assert_eq!(ctx.turn_result().as_ref(), Some(result));
+            Ok(())
+        }
+        fn guard_check(&mut self, call: &TurnCall, _ctx: &Context<'_>) -> Result<GuardDecision> {
+            Ok(match self.deny_turn {
+                Some(t) if t == call.turn => GuardDecision::deny("no", "denied in the test"),
+                _ => GuardDecision::Allow,
+            })
+        }
+    }
+
+    #[test]
+    fn a_sweep_calls_every_declared_point_in_wts_order() {
+        let two = Scenario::new("two-turns", ["a", "b"]);
+        let sweep = Sweep::demo()
+            .and(Sweep::of(two).verdicts([Verdict::Fail]))
+            .probe_state(json!({}));
+        let log = HookTester::<Everything>::new().run_sweep(&sweep);
+        assert_eq!(
+            log.points(),
+            [
+                "on_provisioned",
+                "on_run_start",
+                "guard_check",
+                "turn_begin",
+                "turn_finish",
+                "on_run_scored",
+                "on_run_end",
+                "on_scenario_end",
+                "on_provisioned",
+                "on_run_start",
+                "guard_check",
+                "turn_begin",
+                "turn_finish",
+                "guard_check",
+                "turn_begin",
+                "turn_finish",
+                "on_run_scored",
+                "on_run_end",
+                "on_scenario_end",
+                "on_pack_end",
+            ]
+        );
+        assert!(log.errors().is_empty(), "{:?}", log.errors());
+        assert_eq!(
+            log.warnings(),
+            [
+                "converse is valid only during on_run_scored, not on_run_end",
+                "converse is valid only during on_run_scored, not on_run_end"
+            ]
+        );
+        let payloads: Vec<&Value> = log.artifacts().iter().map(|a| &a.payload).collect();
+        assert_eq!(payloads[0]["verdict"], "PASS");
+        assert_eq!(payloads[1]["runs"], 1);
+        assert_eq!(payloads[2]["verdict"], "FAIL");
+        assert_eq!(payloads[3]["failed"], 1);
+        assert_eq!(payloads[3]["layer_failures"]["outcome"], 1);
+        assert_eq!(payloads[4]["scenarios"], 2);
+    }
+
+    #[test]
+    fn a_denied_turn_ends_the_run_as_error_with_the_guards_reason() {
+        let mut s = Scenario::new("guarded", ["first", "second", "third"]);
+        s.tags.push("deny-1".into());
+        let log = HookTester::<Everything>::new().run_sweep(&Sweep::of(s).probe_state(json!({})));
+        let turns: Vec<(&str, Option<u32>)> = log
+            .calls()
+            .iter()
+            .filter(|c| c.turn.is_some())
+            .map(|c| (c.point, c.turn))
+            .collect();
+        assert_eq!(
+            turns,
+            [
+                ("guard_check", Some(0)),
+                ("turn_begin", Some(0)),
+                ("turn_finish", Some(0)),
+                ("guard_check", Some(1)),
+            ]
+        );
+        let decisions: Vec<_> = log
+            .calls()
+            .iter()
+            .filter_map(|c| c.decision.clone())
+            .collect();
+        assert_eq!(
+            decisions,
+            [
+                GuardDecision::Allow,
+                GuardDecision::deny("no", "denied in the test")
+            ]
+        );
+        assert_eq!(log.artifacts()[0].payload["verdict"], "ERROR");
+    }
+
+    #[test]
+    fn services_follow_wts_rules() {
+        let mut t = HookTester::<Everything>::new();
+        // probe_state without a state probe fails as for a runtime without one.
+        let err = t.on_run_start(&TestContext::new()).unwrap_err();
+        assert!(err.message().contains("no state probe"), "{err}");
+        // Outside any point, probe_state and converse are refused.
+        let ctx = TestContext::new()
+            .probe_state(json!({}))
+            .converse_reply("x");
+        ctx.with(|ctx| {
+            let e = ctx.probe_state().unwrap_err();
+            assert!(e.message().ends_with("not outside a hook point"), "{e}");
+            let e = ctx.converse("hi").unwrap_err();
+            assert!(
+                e.message().starts_with("converse is valid only during"),
+                "{e}"
+            );
+            let e = ctx.emit_artifact(&1, Some("Not A Slug")).unwrap_err();
+            assert!(e.message().contains("is not a slug"), "{e}");
+        });
+        assert!(ctx.conversed().is_empty());
+    }
+
+    #[derive(Default)]
+    struct TurnArtifacts;
+
+    #[hook]
+    impl Hook for TurnArtifacts {
+        const NAME: &'static str = "turn_artifacts";
+        fn turn_begin(&mut self, _call: &TurnCall, ctx: &Context<'_>) -> Result {
+            ctx.emit_artifact(&json!({}), None)
+        }
+        fn turn_finish(&mut self, _result: &TurnResult, _ctx: &Context<'_>) -> Result {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn artifacts_at_turn_points_are_refused_and_a_failed_begin_gets_no_finish() {
+        let log = HookTester::<TurnArtifacts>::new().run_sweep(&Sweep::demo());
+        assert_eq!(log.points(), ["turn_begin"]);
+        assert_eq!(
+            log.errors()[0].to_string(),
+            "turn_begin: wt writes no artifacts emitted at turn_begin; keep what you need and \
+             emit it at on_run_end"
+        );
+    }
+
+    #[derive(Default)]
+    struct OnlyEnd;
+
+    #[hook]
+    impl Hook for OnlyEnd {
+        const NAME: &'static str = "only_end";
+        fn on_run_end(&mut self, _ctx: &Context<'_>) -> Result {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn undeclared_points_are_never_called() {
+        let mut t = HookTester::<OnlyEnd>::new();
+        let err = t.on_pack_end(&TestContext::new()).unwrap_err();
+        assert_eq!(
+            err.message(),
+            "hook `only_end` does not declare on_pack_end; wt would never call it"
+        );
+        assert_eq!(
+            t.run_sweep(&Sweep::demo().runs(2)).points(),
+            ["on_run_end"; 2]
+        );
     }
 }

@@ -14,14 +14,18 @@
 //!
 //! # A turn observer
 //!
+//! `wt` writes no artifacts emitted at turn points: an observer keeps what it sees and
+//! emits it once the run is over.
+//!
 //! ```
 //! use std::time::Instant;
 //! use windtunnel_sdk::{Context, Hook, Result, TurnCall, TurnResult, hook};
 //!
-//! /// Times every turn and writes one artifact per turn.
+//! /// Times every turn; one artifact per run with every turn's time.
 //! #[derive(Default)]
 //! pub struct TurnTimer {
 //!     started: Option<Instant>,
+//!     turns: Vec<serde_json::Value>,
 //! }
 //!
 //! #[hook]
@@ -33,23 +37,23 @@
 //!         Ok(())
 //!     }
 //!
-//!     fn turn_finish(&mut self, result: &TurnResult, ctx: &Context<'_>) -> Result {
+//!     fn turn_finish(&mut self, result: &TurnResult, _ctx: &Context<'_>) -> Result {
 //!         let ms = self.started.take().map(|t| t.elapsed().as_millis());
-//!         ctx.emit_artifact(
-//!             &serde_json::json!({"turn": result.call.turn, "outcome": result.outcome, "ms": ms}),
-//!             Some(&format!("turn-{}", result.call.turn)),
-//!         )
+//!         let turn = result.call.turn;
+//!         self.turns.push(serde_json::json!({"turn": turn, "outcome": result.outcome, "ms": ms}));
+//!         Ok(())
+//!     }
+//!
+//!     fn on_run_end(&mut self, ctx: &Context<'_>) -> Result {
+//!         let turns = std::mem::take(&mut self.turns);
+//!         ctx.emit_artifact(&serde_json::json!({"turns": turns}), Some("turns"))
 //!     }
 //! }
 //!
-//! # use windtunnel_sdk::{testing::{HookTester, TestContext}, Outcome};
-//! let call = TurnCall::new("run-1", 0, "Where is my order?");
-//! let ctx = TestContext::new();
-//! let mut tester = HookTester::<TurnTimer>::new();
-//! tester.turn_begin(&call, &ctx).unwrap();
-//! tester.turn_finish(&TurnResult::new(call, Outcome::Done), &ctx).unwrap();
-//! assert_eq!(ctx.artifacts()[0].label.as_deref(), Some("turn-0"));
-//! assert_eq!(ctx.artifacts()[0].payload["outcome"], "Done");
+//! # use windtunnel_sdk::testing::{HookTester, Sweep};
+//! let log = HookTester::<TurnTimer>::new().run_sweep(&Sweep::demo());
+//! assert_eq!(log.points(), ["turn_begin", "turn_finish", "on_run_end"]);
+//! assert_eq!(log.artifacts()[0].payload["turns"][0]["outcome"], "Done");
 //! ```
 //!
 //! # A guard

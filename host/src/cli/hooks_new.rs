@@ -38,7 +38,8 @@ pub struct NewArgs {
         default_value = "on_run_end"
     )]
     pub points: Vec<String>,
-    /// Also observe every turn (`turn_begin` / `turn_finish`).
+    /// Also observe every turn (`turn_begin` / `turn_finish`). Implies on_run_end, which
+    /// writes the turns' timings: wt writes no artifact emitted at a turn point.
     #[arg(long)]
     pub turn: bool,
     /// Also act as a guard that may deny turns (`guard_check`); `wt run` then needs
@@ -345,7 +346,9 @@ panic = "unwind"
         }
         if self.turn {
             fields.push_str(
-                "    /// When the current turn began.\n    turn_started: Option<std::time::Instant>,\n",
+                "    /// When the current turn began.\n    turn_started: Option<std::time::Instant>,\n    \
+                 /// The run's turns so far, written by `on_run_end`.\n    \
+                 turns: Vec<serde_json::Value>,\n",
             );
         }
         let fields = if fields.is_empty() {
@@ -355,7 +358,11 @@ panic = "unwind"
         };
         let mut methods = String::new();
         for p in LIFECYCLE.into_iter().filter(|p| self.has(*p)) {
-            methods.push_str(lifecycle_method(p));
+            if p == point::ON_RUN_END && self.turn {
+                methods.push_str(RUN_END_WITH_TURNS);
+            } else {
+                methods.push_str(lifecycle_method(p));
+            }
         }
         if self.turn {
             methods.push_str(TURN_METHODS);
@@ -404,7 +411,7 @@ panic = "unwind"
         let points = self.demo_sweep_points();
         let artifacts = points
             .iter()
-            .filter(|p| !matches!(**p, "guard_check" | "turn_begin"))
+            .filter(|p| !matches!(**p, "guard_check" | "turn_begin" | "turn_finish"))
             .count();
         let last_run_end = points.iter().rposition(|p| *p == "on_run_end");
         let mut t = format!(
@@ -429,6 +436,12 @@ panic = "unwind"
                  assert_eq!(last_run_end.point, \"on_run_end\");\n        \
                  assert_eq!(last_run_end.artifacts[0].payload[\"runs_so_far\"], 2);\n",
             );
+            if self.turn {
+                t.push_str(
+                    "        let turns = &last_run_end.artifacts[0].payload[\"turns\"];\n        \
+                     assert_eq!(turns[0][\"outcome\"], \"Done\");\n",
+                );
+            }
         }
         t.push_str("    }\n");
         if self.guard {
@@ -462,9 +475,9 @@ panic = "unwind"
             .collect();
         if self.turn {
             points.push(
-                "- `turn_begin` / `turn_finish`: times every turn; one artifact per turn \
-                 (`<stem>.NAME.turn-<n>.json`)."
-                    .replace("NAME", name),
+                "- `turn_begin` / `turn_finish`: times every turn; `on_run_end`'s artifact lists \
+                 them (wt writes no artifact emitted at a turn point)."
+                    .to_owned(),
             );
         }
         if self.guard {
@@ -643,12 +656,25 @@ const TURN_METHODS: &str = r#"
         Ok(())
     }
 
-    /// After each turn whose `turn_begin` returned Ok, once its end is in the journal.
-    fn turn_finish(&mut self, result: &TurnResult, ctx: &Context<'_>) -> Result {
+    /// After each turn whose `turn_begin` returned Ok, once its end is in the journal. wt
+    /// writes no artifact emitted at a turn point: `on_run_end` writes what is kept here.
+    fn turn_finish(&mut self, result: &TurnResult, _ctx: &Context<'_>) -> Result {
         let elapsed = self.turn_started.take().map(|t| t.elapsed());
         let ms = elapsed.map(|d| d.as_millis() as u64);
         let turn = json!({"turn": result.call.turn, "outcome": result.outcome, "ms": ms});
-        ctx.emit_artifact(&turn, Some(&format!("turn-{}", result.call.turn)))
+        self.turns.push(turn);
+        Ok(())
+    }
+"#;
+
+const RUN_END_WITH_TURNS: &str = r#"
+    /// Per run, when its result is final: writes the run's turns too.
+    fn on_run_end(&mut self, ctx: &Context<'_>) -> Result {
+        self.runs += 1;
+        let verdict = ctx.try_score()?.map(|s| s.verdict);
+        let turns = std::mem::take(&mut self.turns);
+        let summary = json!({"runs_so_far": self.runs, "verdict": verdict, "turns": turns});
+        ctx.emit_artifact(&summary, None)
     }
 "#;
 
@@ -705,7 +731,11 @@ pub fn run(args: NewArgs) -> anyhow::Result<u8> {
     if let Some(problem) = name_problem(&args.name) {
         return Err(CodedError::usage(problem).into());
     }
-    let points = parse_points(&args.points).map_err(CodedError::usage)?;
+    let mut points = parse_points(&args.points).map_err(CodedError::usage)?;
+    if args.turn && !points.contains(&point::ON_RUN_END) {
+        points.push(point::ON_RUN_END);
+        points.sort_unstable();
+    }
     if points.is_empty() && !args.turn && !args.guard {
         return Err(CodedError::usage(
             "the hook would implement no point: name some with --points, or add --turn or --guard",
