@@ -7,4 +7,5 @@ mod loader;
 mod plugins_cli;
 mod runner;
 mod sdk_compat;
+mod sdk_product;
 mod turns;
