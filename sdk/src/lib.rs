@@ -34,15 +34,12 @@
 //! ```standalone_crate
 //! use windtunnel_sdk::{Context, Hook, Result, export_hooks, hook};
 //!
-//! /// Counts the runs of a sweep and says so after each one.
-//! #[derive(Default)] // wt builds one instance per `wt run` with Default
-//! pub struct RunCounter {
-//!     runs: u32,
-//! }
+//! #[derive(Default)]          // wt builds one instance per `wt run` with Default
+//! pub struct RunCounter { runs: u32 }
 //!
-//! #[hook] // derives the declared points from the methods below
+//! #[hook]                     // derives the declared points from the methods below
 //! impl Hook for RunCounter {
-//!     const NAME: &'static str = "run_counter"; // [a-z0-9_-]+, at most 64 characters
+//!     const NAME: &'static str = "run_counter";   // slug: [a-z0-9_-]+, at most 64 chars
 //!
 //!     fn on_run_end(&mut self, ctx: &Context<'_>) -> Result {
 //!         self.runs += 1;
@@ -50,7 +47,7 @@
 //!     }
 //! }
 //!
-//! export_hooks!(RunCounter); // once per crate; list several types to export several hooks
+//! export_hooks!(RunCounter);  // one call per crate; list several types to export several hooks
 //!
 //! #[cfg(test)]
 //! mod tests {
@@ -82,7 +79,7 @@
 //! | where the SDK comes from | `[dependencies]` line |
 //! | --- | --- |
 //! | a registry (once published) | `windtunnel-sdk = "~1.1"` |
-//! | a git repository | `windtunnel-sdk = { git = "https://…/windtunnel", tag = "sdk-v1.1.0" }` |
+//! | a git repository | `windtunnel-sdk = { git = "https://…/windtunnel", rev = "…" }` |
 //! | a local checkout | `windtunnel-sdk = { path = "/path/to/windtunnel/sdk" }` |
 //!
 //! `~1.1` keeps cargo on 1.1.x: a `wt` accepts plugins built against its own SDK minor or an

@@ -567,3 +567,28 @@ fn a_plugin_built_against_a_newer_sdk_minor_is_refused() {
     );
     assert!(r.stdout.contains(&want), "{want:?} in\n{r}");
 }
+
+#[test]
+fn input_files_stay_strict_though_the_data_model_is_tolerant() {
+    let tmp = tempfile::tempdir().unwrap();
+    let scenario = "id = \"s\"\nturns = [\"hi\"]\nworld = { orders = {} }\n\n[[tools]]\nname = \"lookup\"\neffect = { kind = \"read\", path = \"orders\", key_ar = \"id\" }\n";
+    let pack = crate::harness::write_pack(tmp.path(), &[("s.toml", scenario)]);
+    let r = run(wt(tmp.path()).arg("run").arg("--pack").arg(&pack));
+    assert_eq!(r.code, 2, "{r}");
+    assert!(
+        r.stderr.contains("s.toml: line 7") && r.stderr.contains("unknown field `key_ar`"),
+        "{r}"
+    );
+    let agent = tmp.path().join("agent.toml");
+    std::fs::write(
+        &agent,
+        "label = \"a\"\nruntime = \"demo\"\n[sampling]\ntemprature = 0.2\n",
+    )
+    .unwrap();
+    let r = run(wt(tmp.path()).arg("run").arg("--agent").arg(&agent));
+    assert_eq!(r.code, 2, "{r}");
+    assert!(
+        r.stderr.contains("line 4") && r.stderr.contains("unknown field `temprature`"),
+        "{r}"
+    );
+}

@@ -227,3 +227,102 @@ fn wt_hooks_new_refuses_bad_names_points_and_occupied_directories() {
     left.sort_unstable();
     assert_eq!(left, ["taken"], "a refused scaffold writes nothing");
 }
+
+/// The code block after `marker` in a Markdown text.
+fn code_after<'t>(text: &'t str, marker: &str) -> &'t str {
+    let start = text
+        .find(marker)
+        .unwrap_or_else(|| panic!("{marker:?} in the text"));
+    let open = start + text[start..].find("```").unwrap();
+    let body = open + text[open..].find('\n').unwrap() + 1;
+    let close = body + text[body..].find("```").unwrap();
+    &text[body..close]
+}
+
+#[test]
+fn the_complete_hook_in_the_docs_is_the_sdk_example_its_doc_tests_build_and_run() {
+    let docs = std::fs::read_to_string(workspace().join("docs/hooks.md")).unwrap();
+    let lib = std::fs::read_to_string(workspace().join("sdk/src/lib.rs")).unwrap();
+    let crate_docs: String = lib
+        .lines()
+        .filter_map(|l| l.strip_prefix("//!"))
+        .map(|l| l.strip_prefix(' ').unwrap_or(l))
+        .filter(|l| !l.starts_with("# ") && *l != "#")
+        .collect::<Vec<_>>()
+        .join("\n");
+    for marker in ["`Cargo.toml`", "`src/lib.rs`"] {
+        assert_eq!(
+            code_after(&docs, marker).trim_end(),
+            code_after(&crate_docs, marker).trim_end(),
+            "docs/hooks.md and the SDK's crate example differ after {marker}"
+        );
+    }
+}
+
+#[test]
+fn the_git_dependency_form_resolves_to_this_sdk() {
+    let head = std::process::Command::new("git")
+        .current_dir(workspace())
+        .args(["rev-parse", "HEAD"])
+        .output()
+        .unwrap();
+    assert!(head.status.success(), "the suite runs in a git checkout");
+    let head = String::from_utf8(head.stdout).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let r = Wt::new(tmp.path())
+        .args(["hooks", "new", "git_hook", "--registry-sdk"])
+        .run();
+    assert_eq!(r.code, 0, "{r}");
+    let dir = tmp.path().join("git_hook");
+    let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).unwrap();
+    let git = format!(
+        "{{ git = \"file://{}\", rev = \"{}\"",
+        workspace().canonicalize().unwrap().display(),
+        head.trim()
+    );
+    // The registry requirement, `"~MAJOR.MINOR"`, in both dependency tables.
+    let version = manifest
+        .lines()
+        .find_map(|l| l.strip_prefix("windtunnel-sdk = \""))
+        .map(|v| format!("\"{v}"))
+        .unwrap();
+    let manifest = manifest
+        .replace(
+            &format!("windtunnel-sdk = {version}"),
+            &format!("windtunnel-sdk = {git} }}"),
+        )
+        .replace(
+            &format!("{{ version = {version}, features"),
+            &format!("{git}, features"),
+        );
+    assert_eq!(manifest.matches("git = ").count(), 2, "{manifest}");
+    std::fs::write(dir.join("Cargo.toml"), &manifest).unwrap();
+    std::fs::copy(workspace().join("Cargo.lock"), dir.join("Cargo.lock")).unwrap();
+    // Online, but only for the local git repository: every registry crate is in the lock.
+    let out = crate::harness::cargo()
+        .current_dir(&dir)
+        .args(["metadata", "--format-version", "1"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let meta: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let sdk = meta["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "windtunnel-sdk")
+        .unwrap();
+    // The repository also holds the frozen 1.0.1 SDK; the git form picks the current one.
+    assert_eq!(sdk["version"], windtunnel_sdk::SDK_VERSION);
+    assert!(
+        sdk["manifest_path"]
+            .as_str()
+            .unwrap()
+            .ends_with("/sdk/Cargo.toml"),
+        "{sdk}"
+    );
+}
