@@ -7,9 +7,8 @@
 //! cargo may pair them.
 
 use proc_macro::TokenStream;
-use proc_macro2::TokenStream as TokenStream2;
-use quote::quote;
-use syn::{ImplItem, ItemImpl, spanned::Spanned};
+use proc_macro2::{Delimiter, Group, Literal, Span, TokenStream as TokenStream2, TokenTree};
+use quote::{quote, quote_spanned};
 
 /// Method names in point order (point `i + 1`, capability bit `1 << i`). The same table as
 /// `windtunnel_abi::point::name`, which this crate's tests check.
@@ -30,48 +29,91 @@ const POINTS: [&str; 9] = [
 pub fn hook(attr: TokenStream, item: TokenStream) -> TokenStream {
     match expand(attr.into(), item.into()) {
         Ok(tokens) => tokens.into(),
-        Err(err) => err.to_compile_error().into(),
+        Err((span, message)) => quote_spanned!(span=> ::core::compile_error!(#message);).into(),
     }
 }
 
-fn expand(attr: TokenStream2, item: TokenStream2) -> syn::Result<TokenStream2> {
-    if !attr.is_empty() {
-        return Err(syn::Error::new(attr.span(), "#[hook] takes no arguments"));
+type Error = (Span, String);
+
+// The attribute reads tokens rather than parsing with syn: it only needs the names of the
+// block's methods, and syn would be one more crate for every hook to compile (the rest of
+// a hook's dependency tree uses other syn versions).
+fn expand(attr: TokenStream2, item: TokenStream2) -> Result<TokenStream2, Error> {
+    if let Some(first) = attr.into_iter().next() {
+        return Err((first.span(), "#[hook] takes no arguments".into()));
     }
-    let mut imp: ItemImpl = syn::parse2(item)?;
-    if imp.trait_.is_none() {
-        return Err(syn::Error::new(
-            imp.span(),
-            "#[hook] goes on an `impl Hook for Type` block",
-        ));
+    let mut tokens: Vec<TokenTree> = item.into_iter().collect();
+    let wrong_item = |span: Span| (span, "#[hook] goes on an `impl Hook for Type` block".into());
+    let Some(TokenTree::Group(body)) = tokens.last() else {
+        return Err(wrong_item(Span::call_site()));
+    };
+    if body.delimiter() != Delimiter::Brace || !is_trait_impl(&tokens[..tokens.len() - 1]) {
+        return Err(wrong_item(body.span()));
     }
     let mut bits: u32 = 0;
     let mut finish = None;
-    for item in &imp.items {
-        if let ImplItem::Fn(f) = item {
-            let name = f.sig.ident.to_string();
-            if let Some(i) = POINTS.iter().position(|p| *p == name) {
-                bits |= 1 << i;
-            }
-            if name == "turn_finish" {
-                finish = Some(f.sig.ident.span());
+    let items: Vec<TokenTree> = body.stream().into_iter().collect();
+    // Methods are `fn name` at the top level of the block; a `fn` inside a method body sits
+    // in a nested group and is not seen here.
+    for pair in items.windows(2) {
+        if let [TokenTree::Ident(kw), TokenTree::Ident(name)] = pair {
+            if kw == "fn" {
+                let name_text = name.to_string();
+                if let Some(i) = POINTS.iter().position(|p| *p == name_text) {
+                    bits |= 1 << i;
+                }
+                if name_text == "turn_finish" {
+                    finish = Some(name.span());
+                }
             }
         }
     }
     let begin_bit = 1 << POINTS.iter().position(|p| *p == "turn_begin").unwrap_or(6);
     if let (Some(span), 0) = (finish, bits & begin_bit) {
-        return Err(syn::Error::new(
+        return Err((
             span,
             "`turn_finish` needs `turn_begin`: wt calls a hook's turn_finish only for a \
              turn_begin of the same hook that returned Ok, so this one would never run; \
-             define `turn_begin` too (it may just return Ok(()))",
+             define `turn_begin` too (it may just return Ok(()))"
+                .into(),
         ));
     }
-    imp.items.push(syn::parse_quote! {
+    let bits = Literal::u32_suffixed(bits);
+    let mut stream = body.stream();
+    stream.extend(quote! {
         #[doc(hidden)]
         const DECLARED_POINTS: u32 = #bits;
     });
-    Ok(quote!(#imp))
+    let mut group = Group::new(Delimiter::Brace, stream);
+    group.set_span(body.span());
+    let last = tokens.len() - 1;
+    tokens[last] = TokenTree::Group(group);
+    Ok(tokens.into_iter().collect())
+}
+
+/// Is this the head of an `impl … Trait for Type` block: an `impl` followed, outside its
+/// generics, by `for`?
+fn is_trait_impl(head: &[TokenTree]) -> bool {
+    let Some(start) = head
+        .iter()
+        .position(|t| matches!(t, TokenTree::Ident(i) if i == "impl"))
+    else {
+        return false;
+    };
+    // `<`/`>` are plain punctuation in token streams; count them so that a `for` in
+    // generics (`impl<F: for<'a> Fn(&'a str)>`) is not taken for the trait's.
+    let mut depth = 0i32;
+    let mut previous_dash = false;
+    for t in &head[start + 1..] {
+        match t {
+            TokenTree::Punct(p) if p.as_char() == '<' => depth += 1,
+            TokenTree::Punct(p) if p.as_char() == '>' && !previous_dash => depth -= 1,
+            TokenTree::Ident(i) if i == "for" && depth == 0 => return true,
+            _ => {}
+        }
+        previous_dash = matches!(t, TokenTree::Punct(p) if p.as_char() == '-');
+    }
+    false
 }
 
 #[cfg(test)]
@@ -88,8 +130,10 @@ mod tests {
         assert_eq!(POINTS.len(), windtunnel_abi::point::ALL.len());
     }
 
-    fn declared(item: TokenStream2) -> syn::Result<String> {
-        expand(TokenStream2::new(), item).map(|t| t.to_string())
+    fn declared(item: TokenStream2) -> Result<String, String> {
+        expand(TokenStream2::new(), item)
+            .map(|t| t.to_string())
+            .map_err(|(_, message)| message)
     }
 
     #[test]
@@ -109,6 +153,17 @@ mod tests {
             out.contains(&format!("const DECLARED_POINTS : u32 = {bits}u32")),
             "{out}"
         );
+        // A `fn` nested in a method body and a `for` in the generics do not count.
+        let out = declared(quote! {
+            impl<F: for<'a> Fn(&'a str)> Hook for H<F> {
+                fn on_run_start(&mut self, ctx: &Context<'_>) -> Result {
+                    fn on_pack_end() {}
+                    Ok(())
+                }
+            }
+        })
+        .unwrap();
+        assert!(out.contains("const DECLARED_POINTS : u32 = 2u32"), "{out}");
     }
 
     #[test]
@@ -129,9 +184,19 @@ mod tests {
 
     #[test]
     fn refuses_arguments_and_inherent_impls() {
-        let err = expand(quote!(x), quote!(impl Hook for H {})).unwrap_err();
-        assert_eq!(err.to_string(), "#[hook] takes no arguments");
+        let (_, err) = expand(quote!(x), quote!(impl Hook for H {})).unwrap_err();
+        assert_eq!(err, "#[hook] takes no arguments");
         let err = declared(quote!(impl H {})).unwrap_err();
-        assert!(err.to_string().contains("impl Hook for Type"), "{err}");
+        assert!(err.contains("impl Hook for Type"), "{err}");
+        let err = declared(quote!(
+            impl<F: for<'a> Fn(&'a u8)> H<F> {}
+        ))
+        .unwrap_err();
+        assert!(err.contains("impl Hook for Type"), "{err}");
+        let err = declared(quote!(
+            struct S;
+        ))
+        .unwrap_err();
+        assert!(err.contains("impl Hook for Type"), "{err}");
     }
 }
