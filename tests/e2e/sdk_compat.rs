@@ -541,6 +541,33 @@ fn the_packaged_sdk_reads_members_with_unknown_fields_and_variants_from_a_newer_
 }
 
 #[test]
+fn a_member_that_cannot_be_read_is_a_warning_naming_it_never_a_silent_none() {
+    let tmp = tempfile::tempdir().unwrap();
+    let registry = Registry::discover(&[reader_dir(tmp.path())]);
+    let hook = registry.activate(&[CURRENT.to_owned()]).unwrap().remove(0);
+    let host = NewerHost::default();
+    *host.members.lock().unwrap() = BTreeMap::from([
+        ("run_id".to_owned(), "\"run-1\"".to_owned()),
+        ("score".to_owned(), r#"{"run_id": 7}"#.to_owned()),
+    ]);
+    // The reader uses the plain accessors of the 1.0 API: `ctx.score()` is `None`, and
+    // the SDK says why through the host's warning channel.
+    hook.call(point::ON_RUN_END, &host).unwrap();
+    let warnings = host.warnings.lock().unwrap();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].starts_with(
+            "cannot read context member `score`: invalid type: integer `7`, expected a string"
+        ),
+        "{warnings:?}"
+    );
+    let emitted = host.emitted.lock().unwrap();
+    let report = emitted.iter().find(|r| r["point"] == "on_run_end").unwrap();
+    assert!(report["members"]["score"]["typed"].is_null());
+    assert_eq!(report["members"]["run_id"]["typed"], "run-1");
+}
+
+#[test]
 fn a_plugin_built_against_a_newer_sdk_minor_is_refused() {
     let current = semver::Version::parse(windtunnel_sdk::SDK_VERSION).unwrap();
     let newer = semver::Version::new(current.major, current.minor + 1, 0);
