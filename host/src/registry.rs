@@ -8,6 +8,7 @@ use std::{
     collections::HashMap,
     fmt,
     path::{Path, PathBuf},
+    sync::Arc,
 };
 
 use abi_stable::{
@@ -32,9 +33,14 @@ pub fn builtins() -> Vec<BuiltIn> {
 }
 
 /// Names no hook may take because their `WT_<NAME>_` prefix is `wt`'s own.
-const RESERVED: [&str; 8] = [
-    "hook", "hooks", "plugin", "inject", "fixed", "log", "events", "policy",
+const RESERVED: [&str; 13] = [
+    "hook", "hooks", "plugin", "inject", "fixed", "log", "events", "policy", "grace", "isolate",
+    "mcp", "run", "session",
 ];
+
+/// Names no hook may take because its artifacts would take the names of `wt`'s own files:
+/// `<stem>.score.json` is the score sidecar, `….pack.json` marks pack-scoped artifacts.
+const RESERVED_FOR_FILES: [&str; 2] = ["score", "pack"];
 
 /// Where a hook comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -294,8 +300,11 @@ impl Registry {
                 source_path: entry.source.to_string(),
                 refusal,
             };
-            let (hook, sha256) = match &entry.kind {
-                EntryKind::BuiltIn(new) => (new(), None),
+            let (factory, sha256): (Factory, _) = match &entry.kind {
+                EntryKind::BuiltIn(new) => {
+                    let new = *new;
+                    (Arc::new(move || Ok(new())), None)
+                }
                 EntryKind::Plugin(inspected) => {
                     let lib = match libraries.get(&inspected.path) {
                         Some(lib) => lib.clone(),
@@ -305,13 +314,13 @@ impl Registry {
                             lib
                         }
                     };
-                    (
-                        lib.new_hook(&name).map_err(refused)?,
-                        Some(lib.sha256.clone()),
-                    )
+                    let sha256 = Some(lib.sha256.clone());
+                    let hook_name = name.clone();
+                    (Arc::new(move || lib.new_hook(&hook_name)), sha256)
                 }
                 EntryKind::Refused => unreachable!("refused entries are never chosen"),
             };
+            let hook = factory().map_err(refused)?;
             active.push(ActiveHook {
                 name,
                 source: entry.source.clone(),
@@ -320,6 +329,7 @@ impl Registry {
                 points: entry.points,
                 sha256,
                 hook,
+                factory,
             });
         }
         Ok(active)
@@ -327,6 +337,11 @@ impl Registry {
 }
 
 pub(crate) fn reserved(name: &str) -> Option<String> {
+    if RESERVED_FOR_FILES.contains(&name) {
+        return Some(format!(
+            "its artifacts would be named like wt's own `.{name}.json` files"
+        ));
+    }
     RESERVED.contains(&name).then(|| {
         format!(
             "its settings prefix {} belongs to wt itself",
@@ -364,13 +379,44 @@ fn check_prefixes(names: &[String]) -> Result<(), ActivationError> {
     Ok(())
 }
 
-/// The settings of a hook: every `WT_<NAME>_*` variable, sorted.
+/// The settings of a hook: every `WT_<NAME>_*` variable, sorted. The value of a setting
+/// whose own name (after the prefix) contains KEY, TOKEN, SECRET, PASSWORD or CREDENTIAL is
+/// recorded as `[redacted]`.
 pub fn hook_settings(name: &str) -> std::collections::BTreeMap<String, String> {
     let prefix = env_prefix(name);
-    std::env::vars()
+    std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v)))
         .filter(|(k, _)| k.starts_with(&prefix))
+        .map(|(k, v)| {
+            let secret = crate::secrets::is_secret_name(&k[prefix.len()..]);
+            let v = if secret {
+                crate::secrets::REDACTED.to_owned()
+            } else {
+                v.to_string_lossy().into_owned()
+            };
+            (k, v)
+        })
         .collect()
 }
+
+/// The values of a hook's secret settings (see [`hook_settings`]), to redact wherever they
+/// would be printed or stored.
+pub fn hook_secrets(name: &str) -> crate::secrets::Redactor {
+    let prefix = env_prefix(name);
+    let mut r = crate::secrets::Redactor::new();
+    for (k, v) in std::env::vars_os() {
+        let (Ok(k), Ok(v)) = (k.into_string(), v.into_string()) else {
+            continue;
+        };
+        if k.starts_with(&prefix) && crate::secrets::is_secret_name(&k[prefix.len()..]) {
+            r.add(&v);
+        }
+    }
+    r
+}
+
+/// Builds a fresh instance of a hook (its `Default` value).
+type Factory = Arc<dyn Fn() -> Result<FfiHookBox, Refusal> + Send + Sync>;
 
 /// An activated hook, ready to call.
 pub struct ActiveHook {
@@ -382,6 +428,7 @@ pub struct ActiveHook {
     /// SHA-256 of the plugin library; `None` for built-ins.
     pub sha256: Option<String>,
     hook: FfiHookBox,
+    factory: Factory,
 }
 
 impl fmt::Debug for ActiveHook {
@@ -421,6 +468,7 @@ impl FfiContext for FfiHost<'_> {
 impl ActiveHook {
     /// A fresh instance of a built-in hook.
     pub fn from_builtin(b: &BuiltIn) -> ActiveHook {
+        let new = b.new;
         ActiveHook {
             name: b.name.to_owned(),
             source: Source::BuiltIn,
@@ -428,8 +476,23 @@ impl ActiveHook {
             sdk_version: windtunnel_sdk::SDK_VERSION.to_owned(),
             points: b.points,
             sha256: None,
-            hook: (b.new)(),
+            hook: new(),
+            factory: Arc::new(move || Ok(new())),
         }
+    }
+
+    /// Another instance of the same hook, from the same library: for a lane of its own.
+    pub fn another(&self) -> Result<ActiveHook, Refusal> {
+        Ok(ActiveHook {
+            name: self.name.clone(),
+            source: self.source.clone(),
+            version: self.version.clone(),
+            sdk_version: self.sdk_version.clone(),
+            points: self.points,
+            sha256: self.sha256.clone(),
+            hook: (self.factory)()?,
+            factory: self.factory.clone(),
+        })
     }
 
     /// Does the hook declare `point`?

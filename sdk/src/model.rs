@@ -392,6 +392,21 @@ pub struct AgentConfig {
     /// Demo runtime only: a fault mode (`leaky`, `forbidden-tool`, `slow`, `garbled`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fault: Option<String>,
+    /// Largest response body accepted from the agent's endpoint, in bytes (default 8 MiB);
+    /// a larger one ends the turn with a protocol error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_response_bytes: Option<u64>,
+    /// `http` runtime: how many sessions the service holds at once, i.e. how many of a
+    /// scenario's runs may be in flight together (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_sessions: Option<u32>,
+    /// Most requests in flight to the endpoint at once, across all lanes (default: no cap).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_concurrency: Option<u32>,
+    /// Most requests a minute to the endpoint, across all lanes, evenly spaced (default: no
+    /// cap).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests_per_minute: Option<u32>,
 }
 
 impl AgentConfig {
@@ -409,6 +424,10 @@ impl AgentConfig {
             max_steps: default_max_steps(),
             retries: None,
             fault: None,
+            max_response_bytes: None,
+            max_sessions: None,
+            max_concurrency: None,
+            requests_per_minute: None,
         }
     }
 }
@@ -456,6 +475,65 @@ pub struct TurnRecord {
     /// A transport or protocol error that ended the turn.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// What kind of error `error` is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_kind: Option<TurnErrorKind>,
+    /// Requests of this turn that were retried, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retries: Vec<Retry>,
+}
+
+/// Why a turn ended without a reply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum TurnErrorKind {
+    /// The turn's deadline passed.
+    Timeout,
+    /// The agent could not be reached: connection refused or reset, HTTP 429/5xx.
+    Transport,
+    /// The agent answered outside its protocol: malformed JSON, a missing field, a reply
+    /// over the size limit, another session's reply.
+    Protocol,
+    /// The agent answered and failed: it declared an error, crashed, or kept calling tools.
+    Agent,
+    /// `wt` was stopped (Ctrl-C, SIGTERM, SIGHUP) and cut the turn after its grace period.
+    Interrupted,
+    /// A kind this SDK does not know (written by a newer `wt`).
+    #[serde(other)]
+    Unknown,
+}
+
+impl TurnErrorKind {
+    /// `timeout`, `transport`, `protocol`, `agent`, `interrupted` or `unknown`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TurnErrorKind::Timeout => "timeout",
+            TurnErrorKind::Transport => "transport",
+            TurnErrorKind::Protocol => "protocol",
+            TurnErrorKind::Agent => "agent",
+            TurnErrorKind::Interrupted => "interrupted",
+            TurnErrorKind::Unknown => "unknown",
+        }
+    }
+}
+
+impl std::fmt::Display for TurnErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A request that failed and was tried again.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(not(feature = "__host"), non_exhaustive)]
+pub struct Retry {
+    /// 1 for the first retry.
+    pub attempt: u32,
+    /// Why the previous attempt failed.
+    pub error: String,
+    /// How long `wt` waited before this attempt (backoff, or the server's `Retry-After`).
+    pub wait_ms: u64,
 }
 
 /// A tool call the agent made, as executed against the fixture world.

@@ -892,7 +892,7 @@ impl Plan {
                     .into(),
                 ),
                 latency_ms: 120,
-                error: None,
+                ..TurnRecord::default()
             })
             .collect();
         if self.demo {

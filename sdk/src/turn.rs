@@ -185,6 +185,12 @@ pub struct TurnResult {
     pub outcome: Outcome,
     /// The error, for failed, interrupted and denied turns.
     pub error: Option<String>,
+    /// What kind of error `error` is (timeout, transport, protocol, agent, interrupted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_kind: Option<crate::model::TurnErrorKind>,
+    /// The guard's denial, when the outcome is `Denied`: which guard, its code and message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub denial: Option<crate::model::Denial>,
 }
 
 impl TurnResult {
@@ -195,6 +201,8 @@ impl TurnResult {
             ended_at: String::new(),
             outcome,
             error: None,
+            error_kind: None,
+            denial: None,
         }
     }
 }

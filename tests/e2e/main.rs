@@ -1,11 +1,14 @@
 //! The end-to-end suite: builds the workspace's binaries and plugins from source and drives
 //! the real `wt` binary.
 
+mod hardening;
 mod harness;
 mod hooks;
 mod loader;
 mod plugins_cli;
+mod reports;
 mod runner;
+mod scale;
 mod sdk_compat;
 mod sdk_product;
 mod turns;

@@ -35,9 +35,10 @@ pub struct PluginDirArgs {
 }
 
 impl PluginDirArgs {
-    /// Every directory searched, in order.
-    pub fn dirs(&self) -> Vec<PathBuf> {
-        plugin::plugin_dirs(&self.plugin_dirs)
+    /// Every directory searched, in order; a named directory that does not exist is a
+    /// usage error.
+    pub fn dirs(&self) -> Result<Vec<PathBuf>, CodedError> {
+        plugin::plugin_dirs(&self.plugin_dirs).map_err(CodedError::usage)
     }
 }
 
@@ -88,7 +89,7 @@ pub fn activate(
     if names.is_empty() {
         return Ok(Vec::new());
     }
-    let registry = Registry::discover(&dirs.dirs());
+    let registry = Registry::discover(&dirs.dirs()?);
     registry
         .activate(names)
         .map_err(|e| CodedError::usage(e.to_string()).into())
@@ -131,6 +132,14 @@ fn plan(args: PlanArgs) -> anyhow::Result<u8> {
             crate::deadlines::human(deadlines.for_point(point))
         )?;
     }
+    if !active.is_empty() {
+        writeln!(
+            out,
+            "instances: one of each hook per lane (up to --jobs lanes run at once), built with \
+             Default; a lane's instance sees the runs of that lane in order, never two calls at \
+             once; scenario and pack points run on one lane's instance"
+        )?;
+    }
     Ok(exit::SUCCESS)
 }
 
@@ -145,7 +154,7 @@ pub fn run(cmd: HooksCommand) -> anyhow::Result<u8> {
 }
 
 fn list(args: ListArgs) -> anyhow::Result<u8> {
-    let dirs = args.dirs.dirs();
+    let dirs = args.dirs.dirs()?;
     let registry = Registry::discover(&dirs);
     let mut views: Vec<EntryView> = registry.entries.iter().map(EntryView::from).collect();
     if args.all {
@@ -160,10 +169,10 @@ fn list(args: ListArgs) -> anyhow::Result<u8> {
     }
     print_views(&views, args.json)?;
     if !args.json && !args.all && !registry.foreign.is_empty() {
-        eprintln!(
+        crate::cli::term::err_line(&format!(
             "({} shared libraries that are not Wind Tunnel plugins were skipped; --all lists them)",
             registry.foreign.len()
-        );
+        ));
     }
     Ok(exit::SUCCESS)
 }
@@ -255,12 +264,12 @@ fn install(args: InstallArgs) -> anyhow::Result<u8> {
     set_mode(tmp.path(), 0o755)?;
     tmp.persist(&dest)
         .with_context(|| format!("failed to install {}", dest.display()))?;
-    eprintln!(
+    crate::cli::term::err_line(&format!(
         "installed {} ({}) to {}",
         names.join(", "),
         file.display(),
         dest.display()
-    );
+    ));
     Ok(exit::SUCCESS)
 }
 

@@ -8,12 +8,14 @@ use clap::{Parser, Subcommand};
 use crate::exit;
 
 pub mod bench_floor;
+pub mod compare;
 pub mod doctor;
 pub mod hooks;
 pub mod hooks_new;
 pub mod report;
 pub mod rescore;
 pub mod run;
+pub mod term;
 pub mod triage;
 
 /// Wind Tunnel: evaluate AI agents against packs of scenarios.
@@ -28,8 +30,11 @@ pub struct Cli {
 pub enum Command {
     /// Run a pack of scenarios against an agent and write traces and scores.
     Run(run::RunArgs),
-    /// Summarize one or more run directories (table, JSON, JUnit or Markdown).
+    /// Summarize one or more run directories (table, JSON, JUnit, Markdown or HTML).
     Report(report::ReportArgs),
+    /// Compare two sets of run directories (BASE and NEW): per-scenario verdicts with
+    /// statistics.
+    Compare(compare::CompareArgs),
     /// Re-score stored traces with a pack's current expectations.
     Rescore(rescore::RescoreArgs),
     /// Inspect, check and install hook plugins.
@@ -70,6 +75,7 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => run::run(args),
         Command::Report(args) => report::run(args),
+        Command::Compare(args) => compare::run(args),
         Command::Rescore(args) => rescore::run(args),
         Command::Hooks(cmd) => hooks::run(cmd),
         Command::Doctor(args) => doctor::run(args),
@@ -79,10 +85,27 @@ pub fn main() -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code),
         Err(err) => {
-            eprintln!("error: {err:#}");
+            term::err_line(&format!("error: {}", one_line(&err)));
             exit::code_for(&err)
         }
     }
+}
+
+/// An error and its causes on one line, each cause once: a cause whose text its context
+/// already quotes is not repeated.
+pub fn one_line(err: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in err.chain() {
+        let part = cause.to_string();
+        if part.is_empty() || text.contains(&part) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&part);
+    }
+    text
 }
 
 fn init_logging() {

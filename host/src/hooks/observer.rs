@@ -5,13 +5,15 @@
 //! A point no active hook declared returns at once: no snapshot is built, nothing is
 //! serialized, no thread is involved.
 
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 use windtunnel_abi::point;
 use windtunnel_sdk::{
     GuardDecision, TurnCall, TurnResult, member,
     model::{AgentConfig, AggregateResult, Denial, Scenario, Score, Trace},
+    turn::Cause as TurnCause,
 };
 
 use crate::{
@@ -22,24 +24,104 @@ use crate::{
 /// Schema version stamped into artifacts that carry none.
 pub const DEFAULT_ARTIFACT_SCHEMA_VERSION: u64 = 1;
 
-/// Every active hook, observing a sweep.
+type Names = Arc<Mutex<HashSet<String>>>;
+
+/// Every active hook, observing a sweep. Each lane (worker) of the sweep has its own
+/// `HookObserver` over its own hook instances ([`HookObserver::prepare_lanes`]); they share
+/// the artifact-name registries and, through the dispatchers, health and quarantine.
 pub struct HookObserver {
     dispatcher: Arc<Dispatcher>,
+    names: Arc<ArtifactNames>,
+    /// Lanes 1, 2, …; lane 0 is this observer.
+    lanes: Vec<Arc<HookObserver>>,
+    /// The trace and score snapshots of the run at `on_run_scored`, reused at `on_run_end`
+    /// (the runner changes neither in between).
+    last_run: Mutex<Option<(String, Arc<Trace>, Arc<Score>)>>,
+}
+
+/// What every lane's observer shares: the artifact names written so far, per run (by run
+/// id), per scenario (by id), and for the pack — each scope's files are named after them,
+/// so a name may be used once —, and the snapshots that do not change within a sweep.
+#[derive(Default)]
+struct ArtifactNames {
+    run: Mutex<HashMap<String, Names>>,
+    scenario: Mutex<HashMap<String, Names>>,
+    pack: Names,
+    scenarios: Mutex<HashMap<String, Arc<Scenario>>>,
+    agent: std::sync::OnceLock<Arc<AgentConfig>>,
+}
+
+impl ArtifactNames {
+    /// The scenario's snapshot, built once per sweep.
+    fn scenario(&self, s: &Scenario) -> Arc<Scenario> {
+        self.scenarios
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(s.id.clone())
+            .or_insert_with(|| Arc::new(s.clone()))
+            .clone()
+    }
+
+    /// The agent's snapshot, built once per sweep.
+    fn agent(&self, a: &AgentConfig) -> Arc<AgentConfig> {
+        self.agent.get_or_init(|| Arc::new(a.clone())).clone()
+    }
+}
+
+fn names_in(map: &Mutex<HashMap<String, Names>>, key: &str) -> Names {
+    map.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .entry(key.to_owned())
+        .or_default()
+        .clone()
+}
+
+fn forget(map: &Mutex<HashMap<String, Names>>, key: &str) {
+    map.lock().unwrap_or_else(|e| e.into_inner()).remove(key);
 }
 
 impl HookObserver {
     pub fn new(dispatcher: Arc<Dispatcher>) -> Self {
-        HookObserver { dispatcher }
+        HookObserver {
+            dispatcher,
+            names: Arc::default(),
+            lanes: Vec::new(),
+            last_run: Mutex::new(None),
+        }
+    }
+
+    /// Builds the observers of lanes 1 to `lanes - 1`, each with fresh instances of every
+    /// hook, so the sweep's lanes never wait for each other's hooks.
+    pub fn prepare_lanes(&mut self, lanes: usize) -> Result<(), String> {
+        while self.lanes.len() + 1 < lanes {
+            self.lanes.push(Arc::new(HookObserver {
+                dispatcher: Arc::new(self.dispatcher.for_lane()?),
+                names: self.names.clone(),
+                lanes: Vec::new(),
+                last_run: Mutex::new(None),
+            }));
+        }
+        Ok(())
     }
 
     pub fn dispatcher(&self) -> &Dispatcher {
         &self.dispatcher
     }
 
-    fn run_data(&self, scenario: &Scenario, agent: &AgentConfig) -> CallData {
+    fn scenario_data(&self, scenario: &Scenario, agent: &AgentConfig) -> CallData {
         CallData {
-            scenario: Some(Arc::new(scenario.clone())),
-            agent: Some(Arc::new(agent.clone())),
+            scenario: Some(self.names.scenario(scenario)),
+            agent: Some(self.names.agent(agent)),
+            artifact_names: Some(names_in(&self.names.scenario, &scenario.id)),
+            ..CallData::default()
+        }
+    }
+
+    fn run_data(&self, scenario: &Scenario, agent: &AgentConfig, run_id: &str) -> CallData {
+        CallData {
+            scenario: Some(self.names.scenario(scenario)),
+            agent: Some(self.names.agent(agent)),
+            artifact_names: Some(names_in(&self.names.run, run_id)),
             ..CallData::default()
         }
     }
@@ -51,12 +133,23 @@ impl HookObserver {
         trace: &Trace,
         score: &Score,
     ) -> CallData {
+        let (trace_snap, score_snap) = {
+            let mut last = self.last_run.lock().unwrap_or_else(|e| e.into_inner());
+            match &*last {
+                Some((run, t, s)) if *run == trace.run_id => (t.clone(), s.clone()),
+                _ => {
+                    let (t, s) = (Arc::new(trace.clone()), Arc::new(score.clone()));
+                    *last = Some((trace.run_id.clone(), t.clone(), s.clone()));
+                    (t, s)
+                }
+            }
+        };
         CallData {
             run_id: Some(Arc::from(trace.run_id.as_str())),
             session_id: Some(Arc::from(trace.session_id.as_str())),
-            trace: Some(Arc::new(trace.clone())),
-            score: Some(Arc::new(score.clone())),
-            ..self.run_data(scenario, agent)
+            trace: Some(trace_snap),
+            score: Some(score_snap),
+            ..self.run_data(scenario, agent, &trace.run_id)
         }
     }
 
@@ -79,6 +172,7 @@ impl HookObserver {
             point::ON_PACK_END,
             || CallData {
                 aggregates: Some(Arc::new(aggregates)),
+                artifact_names: Some(self.names.pack.clone()),
                 ..CallData::default()
             },
             None,
@@ -135,7 +229,7 @@ impl RunObserver for HookObserver {
     fn on_provisioned(&self, scenario: &Scenario, agent: &AgentConfig) -> RunHookOutput {
         self.fire(
             point::ON_PROVISIONED,
-            || self.run_data(scenario, agent),
+            || self.scenario_data(scenario, agent),
             None,
         )
     }
@@ -153,7 +247,7 @@ impl RunObserver for HookObserver {
             || CallData {
                 run_id: Some(Arc::from(run_id)),
                 session_id: Some(Arc::from(session_id)),
-                ..self.run_data(scenario, agent)
+                ..self.run_data(scenario, agent, run_id)
             },
             Some(session),
         )
@@ -182,11 +276,14 @@ impl RunObserver for HookObserver {
         score: &Score,
         session: &dyn Session,
     ) -> RunHookOutput {
-        self.fire(
+        let out = self.fire(
             point::ON_RUN_END,
             || self.with_run(scenario, agent, trace, score),
             Some(session),
-        )
+        );
+        forget(&self.names.run, &trace.run_id);
+        *self.last_run.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        out
     }
 
     fn on_scenario_end(
@@ -195,14 +292,21 @@ impl RunObserver for HookObserver {
         agent: &AgentConfig,
         aggregate: &AggregateResult,
     ) -> RunHookOutput {
-        self.fire(
+        let out = self.fire(
             point::ON_SCENARIO_END,
             || CallData {
                 aggregate: Some(Arc::new(aggregate.clone())),
-                ..self.run_data(scenario, agent)
+                ..self.scenario_data(scenario, agent)
             },
             None,
-        )
+        );
+        forget(&self.names.scenario, &scenario.id);
+        out
+    }
+
+    fn lane(&self, lane: usize) -> Option<Arc<dyn RunObserver>> {
+        let l = self.lanes.get(lane.checked_sub(1)?)?;
+        Some(l.clone())
     }
 
     fn wants_turns(&self) -> bool {
@@ -212,9 +316,20 @@ impl RunObserver for HookObserver {
 
     fn begin_turn(&self, call: &TurnCall) -> TurnOpen {
         let d = &self.dispatcher;
-        let guards = d.declared(point::GUARD_CHECK);
-        let begins = d.declared(point::TURN_BEGIN);
+        let mut guards = d.declared(point::GUARD_CHECK);
+        let mut begins = d.declared(point::TURN_BEGIN);
         let mut open = TurnOpen::default();
+        if let TurnCause::Converse { hook } = &call.cause {
+            // A converse turn: guards only (observers watch the scenario's turns), and not
+            // the conversing hook itself, whose call is in progress.
+            begins = 0;
+            if let Some(slot) = d.hooks().iter().position(|h| &h.name == hook) {
+                guards &= !(1u64 << slot);
+            }
+            if guards == 0 {
+                return open;
+            }
+        }
         if guards == 0 {
             // Observers only: one hand-off for all begins.
             let out = d.dispatch_to(

@@ -7,11 +7,10 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use windtunnel_sdk::model::{AgentConfig, Scenario, ToolCall};
+use windtunnel_sdk::model::{AgentConfig, Scenario, ToolCall, TurnErrorKind};
 
-use super::{
-    AgentHandle, Reply, Runtime, RuntimeError, TurnCtx, http_json, http_text, with_retries,
-};
+use super::net::{Log, Net, Request};
+use super::{AgentHandle, Reply, Runtime, RuntimeError, TurnCtx, TurnError};
 
 /// The environment variable that overrides the inject endpoint.
 pub const INJECT_URL_ENV: &str = "WT_INJECT_URL";
@@ -20,52 +19,74 @@ pub const INJECT_URL_ENV: &str = "WT_INJECT_URL";
 pub struct HttpRuntime {
     agent: AgentConfig,
     base: String,
+    key: Option<String>,
+    /// One client and one set of limits for the endpoint, shared by every lane.
+    net: Net,
 }
 
 impl HttpRuntime {
     pub fn new(agent: &AgentConfig) -> Result<Self, RuntimeError> {
-        let base = std::env::var(INJECT_URL_ENV)
+        let from_env = std::env::var(INJECT_URL_ENV)
             .ok()
-            .filter(|v| !v.trim().is_empty())
-            .or_else(|| agent.endpoint.clone())
-            .ok_or_else(|| {
-                RuntimeError(format!(
-                    "agent `{}`: the http runtime needs {INJECT_URL_ENV} or `endpoint` in the agent config",
-                    agent.label
-                ))
-            })?;
+            .filter(|v| !v.trim().is_empty());
+        let (base, what) = match (&from_env, &agent.endpoint) {
+            (Some(url), _) => (url.clone(), INJECT_URL_ENV),
+            (None, Some(url)) => (url.clone(), "`endpoint`"),
+            (None, None) => {
+                return Err(RuntimeError(format!(
+                    "the http runtime needs {INJECT_URL_ENV} or `endpoint` (the service's base URL) in the agent config"
+                )));
+            }
+        };
+        super::check_endpoint(base.trim(), what)?;
         Ok(HttpRuntime {
             agent: agent.clone(),
-            base: base.trim_end_matches('/').to_owned(),
+            base: base.trim().trim_end_matches('/').to_owned(),
+            key: super::api_key(agent)?,
+            net: Net::new(Duration::from_secs(5), agent)?,
         })
     }
 }
 
 impl Runtime for HttpRuntime {
     fn provision(&self, scenario: &Scenario) -> Result<Box<dyn AgentHandle>, RuntimeError> {
-        let key = super::api_key(&self.agent)?;
+        self.provision_lane(scenario, 0)
+    }
+
+    fn provision_lane(
+        &self,
+        scenario: &Scenario,
+        lane: usize,
+    ) -> Result<Box<dyn AgentHandle>, RuntimeError> {
         let handle = HttpAgent {
-            http: super::http_client(Duration::from_secs(5))?,
+            net: self.net.clone(),
             base: self.base.clone(),
-            key,
+            key: self.key.clone(),
             scenario_id: scenario.id.clone(),
+            lane,
             timeout: super::turn_timeout(&self.agent),
-            retries: self.agent.retries.unwrap_or(2),
         };
         handle
-            .call_ok("GET", "/health", None, handle.timeout)
+            .call_ok("GET", "/health", None)
             .map_err(|e| RuntimeError(format!("health check failed: {e}")))?;
         Ok(Box::new(handle))
+    }
+
+    /// As many lanes as the service says it holds sessions (`max_sessions`, default 1: a
+    /// stateful service sees one run at a time).
+    fn max_lanes(&self) -> Option<usize> {
+        Some(self.agent.max_sessions.unwrap_or(1) as usize)
     }
 }
 
 struct HttpAgent {
-    http: super::HttpClient,
+    net: Net,
     base: String,
     key: Option<String>,
     scenario_id: String,
+    /// The session slot this handle drives; its reset names it.
+    lane: usize,
     timeout: Duration,
-    retries: u32,
 }
 
 impl HttpAgent {
@@ -75,25 +96,30 @@ impl HttpAgent {
         path: &str,
         body: Option<&Value>,
         timeout: Duration,
-    ) -> Result<Value, String> {
+        log: &mut Log,
+    ) -> Result<Value, TurnError> {
         let url = format!("{}{path}", self.base);
-        with_retries(self.retries, Instant::now() + timeout, |left| {
-            http_json(&self.http, method, &url, self.key.as_deref(), body, left)
-        })
+        let req = Request {
+            method,
+            url: &url,
+            auth: self.key.as_deref(),
+            body,
+        };
+        self.net.json(&req, Instant::now() + timeout, log)
     }
 
     /// Like [`Self::call`], for endpoints whose body does not matter (any 2xx succeeds).
-    fn call_ok(
-        &self,
-        method: &str,
-        path: &str,
-        body: Option<&Value>,
-        timeout: Duration,
-    ) -> Result<(), String> {
+    fn call_ok(&self, method: &str, path: &str, body: Option<&Value>) -> Result<(), TurnError> {
         let url = format!("{}{path}", self.base);
-        with_retries(self.retries, Instant::now() + timeout, |left| {
-            http_text(&self.http, method, &url, self.key.as_deref(), body, left).map(drop)
-        })
+        let req = Request {
+            method,
+            url: &url,
+            auth: self.key.as_deref(),
+            body,
+        };
+        self.net
+            .text(&req, Instant::now() + self.timeout, &mut Log::default())
+            .map(drop)
     }
 }
 
@@ -124,10 +150,9 @@ impl AgentHandle for HttpAgent {
         self.call_ok(
             "POST",
             "/reset",
-            Some(&json!({"scenario_id": self.scenario_id})),
-            self.timeout,
+            Some(&json!({"scenario_id": self.scenario_id, "lane": self.lane})),
         )
-        .map_err(|e| RuntimeError(format!("reset failed: {e}")))
+        .map_err(|e| RuntimeError(e.message))
     }
 
     fn send(&mut self, session_id: &str, text: &str, ctx: TurnCtx<'_>) -> Reply {
@@ -137,50 +162,43 @@ impl AgentHandle for HttpAgent {
             "turn": ctx.index,
             "text": text,
         });
-        let resp = match self.call("POST", "/inject", Some(&body), ctx.timeout) {
-            Ok(r) => r,
-            Err(e) => return Reply::failed(e, Vec::new()),
-        };
+        let mut log = Log::default();
+        let resp = self.call("POST", "/inject", Some(&body), ctx.timeout, &mut log);
         let url = format!("{}/inject", self.base);
-        let calls = match parse_tool_calls(ctx.index, resp.get("tool_calls")) {
-            Ok(c) => c,
-            Err(e) => return Reply::failed(format!("POST {url}: {e}"), Vec::new()),
-        };
-        if let Some(s) = resp.get("session_id").and_then(Value::as_str) {
-            if s != session_id {
-                return Reply::failed(
-                    format!("POST {url}: answered in session {s:?}, not {session_id:?}"),
-                    calls,
-                );
-            }
-        }
-        match resp.get("reply") {
-            Some(Value::String(r)) => Reply {
-                text: Some(r.clone()),
-                tool_calls: calls,
-                error: None,
+        let protocol =
+            |message: String, calls| Reply::failed(TurnErrorKind::Protocol, message, calls);
+        let reply = match resp {
+            Err(e) => Reply {
+                error: Some(e),
+                ..Reply::default()
             },
-            _ => Reply::failed(
-                format!(
-                    "POST {url}: response has no string `reply`: {}",
-                    crate::score::excerpt(&resp.to_string())
-                ),
-                calls,
-            ),
-        }
+            Ok(resp) => match parse_tool_calls(ctx.index, resp.get("tool_calls")) {
+                Err(e) => protocol(format!("POST {url}: {e}"), Vec::new()),
+                Ok(calls) => match (
+                    resp.get("session_id").and_then(Value::as_str),
+                    resp.get("reply"),
+                ) {
+                    (Some(s), _) if s != session_id => protocol(
+                        format!("POST {url}: answered in session {s:?}, not {session_id:?}"),
+                        calls,
+                    ),
+                    (_, Some(Value::String(r))) => Reply::text(r.clone(), calls),
+                    _ => protocol(
+                        format!(
+                            "POST {url}: response has no string `reply`: {}",
+                            crate::score::excerpt(&resp.to_string())
+                        ),
+                        calls,
+                    ),
+                },
+            },
+        };
+        reply.with_log(log)
     }
 
     fn probe_state(&mut self) -> Option<Value> {
-        let url = format!("{}/state", self.base);
-        http_json(
-            &self.http,
-            "GET",
-            &url,
-            self.key.as_deref(),
-            None,
-            self.timeout,
-        )
-        .ok()
+        self.call("GET", "/state", None, self.timeout, &mut Log::default())
+            .ok()
     }
 
     fn teardown(&mut self) -> Result<(), RuntimeError> {

@@ -11,33 +11,34 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use windtunnel_sdk::model::{AgentConfig, Scenario, ToolSpec};
+use windtunnel_sdk::model::{AgentConfig, Scenario, ToolSpec, TurnErrorKind};
 
-use super::{
-    AgentHandle, Reply, Runtime, RuntimeError, TurnCtx, http_json, tool_schemas, with_retries,
-};
+use super::net::{Log, Net, Request};
+use super::{AgentHandle, Reply, Runtime, RuntimeError, TurnCtx, tool_schemas};
 
 /// The `openai` runtime.
 pub struct OpenAiRuntime {
     agent: AgentConfig,
     url: String,
+    key: Option<String>,
+    /// One client and one set of limits for the endpoint, shared by every lane.
+    net: Net,
 }
 
 impl OpenAiRuntime {
     pub fn new(agent: &AgentConfig) -> Result<Self, RuntimeError> {
         let base = agent.endpoint.as_deref().ok_or_else(|| {
-            RuntimeError(format!(
-                "agent `{}`: the openai runtime needs `endpoint` (base URL, e.g. http://localhost:8000/v1)",
-                agent.label
-            ))
+            RuntimeError(
+                "the openai runtime needs `endpoint` (base URL, e.g. http://localhost:8000/v1)"
+                    .into(),
+            )
         })?;
-        if agent.model.is_none() {
-            return Err(RuntimeError(format!(
-                "agent `{}`: the openai runtime needs `model`",
-                agent.label
-            )));
+        if agent.model.as_deref().is_none_or(|m| m.trim().is_empty()) {
+            return Err(RuntimeError("the openai runtime needs `model`".into()));
         }
-        let base = base.trim_end_matches('/');
+        super::check_endpoint(base.trim(), "`endpoint`")?;
+        let key = super::api_key(agent)?;
+        let base = base.trim().trim_end_matches('/');
         let url = if base.ends_with("/chat/completions") {
             base.to_owned()
         } else {
@@ -46,27 +47,33 @@ impl OpenAiRuntime {
         Ok(OpenAiRuntime {
             agent: agent.clone(),
             url,
+            key,
+            net: Net::new(Duration::from_secs(10), agent)?,
         })
     }
 }
 
 impl Runtime for OpenAiRuntime {
     fn provision(&self, scenario: &Scenario) -> Result<Box<dyn AgentHandle>, RuntimeError> {
-        let key = super::api_key(&self.agent)?;
         Ok(Box::new(OpenAiAgent {
-            http: super::http_client(Duration::from_secs(10))?,
+            net: self.net.clone(),
             url: self.url.clone(),
-            key,
+            key: self.key.clone(),
             agent: self.agent.clone(),
             tools: scenario.tools.clone(),
             schemas: tool_schemas(&scenario.tools),
             sessions: HashMap::new(),
         }))
     }
+
+    /// The conversation lives in `wt`: lanes never share one.
+    fn max_lanes(&self) -> Option<usize> {
+        None
+    }
 }
 
 struct OpenAiAgent {
-    http: super::HttpClient,
+    net: Net,
     url: String,
     key: Option<String>,
     agent: AgentConfig,
@@ -119,25 +126,29 @@ impl AgentHandle for OpenAiAgent {
         });
         messages.push(json!({"role": "user", "content": text}));
         let mut calls = Vec::new();
-        let retries = self.agent.retries.unwrap_or(2);
+        let mut log = Log::default();
         for _ in 0..self.agent.max_steps {
             let body = self.request(&messages);
-            let resp = with_retries(retries, deadline, |left| {
-                http_json(
-                    &self.http,
-                    "POST",
-                    &self.url,
-                    self.key.as_deref(),
-                    Some(&body),
-                    left,
-                )
-            });
-            let resp = match resp {
+            let req = Request {
+                method: "POST",
+                url: &self.url,
+                auth: self.key.as_deref(),
+                body: Some(&body),
+            };
+            let resp = match self.net.json(&req, deadline, &mut log) {
                 Ok(r) => r,
-                Err(e) => return Reply::failed(e, calls),
+                Err(e) => {
+                    return Reply {
+                        error: Some(e),
+                        tool_calls: calls,
+                        ..Reply::default()
+                    }
+                    .with_log(log);
+                }
             };
             let Some(message) = resp.pointer("/choices/0/message").filter(|m| m.is_object()) else {
-                return Reply::failed(
+                let reply = Reply::failed(
+                    TurnErrorKind::Protocol,
                     format!(
                         "malformed chat completion from {}: no choices[0].message in {}",
                         self.url,
@@ -145,6 +156,7 @@ impl AgentHandle for OpenAiAgent {
                     ),
                     calls,
                 );
+                return reply.with_log(log);
             };
             let tool_calls = message
                 .get("tool_calls")
@@ -159,11 +171,7 @@ impl AgentHandle for OpenAiAgent {
                 };
                 messages.push(json!({"role": "assistant", "content": content}));
                 self.sessions.insert(session_id.to_owned(), messages);
-                return Reply {
-                    text: Some(content),
-                    tool_calls: calls,
-                    error: None,
-                };
+                return Reply::text(content, calls).with_log(log);
             };
             messages.push(json!({
                 "role": "assistant",
@@ -215,12 +223,14 @@ impl AgentHandle for OpenAiAgent {
             }
         }
         Reply::failed(
+            TurnErrorKind::Agent,
             format!(
                 "no final reply after {} model calls (max_steps); the model kept calling tools",
                 self.agent.max_steps
             ),
             calls,
         )
+        .with_log(log)
     }
 
     fn teardown(&mut self) -> Result<(), RuntimeError> {

@@ -1,5 +1,5 @@
-//! Eight hooks that do nothing at `on_run_end`, and four turn observers that do nothing:
-//! the benchmarks' subjects.
+//! Eight hooks that do nothing at `on_run_end`, one that does nothing at every lifecycle
+//! point, and four turn observers that do nothing: the benchmarks' subjects.
 
 use windtunnel_sdk::{Context, Hook, Result, TurnCall, TurnResult, export_hooks, hook};
 
@@ -29,6 +29,33 @@ noop!(
     Noop7 = "noop7"
 );
 
+/// Does nothing at all six lifecycle points: the in-sweep cost of one active hook.
+#[derive(Default)]
+pub struct NoopAll;
+
+#[hook]
+impl Hook for NoopAll {
+    const NAME: &'static str = "noopall";
+    fn on_provisioned(&mut self, _ctx: &Context<'_>) -> Result {
+        Ok(())
+    }
+    fn on_run_start(&mut self, _ctx: &Context<'_>) -> Result {
+        Ok(())
+    }
+    fn on_run_scored(&mut self, _ctx: &Context<'_>) -> Result {
+        Ok(())
+    }
+    fn on_run_end(&mut self, _ctx: &Context<'_>) -> Result {
+        Ok(())
+    }
+    fn on_scenario_end(&mut self, _ctx: &Context<'_>) -> Result {
+        Ok(())
+    }
+    fn on_pack_end(&mut self, _ctx: &Context<'_>) -> Result {
+        Ok(())
+    }
+}
+
 macro_rules! turn_noop {
     ($($ty:ident = $name:literal),+) => {$(
         #[derive(Default)]
@@ -55,6 +82,6 @@ turn_noop!(
 );
 
 export_hooks!(
-    Noop0, Noop1, Noop2, Noop3, Noop4, Noop5, Noop6, Noop7, TurnNoop0, TurnNoop1, TurnNoop2,
-    TurnNoop3
+    Noop0, Noop1, Noop2, Noop3, Noop4, Noop5, Noop6, Noop7, NoopAll, TurnNoop0, TurnNoop1,
+    TurnNoop2, TurnNoop3
 );

@@ -30,7 +30,8 @@ fn record(hook: &str, point: &str, ctx: &Context<'_>) -> Result {
             .create(true)
             .append(true)
             .open(path)?;
-        writeln!(f, "{line}")?;
+        // One write per line: lanes append to the same log at once.
+        f.write_all(format!("{line}\n").as_bytes())?;
     }
     ctx.emit_artifact(
         &line,

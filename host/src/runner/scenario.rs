@@ -1,0 +1,299 @@
+//! One scenario: provision, check preconditions, fire `on_provisioned`, run its runs one
+//! after another on one agent handle, tear down, fire `on_scenario_end`.
+//!
+//! Pairing holds on every path: a scenario that fired `on_provisioned` fires
+//! `on_scenario_end` once and is torn down, also when its files cannot be written.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use windtunnel_sdk::model::{AggregateResult, Scenario, Surface};
+
+use super::sweep::{Lane, ScenarioState};
+use super::{Event, RunConfig, RunHookOutput, ScenarioOutcome, Sweep, lock, stem_key};
+use crate::events::{self, Scope};
+use crate::runtime::{self, AgentHandle, Runtime};
+use crate::score::Aggregator;
+use crate::store::{self, StoreError};
+use crate::world::World;
+
+/// The agent handle of a scenario, shared with the threads that may carry a turn.
+pub(super) type Handle = Arc<Mutex<Box<dyn AgentHandle>>>;
+
+/// Why a scenario cannot run, with the warnings gathered on the way.
+pub(super) struct Unable {
+    pub why: String,
+    pub warnings: Vec<String>,
+}
+
+fn state_runs(state: &ScenarioState<'_>) -> u32 {
+    state.run_count()
+}
+
+pub(super) struct ScenarioRunner<'a> {
+    pub cfg: &'a RunConfig,
+    /// The scenario's surface, built once, copied into each run's trace.
+    pub surface: Surface,
+    pub sweep: &'a Sweep,
+    pub scenario: &'a Scenario,
+    runtime: &'a dyn Runtime,
+    /// Keys of the stems taken (see [`stem_key`]).
+    stems: &'a Mutex<HashSet<u64>>,
+}
+
+impl<'a> ScenarioRunner<'a> {
+    pub fn new(
+        cfg: &'a RunConfig,
+        sweep: &'a Sweep,
+        scenario: &'a Scenario,
+        runtime: &'a dyn Runtime,
+        stems: &'a Mutex<HashSet<u64>>,
+    ) -> Self {
+        ScenarioRunner {
+            cfg,
+            surface: runtime::surface(&cfg.agent, scenario),
+            sweep,
+            scenario,
+            runtime,
+            stems,
+        }
+    }
+
+    /// A warning on the console (and, for run warnings, in the trace by the caller).
+    pub fn warn(&self, message: &str) {
+        self.cfg.progress.event(&Event::Warning {
+            scenario: &self.scenario.id,
+            message,
+        });
+    }
+
+    fn scope(&self) -> Scope {
+        Scope {
+            scenario_id: Some(self.scenario.id.clone()),
+            ..Scope::default()
+        }
+    }
+
+    /// Sets the scenario up on the first lane: provisions its handle, checks the world
+    /// preconditions, fires `on_provisioned`. A failure makes the whole scenario ERROR.
+    pub fn setup(&self, lane: &Lane, state: &ScenarioState<'_>) -> Result<Handle, Unable> {
+        let (cfg, scenario) = (self.cfg, self.scenario);
+        let runs = state_runs(state);
+        cfg.progress.event(&Event::ScenarioStarted {
+            scenario: &scenario.id,
+            runs,
+        });
+        cfg.publish(
+            &self.scope(),
+            &events::Cause::Scenario,
+            events::Event::ScenarioStarted { runs },
+        );
+        let mut warnings = Vec::new();
+        if cfg.cancelled() {
+            return Err(Unable {
+                why: "not run: the sweep was interrupted".into(),
+                warnings,
+            });
+        }
+        let handle: Handle = match self.runtime.provision(scenario) {
+            Ok(h) => Arc::new(Mutex::new(h)),
+            Err(e) => {
+                return Err(Unable {
+                    why: format!("provisioning failed: {e}"),
+                    warnings,
+                });
+            }
+        };
+        let fixture = World::new(scenario.world.as_ref());
+        let broken: Vec<String> = scenario
+            .preconditions
+            .iter()
+            .filter_map(|c| fixture.check(c).err())
+            .collect();
+        if !broken.is_empty() {
+            self.teardown(&handle, &mut warnings);
+            return Err(Unable {
+                why: format!("precondition failed: {}", broken.join("; ")),
+                warnings,
+            });
+        }
+        let provisioned = lane.observer.on_provisioned(scenario, &cfg.agent);
+        // A write failure stops the scenario, but never skips teardown or its end point.
+        if let Err(e) = self.scoped(provisioned, &mut warnings) {
+            lock(&state.write_failure).get_or_insert(e);
+        }
+        lock(&state.warnings).extend(warnings);
+        Ok(handle)
+    }
+
+    /// The handle of an extra lane, or a warning saying why there is none.
+    pub fn provision_lane(&self, lane: usize) -> Result<Handle, String> {
+        self.runtime
+            .provision_lane(self.scenario, lane)
+            .map(|h| Arc::new(Mutex::new(h)))
+            .map_err(|e| format!("lane {lane}: provisioning failed: {e}"))
+    }
+
+    /// A scenario that cannot run: every run counts as errored, with `why`.
+    pub fn unable(
+        &self,
+        agg: Aggregator,
+        runs: u32,
+        why: String,
+        warnings: Vec<String>,
+    ) -> Result<ScenarioOutcome, StoreError> {
+        let mut a = agg.finish();
+        a.runs = runs;
+        a.errored = runs;
+        a.error = Some(why);
+        self.scenario_ended(&a);
+        Ok(ScenarioOutcome {
+            first_problem: a.error.clone(),
+            aggregate: a,
+            warnings,
+        })
+    }
+
+    /// A scenario no lane reached before the sweep was stopped: reported as not run.
+    pub fn never_reached(&self, runs: u32) -> Result<ScenarioOutcome, StoreError> {
+        self.cfg.progress.event(&Event::ScenarioStarted {
+            scenario: &self.scenario.id,
+            runs,
+        });
+        self.cfg.publish(
+            &self.scope(),
+            &events::Cause::Scenario,
+            events::Event::ScenarioStarted { runs },
+        );
+        let agg = Aggregator::new(&self.scenario.id);
+        self.unable(
+            agg,
+            runs,
+            "not run: the sweep was interrupted".into(),
+            Vec::new(),
+        )
+    }
+
+    /// Ends the scenario after its last lane closed: `on_scenario_end`, its artifacts, the
+    /// `ScenarioEnded` event.
+    pub fn finish(
+        &self,
+        lane: &Lane,
+        state: &ScenarioState<'_>,
+    ) -> Result<ScenarioOutcome, StoreError> {
+        let agg = std::mem::take(&mut *lock(&state.agg));
+        let aggregate = agg.finish();
+        let mut warnings = std::mem::take(&mut *lock(&state.warnings));
+        let end = lane
+            .observer
+            .on_scenario_end(self.scenario, &self.cfg.agent, &aggregate);
+        let scoped = self.scoped(end, &mut warnings);
+        self.scenario_ended(&aggregate);
+        if let Some(e) = lock(&state.write_failure).take() {
+            return Err(e);
+        }
+        scoped?;
+        Ok(ScenarioOutcome {
+            aggregate,
+            warnings,
+            first_problem: lock(&state.first_problem).take().map(|(_, p)| p),
+        })
+    }
+
+    fn scenario_ended(&self, a: &AggregateResult) {
+        self.cfg
+            .progress
+            .event(&Event::ScenarioEnded { aggregate: a });
+        self.cfg.publish(
+            &self.scope(),
+            &events::Cause::Scenario,
+            events::Event::ScenarioEnded {
+                runs: a.runs,
+                passed: a.passed,
+                failed: a.failed,
+                errored: a.errored,
+                error: a.error.clone(),
+            },
+        );
+    }
+
+    /// Surfaces scenario-scoped hook output: warnings on the console, artifacts at the
+    /// runs-directory root.
+    fn scoped(&self, out: RunHookOutput, warnings: &mut Vec<String>) -> Result<(), StoreError> {
+        for w in out.warnings {
+            self.warn(&w);
+            warnings.push(w);
+        }
+        let mut written = HashSet::new();
+        for a in out.artifacts {
+            let path = store::scoped_artifact_path(
+                &self.cfg.out_dir,
+                &self.sweep.stem,
+                &a.hook,
+                Some(&self.scenario.id),
+                a.label.as_deref(),
+            );
+            match path {
+                Ok(path) if written.insert(path.clone()) => store::write_json(&path, &a.payload)?,
+                Ok(path) => {
+                    let w = format!(
+                        "hook:{}: artifact not written: {} was already written at this point",
+                        a.hook,
+                        path.display()
+                    );
+                    self.warn(&w);
+                    warnings.push(w);
+                }
+                Err(e) => {
+                    let w = format!("hook:{}: artifact not written: {e}", a.hook);
+                    self.warn(&w);
+                    warnings.push(w);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub fn teardown(&self, handle: &Handle, warnings: &mut Vec<String>) {
+        // A turn cut at the end of the grace period may still hold the handle on its own
+        // thread; `wt` is stopping, so it is left to the process exit.
+        let Some(mut h) = super::try_lock(handle) else {
+            let w = "teardown skipped: the agent is still busy with a turn cut when wt stopped"
+                .to_owned();
+            self.warn(&w);
+            warnings.push(w);
+            return;
+        };
+        if let Err(e) = h.teardown() {
+            let w = format!("teardown failed: {e}");
+            self.warn(&w);
+            warnings.push(w);
+        }
+    }
+
+    /// Mints the run id, making the stem unique within the sweep and the directory.
+    /// `attempt` starts at 0; a caller that finds the stem taken on disk asks again with
+    /// the next attempt.
+    pub fn claim_stem(
+        &self,
+        index: u32,
+        ts: &str,
+        first_attempt: u32,
+    ) -> Result<(String, String, u32), StoreError> {
+        let idx = index.to_string();
+        let mut attempt = first_attempt;
+        loop {
+            let attempt_s = attempt.to_string();
+            let mut place = vec![self.scenario.id.as_str(), idx.as_str()];
+            if attempt > 0 {
+                place.push(&attempt_s);
+            }
+            let run_id = self.cfg.ids.mint("run", &place);
+            let stem = store::stem(ts, &run_id)?;
+            if lock(self.stems).insert(stem_key(&stem)) {
+                return Ok((run_id, stem, attempt));
+            }
+            attempt += 1;
+        }
+    }
+}
