@@ -681,6 +681,7 @@ impl<H: Hook> HookTester<H> {
                     let result = TurnResult {
                         ended_at: trace.ended_at.clone(),
                         error: turn.error.clone(),
+                        error_kind: turn.error_kind,
                         ..TurnResult::new(call.clone(), outcome)
                     };
                     let mut host = Self::turn_host(ctx, point::TURN_FINISH, &call);
