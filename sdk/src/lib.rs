@@ -88,12 +88,13 @@
 //!
 //! ## Compatibility
 //!
-//! Within 1.x, a plugin built against an older SDK keeps loading in a newer `wt`, and its
-//! hooks keep reading the context: the data model ignores fields it does not know, enums
-//! have an `Unknown` variant for values from a newer `wt`, and what cannot be read is an
-//! error you can see ([`MemberError`]), never a silent `None`. A hook that compiles against
-//! 1.x compiles against every later 1.x: types that will grow are `#[non_exhaustive]`, so
-//! build them with their constructors and give `match`es a `_` arm.
+//! Within 1.x, a plugin built against an older SDK keeps loading in a newer `wt`. From 1.1
+//! on, its hooks also keep reading the context whatever a newer `wt` adds: the data model
+//! ignores fields it does not know, enums have an `Unknown` variant for values from a newer
+//! `wt`, and what cannot be read is an error you can see ([`MemberError`]), never a silent
+//! `None`. A hook that compiles against 1.1 compiles against every later 1.x: types that
+//! will grow are `#[non_exhaustive]`, so build them with their constructors and give
+//! `match`es a `_` arm.
 //!
 //! ## Features
 //!
