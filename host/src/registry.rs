@@ -336,7 +336,7 @@ impl Registry {
     }
 }
 
-fn reserved(name: &str) -> Option<String> {
+pub(crate) fn reserved(name: &str) -> Option<String> {
     if RESERVED_FOR_FILES.contains(&name) {
         return Some(format!(
             "its artifacts would be named like wt's own `.{name}.json` files"

@@ -10,4 +10,5 @@ mod reports;
 mod runner;
 mod scale;
 mod sdk_compat;
+mod sdk_product;
 mod turns;

@@ -5,7 +5,10 @@
 use std::sync::{Arc, Mutex, OnceLock};
 
 use serde::Serialize;
-use windtunnel_sdk::model::{AgentConfig, AggregateResult, Scenario, Score, Trace};
+use windtunnel_sdk::{
+    member,
+    model::{AgentConfig, AggregateResult, Scenario, Score, Trace},
+};
 
 /// The read-only members of a hook's context. Members are serialized to JSON only when a
 /// hook reads them, once per dispatch.
@@ -33,14 +36,14 @@ pub(super) struct Snapshot {
 }
 
 const MEMBERS: [&str; 8] = [
-    "scenario",
-    "agent",
-    "run_id",
-    "session_id",
-    "trace",
-    "score",
-    "aggregate",
-    "aggregates",
+    member::SCENARIO,
+    member::AGENT,
+    member::RUN_ID,
+    member::SESSION_ID,
+    member::TRACE,
+    member::SCORE,
+    member::AGGREGATE,
+    member::AGGREGATES,
 ];
 
 impl Snapshot {
