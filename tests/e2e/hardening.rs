@@ -1127,16 +1127,17 @@ fn i15_retries_honour_retry_after_retry_early_closes_and_are_recorded() {
 fn i16_outcomes_come_from_typed_errors_not_from_how_long_a_turn_took() {
     let dir = tmp();
     let pack = plain_pack(dir.path());
-    // 5xx until the deadline: a failure (transport), never a timeout.
+    // A 503 that arrives at 96 % of the turn's deadline: a failure (transport), never a
+    // timeout, however close to the deadline it came.
     let busy = TestServer::start(|_| {
-        std::thread::sleep(Duration::from_millis(150));
+        std::thread::sleep(Duration::from_millis(3_840));
         (503, "{\"error\":\"busy\"}".into())
     });
     let agent = openai_agent(
         dir.path(),
         "busy",
         &busy.base,
-        "retries = 20\nturn_timeout_s = 1\n",
+        "retries = 0\nturn_timeout_s = 4\n",
     );
     let (r, out) = run_pack(dir.path(), "busy", &pack, &agent);
     assert_eq!(r.code, 3, "{r}");

@@ -7,6 +7,9 @@
 //! - that build also reads every member under a host whose members all carry unknown
 //!   fields and unknown enum variants (what a newer `wt` may send), keeping every known
 //!   value and decoding the unknown variants as `Unknown`;
+//! - a plugin built against SDK 1.0 still reads the agent and scenario when they carry
+//!   fields 1.0 never knew (its types refused unknown fields there): `wt` hands it those
+//!   members in 1.0's shape;
 //! - a plugin built against a newer SDK minor than this `wt`'s is refused.
 //!
 //! A frozen 1.0.1 plugin cannot pass the third check: its data model refuses unknown fields
@@ -335,6 +338,54 @@ fn plugins_built_against_sdk_1_0_and_the_packaged_sdk_read_every_member_under_th
             "{row}"
         );
     }
+}
+
+#[test]
+fn a_plugin_built_against_sdk_1_0_reads_an_agent_config_with_fields_1_0_never_knew() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = reader_dir(tmp.path());
+    let agent = tmp.path().join("agent.toml");
+    std::fs::write(
+        &agent,
+        "label = \"newer\"\nruntime = \"demo\"\nmax_response_bytes = 1048576\nmax_sessions = 2\nrequests_per_minute = 6000\n",
+    )
+    .unwrap();
+    let out = tmp.path().join("out");
+    let r = run(wt(tmp.path())
+        .args([
+            "run",
+            "--runs",
+            "1",
+            "--filter",
+            "order-status",
+            "--hook",
+            FROZEN,
+        ])
+        .args(["--hook", CURRENT, "--agent"])
+        .arg(&agent)
+        .arg("--plugin-dir")
+        .arg(&dir)
+        .arg("--out")
+        .arg(&out));
+    assert_eq!(r.code, 0, "{r}");
+    assert!(!r.stderr.contains("hook:"), "a reader failed:\n{r}");
+    let mut seen = 0;
+    for (name, bytes) in files(&out) {
+        if !name.contains(".compat_reader_") {
+            continue;
+        }
+        let report: Value = serde_json::from_slice(&bytes).unwrap();
+        let Some(agent) = report["members"].get("agent") else {
+            continue;
+        };
+        seen += 1;
+        assert_eq!(agent["typed"]["label"], "newer", "{name}: {agent}");
+        assert_eq!(agent["typed"], agent["raw"], "{name}");
+        let newer = agent["raw"].get("max_sessions").is_some();
+        // 1.0's reader gets 1.0's shape; the current one gets every field.
+        assert_eq!(newer, report["hook"] == CURRENT, "{name}: {agent}");
+    }
+    assert!(seen >= 2, "no reader reported the agent");
 }
 
 /// Members that are maps (a key → a value of one type), not structs: a newer `wt` adds
