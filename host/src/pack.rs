@@ -225,7 +225,8 @@ pub fn matches_pattern(pattern: &str, text: &str) -> bool {
 }
 
 fn parse_toml<T: serde::de::DeserializeOwned>(file: &str, text: &str) -> Result<T, PackError> {
-    toml::from_str(text).map_err(|e| {
+    // Strict: the data model tolerates unknown fields (for hooks), a pack file must not.
+    windtunnel_sdk::model::strict::deserialize(toml::Deserializer::new(text)).map_err(|e| {
         let place = e
             .span()
             .map(|span| {
@@ -289,6 +290,14 @@ fn validate(file: &str, s: &Scenario) -> Result<(), PackError> {
             ToolEffect::Read { path, .. } => (path, true),
             ToolEffect::Write { path, key_arg, .. } => (path, key_arg.is_some()),
             ToolEffect::Append { path, .. } => (path, true),
+            // Strict parsing refuses unknown kinds; a kind added to the SDK must be
+            // validated here before packs may use it.
+            _ => {
+                return bad(
+                    &format!("{place}.effect.kind"),
+                    "this wt cannot run this tool effect".into(),
+                );
+            }
         };
         let checked = if must_exist {
             path.as_str()

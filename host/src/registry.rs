@@ -321,11 +321,13 @@ impl Registry {
                 EntryKind::Refused => unreachable!("refused entries are never chosen"),
             };
             let hook = factory().map_err(refused)?;
+            let sdk_version = entry.sdk_version.clone().unwrap_or_default();
             active.push(ActiveHook {
                 name,
                 source: entry.source.clone(),
                 version: entry.version.clone().unwrap_or_default(),
-                sdk_version: entry.sdk_version.clone().unwrap_or_default(),
+                sdk_1_0: built_on_sdk_1_0(&sdk_version),
+                sdk_version,
                 points: entry.points,
                 sha256,
                 hook,
@@ -336,7 +338,7 @@ impl Registry {
     }
 }
 
-fn reserved(name: &str) -> Option<String> {
+pub(crate) fn reserved(name: &str) -> Option<String> {
     if RESERVED_FOR_FILES.contains(&name) {
         return Some(format!(
             "its artifacts would be named like wt's own `.{name}.json` files"
@@ -429,6 +431,12 @@ pub struct ActiveHook {
     pub sha256: Option<String>,
     hook: FfiHookBox,
     factory: Factory,
+    /// Built against SDK 1.0.x, whose types refuse fields a newer `wt` adds.
+    sdk_1_0: bool,
+}
+
+fn built_on_sdk_1_0(sdk_version: &str) -> bool {
+    semver::Version::parse(sdk_version).is_ok_and(|v| v.major == 1 && v.minor == 0)
 }
 
 impl fmt::Debug for ActiveHook {
@@ -478,6 +486,7 @@ impl ActiveHook {
             sha256: None,
             hook: new(),
             factory: Arc::new(move || Ok(new())),
+            sdk_1_0: false,
         }
     }
 
@@ -492,7 +501,13 @@ impl ActiveHook {
             sha256: self.sha256.clone(),
             hook: (self.factory)()?,
             factory: self.factory.clone(),
+            sdk_1_0: self.sdk_1_0,
         })
+    }
+
+    /// Was the hook built against SDK 1.0.x? Its members then come in 1.0's shape.
+    pub fn reads_sdk_1_0(&self) -> bool {
+        self.sdk_1_0
     }
 
     /// Does the hook declare `point`?

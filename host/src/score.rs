@@ -332,7 +332,7 @@ impl Aggregator {
         match score.map(|s| s.verdict) {
             Some(Verdict::Pass) => self.agg.passed += 1,
             Some(Verdict::Fail) => self.agg.failed += 1,
-            Some(Verdict::Error) | None => self.agg.errored += 1,
+            Some(_) | None => self.agg.errored += 1,
         }
         if let Some(score) = score {
             for name in score.failed_layers() {

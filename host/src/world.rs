@@ -67,6 +67,7 @@ impl World {
                 array.push(item);
                 Ok(Value::from(array.len()))
             }
+            _ => Err("this wt cannot run this tool effect".into()),
         }
     }
 

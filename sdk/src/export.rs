@@ -2,7 +2,7 @@
 //! trait object (catching panics on the plugin side of the boundary), the library
 //! descriptor, and the plain-data metadata record the host reads without running plugin code.
 //!
-//! Nothing here is a stable API; it is public only for the macro's expansion.
+//! Nothing here is a stable API; it is public only for the macro's expansion and the host.
 
 use std::{
     cell::RefCell,
@@ -56,20 +56,28 @@ impl HookEntry {
     }
 }
 
-/// A library's descriptor, as returned by its root module (JSON over the boundary).
+/// A library's descriptor, as returned by its root module (JSON over the boundary). `wt`
+/// checks that it agrees with the library's metadata record.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Descriptor {
+    /// The SDK version the library was built against.
     pub sdk_version: String,
+    /// The library crate's version.
     pub library_version: String,
+    /// Whether the library unwinds on panic (`panic = "abort"` plugins are refused).
     pub panic_unwind: bool,
+    /// `<arch>-<os>` the library was built for.
     pub target: String,
+    /// The hooks it exports.
     pub hooks: Vec<DescriptorHook>,
 }
 
 /// One hook in a [`Descriptor`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DescriptorHook {
+    /// The hook's name.
     pub name: String,
+    /// Its capability bits (`1 << (point - 1)` per declared point).
     pub points: u32,
 }
 
@@ -135,15 +143,18 @@ impl<H: Hook> FfiHook for Adapter<H> {
                 point::ON_SCENARIO_END => done(hook.on_scenario_end(&cx)),
                 point::ON_PACK_END => done(hook.on_pack_end(&cx)),
                 point::TURN_BEGIN => {
-                    let call = cx.turn_call().ok_or("no turn_call in context")?;
+                    let call = turn_call(&cx)?;
                     done(hook.turn_begin(&call, &cx))
                 }
                 point::TURN_FINISH => {
-                    let result = cx.turn_result().ok_or("no turn_result in context")?;
+                    let result = cx
+                        .try_turn_result()
+                        .map_err(|e| e.to_string())?
+                        .ok_or("no turn_result in context")?;
                     done(hook.turn_finish(&result, &cx))
                 }
                 point::GUARD_CHECK => {
-                    let call = cx.turn_call().ok_or("no turn_call in context")?;
+                    let call = turn_call(&cx)?;
                     let decision = hook.guard_check(&call, &cx).map_err(|e| e.to_string())?;
                     serde_json::to_string(&decision).map_err(|e| e.to_string())
                 }
@@ -156,6 +167,12 @@ impl<H: Hook> FfiHook for Adapter<H> {
             Err(payload) => RResult::RErr(panic_message(&*payload).into()),
         }
     }
+}
+
+fn turn_call(cx: &Context<'_>) -> Result<crate::TurnCall, String> {
+    cx.try_turn_call()
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| "no turn_call in context".to_owned())
 }
 
 thread_local! {

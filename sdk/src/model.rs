@@ -1,15 +1,32 @@
-//! The data model shared by the host and hooks: what a scenario asks, what a run recorded
-//! (the [`Trace`]), how it was judged (the [`Score`]) and what a scenario's runs add up to
-//! (the [`AggregateResult`]). The host writes these types to disk and hands them to hooks as
-//! JSON, so there is exactly one definition of each.
+//! The data model shared by the host and hooks: what a scenario asks ([`Scenario`]), who is
+//! tested ([`AgentConfig`]), what a run recorded ([`Trace`]), how it was judged ([`Score`])
+//! and what a scenario's runs add up to ([`AggregateResult`]). The host writes these types to
+//! disk and hands them to hooks as JSON, so there is exactly one definition of each.
+//!
+//! # Forward compatibility
+//!
+//! A hook built today keeps reading what a newer `wt` sends it:
+//!
+//! - every type ignores fields it does not know (a newer `wt` may add some);
+//! - every enum that may grow has an `Unknown` variant that a value from a newer `wt`
+//!   deserializes to (the original is still in [`Context::raw`](crate::Context::raw));
+//! - structs and enums that will grow are `#[non_exhaustive]`: build them with their
+//!   constructors or `Default` and set the public fields, and give every `match` on an
+//!   enum a `_` arm. New fields and variants then arrive in minor releases without breaking
+//!   your code.
+//!
+//! Input files are a different matter: `wt` parses packs and agent files with
+//! [`strict::deserialize`], which refuses unknown fields, so a typo never passes silently.
 //!
 //! Every persisted document carries [`SCHEMA_VERSION`]. Fields added later are optional and
 //! skipped when absent, so files written by older versions keep parsing.
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
+
+pub mod strict;
 
 /// Schema version of traces, scores and aggregates written by this SDK.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -19,16 +36,26 @@ fn default_runs() -> u32 {
 }
 
 /// One scenario of a pack: what to inject and what each scorer layer expects.
+///
+/// ```
+/// use windtunnel_sdk::model::Scenario;
+///
+/// let mut s = Scenario::new("order-status", ["Where is my order 1234?"]);
+/// s.tags.push("read".into());
+/// assert_eq!(s.runs, 1);
+/// ```
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[cfg_attr(not(feature = "__host"), non_exhaustive)]
 pub struct Scenario {
     /// Slug id, `[a-z0-9_-]+`; never contains a dot.
     pub id: String,
+    /// What the scenario is about, for people.
     #[serde(default)]
     pub description: String,
     /// How many times the scenario runs in a sweep.
     #[serde(default = "default_runs")]
     pub runs: u32,
+    /// Free-form labels (`refund`, `write`, …).
     #[serde(default)]
     pub tags: Vec<String>,
     /// The user turns injected in order.
@@ -42,15 +69,36 @@ pub struct Scenario {
     /// World checks that must hold before any run starts.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub preconditions: Vec<WorldCheck>,
+    /// What each scorer layer checks.
     #[serde(default)]
     pub expect: Expectations,
 }
 
+impl Scenario {
+    /// A scenario with this id and these turns, run once, with no world, tools or
+    /// expectations.
+    pub fn new(id: impl Into<String>, turns: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        Scenario {
+            id: id.into(),
+            description: String::new(),
+            runs: 1,
+            tags: Vec::new(),
+            turns: turns.into_iter().map(Into::into).collect(),
+            world: None,
+            tools: Vec::new(),
+            preconditions: Vec::new(),
+            expect: Expectations::default(),
+        }
+    }
+}
+
 /// A tool the agent may call, and what it does to the fixture world.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[cfg_attr(not(feature = "__host"), non_exhaustive)]
 pub struct ToolSpec {
+    /// The name the agent calls it by.
     pub name: String,
+    /// What the tool does, as offered to the model.
     #[serde(default)]
     pub description: String,
     /// JSON Schema of the arguments object, as offered to the model.
@@ -60,67 +108,183 @@ pub struct ToolSpec {
     pub effect: ToolEffect,
 }
 
+impl ToolSpec {
+    /// A tool with this name and effect, no description, and an empty arguments schema.
+    pub fn new(name: impl Into<String>, effect: ToolEffect) -> Self {
+        ToolSpec {
+            name: name.into(),
+            description: String::new(),
+            parameters: empty_object_schema(),
+            effect,
+        }
+    }
+}
+
 fn empty_object_schema() -> Value {
     serde_json::json!({"type": "object", "properties": {}})
 }
 
 /// The effect of a tool call on the fixture world. Paths are dotted (`orders.1234.status`).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+///
+/// Serialized with a `kind` tag: `{"kind": "read", "path": "orders", "key_arg": "order_id"}`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ToolEffect {
     /// Returns the value at `path`; with `key_arg`, at `path.<value of that argument>`.
     Read {
+        /// Where to read.
         path: String,
+        /// The argument whose value extends `path`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         key_arg: Option<String>,
     },
     /// Sets the value at `path` (extended by `key_arg` as for `Read`) to the argument
     /// `value_arg`, or to `value` when given. Returns the new value.
     Write {
+        /// Where to write.
         path: String,
+        /// The argument whose value extends `path`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         key_arg: Option<String>,
+        /// The argument holding the value to write.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         value_arg: Option<String>,
+        /// A fixed value to write.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         value: Option<Value>,
     },
     /// Appends the argument `value_arg` (or the whole arguments object) to the array at
     /// `path`. Returns the new length.
     Append {
+        /// The array to append to.
         path: String,
+        /// The argument to append; the whole arguments object when absent.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         value_arg: Option<String>,
     },
+    /// An effect kind this SDK does not know (from a newer `wt`).
+    Unknown,
+}
+
+const EFFECT_KINDS: &[&str] = &["read", "write", "append"];
+
+// Written by hand rather than derived: derived internally tagged enums buffer their fields,
+// which hides unknown fields from `strict::deserialize`. Reading the fields as one struct
+// lets strict parsing (pack files) refuse typos while hooks ignore fields from newer hosts.
+impl<'de> Deserialize<'de> for ToolEffect {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error as _;
+
+        #[derive(Deserialize)]
+        #[serde(rename = "ToolEffect")]
+        struct Fields {
+            kind: String,
+            #[serde(default)]
+            path: Option<String>,
+            #[serde(default)]
+            key_arg: Option<String>,
+            #[serde(default)]
+            value_arg: Option<String>,
+            #[serde(default)]
+            value: Option<Value>,
+        }
+
+        let f = Fields::deserialize(deserializer)?;
+        let strict = strict::active();
+        let refuse = |field: &str, present: bool| {
+            if strict && present {
+                Err(D::Error::custom(format!(
+                    "field `{field}` does not apply to `{}` effects",
+                    f.kind
+                )))
+            } else {
+                Ok(())
+            }
+        };
+        let path = |p: Option<String>| p.ok_or_else(|| D::Error::missing_field("path"));
+        match f.kind.as_str() {
+            "read" => {
+                refuse("value_arg", f.value_arg.is_some())?;
+                refuse("value", f.value.is_some())?;
+                Ok(ToolEffect::Read {
+                    path: path(f.path)?,
+                    key_arg: f.key_arg,
+                })
+            }
+            "write" => Ok(ToolEffect::Write {
+                path: path(f.path)?,
+                key_arg: f.key_arg,
+                value_arg: f.value_arg,
+                value: f.value,
+            }),
+            "append" => {
+                refuse("key_arg", f.key_arg.is_some())?;
+                refuse("value", f.value.is_some())?;
+                Ok(ToolEffect::Append {
+                    path: path(f.path)?,
+                    value_arg: f.value_arg,
+                })
+            }
+            other if strict => Err(D::Error::unknown_variant(other, EFFECT_KINDS)),
+            _ => Ok(ToolEffect::Unknown),
+        }
+    }
 }
 
 /// A check on the fixture world: the value at `path` equals `equals`, or (with `exists`)
 /// is present or absent.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(not(feature = "__host"), non_exhaustive)]
 pub struct WorldCheck {
+    /// A dotted path into the world.
     pub path: String,
+    /// The value expected there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub equals: Option<Value>,
+    /// Whether something must (or must not) be there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exists: Option<bool>,
 }
 
+impl WorldCheck {
+    /// The value at `path` must equal `value`.
+    pub fn equals(path: impl Into<String>, value: impl Into<Value>) -> Self {
+        WorldCheck {
+            path: path.into(),
+            equals: Some(value.into()),
+            exists: None,
+        }
+    }
+
+    /// Something must (`true`) or must not (`false`) be at `path`.
+    pub fn exists(path: impl Into<String>, exists: bool) -> Self {
+        WorldCheck {
+            path: path.into(),
+            equals: None,
+            exists: Some(exists),
+        }
+    }
+}
+
 /// What each scorer layer checks.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[cfg_attr(not(feature = "__host"), non_exhaustive)]
 pub struct Expectations {
+    /// The outcome layer.
     #[serde(default)]
     pub outcome: OutcomeExpect,
+    /// The trajectory layer.
     #[serde(default)]
     pub trajectory: TrajectoryExpect,
+    /// The constraint layer.
     #[serde(default)]
     pub constraint: ConstraintExpect,
 }
 
 /// Outcome layer: the final reply and the final world state.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[cfg_attr(not(feature = "__host"), non_exhaustive)]
 pub struct OutcomeExpect {
     /// Case-insensitive substrings the final reply must contain.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -135,8 +299,9 @@ pub struct OutcomeExpect {
 
 /// Trajectory layer: which tools were called, and in which order.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[cfg_attr(not(feature = "__host"), non_exhaustive)]
 pub struct TrajectoryExpect {
+    /// Tools the agent must call.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub required_tools: Vec<String>,
     /// The required tools must first appear in the listed order.
@@ -146,8 +311,9 @@ pub struct TrajectoryExpect {
 
 /// Constraint layer: what the agent must not do.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[cfg_attr(not(feature = "__host"), non_exhaustive)]
 pub struct ConstraintExpect {
+    /// Tools the agent must never call.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub forbidden_tools: Vec<String>,
     /// Most tool calls allowed in the whole run.
@@ -160,14 +326,18 @@ pub struct ConstraintExpect {
 
 /// Sampling settings handed to the model.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[cfg_attr(not(feature = "__host"), non_exhaustive)]
 pub struct Sampling {
+    /// Sampling temperature.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f64>,
+    /// Nucleus sampling mass.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub top_p: Option<f64>,
+    /// Most tokens in one completion.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u32>,
+    /// Sampling seed, where the endpoint supports one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed: Option<u64>,
 }
@@ -180,17 +350,28 @@ fn default_max_steps() -> u32 {
 }
 
 /// The agent under test: which runtime drives it and what it is told.
+///
+/// ```
+/// use windtunnel_sdk::model::AgentConfig;
+///
+/// let mut agent = AgentConfig::new("support-bot", "openai");
+/// agent.model = Some("gpt-4o-mini".into());
+/// assert_eq!(agent.turn_timeout_s, 30.0);
+/// ```
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[cfg_attr(not(feature = "__host"), non_exhaustive)]
 pub struct AgentConfig {
+    /// The agent's label in traces and reports.
     pub label: String,
     /// `demo`, `openai`, `http` or `process`.
     pub runtime: String,
+    /// Model name, where the runtime has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
     /// The system prompt.
     #[serde(default)]
     pub soul: String,
+    /// Sampling settings.
     #[serde(default)]
     pub sampling: Sampling,
     /// Base URL (`openai`, `http`).
@@ -255,33 +436,75 @@ pub struct AgentConfig {
     pub mcp: Option<bool>,
 }
 
+impl AgentConfig {
+    /// An agent with this label and runtime and every other setting at its default.
+    pub fn new(label: impl Into<String>, runtime: impl Into<String>) -> Self {
+        AgentConfig {
+            label: label.into(),
+            runtime: runtime.into(),
+            model: None,
+            soul: String::new(),
+            sampling: Sampling::default(),
+            endpoint: None,
+            api_key_env: None,
+            turn_timeout_s: default_turn_timeout(),
+            max_steps: default_max_steps(),
+            retries: None,
+            fault: None,
+            max_response_bytes: None,
+            max_sessions: None,
+            max_concurrency: None,
+            requests_per_minute: None,
+            command: None,
+            env: None,
+            env_passthrough: None,
+            reply_field: None,
+            run_timeout_s: None,
+            state_dir: None,
+            mcp: None,
+        }
+    }
+}
+
 /// What the agent saw, frozen before the first inject.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(not(feature = "__host"), non_exhaustive)]
 pub struct Surface {
+    /// The system prompt.
     pub soul: String,
     /// Tool schemas as offered to the model.
     pub tools: Vec<Value>,
+    /// Model name, where the runtime has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// Sampling settings.
     pub sampling: Sampling,
 }
 
 /// Which agent a trace is about (the config minus anything secret).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(not(feature = "__host"), non_exhaustive)]
 pub struct AgentRef {
+    /// The agent's label.
     pub label: String,
+    /// Its runtime.
     pub runtime: String,
+    /// Its model, where the runtime has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
 }
 
 /// One injected turn and what came back.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(not(feature = "__host"), non_exhaustive)]
 pub struct TurnRecord {
+    /// 0-based index of the turn within its run.
     pub index: u32,
+    /// The text injected.
     pub input: String,
     /// The normalized reply; `None` when the turn produced none.
     pub reply: Option<String>,
+    /// Wall time of the turn.
     pub latency_ms: u64,
     /// A transport or protocol error that ended the turn.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -297,6 +520,7 @@ pub struct TurnRecord {
 /// Why a turn ended without a reply.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum TurnErrorKind {
     /// The turn's deadline passed.
     Timeout,
@@ -315,6 +539,7 @@ pub enum TurnErrorKind {
 }
 
 impl TurnErrorKind {
+    /// `timeout`, `transport`, `protocol`, `agent`, `interrupted` or `unknown`.
     pub fn as_str(self) -> &'static str {
         match self {
             TurnErrorKind::Timeout => "timeout",
@@ -335,6 +560,7 @@ impl std::fmt::Display for TurnErrorKind {
 
 /// A request that failed and was tried again.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(not(feature = "__host"), non_exhaustive)]
 pub struct Retry {
     /// 1 for the first retry.
     pub attempt: u32,
@@ -346,12 +572,19 @@ pub struct Retry {
 
 /// A tool call the agent made, as executed against the fixture world.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(not(feature = "__host"), non_exhaustive)]
 pub struct ToolCall {
+    /// The turn it happened in.
     pub turn: u32,
+    /// 0-based index of the call within its turn.
     pub step: u32,
+    /// The tool's name.
     pub name: String,
+    /// The arguments the agent passed.
     pub arguments: Value,
+    /// What the tool returned.
     pub result: Value,
+    /// Why the call failed, when it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// Which door the call came through when it was not the harness's own tool loop
@@ -362,6 +595,7 @@ pub struct ToolCall {
 
 /// How an agent process of the `process` runtime ended.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(not(feature = "__host"), non_exhaustive)]
 pub struct AgentProcess {
     /// The turn it served (one-shot mode); absent for a run's session process.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -383,24 +617,33 @@ pub struct AgentProcess {
 
 /// Evidence captured during a run.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(not(feature = "__host"), non_exhaustive)]
 pub struct Evidence {
+    /// Every tool call, in order.
     pub tool_calls: Vec<ToolCall>,
 }
 
 /// The fixture world before the first turn and after the last.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(not(feature = "__host"), non_exhaustive)]
 pub struct WorldObservation {
+    /// Before the first turn.
     pub before: Value,
+    /// After the last turn.
     pub after: Value,
 }
 
 /// Where an active hook came from, recorded in each trace when hooks are active.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(not(feature = "__host"), non_exhaustive)]
 pub struct HookProvenance {
+    /// The hook's name.
     pub name: String,
     /// `built-in`, or the path of the plugin library.
     pub source: String,
+    /// The plugin library's version.
     pub version: String,
+    /// The SDK version the library was built against.
     pub sdk_version: String,
     /// SHA-256 of the library file; absent for built-ins.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -412,31 +655,60 @@ pub struct HookProvenance {
 
 /// A turn a guard denied.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(not(feature = "__host"), non_exhaustive)]
 pub struct Denial {
+    /// The turn that was denied.
     pub turn: u32,
+    /// The guard that denied it.
     pub guard: String,
+    /// The guard's machine-readable reason.
     pub code: String,
+    /// The guard's message for people.
     pub message: String,
     /// `denied`, or the guard failure that denied (`panic`, `error`, `timeout`).
     pub kind: String,
 }
 
 /// Everything one run recorded.
+///
+/// ```
+/// use windtunnel_sdk::model::{Trace, TurnRecord};
+///
+/// let mut trace = Trace::new("run-1", "order-status");
+/// let mut turn = TurnRecord::default();
+/// turn.input = "Where is my order?".into();
+/// turn.reply = Some("It shipped yesterday.".into());
+/// trace.turns.push(turn);
+/// assert_eq!(trace.turns.len(), 1);
+/// ```
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(not(feature = "__host"), non_exhaustive)]
 pub struct Trace {
+    /// [`SCHEMA_VERSION`] of the writer.
     pub schema_version: u32,
+    /// The run's id.
     pub run_id: String,
+    /// The id of the sweep (`wt run` invocation) the run belongs to.
     pub sweep_id: String,
+    /// The scenario's id.
     pub scenario_id: String,
     /// 0-based index of the run within its scenario.
     pub run_index: u32,
+    /// The agent session the run used.
     pub session_id: String,
+    /// The agent under test.
     pub agent: AgentRef,
+    /// RFC 3339 start time.
     pub started_at: String,
+    /// RFC 3339 end time.
     pub ended_at: String,
+    /// What the agent saw.
     pub surface: Surface,
+    /// The injected turns, in order.
     pub turns: Vec<TurnRecord>,
+    /// Tool calls and other evidence.
     pub evidence: Evidence,
+    /// The fixture world before and after.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub world: Option<WorldObservation>,
     /// Non-fatal diagnostics, e.g. `hook:<name>: <message>`.
@@ -445,8 +717,10 @@ pub struct Trace {
     /// A run-level error that kept the run from finishing (reset failed, …).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The policy revision in force when guards were active.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy_revision: Option<String>,
+    /// The turn a guard denied, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub denial: Option<Denial>,
     /// Provenance of the active hooks; absent when none was active.
@@ -457,22 +731,55 @@ pub struct Trace {
     pub processes: Vec<AgentProcess>,
 }
 
+impl Trace {
+    /// An empty trace of this run and scenario, at the current [`SCHEMA_VERSION`].
+    pub fn new(run_id: impl Into<String>, scenario_id: impl Into<String>) -> Self {
+        Trace {
+            schema_version: SCHEMA_VERSION,
+            run_id: run_id.into(),
+            scenario_id: scenario_id.into(),
+            ..Trace::default()
+        }
+    }
+}
+
 /// The verdict of a run.
+///
+/// ```
+/// use windtunnel_sdk::model::Verdict;
+///
+/// fn label(v: Verdict) -> &'static str {
+///     match v {
+///         Verdict::Pass => "green",
+///         Verdict::Fail => "red",
+///         _ => "grey", // Error, Unknown, and whatever a later wt adds
+///     }
+/// }
+/// assert_eq!(label(Verdict::Error), "grey");
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "UPPERCASE")]
+#[non_exhaustive]
 pub enum Verdict {
+    /// Every layer passed.
     Pass,
+    /// A layer failed.
     Fail,
     /// The run could not be judged (transport failure, denied turn, …).
     Error,
+    /// A verdict this SDK does not know (from a newer `wt`).
+    #[serde(other)]
+    Unknown,
 }
 
 impl Verdict {
+    /// `PASS`, `FAIL`, `ERROR` or `UNKNOWN`.
     pub fn as_str(self) -> &'static str {
         match self {
             Verdict::Pass => "PASS",
             Verdict::Fail => "FAIL",
             Verdict::Error => "ERROR",
+            Verdict::Unknown => "UNKNOWN",
         }
     }
 }
@@ -485,25 +792,62 @@ impl std::fmt::Display for Verdict {
 
 /// One scorer layer's result.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(not(feature = "__host"), non_exhaustive)]
 pub struct LayerResult {
+    /// Whether the layer passed.
     pub passed: bool,
     /// What a person can act on: why it failed, or what was checked.
     pub detail: String,
+}
+
+impl LayerResult {
+    /// A passing layer.
+    pub fn pass(detail: impl Into<String>) -> Self {
+        LayerResult {
+            passed: true,
+            detail: detail.into(),
+        }
+    }
+
+    /// A failing layer and why.
+    pub fn fail(detail: impl Into<String>) -> Self {
+        LayerResult {
+            passed: false,
+            detail: detail.into(),
+        }
+    }
 }
 
 /// The four layers, in reporting order.
 pub const LAYERS: [&str; 4] = ["outcome", "trajectory", "constraint", "integrity"];
 
 /// How a run was judged.
+///
+/// ```
+/// use windtunnel_sdk::model::{LayerResult, Score, Verdict};
+///
+/// let mut score = Score::new("run-1", "order-status", Verdict::Fail);
+/// score.constraint = LayerResult::fail("called forbidden tool `issue_refund`");
+/// assert_eq!(score.failed_layers(), ["constraint"]);
+/// ```
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(not(feature = "__host"), non_exhaustive)]
 pub struct Score {
+    /// [`SCHEMA_VERSION`] of the writer.
     pub schema_version: u32,
+    /// The run's id.
     pub run_id: String,
+    /// The scenario's id.
     pub scenario_id: String,
+    /// The verdict.
     pub verdict: Verdict,
+    /// Did the run achieve the scenario's goal?
     pub outcome: LayerResult,
+    /// Did it take the expected steps?
     pub trajectory: LayerResult,
+    /// Did it stay within limits?
     pub constraint: LayerResult,
+    /// Is the evidence sound?
     pub integrity: LayerResult,
     /// Why the run is ERROR, when it is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -511,6 +855,25 @@ pub struct Score {
 }
 
 impl Score {
+    /// A score with this verdict whose four layers pass with an empty detail.
+    pub fn new(
+        run_id: impl Into<String>,
+        scenario_id: impl Into<String>,
+        verdict: Verdict,
+    ) -> Self {
+        Score {
+            schema_version: SCHEMA_VERSION,
+            run_id: run_id.into(),
+            scenario_id: scenario_id.into(),
+            verdict,
+            outcome: LayerResult::pass(""),
+            trajectory: LayerResult::pass(""),
+            constraint: LayerResult::pass(""),
+            integrity: LayerResult::pass(""),
+            error: None,
+        }
+    }
+
     /// The layers with their names, in reporting order.
     pub fn layers(&self) -> [(&'static str, &LayerResult); 4] {
         [
@@ -533,34 +896,80 @@ impl Score {
 
 /// Latency over a scenario's turns, in milliseconds.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(not(feature = "__host"), non_exhaustive)]
 pub struct LatencyStats {
+    /// How many turns were timed.
     pub count: u64,
+    /// Fastest turn.
     pub min_ms: u64,
+    /// Mean turn.
     pub mean_ms: u64,
+    /// Median turn.
     pub p50_ms: u64,
+    /// 95th percentile.
     pub p95_ms: u64,
+    /// Slowest turn.
     pub max_ms: u64,
 }
 
 /// What a scenario's runs add up to.
+///
+/// ```
+/// use windtunnel_sdk::model::AggregateResult;
+///
+/// let mut agg = AggregateResult::new("order-status");
+/// agg.runs = 5;
+/// agg.passed = 3;
+/// agg.failed = 2;
+/// assert_eq!(agg.pass_rate(), Some(0.6));
+/// ```
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(not(feature = "__host"), non_exhaustive)]
 pub struct AggregateResult {
+    /// [`SCHEMA_VERSION`] of the writer.
     pub schema_version: u32,
+    /// The scenario's id.
     pub scenario_id: String,
+    /// Runs attempted.
     pub runs: u32,
+    /// Runs whose verdict is PASS.
     pub passed: u32,
+    /// Runs whose verdict is FAIL.
     pub failed: u32,
+    /// Runs that could not be judged (ERROR).
     pub errored: u32,
     /// Per layer, how many runs failed it.
     pub layer_failures: BTreeMap<String, u32>,
+    /// Turn latency over all runs.
     pub latency: LatencyStats,
     /// Why the scenario could not run at all (provisioning failed, precondition broken).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
 
+impl AggregateResult {
+    /// An empty aggregate of this scenario, at the current [`SCHEMA_VERSION`].
+    pub fn new(scenario_id: impl Into<String>) -> Self {
+        AggregateResult {
+            schema_version: SCHEMA_VERSION,
+            scenario_id: scenario_id.into(),
+            ..AggregateResult::default()
+        }
+    }
+
+    /// `passed / runs`; `None` when nothing ran.
+    pub fn pass_rate(&self) -> Option<f64> {
+        (self.runs > 0).then(|| f64::from(self.passed) / f64::from(self.runs))
+    }
+}
+
 /// Is `s` a valid slug (`[a-z0-9_-]+`, at most 64 characters)? Hook names, labels and
 /// scenario ids must be; a slug can never contain a dot, which the sidecar rule relies on.
+///
+/// ```
+/// assert!(windtunnel_sdk::model::is_slug("acme_state-probe2"));
+/// assert!(!windtunnel_sdk::model::is_slug("Acme.probe"));
+/// ```
 pub fn is_slug(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 64
@@ -571,6 +980,7 @@ pub fn is_slug(s: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn slugs() {
@@ -583,5 +993,47 @@ mod tests {
     #[test]
     fn verdict_serializes_uppercase() {
         assert_eq!(serde_json::to_string(&Verdict::Error).unwrap(), "\"ERROR\"");
+    }
+
+    #[test]
+    fn unknown_fields_and_variants_from_a_newer_host_are_tolerated() {
+        let scenario: Scenario = serde_json::from_value(json!({
+            "id": "s", "turns": ["hi"], "new_field": 1,
+            "tools": [{"name": "t", "effect": {"kind": "teleport", "path": "x", "speed": 9}}],
+            "expect": {"outcome": {"reply_contains": ["a"], "tone": "kind"}, "vibes": {}}
+        }))
+        .unwrap();
+        assert_eq!(scenario.tools[0].effect, ToolEffect::Unknown);
+        assert_eq!(scenario.expect.outcome.reply_contains, ["a"]);
+        let score: Score = serde_json::from_value(json!({
+            "schema_version": 1, "run_id": "r", "scenario_id": "s", "verdict": "PARTIAL",
+            "outcome": {"passed": true, "detail": "", "weight": 2},
+            "trajectory": {"passed": true, "detail": ""},
+            "constraint": {"passed": true, "detail": ""},
+            "integrity": {"passed": true, "detail": ""},
+            "cost_usd": 0.1
+        }))
+        .unwrap();
+        assert_eq!(score.verdict, Verdict::Unknown);
+    }
+
+    #[test]
+    fn tool_effects_read_as_before() {
+        let effect: ToolEffect =
+            serde_json::from_value(json!({"kind": "read", "path": "orders", "key_arg": "id"}))
+                .unwrap();
+        assert_eq!(
+            effect,
+            ToolEffect::Read {
+                path: "orders".into(),
+                key_arg: Some("id".into())
+            }
+        );
+        assert_eq!(
+            serde_json::to_value(&effect).unwrap(),
+            json!({"kind": "read", "path": "orders", "key_arg": "id"})
+        );
+        let err = serde_json::from_value::<ToolEffect>(json!({"kind": "append"})).unwrap_err();
+        assert!(err.to_string().contains("missing field `path`"), "{err}");
     }
 }

@@ -1,12 +1,41 @@
 //! [`StateProbeHook`]: continuous isolation checks. Implement [`StateProbe::probe`] — how
 //! to read the agent's state — and the base does the rest: the first run's post-reset
 //! state (or a baseline file) is the clean baseline, and every later post-reset state that
-//! differs from it is reported as a warning plus a bounded violation artifact that says
-//! where the baseline came from. It never gates; `wt doctor` is the hard gate.
+//! differs from it is reported as a warning plus a bounded violation artifact
+//! (`<stem>.<name>.violation.json`) that says where the baseline came from. It never gates;
+//! `wt doctor` is the hard gate.
 //!
 //! Knobs (for a probe named `acme_state_probe`):
 //! - `WT_ACME_STATE_PROBE_BASELINE=FILE`: take the baseline from FILE (for example one
 //!   written by `wt doctor --write-baseline FILE`) instead of the first run.
+//!
+//! ```
+//! use serde_json::{Value, json};
+//! use windtunnel_sdk::{Context, Result, StateProbe, StateProbeHook};
+//!
+//! /// Reads the agent's state through its runtime's state probe.
+//! #[derive(Default)]
+//! pub struct MemoryProbe;
+//!
+//! impl StateProbe for MemoryProbe {
+//!     const NAME: &'static str = "memory_probe";
+//!     fn probe(&mut self, ctx: &Context<'_>) -> Result<Value> {
+//!         ctx.probe_state()
+//!     }
+//! }
+//!
+//! // In the plugin crate: windtunnel_sdk::export_hooks!(StateProbeHook<MemoryProbe>);
+//! # use windtunnel_sdk::testing::{HookTester, TestContext};
+//! let mut hook = HookTester::<StateProbeHook<MemoryProbe>>::new();
+//! let clean = TestContext::new().run_id("run-1").probe_state(json!({"memory": []}));
+//! hook.on_run_start(&clean).unwrap(); // the baseline
+//! let leaky = TestContext::new().run_id("run-2").probe_state(json!({"memory": ["order 1234"]}));
+//! hook.on_run_start(&leaky).unwrap();
+//! assert!(leaky.warnings()[0].starts_with("state after reset differs from the baseline (run run-1)"));
+//! let violation = &leaky.artifacts()[0];
+//! assert_eq!(violation.label.as_deref(), Some("violation"));
+//! assert_eq!(violation.payload["diff"][0]["path"], "/memory/0");
+//! ```
 
 use std::collections::BTreeMap;
 
@@ -15,8 +44,9 @@ use serde_json::Value;
 
 use crate::hook::{Context, Error, Hook, Result};
 
-/// Kind and schema version of the violation artifact.
+/// Kind of the violation artifact.
 pub const VIOLATION_KIND: &str = "wt.state-probe.violation";
+/// Schema version of the violation artifact.
 pub const VIOLATION_SCHEMA_VERSION: u32 = 1;
 /// Kind of a baseline file.
 pub const BASELINE_KIND: &str = "wt.state-baseline";
@@ -37,53 +67,80 @@ pub trait StateProbe: Default + Send + 'static {
 /// A baseline file: `{"kind": "wt.state-baseline", "state": …, …}`; any other JSON document
 /// is taken as the state itself.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(not(feature = "__host"), non_exhaustive)]
 pub struct BaselineFile {
+    /// [`BASELINE_KIND`].
     pub kind: String,
+    /// Version of this format (1).
     pub schema_version: u32,
+    /// The agent the baseline was taken from.
     #[serde(default)]
     pub agent: Option<String>,
+    /// What wrote it (`wt doctor`).
     #[serde(default)]
     pub written_by: Option<String>,
+    /// The agent's state.
     pub state: Value,
 }
 
 /// Where the baseline came from.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "from", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum BaselineSource {
     /// The post-reset state of the first run of this invocation.
-    Run { run_id: String, scenario_id: String },
+    Run {
+        /// That run.
+        run_id: String,
+        /// Its scenario.
+        scenario_id: String,
+    },
     /// A baseline file.
-    File { path: String },
+    File {
+        /// Its path.
+        path: String,
+    },
 }
 
 /// One difference between the baseline and the observed state.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[non_exhaustive]
 pub struct Difference {
     /// A JSON pointer (`/memory/0`).
     pub path: String,
+    /// The baseline's value there, cut to [`MAX_VALUE_CHARS`]; `None` when absent.
     pub baseline: Option<String>,
+    /// The observed value there, cut likewise; `None` when absent.
     pub observed: Option<String>,
 }
 
 /// The violation artifact (`<stem>.<name>.violation.json`).
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct Violation {
+    /// [`VIOLATION_KIND`].
     pub kind: &'static str,
+    /// [`VIOLATION_SCHEMA_VERSION`].
     pub schema_version: u32,
+    /// The run whose post-reset state differed.
     pub run_id: Option<String>,
+    /// Its scenario.
     pub scenario_id: Option<String>,
+    /// Where the baseline came from.
     pub baseline: BaselineSource,
     /// How many paths differ in all.
     pub differences: usize,
     /// The first [`MAX_DIFFS`] of them, values cut to [`MAX_VALUE_CHARS`].
     pub diff: Vec<Difference>,
+    /// Whether `diff` was cut to [`MAX_DIFFS`].
     pub truncated: bool,
     /// Violations so far in this invocation, this one included.
     pub violations_so_far: u32,
 }
 
-/// The [`Hook`] built around a [`StateProbe`].
+/// The [`Hook`] built around a [`StateProbe`]: export `StateProbeHook<YourProbe>`. It
+/// declares `on_run_start` (probe and compare) and `on_run_end` (remember what the run left
+/// behind, so a violation can say whether the leak matches it).
 #[derive(Default)]
 pub struct StateProbeHook<P> {
     probe: P,

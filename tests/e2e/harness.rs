@@ -243,6 +243,21 @@ pub fn scores(dir: &Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// Every event journal (`*.events.jsonl`) in `dir`, each line parsed, in file order.
+pub fn journal(dir: &Path) -> Vec<serde_json::Value> {
+    files(dir)
+        .into_iter()
+        .filter(|(n, _)| n.ends_with(".events.jsonl"))
+        .flat_map(|(n, b)| {
+            String::from_utf8(b)
+                .unwrap_or_else(|e| panic!("{n}: {e}"))
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{n}: {e}")))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
 /// Writes a pack (`pack.toml` + `scenarios/<name>`) under `dir` and returns its path.
 pub fn write_pack(dir: &Path, scenarios: &[(&str, &str)]) -> PathBuf {
     let pack = dir.join("pack");

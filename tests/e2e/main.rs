@@ -11,4 +11,5 @@ mod reports;
 mod runner;
 mod scale;
 mod sdk_compat;
+mod sdk_product;
 mod turns;

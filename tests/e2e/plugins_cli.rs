@@ -209,7 +209,7 @@ fn refusal_corpus_each_file_gets_one_line() {
             (&arm, "built for aarch64, this wt runs on x86_64"),
             (&truncated, "corrupt ELF file"),
             (&plain, "no abi_stable root module"),
-            (&future_sdk, "built against windtunnel-sdk 9.0"),
+            (&future_sdk, "built against windtunnel-sdk 9."),
             (&layout, "incompatible ABI layout"),
             (&bad_name, "hook name `Rec.rder` is not a slug"),
             (&impostor, "hook `debrief` is already provided by built-in"),

@@ -11,26 +11,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::harness::{Run, TestServer, Wt, files, plugin_dir, traces, write_pack};
+use crate::harness::{Run, TestServer, Wt, files, journal, plugin_dir, traces, write_pack};
 
 const CLOCK: &str = "2026-11-30T06:00:00Z";
 
 fn tmp() -> tempfile::TempDir {
     tempfile::tempdir().expect("tempdir")
-}
-
-fn journal(out: &Path) -> Vec<Value> {
-    files(out)
-        .into_iter()
-        .filter(|(n, _)| n.ends_with(".events.jsonl"))
-        .flat_map(|(_, b)| {
-            String::from_utf8(b)
-                .unwrap()
-                .lines()
-                .map(|l| serde_json::from_str(l).unwrap())
-                .collect::<Vec<Value>>()
-        })
-        .collect()
 }
 
 /// Counts requests in flight and remembers the most at once.

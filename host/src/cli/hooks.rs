@@ -21,6 +21,8 @@ pub enum HooksCommand {
     Install(InstallArgs),
     /// Show, per point, which of the given hooks run, in which order, under which deadline.
     Plan(PlanArgs),
+    /// Create a hook crate that builds, tests and runs as it stands.
+    New(super::hooks_new::NewArgs),
 }
 
 /// Where to look for plugins.
@@ -147,6 +149,7 @@ pub fn run(cmd: HooksCommand) -> anyhow::Result<u8> {
         HooksCommand::Check(args) => check(args),
         HooksCommand::Install(args) => install(args),
         HooksCommand::Plan(args) => plan(args),
+        HooksCommand::New(args) => super::hooks_new::run(args),
     }
 }
 

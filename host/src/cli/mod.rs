@@ -11,6 +11,7 @@ pub mod bench_floor;
 pub mod compare;
 pub mod doctor;
 pub mod hooks;
+pub mod hooks_new;
 pub mod report;
 pub mod rescore;
 pub mod run;

@@ -264,6 +264,7 @@ fn run_job(shared: &Arc<Shared>, job: &Job) {
             artifacts: Mutex::new(Vec::new()),
             conversed: AtomicBool::new(false),
             timed_out: AtomicBool::new(false),
+            sdk_1_0: hook.reads_sdk_1_0(),
         };
         let result = hook.call(job.point, &services);
         if shared

@@ -328,10 +328,7 @@ impl Dispatcher {
         if order == 0 {
             return out;
         }
-        let snapshot = Arc::new(Snapshot {
-            data,
-            cache: Default::default(),
-        });
+        let snapshot = Arc::new(Snapshot::new(data));
         while order != 0 {
             let batch = Batch {
                 point,

@@ -31,11 +31,13 @@ pub(super) struct WorkerServices<'a> {
     pub(super) artifacts: Mutex<Vec<(Option<String>, Value)>>,
     pub(super) conversed: AtomicBool,
     pub(super) timed_out: AtomicBool,
+    /// The hook was built against SDK 1.0: members come in the shape it reads.
+    pub(super) sdk_1_0: bool,
 }
 
 impl HostServices for WorkerServices<'_> {
     fn member(&self, name: &str) -> Option<String> {
-        self.job.data.member(name)
+        self.job.data.member_for(name, self.sdk_1_0)
     }
 
     fn call(&self, op: &str, arg: &str) -> Result<String, String> {
@@ -45,6 +47,17 @@ impl HostServices for WorkerServices<'_> {
                 cut_text(&mut text, self.job.caps.warning_bytes);
                 lock(&self.warnings).push(format!("hook:{}: {text}", self.hook));
                 Ok("null".into())
+            }
+            op::EMIT_ARTIFACT
+                if matches!(
+                    self.job.point,
+                    point::TURN_BEGIN | point::TURN_FINISH | point::GUARD_CHECK
+                ) =>
+            {
+                Err(format!(
+                    "artifacts are written at run, scenario and pack points, not at {}; keep what the turn saw and emit it at on_run_end",
+                    point::name(self.job.point)
+                ))
             }
             op::EMIT_ARTIFACT => self.emit_artifact(arg).inspect_err(|e| {
                 lock(&self.warnings).push(format!("hook:{}: artifact refused: {e}", self.hook));

@@ -5,7 +5,10 @@
 use std::sync::{Arc, Mutex, OnceLock};
 
 use serde::Serialize;
-use windtunnel_sdk::model::{AgentConfig, AggregateResult, Scenario, Score, Trace};
+use windtunnel_sdk::{
+    member,
+    model::{AgentConfig, AggregateResult, Scenario, Score, Trace},
+};
 
 /// The read-only members of a hook's context. Members are serialized to JSON only when a
 /// hook reads them, once per dispatch.
@@ -30,20 +33,98 @@ pub struct CallData {
 pub(super) struct Snapshot {
     pub data: CallData,
     pub cache: [OnceLock<Option<String>>; 8],
+    /// The same members in the shape SDK 1.0 reads, for plugins built against it.
+    pub legacy: [OnceLock<Option<String>>; 8],
+}
+
+impl Snapshot {
+    pub fn new(data: CallData) -> Snapshot {
+        Snapshot {
+            data,
+            cache: Default::default(),
+            legacy: Default::default(),
+        }
+    }
+}
+
+/// The fields SDK 1.0 knows of the members whose types refuse unknown fields there
+/// (`AgentConfig` and `Scenario` were `deny_unknown_fields` in 1.0). A plugin built against
+/// 1.0 gets these members with only these keys, so a field this `wt` added — set in an agent
+/// config, say — can never make its `ctx.agent()` fail to read.
+const SDK_1_0_FIELDS: [(&str, &[&str]); 2] = [
+    (
+        member::AGENT,
+        &[
+            "label",
+            "runtime",
+            "model",
+            "soul",
+            "sampling",
+            "endpoint",
+            "api_key_env",
+            "turn_timeout_s",
+            "max_steps",
+            "retries",
+            "fault",
+        ],
+    ),
+    (
+        member::SCENARIO,
+        &[
+            "id",
+            "description",
+            "runs",
+            "tags",
+            "turns",
+            "world",
+            "tools",
+            "preconditions",
+            "expect",
+        ],
+    ),
+];
+
+/// `json` with only the top-level keys SDK 1.0 knows for `member`.
+fn for_sdk_1_0(member: &str, json: &str) -> String {
+    let Some((_, keys)) = SDK_1_0_FIELDS.iter().find(|(m, _)| *m == member) else {
+        return json.to_owned();
+    };
+    match serde_json::from_str::<serde_json::Value>(json) {
+        Ok(serde_json::Value::Object(mut map)) => {
+            map.retain(|k, _| keys.contains(&k.as_str()));
+            serde_json::Value::Object(map).to_string()
+        }
+        _ => json.to_owned(),
+    }
 }
 
 const MEMBERS: [&str; 8] = [
-    "scenario",
-    "agent",
-    "run_id",
-    "session_id",
-    "trace",
-    "score",
-    "aggregate",
-    "aggregates",
+    member::SCENARIO,
+    member::AGENT,
+    member::RUN_ID,
+    member::SESSION_ID,
+    member::TRACE,
+    member::SCORE,
+    member::AGGREGATE,
+    member::AGGREGATES,
 ];
 
 impl Snapshot {
+    /// A member in the shape the hook's SDK reads: as this `wt` writes it, or, with
+    /// `sdk_1_0`, with only the fields SDK 1.0 knows where its types refused others.
+    pub fn member_for(&self, name: &str, sdk_1_0: bool) -> Option<String> {
+        let Some(i) = sdk_1_0
+            .then(|| SDK_1_0_FIELDS.iter().position(|(m, _)| *m == name))
+            .flatten()
+            .and_then(|_| MEMBERS.iter().position(|m| *m == name))
+        else {
+            return self.member(name);
+        };
+        self.legacy[i]
+            .get_or_init(|| self.member(name).map(|json| for_sdk_1_0(name, &json)))
+            .clone()
+    }
+
     pub fn member(&self, name: &str) -> Option<String> {
         let Some(i) = MEMBERS.iter().position(|m| *m == name) else {
             return self

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use serde_json::Value;
 use windtunnel_abi::point;
 use windtunnel_sdk::{
-    GuardDecision, TurnCall, TurnResult,
+    GuardDecision, TurnCall, TurnResult, member,
     model::{AgentConfig, AggregateResult, Denial, Scenario, Score, Trace},
     turn::Cause as TurnCause,
 };
@@ -187,7 +187,7 @@ impl HookObserver {
             run_id: Some(Arc::from(call.run_id.as_str())),
             session_id: Some(Arc::from(call.session_id.as_str())),
             extra: vec![(
-                "turn_call",
+                member::TURN_CALL,
                 Arc::from(serde_json::to_string(call).unwrap_or_default()),
             )],
             ..CallData::default()
@@ -372,7 +372,7 @@ impl RunObserver for HookObserver {
         }
         let mut data = Self::turn_data(&result.call);
         data.extra.push((
-            "turn_result",
+            member::TURN_RESULT,
             Arc::from(serde_json::to_string(result).unwrap_or_default()),
         ));
         let out = self

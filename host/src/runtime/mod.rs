@@ -529,7 +529,10 @@ pub fn resolve_agent(spec: &str) -> Result<AgentConfig, AgentError> {
             path: spec.to_owned(),
             source,
         })?;
-        let agent: AgentConfig = toml::from_str(&text).map_err(|e| {
+        let agent: AgentConfig = windtunnel_sdk::model::strict::deserialize(
+            toml::Deserializer::new(&text),
+        )
+        .map_err(|e| {
             let line = e
                 .span()
                 .map(|s| format!("line {}: ", text[..s.start].matches('\n').count() + 1))

@@ -1,25 +1,14 @@
 //! Records every call it gets as one JSON line in the file named by `WT_RECORDER_LOG`:
-//! the hook, the point, which context members were present, the run id, and whether
-//! `converse` was allowed. The library exports the same recorder twice, as `recorder` and
-//! `tape`, to test activation order.
+//! the hook, the point, which context members were present (of every member the SDK
+//! knows), the run id, and whether `converse` was allowed. The library exports the same
+//! recorder twice, as `recorder` and `tape`, to test activation order.
 
 use std::io::Write;
 
-use windtunnel_sdk::{Context, Hook, Result, export_hooks, hook};
-
-const MEMBERS: [&str; 8] = [
-    "scenario",
-    "agent",
-    "run_id",
-    "session_id",
-    "trace",
-    "score",
-    "aggregate",
-    "aggregates",
-];
+use windtunnel_sdk::{Context, Hook, Result, export_hooks, hook, member};
 
 fn record(hook: &str, point: &str, ctx: &Context<'_>) -> Result {
-    let present: Vec<&str> = MEMBERS
+    let present: Vec<&str> = member::ALL
         .iter()
         .copied()
         .filter(|m| ctx.raw(m).is_some())

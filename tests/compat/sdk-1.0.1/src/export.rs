@@ -1,0 +1,287 @@
+//! What `export_hooks!` expands to: the adapter that turns a safe [`Hook`] into the FFI
+//! trait object (catching panics on the plugin side of the boundary), the library
+//! descriptor, and the plain-data metadata record the host reads without running plugin code.
+//!
+//! Nothing here is a stable API; it is public only for the macro's expansion.
+
+use std::{
+    cell::RefCell,
+    panic::AssertUnwindSafe,
+    sync::{Mutex, Once},
+};
+
+use abi_stable::{
+    sabi_trait::TD_Opaque,
+    std_types::{RResult, RStr, RString},
+};
+use serde::{Deserialize, Serialize};
+use windtunnel_abi::{FfiContextRef, FfiHook, FfiHook_TO, FfiHookBox, META_MAGIC, point};
+
+use crate::hook::{Context, Hook};
+
+/// Version of this SDK, recorded in every plugin built against it.
+pub const SDK_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The target a plugin was built for, as `<arch>-<os>`.
+pub const TARGET: &str = const_concat_target();
+
+const fn const_concat_target() -> &'static str {
+    // `std::env::consts` are consts, but joining them needs a fixed table.
+    match (
+        std::env::consts::ARCH.as_bytes(),
+        std::env::consts::OS.as_bytes(),
+    ) {
+        (b"x86_64", b"linux") => "x86_64-linux",
+        (b"aarch64", b"linux") => "aarch64-linux",
+        (b"x86_64", b"macos") => "x86_64-macos",
+        (b"aarch64", b"macos") => "aarch64-macos",
+        _ => "other",
+    }
+}
+
+/// One hook a library exports.
+pub struct HookEntry {
+    pub name: &'static str,
+    pub points: u32,
+    pub new: fn() -> FfiHookBox,
+}
+
+impl HookEntry {
+    pub const fn of<H: Hook>() -> Self {
+        HookEntry {
+            name: H::NAME,
+            points: H::DECLARED_POINTS,
+            new: new_ffi_hook::<H>,
+        }
+    }
+}
+
+/// A library's descriptor, as returned by its root module (JSON over the boundary).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Descriptor {
+    pub sdk_version: String,
+    pub library_version: String,
+    pub panic_unwind: bool,
+    pub target: String,
+    pub hooks: Vec<DescriptorHook>,
+}
+
+/// One hook in a [`Descriptor`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DescriptorHook {
+    pub name: String,
+    pub points: u32,
+}
+
+pub fn descriptor_json(hooks: &[HookEntry], library_version: &str, panic_unwind: bool) -> RString {
+    let d = Descriptor {
+        sdk_version: SDK_VERSION.to_owned(),
+        library_version: library_version.to_owned(),
+        panic_unwind,
+        target: TARGET.to_owned(),
+        hooks: hooks
+            .iter()
+            .map(|h| DescriptorHook {
+                name: h.name.to_owned(),
+                points: h.points,
+            })
+            .collect(),
+    };
+    serde_json::to_string(&d)
+        .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+        .into()
+}
+
+pub fn new_hook(hooks: &[HookEntry], name: RStr<'_>) -> RResult<FfiHookBox, RString> {
+    match hooks.iter().find(|h| h.name == name.as_str()) {
+        Some(h) => match catch_unwind(h.new) {
+            Ok(hook) => RResult::ROk(hook),
+            Err(payload) => RResult::RErr(panic_message(&*payload).into()),
+        },
+        None => RResult::RErr(format!("this library exports no hook named `{name}`").into()),
+    }
+}
+
+/// Wraps a hook in the FFI adapter. Built-in hooks use this too, so they take the same
+/// path as plugins.
+pub fn new_ffi_hook<H: Hook>() -> FfiHookBox {
+    install_panic_hook();
+    FfiHook_TO::from_value(
+        Adapter::<H> {
+            inner: Mutex::new(H::default()),
+        },
+        TD_Opaque,
+    )
+}
+
+struct Adapter<H> {
+    inner: Mutex<H>,
+}
+
+impl<H: Hook> FfiHook for Adapter<H> {
+    fn on_event(&self, point: u32, ctx: FfiContextRef<'_>) -> RResult<RString, RString> {
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            let Ok(mut hook) = self.inner.lock() else {
+                return Err("hook is disabled after an earlier panic".to_owned());
+            };
+            let cx = Context::from_ffi(&ctx);
+            // Lifecycle points return no value: the empty string, which allocates nothing.
+            let done = |r: crate::Result| r.map(|()| String::new()).map_err(|e| e.to_string());
+            match point {
+                point::ON_PROVISIONED => done(hook.on_provisioned(&cx)),
+                point::ON_RUN_START => done(hook.on_run_start(&cx)),
+                point::ON_RUN_SCORED => done(hook.on_run_scored(&cx)),
+                point::ON_RUN_END => done(hook.on_run_end(&cx)),
+                point::ON_SCENARIO_END => done(hook.on_scenario_end(&cx)),
+                point::ON_PACK_END => done(hook.on_pack_end(&cx)),
+                point::TURN_BEGIN => {
+                    let call = cx.turn_call().ok_or("no turn_call in context")?;
+                    done(hook.turn_begin(&call, &cx))
+                }
+                point::TURN_FINISH => {
+                    let result = cx.turn_result().ok_or("no turn_result in context")?;
+                    done(hook.turn_finish(&result, &cx))
+                }
+                point::GUARD_CHECK => {
+                    let call = cx.turn_call().ok_or("no turn_call in context")?;
+                    let decision = hook.guard_check(&call, &cx).map_err(|e| e.to_string())?;
+                    serde_json::to_string(&decision).map_err(|e| e.to_string())
+                }
+                other => Err(format!("hook does not implement point {other}")),
+            }
+        }));
+        match outcome {
+            Ok(Ok(value)) => RResult::ROk(value.into()),
+            Ok(Err(message)) => RResult::RErr(message.into()),
+            Err(payload) => RResult::RErr(panic_message(&*payload).into()),
+        }
+    }
+}
+
+thread_local! {
+    static PANIC_LOCATION: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+/// Records where a panic happened (for the error message) instead of printing the default
+/// report; panics outside hook calls still reach the previous panic hook.
+fn install_panic_hook() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let in_hook = IN_HOOK.with(|c| c.get());
+            if in_hook {
+                let location = info
+                    .location()
+                    .map(|l| format!("{}:{}", l.file(), l.line()));
+                PANIC_LOCATION.with(|c| *c.borrow_mut() = location);
+            } else {
+                previous(info);
+            }
+        }));
+    });
+}
+
+thread_local! {
+    static IN_HOOK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+fn catch_unwind<R>(f: impl FnOnce() -> R) -> std::thread::Result<R> {
+    IN_HOOK.with(|c| c.set(true));
+    let result = std::panic::catch_unwind(AssertUnwindSafe(f));
+    IN_HOOK.with(|c| c.set(false));
+    result
+}
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    let text = payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic payload".to_owned());
+    match PANIC_LOCATION.with(|c| c.borrow_mut().take()) {
+        Some(at) => format!("panicked at {at}: {text}"),
+        None => format!("panicked: {text}"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The metadata record: plain bytes in the `.wt_meta` section, built at compile time.
+//
+//   WTMETA1\n
+//   sdk <sdk version>\n
+//   version <library version>\n
+//   unwind <0|1>\n
+//   target <arch-os>\n
+//   hook <name> <points as 8 hex digits>\n      (one line per hook)
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+struct Writer<const N: usize> {
+    buf: [u8; N],
+    len: usize,
+}
+
+impl<const N: usize> Writer<N> {
+    const fn push(mut self, bytes: &[u8]) -> Self {
+        let mut i = 0;
+        while i < bytes.len() {
+            if self.len < N {
+                self.buf[self.len] = bytes[i];
+            }
+            self.len += 1;
+            i += 1;
+        }
+        self
+    }
+
+    const fn push_hex(mut self, value: u32) -> Self {
+        let mut shift = 32;
+        while shift > 0 {
+            shift -= 4;
+            let digit = HEX[((value >> shift) & 0xf) as usize];
+            self = self.push(&[digit]);
+        }
+        self
+    }
+}
+
+const fn write_meta<const N: usize>(
+    hooks: &[HookEntry],
+    library_version: &str,
+    unwind: bool,
+) -> Writer<N> {
+    let mut w = Writer {
+        buf: [0; N],
+        len: 0,
+    };
+    w = w.push(META_MAGIC);
+    w = w.push(b"sdk ").push(SDK_VERSION.as_bytes()).push(b"\n");
+    w = w
+        .push(b"version ")
+        .push(library_version.as_bytes())
+        .push(b"\n");
+    w = w.push(if unwind { b"unwind 1\n" } else { b"unwind 0\n" });
+    w = w.push(b"target ").push(TARGET.as_bytes()).push(b"\n");
+    let mut i = 0;
+    while i < hooks.len() {
+        w = w.push(b"hook ").push(hooks[i].name.as_bytes()).push(b" ");
+        w = w.push_hex(hooks[i].points).push(b"\n");
+        i += 1;
+    }
+    w
+}
+
+/// Length of the metadata record.
+pub const fn meta_len(hooks: &[HookEntry], library_version: &str) -> usize {
+    write_meta::<0>(hooks, library_version, true).len
+}
+
+/// The metadata record's bytes.
+pub const fn meta_bytes<const N: usize>(
+    hooks: &[HookEntry],
+    library_version: &str,
+    unwind: bool,
+) -> [u8; N] {
+    write_meta::<N>(hooks, library_version, unwind).buf
+}
