@@ -31,7 +31,7 @@ use windtunnel_sdk::model::{AgentConfig, AggregateResult, Scenario, Score, Trace
 
 use crate::{
     deadlines::{Deadlines, human},
-    registry::{ActiveHook, HostServices},
+    registry::{ActiveHook, CallError, HostServices},
 };
 
 /// Consecutive failures after which a hook is quarantined.
@@ -164,6 +164,8 @@ struct CallRecord {
     artifacts: Vec<(Option<String>, Value)>,
     conversed: bool,
     converse_timed_out: bool,
+    /// The instance is gone ([`CallError::Fatal`]): quarantine it now, with one line.
+    fatal: bool,
 }
 
 struct Job {
@@ -330,7 +332,11 @@ fn run_job(shared: &Arc<Shared>, job: &Job) {
             conversed: AtomicBool::new(false),
             timed_out: AtomicBool::new(false),
         };
-        let result = hook.call(job.point, &services);
+        let (result, fatal) = match hook.call(job.point, &services) {
+            Ok(v) => (Ok(v), false),
+            Err(CallError::Failed(e)) => (Err(e), false),
+            Err(CallError::Fatal(e)) => (Err(e), true),
+        };
         shared.current.store(0, Ordering::Release);
         if shared.abandoned.load(Ordering::Acquire) {
             return;
@@ -354,6 +360,7 @@ fn run_job(shared: &Arc<Shared>, job: &Job) {
             artifacts,
             conversed,
             converse_timed_out: services.timed_out.load(Ordering::Acquire),
+            fatal,
         });
     }
 }
@@ -702,6 +709,8 @@ impl Dispatcher {
             None => Ok(()),
             Some(slot) => {
                 shared.abandoned.store(true, Ordering::Release);
+                // After the flag: the worker must see it when the killed call returns.
+                self.hooks[slot].abandon();
                 if let Some(w) = inner.worker.take() {
                     w.thread.unpark();
                 }
@@ -742,6 +751,14 @@ impl Dispatcher {
                 out.ok |= 1 << r.slot;
                 health.consecutive = 0;
                 health.first_error = None;
+            }
+            Err(e) if r.fatal => {
+                if inner.quarantined & (1 << r.slot) == 0 {
+                    inner.quarantined |= 1 << r.slot;
+                    let msg = format!("hook:{name}: {e}; disabled for the rest of this invocation");
+                    tracing::debug!("{msg}");
+                    out.warnings.push(msg);
+                }
             }
             Err(e) => {
                 health.consecutive += 1;

@@ -2,7 +2,9 @@
 //! and the resolution of `--hook NAME` flags into [`ActiveHook`]s.
 //!
 //! Discovery runs no plugin code. Only hooks that are activated get their library loaded,
-//! so a broken plugin nobody asked for changes nothing.
+//! so a broken plugin nobody asked for changes nothing. An activated plugin hook is loaded
+//! either here or, isolated, by a child process of its own ([`crate::isolate`]); both are an
+//! [`ActiveHook`], called the same way.
 
 use std::{
     collections::HashMap,
@@ -17,7 +19,10 @@ use abi_stable::{
 use serde::Serialize;
 use windtunnel_abi::{FfiContext, FfiContext_TO, FfiHookBox, point};
 
-use crate::plugin::{self, Inspected, LoadedLibrary, Refusal};
+use crate::{
+    isolate::{Isolated, Isolation},
+    plugin::{self, Inspected, LoadedLibrary, Refusal},
+};
 
 /// A hook compiled into `wt`, written against the same SDK API as plugins.
 pub struct BuiltIn {
@@ -32,8 +37,8 @@ pub fn builtins() -> Vec<BuiltIn> {
 }
 
 /// Names no hook may take because their `WT_<NAME>_` prefix is `wt`'s own.
-const RESERVED: [&str; 8] = [
-    "hook", "hooks", "plugin", "inject", "fixed", "log", "events", "policy",
+const RESERVED: [&str; 9] = [
+    "hook", "hooks", "plugin", "inject", "fixed", "log", "events", "policy", "isolate",
 ];
 
 /// Where a hook comes from.
@@ -147,6 +152,10 @@ pub enum ActivationError {
         "hooks `{0}` and `{1}` cannot be active together: their settings prefixes {2} and {3} overlap"
     )]
     PrefixCollision(String, String, String, String),
+    #[error("--isolate-hook {0}: no --hook {0} is active")]
+    IsolateInactive(String),
+    #[error("--isolate-hook {0}: `{0}` is built into wt; only plugin hooks run isolated")]
+    IsolateBuiltIn(String),
 }
 
 impl Registry {
@@ -254,9 +263,22 @@ impl Registry {
         }
     }
 
-    /// Resolves `--hook` flags, in flag order, loading the plugins they name. Each library
-    /// is loaded once even when several of its hooks are active.
+    /// Resolves `--hook` flags, in flag order, loading the plugins they name into this
+    /// process. Each library is loaded once even when several of its hooks are active.
     pub fn activate(&self, names: &[String]) -> Result<Vec<ActiveHook>, ActivationError> {
+        self.activate_with(names, &Isolation::none())
+    }
+
+    /// Like [`Registry::activate`], with the plugin hooks that `isolation` names each loaded
+    /// by a child process of its own (after the same vetting) instead of into this process.
+    pub fn activate_with(
+        &self,
+        names: &[String],
+        isolation: &Isolation,
+    ) -> Result<Vec<ActiveHook>, ActivationError> {
+        if let Some(stray) = isolation.hooks.iter().find(|h| !names.contains(h)) {
+            return Err(ActivationError::IsolateInactive(stray.clone()));
+        }
         let mut chosen: Vec<&Entry> = Vec::new();
         for name in names {
             if chosen.iter().any(|e| e.claims.contains(name)) {
@@ -295,7 +317,15 @@ impl Registry {
                 refusal,
             };
             let (hook, sha256) = match &entry.kind {
-                EntryKind::BuiltIn(new) => (new(), None),
+                EntryKind::BuiltIn(_) if isolation.hooks.contains(&name) => {
+                    return Err(ActivationError::IsolateBuiltIn(name));
+                }
+                EntryKind::BuiltIn(new) => (Instance::InProcess(new()), None),
+                EntryKind::Plugin(inspected) if isolation.applies(&name) => {
+                    let (child, ready) = Isolated::spawn(&isolation.spawn, &inspected.path, &name)
+                        .map_err(|e| refused(Refusal::Isolated(e.to_string())))?;
+                    (Instance::Isolated(child), Some(ready.sha256))
+                }
                 EntryKind::Plugin(inspected) => {
                     let lib = match libraries.get(&inspected.path) {
                         Some(lib) => lib.clone(),
@@ -306,7 +336,7 @@ impl Registry {
                         }
                     };
                     (
-                        lib.new_hook(&name).map_err(refused)?,
+                        Instance::InProcess(lib.new_hook(&name).map_err(refused)?),
                         Some(lib.sha256.clone()),
                     )
                 }
@@ -381,7 +411,26 @@ pub struct ActiveHook {
     pub points: u32,
     /// SHA-256 of the plugin library; `None` for built-ins.
     pub sha256: Option<String>,
-    hook: FfiHookBox,
+    hook: Instance,
+}
+
+/// Where a hook instance lives.
+enum Instance {
+    InProcess(FfiHookBox),
+    Isolated(Isolated),
+}
+
+/// A failed hook call.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CallError {
+    /// The hook returned an error, or panicked and the SDK caught it. The instance can be
+    /// called again.
+    #[error("{0}")]
+    Failed(String),
+    /// The instance is gone for good (its isolated process died or broke the protocol); the
+    /// message names the cause. Calling it again fails the same way.
+    #[error("{0}")]
+    Fatal(String),
 }
 
 impl fmt::Debug for ActiveHook {
@@ -390,6 +439,7 @@ impl fmt::Debug for ActiveHook {
             .field("name", &self.name)
             .field("source", &self.source)
             .field("points", &self.points)
+            .field("isolated", &self.is_isolated())
             .finish_non_exhaustive()
     }
 }
@@ -428,7 +478,21 @@ impl ActiveHook {
             sdk_version: windtunnel_sdk::SDK_VERSION.to_owned(),
             points: b.points,
             sha256: None,
-            hook: (b.new)(),
+            hook: Instance::InProcess((b.new)()),
+        }
+    }
+
+    /// Does the instance live in a child process of its own?
+    pub fn is_isolated(&self) -> bool {
+        matches!(self.hook, Instance::Isolated(_))
+    }
+
+    /// Gives up on a call that overran its deadline: an isolated instance's process is
+    /// killed now (its call then returns); an in-process call cannot be stopped and is left
+    /// to its thread.
+    pub fn abandon(&self) {
+        if let Instance::Isolated(child) = &self.hook {
+            child.abandon();
         }
     }
 
@@ -437,13 +501,19 @@ impl ActiveHook {
         self.points & point::bit(point) != 0
     }
 
-    /// Calls the hook at `point`. Panics inside the hook come back as `Err`.
-    pub fn call(&self, point: u32, host: &dyn HostServices) -> Result<String, String> {
-        let adapter = FfiHost(host);
-        let ctx = FfiContext_TO::from_ptr(&adapter, TD_Opaque);
-        match self.hook.on_event(point, ctx) {
-            RResult::ROk(v) => Ok(v.into()),
-            RResult::RErr(e) => Err(e.into()),
+    /// Calls the hook at `point`. Panics inside the hook come back as
+    /// [`CallError::Failed`]; a dead isolated process as [`CallError::Fatal`].
+    pub fn call(&self, point: u32, host: &dyn HostServices) -> Result<String, CallError> {
+        match &self.hook {
+            Instance::InProcess(hook) => {
+                let adapter = FfiHost(host);
+                let ctx = FfiContext_TO::from_ptr(&adapter, TD_Opaque);
+                match hook.on_event(point, ctx) {
+                    RResult::ROk(v) => Ok(v.into()),
+                    RResult::RErr(e) => Err(CallError::Failed(e.into())),
+                }
+            }
+            Instance::Isolated(child) => child.call(point, host),
         }
     }
 

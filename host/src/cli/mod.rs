@@ -42,6 +42,9 @@ pub enum Command {
     /// Benchmark floor: write files atomically, nothing else (used by bench/sweep.sh).
     #[command(hide = true)]
     BenchFloor(bench_floor::BenchFloorArgs),
+    /// An isolated hook's process (started by `wt` itself; speaks a binary protocol).
+    #[command(hide = true, name = "hook-child")]
+    HookChild(crate::isolate::child::ChildArgs),
 }
 
 /// The run directories a reading command works on: those given, else `runs`. Each must
@@ -74,6 +77,7 @@ pub fn main() -> ExitCode {
         Command::Doctor(args) => doctor::run(args),
         Command::Triage(args) => triage::run(args),
         Command::BenchFloor(args) => bench_floor::run(args),
+        Command::HookChild(args) => crate::isolate::child::run(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),
