@@ -212,8 +212,8 @@ impl Isolated {
                 )))
             }
             Err(e) => {
-                let cause = isolated.bury(&mut st, e);
-                Err(SpawnError::Died(cause))
+                let (what, detail) = isolated.bury(&mut st, e);
+                Err(SpawnError::Died(format!("{what}{detail}")))
             }
         }
     }
@@ -227,11 +227,8 @@ impl Isolated {
         match exchange(&mut st, point, host) {
             Ok(result) => result.map_err(CallError::Failed),
             Err(e) => {
-                let cause = format!(
-                    "isolated process {} in {}",
-                    self.bury(&mut st, e),
-                    point::name(point)
-                );
+                let (what, detail) = self.bury(&mut st, e);
+                let cause = format!("isolated process {what} in {}{detail}", point::name(point));
                 st.dead = Some(cause.clone());
                 Err(CallError::Fatal(cause))
             }
@@ -247,27 +244,24 @@ impl Isolated {
     }
 
     /// Ends a child that broke the protocol or went away: reaps it (killing it first if it
-    /// broke the protocol, or if it does not finish exiting) and says what happened.
-    fn bury(&self, st: &mut State, e: FrameError) -> String {
+    /// broke the protocol, or if it does not finish exiting) and says what happened, and
+    /// what it last said when that explains it (`; last output: …`).
+    fn bury(&self, st: &mut State, e: FrameError) -> (String, String) {
         if e.is_violation() {
             self.reap(st, Duration::ZERO);
-            return format!("{e}; killed");
+            return (format!("{e}; killed"), String::new());
         }
         let status = self.reap(st, EXIT_GRACE);
-        let mut cause = describe(status);
-        let last = self.output.last_line(OUTPUT_GRACE);
-        if last
-            .as_deref()
-            .is_some_and(|l| l.contains("memory allocation of"))
-        {
-            cause.push_str(&format!(" (memory limit {} MiB)", self.memory_limit_mib));
-        }
+        let mut detail = String::new();
         if status.signal().is_some() || status.code() != Some(0) {
-            if let Some(line) = last {
-                cause.push_str(&format!("; last output: {line}"));
+            if let Some(line) = self.output.last_words(OUTPUT_GRACE) {
+                if line.contains("memory allocation of") {
+                    detail = format!(" (memory limit {} MiB)", self.memory_limit_mib);
+                }
+                detail.push_str(&format!("; last output: {line}"));
             }
         }
-        cause
+        (describe(status), detail)
     }
 
     fn reap(&self, st: &mut State, grace: Duration) -> ExitStatus {
@@ -414,9 +408,10 @@ struct Output {
 }
 
 impl Output {
-    /// The last non-empty line the child wrote, cut to 200 characters, once its output has
-    /// ended (waiting at most `grace` for that).
-    fn last_line(&self, grace: Duration) -> Option<String> {
+    /// The line of the child's last output that best explains a crash — a failed
+    /// allocation, else the last line but Rust's backtrace hint —, cut to 200 characters,
+    /// once its output has ended (waiting at most `grace` for that).
+    fn last_words(&self, grace: Duration) -> Option<String> {
         let guard = lock(&self.tail);
         let (guard, _) = self
             .finished
@@ -424,7 +419,15 @@ impl Output {
             .unwrap_or_else(|e| e.into_inner());
         let bytes: Vec<u8> = guard.0.iter().copied().collect();
         let text = String::from_utf8_lossy(&bytes);
-        let line = text.lines().rev().map(str::trim).find(|l| !l.is_empty())?;
+        let mut lines = text
+            .lines()
+            .rev()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with("note: run with `RUST_BACKTRACE"));
+        let line = lines
+            .clone()
+            .find(|l| l.contains("memory allocation of"))
+            .or_else(|| lines.next())?;
         Some(
             line.chars()
                 .map(|c| if c.is_control() { ' ' } else { c })
@@ -506,7 +509,7 @@ mod tests {
         let output = Output::default();
         let big = vec![b'x'; (LOG_LIMIT as usize) + 1000];
         let mut input = big.clone();
-        input.extend_from_slice(b"\nthe last words\n");
+        input.extend_from_slice(b"\nthe last words\nnote: run with `RUST_BACKTRACE=1` for more\n");
         drain(
             &input[..],
             Some((dir.path().to_path_buf(), "h.log".into())),
@@ -515,12 +518,12 @@ mod tests {
         let log = std::fs::read_to_string(dir.path().join("h.log")).unwrap();
         assert!(log.len() < LOG_LIMIT as usize + 200);
         assert!(
-            log.ends_with("[wt: 1016 more bytes of output dropped: the log is limited to 1 MiB]\n"),
+            log.ends_with("[wt: 1059 more bytes of output dropped: the log is limited to 1 MiB]\n"),
             "{}",
             &log[log.len() - 100..]
         );
         assert_eq!(
-            output.last_line(Duration::ZERO).as_deref(),
+            output.last_words(Duration::ZERO).as_deref(),
             Some("the last words")
         );
     }
