@@ -3,6 +3,7 @@
 
 mod harness;
 mod hooks;
+mod isolation;
 mod loader;
 mod plugins_cli;
 mod runner;

@@ -103,7 +103,9 @@ impl IsolationArgs {
             spawn: SpawnOptions {
                 memory_limit_mib: self.hook_memory_limit,
                 log,
-                start_timeout: deadlines.dispatch,
+                // Loading is not a hook call: a short call deadline must not refuse a
+                // plugin that loads slowly on a busy machine.
+                start_timeout: deadlines.dispatch.max(isolate::MIN_START_TIMEOUT),
                 ..SpawnOptions::default()
             },
         })

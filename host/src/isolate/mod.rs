@@ -25,6 +25,10 @@ pub use parent::Isolated;
 /// Default address-space limit of a hook process, in MiB.
 pub const DEFAULT_MEMORY_LIMIT_MIB: u64 = 2048;
 
+/// How long a hook process may take, at least, to load its plugin and say it is ready
+/// (longer when `WT_HOOK_TIMEOUT_S` is longer).
+pub const MIN_START_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// The most a hook process may write to its log; the rest is counted and dropped.
 pub const LOG_LIMIT: u64 = 1 << 20;
 

@@ -244,8 +244,10 @@ impl Isolated {
     }
 
     /// Ends a child that broke the protocol or went away: reaps it (killing it first if it
-    /// broke the protocol, or if it does not finish exiting) and says what happened, and
-    /// what it last said when that explains it (`; last output: …`).
+    /// broke the protocol, or if it does not finish exiting) and says what happened, in
+    /// `wt`'s own words: a crash the Rust runtime explained in its output (an allocation
+    /// over the memory limit, a panic during a panic) is named, and the log is pointed to.
+    /// The child's own text is never quoted: its output stays in its log.
     fn bury(&self, st: &mut State, e: FrameError) -> (String, String) {
         if e.is_violation() {
             self.reap(st, Duration::ZERO);
@@ -253,13 +255,14 @@ impl Isolated {
         }
         let status = self.reap(st, EXIT_GRACE);
         let mut detail = String::new();
+        let tail = self.output.tail(OUTPUT_GRACE);
         if status.signal().is_some() || status.code() != Some(0) {
-            if let Some(line) = self.output.last_words(OUTPUT_GRACE) {
-                if line.contains("memory allocation of") {
-                    detail = format!(" (memory limit {} MiB)", self.memory_limit_mib);
-                }
-                detail.push_str(&format!("; last output: {line}"));
+            if let Some(why) = diagnose(&tail, self.memory_limit_mib) {
+                detail = format!(" ({why})");
             }
+        }
+        if let Some(path) = lock(&self.output.log_path).as_ref() {
+            detail.push_str(&format!("; its output is in {}", path.display()));
         }
         (describe(status), detail)
     }
@@ -405,36 +408,43 @@ fn kill_group(pid: i32) {
 struct Output {
     tail: Mutex<(VecDeque<u8>, bool)>,
     finished: Condvar,
+    /// The log file, once the child wrote something to it.
+    log_path: Mutex<Option<PathBuf>>,
 }
 
 impl Output {
-    /// The line of the child's last output that best explains a crash — a failed
-    /// allocation, else the last line but Rust's backtrace hint —, cut to 200 characters,
-    /// once its output has ended (waiting at most `grace` for that).
-    fn last_words(&self, grace: Duration) -> Option<String> {
+    /// The child's last output, once it has ended (waiting at most `grace` for that).
+    fn tail(&self, grace: Duration) -> String {
         let guard = lock(&self.tail);
         let (guard, _) = self
             .finished
             .wait_timeout_while(guard, grace, |(_, done)| !*done)
             .unwrap_or_else(|e| e.into_inner());
         let bytes: Vec<u8> = guard.0.iter().copied().collect();
-        let text = String::from_utf8_lossy(&bytes);
-        let mut lines = text
-            .lines()
-            .rev()
-            .map(str::trim)
-            .filter(|l| !l.is_empty() && !l.starts_with("note: run with `RUST_BACKTRACE"));
-        let line = lines
-            .clone()
-            .find(|l| l.contains("memory allocation of"))
-            .or_else(|| lines.next())?;
-        Some(
-            line.chars()
-                .map(|c| if c.is_control() { ' ' } else { c })
-                .take(200)
-                .collect(),
-        )
+        String::from_utf8_lossy(&bytes).into_owned()
     }
+}
+
+/// What the Rust runtime said before it aborted the child, in `wt`'s words.
+fn diagnose(tail: &str, memory_limit_mib: u64) -> Option<String> {
+    if let Some(at) = tail.rfind("memory allocation of ") {
+        let bytes: String = tail[at + 21..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .take(20)
+            .collect();
+        return Some(format!(
+            "an allocation of {bytes} bytes failed; memory limit {memory_limit_mib} MiB"
+        ));
+    }
+    [
+        "panic in a destructor",
+        "non-unwinding panic",
+        "panicked while processing panic",
+    ]
+    .iter()
+    .any(|m| tail.contains(m))
+    .then(|| "a panic while unwinding a panic".to_owned())
 }
 
 fn drain(mut from: impl Read, log: Option<(PathBuf, String)>, output: &Output) {
@@ -458,11 +468,14 @@ fn drain(mut from: impl Read, log: Option<(PathBuf, String)>, output: &Output) {
         if file.is_none() && !open_failed {
             file = log.as_ref().and_then(|(dir, name)| {
                 std::fs::create_dir_all(dir).ok()?;
-                std::fs::OpenOptions::new()
+                let path = dir.join(name);
+                let f = std::fs::OpenOptions::new()
                     .create(true)
                     .append(true)
-                    .open(dir.join(name))
-                    .ok()
+                    .open(&path)
+                    .ok()?;
+                *lock(&output.log_path) = Some(path);
+                Some(f)
             });
             open_failed = file.is_none();
         }
@@ -509,7 +522,7 @@ mod tests {
         let output = Output::default();
         let big = vec![b'x'; (LOG_LIMIT as usize) + 1000];
         let mut input = big.clone();
-        input.extend_from_slice(b"\nthe last words\nnote: run with `RUST_BACKTRACE=1` for more\n");
+        input.extend_from_slice(b"\nmemory allocation of 123 bytes failed\n");
         drain(
             &input[..],
             Some((dir.path().to_path_buf(), "h.log".into())),
@@ -518,14 +531,19 @@ mod tests {
         let log = std::fs::read_to_string(dir.path().join("h.log")).unwrap();
         assert!(log.len() < LOG_LIMIT as usize + 200);
         assert!(
-            log.ends_with("[wt: 1059 more bytes of output dropped: the log is limited to 1 MiB]\n"),
+            log.ends_with("[wt: 1039 more bytes of output dropped: the log is limited to 1 MiB]\n"),
             "{}",
             &log[log.len() - 100..]
         );
         assert_eq!(
-            output.last_words(Duration::ZERO).as_deref(),
-            Some("the last words")
+            diagnose(&output.tail(Duration::ZERO), 64).as_deref(),
+            Some("an allocation of 123 bytes failed; memory limit 64 MiB")
         );
+        assert_eq!(
+            diagnose("thread caused non-unwinding panic. aborting.\n", 64).as_deref(),
+            Some("a panic while unwinding a panic")
+        );
+        assert_eq!(diagnose("anything else\n", 64), None);
     }
 
     #[test]

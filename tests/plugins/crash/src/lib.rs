@@ -1,8 +1,13 @@
 //! Hooks that each end their process in a different way at `on_run_end` of the first run,
 //! for the isolation fault suite (only ever activated with `--isolate-hooks`; in-process
-//! each would take `wt` down, which is the point). Every hook first appends
-//! `<name> <run id>` to the file named by `WT_<NAME>_LOG`, when set, so a test can see
-//! that the hook ran and was not called again.
+//! each would take `wt` down, which is the point). Every hook first prints a line to its
+//! stdout (which must land in its log, never in `wt`'s output) and appends
+//! `<name> <run id> env=<names of its environment variables>` to the file named by
+//! `WT_<NAME>_LOG`, when set, so a test can see that the hook ran once, what it could see,
+//! and that it was not called again.
+//!
+//! `crash_abort` also aborts while being built when `WT_CRASH_ABORT_AT=load`: a plugin
+//! that dies while loading.
 //!
 //! | hook | fault |
 //! | --- | --- |
@@ -22,14 +27,24 @@ use std::io::Write;
 use windtunnel_sdk::{Context, Hook, Result, export_hooks, hook};
 
 fn note(name: &str, ctx: &Context<'_>) {
+    println!("{name} says hello on stdout");
     let var = format!("WT_{}_LOG", name.to_ascii_uppercase());
     if let Ok(path) = std::env::var(var) {
+        let mut env: Vec<String> = std::env::vars_os()
+            .map(|(k, _)| k.to_string_lossy().into_owned())
+            .collect();
+        env.sort();
         if let Ok(mut f) = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(path)
         {
-            let _ = writeln!(f, "{name} {}", ctx.run_id().unwrap_or_default());
+            let _ = writeln!(
+                f,
+                "{name} {} env={}",
+                ctx.run_id().unwrap_or_default(),
+                env.join(",")
+            );
         }
     }
 }
@@ -65,8 +80,18 @@ fn write_garbage() {
 
 macro_rules! crash {
     ($($ty:ident = $name:literal => $fault:expr),+ $(,)?) => {$(
-        #[derive(Default)]
         pub struct $ty;
+
+        impl Default for $ty {
+            fn default() -> Self {
+                if $name == "crash_abort"
+                    && std::env::var("WT_CRASH_ABORT_AT").is_ok_and(|v| v == "load")
+                {
+                    std::process::abort();
+                }
+                $ty
+            }
+        }
 
         #[hook]
         impl Hook for $ty {
