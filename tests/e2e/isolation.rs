@@ -299,6 +299,134 @@ fn garbage_on_the_pipe_is_contained() {
     );
 }
 
+#[test]
+fn a_guard_whose_process_died_denies_every_turn() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = plugin_dir(tmp.path(), &["wt_test_crash"]);
+    let out = tmp.path().join("out");
+    let r = run(wt(tmp.path())
+        .args([
+            "run",
+            "--jobs",
+            "1",
+            "--runs",
+            "2",
+            "--filter",
+            "escalate-human",
+        ])
+        .args([
+            "--hook",
+            "crash_guard",
+            "--isolate-hooks",
+            "--policy-revision",
+            "p1",
+        ])
+        .arg("--plugin-dir")
+        .arg(&dir)
+        .arg("--out")
+        .arg(&out));
+    assert_eq!(r.code, 3, "a denied turn makes the run ERROR: {r}");
+    let mut kinds: Vec<(String, String)> = files(&out)
+        .into_iter()
+        .filter(|(n, _)| n.ends_with(".json") && !n.trim_end_matches(".json").contains('.'))
+        .map(|(_, b)| {
+            let t: Value = serde_json::from_slice(&b).unwrap();
+            assert!(t["turns"].as_array().unwrap().is_empty(), "{t}");
+            (
+                t["denial"]["kind"].as_str().unwrap().to_owned(),
+                t["denial"]["message"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    kinds.sort();
+    assert_eq!(kinds.len(), 2, "{r}");
+    assert_eq!(kinds[0].0, "error");
+    assert!(
+        kinds[0]
+            .1
+            .starts_with("isolated process killed by SIGABRT in guard_check"),
+        "{kinds:?}"
+    );
+    assert_eq!(kinds[1].0, "quarantined");
+    let warnings = hook_warnings_in_traces(&out, "crash_guard");
+    assert_eq!(warnings.len(), 1, "one warning: {warnings:?}");
+    assert!(warnings[0].contains("killed by SIGABRT"), "{warnings:?}");
+}
+
+#[test]
+fn a_hook_process_does_not_outlive_a_killed_wt() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = plugin_dir(tmp.path(), &["wt_test_crash"]);
+    let notes = tmp.path().join("notes.txt");
+    let mut wt = wt(tmp.path())
+        .args([
+            "run",
+            "--jobs",
+            "1",
+            "--hook",
+            "crash_loop",
+            "--isolate-hooks",
+        ])
+        .arg("--plugin-dir")
+        .arg(&dir)
+        .arg("--out")
+        .arg(tmp.path().join("out"))
+        .env("WT_CRASH_LOOP_LOG", &notes)
+        .env("WT_HOOK_TIMEOUT_S", "600")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait until the hook is spinning in its process, then kill `wt` outright.
+    let started = Instant::now();
+    while !notes.exists() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the hook never ran"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        processes_mentioning(&dir).len(),
+        2,
+        "wt and its hook process"
+    );
+    wt.kill().unwrap();
+    wt.wait().unwrap();
+    assert_eq!(no_process_left(&dir), Ok(()));
+}
+
+/// A child that never says it is ready — here a script that ignores its arguments and
+/// waits on a subprocess of its own — is killed, with its process group, at the start
+/// timeout.
+#[test]
+fn a_hook_process_that_never_gets_ready_is_killed_at_the_start_timeout() {
+    let tmp = tempfile::tempdir().unwrap();
+    let program = tmp.path().join("never-ready");
+    // A copy of sleep, so that the subprocess too names this test's directory.
+    let sleep = tmp.path().join("never-ready-sleep");
+    std::fs::copy("/bin/sleep", &sleep).unwrap();
+    std::fs::write(
+        &program,
+        format!("#!/bin/sh\n{} 300 &\nwait\n", sleep.display()),
+    )
+    .unwrap();
+    set_mode(&program, 0o755);
+    let opts = SpawnOptions {
+        program,
+        start_timeout: Duration::from_millis(500),
+        ..SpawnOptions::default()
+    };
+    let err = windtunnel::isolate::Isolated::spawn(&opts, &tmp.path().join("lib.so"), "x")
+        .err()
+        .expect("never ready");
+    assert_eq!(
+        err.to_string(),
+        "its isolated process did not load the plugin within 500ms; killed before it was ready"
+    );
+    assert_eq!(no_process_left(tmp.path()), Ok(()));
+}
+
 /// Through the library, so the test can watch the process while the dispatcher that owns
 /// it is still alive: a deadline kills and reaps the hung child then, not when `wt` exits.
 #[test]
@@ -438,11 +566,11 @@ fn check_isolated_reports_a_plugin_that_dies_while_loading_and_lives_on() {
     let r = check(false);
     assert_ne!(r.code, 0, "{r}");
     assert!(r.stdout.is_empty(), "{r}");
-    // Isolated, the dead loader is one refusal among nine rows, and every other hook loads.
+    // Isolated, the dead loader is one refusal among ten rows, and every other hook loads.
     let r = check(true);
     assert_eq!(r.code, 2, "{r}");
     let rows: Vec<Value> = serde_json::from_str(&r.stdout).unwrap();
-    assert_eq!(rows.len(), 9, "{r}");
+    assert_eq!(rows.len(), 10, "{r}");
     for row in &rows {
         let status = row["status"].as_str().unwrap();
         if row["name"] == "crash_abort" {

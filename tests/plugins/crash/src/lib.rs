@@ -21,10 +21,11 @@
 //! | `crash_garbage` | bytes that are not a frame, written to every pipe it may write to |
 //!
 //! Each also declares `on_pack_end`, which must never be reached once it crashed.
+//! `crash_guard` is a guard whose check aborts (a guard in a dead process must deny).
 
 use std::io::Write;
 
-use windtunnel_sdk::{Context, Hook, Result, export_hooks, hook};
+use windtunnel_sdk::{Context, GuardDecision, Hook, Result, TurnCall, export_hooks, hook};
 
 fn note(name: &str, ctx: &Context<'_>) {
     println!("{name} says hello on stdout");
@@ -141,6 +142,19 @@ crash!(
     },
 );
 
+#[derive(Default)]
+pub struct Guard;
+
+#[hook]
+impl Hook for Guard {
+    const NAME: &'static str = "crash_guard";
+
+    fn guard_check(&mut self, _call: &TurnCall, ctx: &Context<'_>) -> Result<GuardDecision> {
+        note(Self::NAME, ctx);
+        std::process::abort()
+    }
+}
+
 export_hooks!(
-    Abort, Segv, Exit0, Exit3, Alloc, Loop, Dtor, Artifact, Garbage
+    Abort, Segv, Exit0, Exit3, Alloc, Loop, Dtor, Artifact, Garbage, Guard
 );
