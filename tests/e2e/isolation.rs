@@ -512,6 +512,14 @@ fn plan_shows_each_hooks_mode_and_the_memory_limit() {
     for h in ["recorder", "crash_segv", "debrief"] {
         assert!(line(&r, h).ends_with(", in-process)"), "{r}");
     }
+    // An empty variable isolates nothing; a list isolates each hook it names.
+    let r = plan(&[], &[("WT_ISOLATE_HOOK", ""), ("WT_ISOLATE_HOOKS", "")]);
+    assert_eq!(r.code, 0, "{r}");
+    assert!(line(&r, "crash_segv").ends_with(", in-process)"), "{r}");
+    let r = plan(&[], &[("WT_ISOLATE_HOOK", "crash_segv, recorder")]);
+    assert_eq!(r.code, 0, "{r}");
+    assert!(line(&r, "recorder").contains(", isolated: "), "{r}");
+    assert!(line(&r, "crash_segv").contains(", isolated: "), "{r}");
     let r = plan(&["--isolate-hook", "crash_segv"], &[]);
     assert_eq!(r.code, 0, "{r}");
     assert!(line(&r, "recorder").ends_with(", in-process)"), "{r}");

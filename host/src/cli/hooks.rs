@@ -85,6 +85,17 @@ impl Default for IsolationArgs {
 }
 
 impl IsolationArgs {
+    /// The hooks named by `--isolate-hook` (an empty `WT_ISOLATE_HOOK`, or an empty item in
+    /// its list, names none).
+    fn named(&self) -> Vec<String> {
+        self.isolate_hook
+            .iter()
+            .map(|n| n.trim())
+            .filter(|n| !n.is_empty())
+            .map(str::to_owned)
+            .collect()
+    }
+
     /// The isolation in force; an isolated hook's output goes to `<log_dir>/<ts>.<hook>.log`
     /// (nowhere but memory without a log dir).
     pub fn isolation(&self, log_dir: Option<&Path>) -> anyhow::Result<Isolation> {
@@ -99,7 +110,7 @@ impl IsolationArgs {
         };
         Ok(Isolation {
             all: self.isolate_hooks,
-            hooks: self.isolate_hook.clone(),
+            hooks: self.named(),
             spawn: SpawnOptions {
                 memory_limit_mib: self.hook_memory_limit,
                 log,
@@ -166,7 +177,7 @@ pub fn activate(
     log_dir: Option<&Path>,
 ) -> anyhow::Result<Vec<crate::registry::ActiveHook>> {
     if names.is_empty() {
-        if let Some(name) = isolation.isolate_hook.first() {
+        if let Some(name) = isolation.named().first() {
             return Err(CodedError::usage(
                 crate::registry::ActivationError::IsolateInactive(name.clone()).to_string(),
             )
