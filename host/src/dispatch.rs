@@ -31,11 +31,19 @@ use windtunnel_sdk::model::{AgentConfig, AggregateResult, Scenario, Score, Trace
 
 use crate::{
     deadlines::{Deadlines, human},
+    interrupt::{CUT_HOOK_DEADLINE, Interrupt},
+    limits::{HookCaps, cut_text},
     registry::{ActiveHook, CallError, HostServices},
 };
 
 /// Consecutive failures after which a hook is quarantined.
 pub const FAILURE_LATCH: u32 = 3;
+
+/// Set in [`Shared::current`] by the waiting thread when it gives up on the call in
+/// progress. The worker clears `current` when its call returns; one compare-and-swap on that
+/// word decides whether the call returned or hung, so a call that returns in the same
+/// instant it is abandoned can never be followed by its worker calling the next hook.
+const ABANDONED: u64 = 1 << 63;
 
 /// How long each side spins before parking.
 const SPIN: Duration = Duration::from_micros(50);
@@ -54,6 +62,10 @@ pub struct CallData {
     pub aggregates: Option<Arc<Vec<AggregateResult>>>,
     /// Extra members for turn points (`turn_call`, `turn_result`), as JSON text.
     pub extra: Vec<(&'static str, Arc<str>)>,
+    /// The artifact names already written in this call's scope (the run, the scenario or
+    /// the pack), as `<hook>` or `<hook>.<label>`: a second artifact with a taken name is an
+    /// error to the hook, never a silent overwrite.
+    pub artifact_names: Option<Arc<Mutex<std::collections::HashSet<String>>>>,
 }
 
 struct Snapshot {
@@ -177,6 +189,7 @@ struct Job {
     reverse: bool,
     data: Arc<Snapshot>,
     has_session: bool,
+    caps: HookCaps,
 }
 
 /// Keeps a value on a cache line of its own: the dispatching thread spins on `done` while
@@ -319,9 +332,16 @@ fn run_job(shared: &Arc<Shared>, job: &Job) {
         bits &= !(1u64 << slot);
         let hook = &shared.hooks[slot];
         call += 1;
-        shared
+        let tag = (call << 16) | (slot as u64 + 1);
+        if shared
             .current
-            .store((call << 16) | (slot as u64 + 1), Ordering::Release);
+            .compare_exchange(0, tag, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            // Abandoned between calls (cannot happen: only a call in progress is abandoned),
+            // or a bug: either way, call nothing more.
+            return;
+        }
 
         let services = WorkerServices {
             shared,
@@ -337,8 +357,12 @@ fn run_job(shared: &Arc<Shared>, job: &Job) {
             Err(CallError::Failed(e)) => (Err(e), false),
             Err(CallError::Fatal(e)) => (Err(e), true),
         };
-        shared.current.store(0, Ordering::Release);
-        if shared.abandoned.load(Ordering::Acquire) {
+        if shared
+            .current
+            .compare_exchange(tag, 0, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            // The waiting thread gave up on this call first: it owns what comes next.
             return;
         }
         let warnings = services.warnings.into_inner().unwrap_or_default();
@@ -384,25 +408,14 @@ impl HostServices for WorkerServices<'_> {
     fn call(&self, op: &str, arg: &str) -> Result<String, String> {
         match op {
             op::WARN => {
-                lock(&self.warnings).push(format!("hook:{}: {arg}", self.hook));
+                let mut text = arg.to_owned();
+                cut_text(&mut text, self.job.caps.warning_bytes);
+                lock(&self.warnings).push(format!("hook:{}: {text}", self.hook));
                 Ok("null".into())
             }
-            op::EMIT_ARTIFACT => {
-                let v: Value =
-                    serde_json::from_str(arg).map_err(|e| format!("artifact is not JSON: {e}"))?;
-                let label = match v.get("label") {
-                    None | Some(Value::Null) => None,
-                    Some(Value::String(l)) if is_slug(l) => Some(l.clone()),
-                    Some(other) => {
-                        return Err(format!(
-                            "artifact label {other} is not a slug ([a-z0-9_-]+, at most 64 characters)"
-                        ));
-                    }
-                };
-                let payload = v.get("payload").cloned().unwrap_or(Value::Null);
-                lock(&self.artifacts).push((label, payload));
-                Ok("null".into())
-            }
+            op::EMIT_ARTIFACT => self.emit_artifact(arg).inspect_err(|e| {
+                lock(&self.warnings).push(format!("hook:{}: artifact refused: {e}", self.hook));
+            }),
             op::CONVERSE => {
                 if self.job.point != point::ON_RUN_SCORED {
                     return Err(format!(
@@ -451,6 +464,44 @@ impl HostServices for WorkerServices<'_> {
 }
 
 impl WorkerServices<'_> {
+    fn emit_artifact(&self, arg: &str) -> Result<String, String> {
+        let max = self.job.caps.artifact_bytes;
+        if arg.len() > max {
+            return Err(format!(
+                "{} bytes is more than the {max} bytes an artifact may have ({})",
+                arg.len(),
+                crate::limits::MAX_ARTIFACT_ENV
+            ));
+        }
+        let v: Value =
+            serde_json::from_str(arg).map_err(|e| format!("artifact is not JSON: {e}"))?;
+        let label = match v.get("label") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(l)) if is_slug(l) => Some(l.clone()),
+            Some(other) => {
+                return Err(format!(
+                    "artifact label {other} is not a slug ([a-z0-9_-]+, at most 64 characters)"
+                ));
+            }
+        };
+        crate::store::check_artifact_names(self.hook, label.as_deref())
+            .map_err(|e| e.to_string())?;
+        let name = match &label {
+            Some(l) => format!("{}.{l}", self.hook),
+            None => self.hook.to_owned(),
+        };
+        if let Some(names) = &self.job.data.data.artifact_names {
+            if !lock(names).insert(name.clone()) {
+                return Err(format!(
+                    "an artifact named `{name}` was already written here; give each artifact its own label"
+                ));
+            }
+        }
+        let payload = v.get("payload").cloned().unwrap_or(Value::Null);
+        lock(&self.artifacts).push((label, payload));
+        Ok("null".into())
+    }
+
     /// Posts a session request to the dispatching thread and waits for its reply.
     fn ask(&self, request: SessionRequest) -> Result<String, ConverseError> {
         *lock(&self.shared.reply) = None;
@@ -483,6 +534,8 @@ struct Health {
 }
 
 struct Inner {
+    /// The idle worker; a dispatch takes it out while it runs, so a dispatch nested in a
+    /// converse (a guard consulted about a converse turn) gets a worker of its own.
     worker: Option<Worker>,
     health: Vec<Health>,
     /// Bitmask of quarantined hooks.
@@ -490,8 +543,6 @@ struct Inner {
     seq: u64,
     /// A record buffer kept between dispatches so a dispatch allocates none.
     spare: Vec<CallRecord>,
-    /// The thread the current worker wakes when done.
-    runner: Option<std::thread::ThreadId>,
 }
 
 /// The active hooks of one invocation and everything needed to call them safely.
@@ -500,6 +551,16 @@ pub struct Dispatcher {
     /// Per point, the bitmask of hooks that declared it.
     by_point: [u64; 10],
     deadlines: Deadlines,
+    caps: HookCaps,
+    /// The values of the hooks' secret settings (`WT_<HOOK>_API_KEY`, …): never let through
+    /// in a warning or an artifact.
+    redactor: crate::secrets::Redactor,
+    /// Once cut, hook calls get at most [`CUT_HOOK_DEADLINE`].
+    stop: Option<Arc<Interrupt>>,
+    /// Top-level dispatches take turns: one hook instance is never called from two threads
+    /// at once. A dispatch nested in one (on the thread that holds this) does not wait.
+    serial: Mutex<()>,
+    serial_owner: Mutex<Option<std::thread::ThreadId>>,
     inner: Mutex<Inner>,
 }
 
@@ -525,19 +586,40 @@ impl Dispatcher {
                 first_error: None,
             })
             .collect();
+        let mut redactor = crate::secrets::Redactor::new();
+        for h in hooks.iter() {
+            redactor.extend(&crate::registry::hook_secrets(&h.name));
+        }
         Dispatcher {
             hooks,
             by_point,
             deadlines,
+            caps: HookCaps::default(),
+            redactor,
+            stop: None,
+            serial: Mutex::new(()),
+            serial_owner: Mutex::new(None),
             inner: Mutex::new(Inner {
                 worker: None,
                 health,
                 quarantined: 0,
                 seq: 0,
                 spare: Vec::new(),
-                runner: None,
             }),
         }
+    }
+
+    /// Caps on what hooks hand back (artifact size, warning length).
+    pub fn with_caps(mut self, caps: HookCaps) -> Dispatcher {
+        self.caps = caps;
+        self
+    }
+
+    /// The sweep's stop state: once it is cut, each hook call gets at most
+    /// [`CUT_HOOK_DEADLINE`].
+    pub fn with_stop(mut self, stop: Arc<Interrupt>) -> Dispatcher {
+        self.stop = Some(stop);
+        self
     }
 
     pub fn hooks(&self) -> &[Arc<ActiveHook>] {
@@ -591,8 +673,31 @@ impl Dispatcher {
         if self.declared(point) & mask == 0 {
             return DispatchOutput::default();
         }
-        let mut inner = lock(&self.inner);
-        let mut order = self.by_point[point as usize] & mask & !inner.quarantined;
+        let me = std::thread::current().id();
+        let nested = *lock(&self.serial_owner) == Some(me);
+        let _turn = if nested {
+            None
+        } else {
+            let guard = lock(&self.serial);
+            *lock(&self.serial_owner) = Some(me);
+            Some(guard)
+        };
+        let out = self.dispatch_serial(mask, reverse, point, data, session);
+        if !nested {
+            *lock(&self.serial_owner) = None;
+        }
+        out
+    }
+
+    fn dispatch_serial(
+        &self,
+        mask: u64,
+        reverse: bool,
+        point: u32,
+        data: CallData,
+        session: Option<&dyn Session>,
+    ) -> DispatchOutput {
+        let mut order = self.by_point[point as usize] & mask & !self.quarantined();
         let mut out = DispatchOutput::default();
         if order == 0 {
             return out;
@@ -609,24 +714,29 @@ impl Dispatcher {
                 snapshot: &snapshot,
                 session,
             };
-            match self.run_batch(&mut inner, &batch, &mut out) {
+            match self.run_batch(&batch, &mut out) {
                 Ok(()) => break,
                 // Go on with the hooks after the one that hung.
                 Err(hung) if reverse => order &= (1u64 << hung) - 1,
                 Err(hung) => order &= !(u64::MAX >> (63 - hung)),
             }
+            order &= !self.quarantined();
         }
         out
     }
 
-    /// Runs `order` on the worker. `Err(slot)` when the hook in `slot` overran its deadline
+    /// The deadline of one call at `point` now (shorter once the sweep is cut).
+    fn deadline(&self, point: u32) -> Duration {
+        let d = self.deadlines.for_point(point);
+        match &self.stop {
+            Some(stop) if stop.is_cut() => d.min(CUT_HOOK_DEADLINE),
+            _ => d,
+        }
+    }
+
+    /// Runs `order` on a worker. `Err(slot)` when the hook in `slot` overran its deadline
     /// and was abandoned (its warning is already recorded).
-    fn run_batch(
-        &self,
-        inner: &mut Inner,
-        batch: &Batch<'_>,
-        out: &mut DispatchOutput,
-    ) -> Result<(), usize> {
+    fn run_batch(&self, batch: &Batch<'_>, out: &mut DispatchOutput) -> Result<(), usize> {
         let Batch {
             point,
             order,
@@ -634,13 +744,15 @@ impl Dispatcher {
             snapshot,
             session,
         } = *batch;
-        if inner.worker.is_none() {
-            match Worker::spawn(self.hooks.clone()) {
-                Ok(w) => {
-                    inner.worker = Some(w);
-                    // A new worker has not been told who waits for it.
-                    inner.runner = None;
-                }
+        let (worker, seq) = {
+            let mut inner = lock(&self.inner);
+            inner.seq += 1;
+            (inner.worker.take(), inner.seq)
+        };
+        let worker = match worker {
+            Some(w) => w,
+            None => match Worker::spawn(self.hooks.clone()) {
+                Ok(w) => w,
                 Err(e) => {
                     for (i, h) in self.hooks.iter().enumerate() {
                         if order & (1 << i) != 0 {
@@ -652,18 +764,10 @@ impl Dispatcher {
                     }
                     return Ok(());
                 }
-            }
-        }
-        let Some(worker) = inner.worker.as_ref() else {
-            return Ok(());
+            },
         };
         let shared = worker.shared.clone();
-        if inner.runner != Some(std::thread::current().id()) {
-            inner.runner = Some(std::thread::current().id());
-            *lock(&shared.runner) = Some(std::thread::current());
-        }
-        inner.seq += 1;
-        let seq = inner.seq;
+        *lock(&shared.runner) = Some(std::thread::current());
         shared.quiet_ok.store(0, Ordering::Relaxed);
         *lock(&shared.job) = Some(Job {
             seq,
@@ -672,23 +776,31 @@ impl Dispatcher {
             reverse,
             data: snapshot.clone(),
             has_session: session.is_some(),
+            caps: self.caps,
         });
         shared.submitted.store(seq, Ordering::SeqCst);
         if shared.worker_parked.load(Ordering::SeqCst) {
             worker.thread.unpark();
         }
 
-        let deadline = self.deadlines.for_point(point);
-        let worker_thread = worker.thread.clone();
         let hung = wait(
             &shared,
             seq,
-            deadline,
+            || self.deadline(point),
             session,
             self.deadlines.converse,
-            &worker_thread,
+            &worker.thread,
         );
+        #[cfg(test)]
+        if hung.is_some() {
+            // Widens the window between "it hung" and retiring the worker, where a call that
+            // returns late must not go on to the next hook.
+            std::thread::sleep(Duration::from_micros(
+                tests::WIDEN_ABANDON_WINDOW_US.load(Ordering::Relaxed),
+            ));
+        }
 
+        let mut inner = lock(&self.inner);
         let quiet = shared.quiet_ok.load(Ordering::Acquire);
         if quiet != 0 {
             out.ok |= quiet;
@@ -702,23 +814,29 @@ impl Dispatcher {
         let mut records = std::mem::take(&mut inner.spare);
         std::mem::swap(&mut records, &mut *lock(&shared.records));
         for r in records.drain(..) {
-            self.absorb(inner, r, out);
+            self.absorb(&mut inner, r, out);
         }
         inner.spare = records;
         match hung {
-            None => Ok(()),
-            Some(slot) => {
-                shared.abandoned.store(true, Ordering::Release);
-                // After the flag: the worker must see it when the killed call returns.
-                self.hooks[slot].abandon();
-                if let Some(w) = inner.worker.take() {
-                    w.thread.unpark();
+            None => {
+                if inner.worker.is_none() {
+                    inner.worker = Some(worker);
+                } else {
+                    // A nested dispatch left its worker; this one retires.
+                    retire(&worker);
                 }
+                Ok(())
+            }
+            Some(slot) => {
+                retire(&worker);
+                // An isolated hook's process is killed now; its worker, already told the
+                // call was abandoned, reaps it and calls nothing more.
+                self.hooks[slot].abandon();
                 let name = &self.hooks[slot].name;
                 inner.quarantined |= 1 << slot;
                 let msg = format!(
                     "hook:{name}: timed out after {} in {}; abandoned and quarantined for the rest of this invocation",
-                    human(deadline),
+                    human(self.deadline(point)),
                     point::name(point)
                 );
                 tracing::debug!("{msg}");
@@ -729,10 +847,19 @@ impl Dispatcher {
         }
     }
 
-    fn absorb(&self, inner: &mut Inner, r: CallRecord, out: &mut DispatchOutput) {
+    fn absorb(&self, inner: &mut Inner, mut r: CallRecord, out: &mut DispatchOutput) {
         let name = &self.hooks[r.slot].name;
+        for w in &mut r.warnings {
+            self.redactor.scrub_string(w);
+        }
+        if let Err(e) = &mut r.result {
+            self.redactor.scrub_string(e);
+        }
         out.warnings.extend(r.warnings);
         for (label, mut payload) in r.artifacts {
+            if !self.redactor.is_empty() {
+                self.redactor.scrub_value(&mut payload);
+            }
             if r.conversed {
                 if let Value::Object(map) = &mut payload {
                     map.insert("tools_disabled".into(), Value::Bool(false));
@@ -755,7 +882,9 @@ impl Dispatcher {
             Err(e) if r.fatal => {
                 if inner.quarantined & (1 << r.slot) == 0 {
                     inner.quarantined |= 1 << r.slot;
-                    let msg = format!("hook:{name}: {e}; disabled for the rest of this invocation");
+                    let mut msg =
+                        format!("hook:{name}: {e}; disabled for the rest of this invocation");
+                    cut_text(&mut msg, self.caps.warning_bytes);
                     tracing::debug!("{msg}");
                     out.warnings.push(msg);
                 }
@@ -763,16 +892,28 @@ impl Dispatcher {
             Err(e) => {
                 health.consecutive += 1;
                 health.first_error.get_or_insert_with(|| e.clone());
-                let msg = format!("hook:{name}: {e}");
-                tracing::debug!("{msg}");
-                out.warnings.push(msg);
-                if health.consecutive >= FAILURE_LATCH && inner.quarantined & (1 << r.slot) == 0 {
-                    inner.quarantined |= 1 << r.slot;
-                    let msg = format!(
-                        "hook:{name}: disabled for the rest of this invocation after {} consecutive failures (first: {})",
+                let mut warning = format!("hook:{name}: {e}");
+                cut_text(&mut warning, self.caps.warning_bytes);
+                tracing::debug!("{warning}");
+                out.warnings.push(warning);
+                let already = inner.quarantined & (1 << r.slot) != 0;
+                // A panic leaves the instance disabled: quarantine it at once, with one line.
+                let why = if is_panic(e) {
+                    Some("after a panic".to_owned())
+                } else if health.consecutive >= FAILURE_LATCH {
+                    Some(format!(
+                        "after {} consecutive failures (first: {})",
                         health.consecutive,
                         health.first_error.as_deref().unwrap_or("unknown")
-                    );
+                    ))
+                } else {
+                    None
+                };
+                if let (Some(why), false) = (why, already) {
+                    inner.quarantined |= 1 << r.slot;
+                    let mut msg =
+                        format!("hook:{name}: disabled for the rest of this invocation {why}");
+                    cut_text(&mut msg, self.caps.warning_bytes);
                     tracing::debug!("{msg}");
                     out.warnings.push(msg);
                 }
@@ -782,12 +923,25 @@ impl Dispatcher {
     }
 }
 
+/// Is a hook's error the report of a panic caught in the plugin (the SDK's adapter reports
+/// them as `panicked at <file>:<line>: <message>`)?
+pub fn is_panic(error: &str) -> bool {
+    error.starts_with("panicked at ") || error.starts_with("panicked: ")
+}
+
+/// Tells a worker to exit once it is idle (or leaves it to a hung call).
+fn retire(worker: &Worker) {
+    worker.shared.abandoned.store(true, Ordering::Release);
+    worker.thread.unpark();
+}
+
 /// Waits for job `seq`, serving converse requests. Returns the slot of a hook that overran
-/// `deadline`, or `None` when the job completed.
+/// its deadline (abandoned: the worker will call nothing more), or `None` when the job
+/// completed.
 fn wait(
     shared: &Shared,
     seq: u64,
-    deadline: Duration,
+    deadline: impl Fn() -> Duration,
     session: Option<&dyn Session>,
     converse_timeout: Duration,
     worker: &Thread,
@@ -825,8 +979,21 @@ fn wait(
         let current = shared.current.load(Ordering::Acquire);
         if current != observed.0 {
             observed = (current, now);
-        } else if current != 0 && now.saturating_duration_since(observed.1) > deadline {
-            return Some((current & 0xffff) as usize - 1);
+        } else if current != 0 && now.saturating_duration_since(observed.1) > deadline() {
+            // Abandon exactly this call, unless it returned in the meantime.
+            if shared
+                .current
+                .compare_exchange(
+                    current,
+                    current | ABANDONED,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                )
+                .is_ok()
+            {
+                return Some((current & 0xffff) as usize - 1);
+            }
+            continue;
         }
         if now > spin_until {
             shared.runner_parked.store(true, Ordering::SeqCst);
@@ -989,6 +1156,8 @@ mod tests {
     fn errors_and_panics_become_warnings_and_three_in_a_row_trip_the_latch() {
         let d = Dispatcher::new(vec![active::<Failing>(), active::<Boom>()], deadlines(5000));
         let out = d.dispatch(point::ON_RUN_END, data("x"), None);
+        // One panic: one warning and one `disabled` line, at once.
+        assert_eq!(out.warnings.len(), 3, "{:?}", out.warnings);
         assert_eq!(out.warnings[0], "hook:failing: disk full");
         assert!(
             out.warnings[1].starts_with("hook:boom: panicked at "),
@@ -996,19 +1165,89 @@ mod tests {
             out.warnings
         );
         assert!(out.warnings[1].contains("boom went the hook"));
+        assert_eq!(
+            out.warnings[2],
+            "hook:boom: disabled for the rest of this invocation after a panic"
+        );
         let out2 = d.dispatch(point::ON_RUN_END, data("x"), None);
+        assert_eq!(out2.warnings, ["hook:failing: disk full"]);
         let out3 = d.dispatch(point::ON_RUN_END, data("x"), None);
-        assert_eq!(out2.warnings[0], "hook:failing: disk full");
-        let summary: Vec<&String> = out3
-            .warnings
-            .iter()
-            .filter(|w| w.contains("consecutive"))
-            .collect();
-        assert_eq!(summary.len(), 2, "{:?}", out3.warnings);
-        assert!(summary[0].starts_with("hook:failing: disabled for the rest of this invocation after 3 consecutive failures (first: disk full)"));
+        assert_eq!(
+            out3.warnings,
+            [
+                "hook:failing: disk full",
+                "hook:failing: disabled for the rest of this invocation after 3 consecutive failures (first: disk full)"
+            ]
+        );
         // Both are now quarantined: nothing is called.
         let out4 = d.dispatch(point::ON_RUN_END, data("x"), None);
         assert!(out4.warnings.is_empty() && out4.returns.is_empty() && out4.ok == 0);
+    }
+
+    pub(super) static WIDEN_ABANDON_WINDOW_US: AtomicU64 = AtomicU64::new(0);
+    static A_SLEEP_US: AtomicU64 = AtomicU64::new(0);
+    static B_CALLS: StdMutex<Vec<String>> = StdMutex::new(Vec::new());
+
+    /// Returns right around its deadline.
+    #[derive(Default)]
+    struct Borderline;
+    #[hook]
+    impl Hook for Borderline {
+        const NAME: &'static str = "borderline";
+        fn on_run_start(&mut self, _: &Context<'_>) -> HookResult {
+            std::thread::sleep(Duration::from_micros(A_SLEEP_US.load(Ordering::Relaxed)));
+            Ok(())
+        }
+    }
+
+    /// Records each call's run id.
+    #[derive(Default)]
+    struct Once;
+    #[hook]
+    impl Hook for Once {
+        const NAME: &'static str = "once";
+        fn on_run_start(&mut self, ctx: &Context<'_>) -> HookResult {
+            B_CALLS
+                .lock()
+                .unwrap()
+                .push(ctx.run_id().unwrap_or_default().to_owned());
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_call_that_returns_as_it_is_abandoned_never_lets_two_threads_call_the_next_hook() {
+        // The hook before `once` returns within microseconds of its deadline, so the
+        // waiting thread's "it hung" and the worker's "it returned" race. Whichever wins,
+        // `once` is called once per dispatch: by the old worker or by its replacement,
+        // never by both.
+        let deadline = Duration::from_millis(4);
+        // The first half returns inside a widened window after the deadline; the second
+        // half races the deadline itself.
+        for i in 0..300u64 {
+            let (sleep_us, widen_us) = if i < 150 {
+                (5_000, 4_000)
+            } else {
+                (3_700 + (i % 7) * 100, 0)
+            };
+            A_SLEEP_US.store(sleep_us, Ordering::Relaxed);
+            WIDEN_ABANDON_WINDOW_US.store(widen_us, Ordering::Relaxed);
+            let d = Dispatcher::new(
+                vec![active::<Borderline>(), active::<Once>()],
+                Deadlines {
+                    dispatch: deadline,
+                    converse: deadline,
+                },
+            );
+            d.dispatch(point::ON_RUN_START, data(&format!("race-{i}")), None);
+        }
+        // Give an abandoned worker time to run on into the next hook, if it (wrongly) would.
+        std::thread::sleep(Duration::from_millis(200));
+        let calls = B_CALLS.lock().unwrap().clone();
+        let mut seen = std::collections::HashSet::new();
+        let twice: Vec<&String> = calls.iter().filter(|c| !seen.insert(*c)).collect();
+        assert!(twice.is_empty(), "called twice in one dispatch: {twice:?}");
+        assert_eq!(calls.len(), 300);
     }
 
     struct Echo(Option<Duration>);

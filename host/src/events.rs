@@ -1,8 +1,10 @@
 //! The event stream: what happened in a sweep, as JSON lines.
 //!
-//! Durable: `<sweep_ts>.events.jsonl` in the runs directory. Each event is one line, written
-//! with a single `write(2)` to a file opened for appending, so a sweep killed at any point
-//! (even with SIGKILL) leaves a journal whose every line parses. Live: the same lines go to
+//! Durable: `<sweep_stem>.events.jsonl` in the runs directory, created new (never appended
+//! to, never through a symlink): the sweep's stem is unique per sweep, and a stem already
+//! taken in the directory is not reused. Each event is one line, written with a single
+//! `write(2)` to a file opened for appending, so a sweep killed at any point (even with
+//! SIGKILL) leaves a journal whose every line parses. Live: the same lines go to
 //! `wt run --events -` (stdout) or `--events FILE` as they happen.
 //!
 //! Every event carries the schema version, a per-sweep sequence number (gapless, in file
@@ -20,6 +22,7 @@ use std::{
 
 use serde::Serialize;
 use serde_json::Value;
+use windtunnel_sdk::model::TurnErrorKind;
 
 /// Version of the event schema.
 pub const EVENTS_SCHEMA_VERSION: u32 = 1;
@@ -33,6 +36,9 @@ pub enum Event {
         agent: String,
         scenarios: usize,
         hooks: Vec<String>,
+        /// The policy revision in force, when guards are active.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        policy_revision: Option<String>,
     },
     ScenarioStarted {
         runs: u32,
@@ -49,14 +55,34 @@ pub enum Event {
         #[serde(skip_serializing_if = "Option::is_none")]
         error: Option<String>,
     },
+    /// A request of the turn failed and is tried again after `wait_ms`.
+    RequestRetried {
+        attempt: u32,
+        error: String,
+        wait_ms: u64,
+    },
     TurnDone {
         latency_ms: u64,
     },
     TurnFailed {
         error: String,
+        error_kind: TurnErrorKind,
     },
     TurnInterrupted {
         reason: String,
+        error_kind: TurnErrorKind,
+    },
+    /// A guard denied the turn before it started (it has no `TurnStarted` and no terminal
+    /// event).
+    TurnDenied {
+        guard: String,
+        code: String,
+        /// `denied`, or the guard failure that denied: `error`, `panic`, `timeout`,
+        /// `quarantined`.
+        kind: String,
+        message: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        policy_revision: Option<String>,
     },
     RunScored {
         verdict: String,
@@ -90,6 +116,8 @@ impl Event {
             Event::RunStarted { .. } => "RunStarted",
             Event::TurnStarted { .. } => "TurnStarted",
             Event::StepDone { .. } => "StepDone",
+            Event::RequestRetried { .. } => "RequestRetried",
+            Event::TurnDenied { .. } => "TurnDenied",
             Event::TurnDone { .. } => "TurnDone",
             Event::TurnFailed { .. } => "TurnFailed",
             Event::TurnInterrupted { .. } => "TurnInterrupted",
@@ -137,14 +165,10 @@ struct Line<'a> {
 /// Why the journal could not be written.
 #[derive(Debug, thiserror::Error)]
 pub enum JournalError {
-    #[error("failed to open the event journal {path}: {source}")]
+    #[error("failed to create the event journal {path}")]
     Open {
         path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("failed to write the event journal {path}: {source}")]
-    Write {
-        path: PathBuf,
+        #[source]
         source: std::io::Error,
     },
 }
@@ -166,26 +190,43 @@ pub struct Journal {
 }
 
 impl Journal {
-    /// Opens `<dir>/<sweep_ts>.events.jsonl` (new, appending) and an optional live sink.
+    /// Creates `<dir>/<sweep.stem>.events.jsonl` — a new file, never one that exists and
+    /// never through a symlink — and an optional live sink. When the stem is taken in `dir`
+    /// (another sweep, or a pinned sweep run twice into one directory), `sweep.stem` becomes
+    /// the first free `<stem>-N`.
     pub fn create(
         dir: &Path,
-        sweep_ts: &str,
-        sweep_id: &str,
+        sweep: &mut crate::runner::Sweep,
         live: Option<Box<dyn Write + Send>>,
         now: Box<dyn Fn() -> String + Send + Sync>,
     ) -> Result<Journal, JournalError> {
-        let path = dir.join(format!("{sweep_ts}.events.jsonl"));
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .map_err(|source| JournalError::Open {
-                path: path.clone(),
-                source,
-            })?;
+        use std::os::unix::fs::OpenOptionsExt;
+        let base = sweep.stem.clone();
+        let mut n = 0u32;
+        let (path, file) = loop {
+            let stem = if n == 0 {
+                base.clone()
+            } else {
+                format!("{base}-{n}")
+            };
+            let path = dir.join(format!("{stem}.events.jsonl"));
+            let opened = std::fs::OpenOptions::new()
+                .append(true)
+                .create_new(true)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&path);
+            match opened {
+                Ok(file) => {
+                    sweep.stem = stem;
+                    break (path, file);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n < 10_000 => n += 1,
+                Err(source) => return Err(JournalError::Open { path, source }),
+            }
+        };
         Ok(Journal {
             path,
-            sweep_id: sweep_id.to_owned(),
+            sweep_id: sweep.id.clone(),
             now,
             inner: Mutex::new(Inner {
                 file,
@@ -270,10 +311,15 @@ mod tests {
     #[test]
     fn lines_carry_ids_sequence_and_cause() {
         let dir = tempfile::tempdir().unwrap();
+        let mut sweep = crate::runner::Sweep {
+            id: "sw-1".into(),
+            ts: "20261130T000000Z".into(),
+            stem: "20261130T000000Z_sw-1".into(),
+            started_at: "2026-11-30T00:00:00Z".into(),
+        };
         let j = Journal::create(
             dir.path(),
-            "20261130T000000Z",
-            "sw-1",
+            &mut sweep,
             None,
             Box::new(|| "2026-11-30T00:00:00Z".into()),
         )
@@ -297,6 +343,23 @@ mod tests {
             },
             &Event::TurnDone { latency_ms: 3 },
         );
+        // A second sweep with the same stem gets its own file; a planted symlink is refused.
+        let mut again = sweep.clone();
+        let j2 = Journal::create(dir.path(), &mut again, None, Box::new(String::new)).unwrap();
+        assert_eq!(again.stem, "20261130T000000Z_sw-1-1");
+        assert_ne!(j2.path(), j.path());
+        let mut planted = crate::runner::Sweep {
+            stem: "planted".into(),
+            ..sweep.clone()
+        };
+        std::os::unix::fs::symlink(
+            dir.path().join("elsewhere"),
+            dir.path().join("planted.events.jsonl"),
+        )
+        .unwrap();
+        Journal::create(dir.path(), &mut planted, None, Box::new(String::new)).unwrap();
+        assert_eq!(planted.stem, "planted-1");
+        assert!(!dir.path().join("elsewhere").exists());
         let lines = read_journal(j.path()).unwrap();
         assert_eq!(lines.len(), 2);
         assert_eq!(lines[0]["event"], "TurnStarted");
@@ -311,7 +374,7 @@ mod tests {
         assert_eq!(lines[1]["latency_ms"], 3);
         assert_eq!(
             j.path().file_name().unwrap(),
-            "20261130T000000Z.events.jsonl"
+            "20261130T000000Z_sw-1.events.jsonl"
         );
     }
 }

@@ -10,7 +10,10 @@ pub const RUN_FAILED: u8 = 1;
 pub const USAGE: u8 = 2;
 /// At least one run could not be judged (ERROR).
 pub const RUN_ERROR: u8 = 3;
-/// Interrupted (Ctrl-C).
+/// The sweep was cut short: something inside `wt` (a plugin, the agent runtime) ended the
+/// process before the sweep finished, whatever exit status it asked for.
+pub const ABORTED: u8 = 4;
+/// Interrupted (Ctrl-C, SIGTERM or SIGHUP).
 pub const INTERRUPTED: u8 = 130;
 
 /// An error that carries the exit code it should end the process with.

@@ -283,6 +283,34 @@ fn validate(file: &str, s: &Scenario) -> Result<(), PackError> {
             Some(_) => {}
         }
     }
+    // A tool an expectation names but the scenario does not declare is a typo: a
+    // constraint on it could never fail, a requirement never pass.
+    if !s.tools.is_empty() {
+        let named = [
+            (
+                "expect.trajectory.required_tools",
+                &s.expect.trajectory.required_tools,
+            ),
+            (
+                "expect.constraint.forbidden_tools",
+                &s.expect.constraint.forbidden_tools,
+            ),
+        ];
+        for (place, list) in named {
+            for (i, name) in list.iter().enumerate() {
+                if !names.contains_key(name) {
+                    let declared: Vec<&str> = names.keys().map(String::as_str).collect();
+                    return bad(
+                        &format!("{place}[{i}]"),
+                        format!(
+                            "no tool `{name}` is declared in this scenario (declared: {})",
+                            declared.join(", ")
+                        ),
+                    );
+                }
+            }
+        }
+    }
     Ok(())
 }
 

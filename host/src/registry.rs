@@ -37,9 +37,14 @@ pub fn builtins() -> Vec<BuiltIn> {
 }
 
 /// Names no hook may take because their `WT_<NAME>_` prefix is `wt`'s own.
-const RESERVED: [&str; 9] = [
-    "hook", "hooks", "plugin", "inject", "fixed", "log", "events", "policy", "isolate",
+const RESERVED: [&str; 13] = [
+    "hook", "hooks", "plugin", "inject", "fixed", "log", "events", "policy", "grace", "isolate",
+    "mcp", "run", "session",
 ];
+
+/// Names no hook may take because its artifacts would take the names of `wt`'s own files:
+/// `<stem>.score.json` is the score sidecar, `….pack.json` marks pack-scoped artifacts.
+const RESERVED_FOR_FILES: [&str; 2] = ["score", "pack"];
 
 /// Where a hook comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -357,6 +362,11 @@ impl Registry {
 }
 
 fn reserved(name: &str) -> Option<String> {
+    if RESERVED_FOR_FILES.contains(&name) {
+        return Some(format!(
+            "its artifacts would be named like wt's own `.{name}.json` files"
+        ));
+    }
     RESERVED.contains(&name).then(|| {
         format!(
             "its settings prefix {} belongs to wt itself",
@@ -394,12 +404,40 @@ fn check_prefixes(names: &[String]) -> Result<(), ActivationError> {
     Ok(())
 }
 
-/// The settings of a hook: every `WT_<NAME>_*` variable, sorted.
+/// The settings of a hook: every `WT_<NAME>_*` variable, sorted. The value of a setting
+/// whose own name (after the prefix) contains KEY, TOKEN, SECRET, PASSWORD or CREDENTIAL is
+/// recorded as `[redacted]`.
 pub fn hook_settings(name: &str) -> std::collections::BTreeMap<String, String> {
     let prefix = env_prefix(name);
-    std::env::vars()
+    std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v)))
         .filter(|(k, _)| k.starts_with(&prefix))
+        .map(|(k, v)| {
+            let secret = crate::secrets::is_secret_name(&k[prefix.len()..]);
+            let v = if secret {
+                crate::secrets::REDACTED.to_owned()
+            } else {
+                v.to_string_lossy().into_owned()
+            };
+            (k, v)
+        })
         .collect()
+}
+
+/// The values of a hook's secret settings (see [`hook_settings`]), to redact wherever they
+/// would be printed or stored.
+pub fn hook_secrets(name: &str) -> crate::secrets::Redactor {
+    let prefix = env_prefix(name);
+    let mut r = crate::secrets::Redactor::new();
+    for (k, v) in std::env::vars_os() {
+        let (Ok(k), Ok(v)) = (k.into_string(), v.into_string()) else {
+            continue;
+        };
+        if k.starts_with(&prefix) && crate::secrets::is_secret_name(&k[prefix.len()..]) {
+            r.add(&v);
+        }
+    }
+    r
 }
 
 /// An activated hook, ready to call.

@@ -410,7 +410,7 @@ max_steps = 2
                 input: "hi".into(),
                 reply: Some(reply.into()),
                 latency_ms: 5,
-                error: None,
+                ..TurnRecord::default()
             }],
             evidence: windtunnel_sdk::model::Evidence {
                 tool_calls: tools

@@ -3,13 +3,19 @@
 //!
 //! - [`is_sidecar`] is THE sidecar rule; every walker goes through [`load_runs`], which
 //!   applies it, so a sidecar is never mistaken for a trace.
-//! - Every write is atomic: a temporary file in the target directory, then a rename, so a
-//!   killed sweep leaves only whole files (no fsync: whole files on a crash of `wt`, not on
-//!   a power cut).
-//! - Stems and names are validated at write time so a trace stem never contains a dot.
+//! - Every write is atomic: a temporary file (`.wt-tmp-*`) in the target directory, then a
+//!   rename, so a killed sweep leaves only whole files (no fsync: whole files on a crash of
+//!   `wt`, not on a power cut). Temporary files in flight are tracked, so a second Ctrl-C or
+//!   an aborted exit removes them ([`remove_temp_files`]).
+//! - A run's score is created new ([`write_json_new`]): it claims the run's stem, so two
+//!   sweeps writing into one directory can never overwrite each other's runs.
+//! - Stems and names are validated at write time so a trace stem never contains a dot, and
+//!   no hook artifact can take the name of one of `wt`'s own files ([`RESERVED_LABELS`]).
 
+use std::collections::HashSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use serde::Serialize;
 use windtunnel_sdk::model::{Score, Trace, is_slug};
@@ -17,6 +23,8 @@ use windtunnel_sdk::model::{Score, Trace, is_slug};
 /// A file-system failure, naming the file.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    #[error("write {path}: it exists already")]
+    Exists { path: PathBuf },
     #[error("write {path}: {source}")]
     Write {
         path: PathBuf,
@@ -80,13 +88,13 @@ pub fn score_path(dir: &Path, stem: &str) -> PathBuf {
     dir.join(format!("{stem}.score.json"))
 }
 
-/// `<stem>.<hook>.json` or `<stem>.<hook>.<label>.json`; hook and label must be slugs.
-pub fn artifact_path(
-    dir: &Path,
-    stem: &str,
-    hook: &str,
-    label: Option<&str>,
-) -> Result<PathBuf, StoreError> {
+/// Labels no artifact may carry: they would make its file look like one of `wt`'s own
+/// (`<stem>.<hook>.score.json` next to score sidecars, `….pack.json` next to pack-scoped
+/// artifacts).
+pub const RESERVED_LABELS: [&str; 2] = ["score", "pack"];
+
+/// Checks a hook name and an artifact label for use in a file name.
+pub fn check_artifact_names(hook: &str, label: Option<&str>) -> Result<(), StoreError> {
     for (what, name) in [("hook name", Some(hook)), ("artifact label", label)] {
         if let Some(name) = name {
             if !is_slug(name) {
@@ -98,6 +106,24 @@ pub fn artifact_path(
             }
         }
     }
+    if let Some(l) = label.filter(|l| RESERVED_LABELS.contains(l)) {
+        return Err(StoreError::BadName {
+            what: "artifact label",
+            name: l.to_owned(),
+            why: "`score` and `pack` are reserved for wt's own files",
+        });
+    }
+    Ok(())
+}
+
+/// `<stem>.<hook>.json` or `<stem>.<hook>.<label>.json`; hook and label must be slugs.
+pub fn artifact_path(
+    dir: &Path,
+    stem: &str,
+    hook: &str,
+    label: Option<&str>,
+) -> Result<PathBuf, StoreError> {
+    check_artifact_names(hook, label)?;
     Ok(dir.join(match label {
         Some(l) => format!("{stem}.{hook}.{l}.json"),
         None => format!("{stem}.{hook}.json"),
@@ -105,56 +131,108 @@ pub fn artifact_path(
 }
 
 /// A scenario- or pack-scoped hook artifact, at the runs-directory root:
-/// `<sweep_ts>.<hook>[.<scenario_id>][.<label>].pack.json`.
+/// `<sweep_stem>.<hook>[.<label>].pack.json` for the pack,
+/// `<sweep_stem>.<hook>.scenario.<scenario_id>[.<label>].pack.json` for a scenario. The
+/// two cannot collide: a scenario's name has two segments more than the pack's.
 pub fn scoped_artifact_path(
     dir: &Path,
-    sweep_ts: &str,
+    sweep_stem: &str,
     hook: &str,
     scenario_id: Option<&str>,
     label: Option<&str>,
 ) -> Result<PathBuf, StoreError> {
-    for (what, name) in [
-        ("hook name", Some(hook)),
-        ("scenario id", scenario_id),
-        ("artifact label", label),
-    ] {
-        if let Some(name) = name {
-            if !is_slug(name) {
-                return Err(StoreError::BadName {
-                    what,
-                    name: name.to_owned(),
-                    why: "use 1-64 characters of a-z, 0-9, `_` and `-`",
-                });
-            }
-        }
+    check_artifact_names(hook, label)?;
+    if let Some(id) = scenario_id.filter(|id| !is_slug(id)) {
+        return Err(StoreError::BadName {
+            what: "scenario id",
+            name: id.to_owned(),
+            why: "use 1-64 characters of a-z, 0-9, `_` and `-`",
+        });
     }
-    let mut name = format!("{sweep_ts}.{hook}");
-    for part in [scenario_id, label].into_iter().flatten() {
+    let mut name = format!("{sweep_stem}.{hook}");
+    if let Some(id) = scenario_id {
+        name.push_str(".scenario.");
+        name.push_str(id);
+    }
+    if let Some(l) = label {
         name.push('.');
-        name.push_str(part);
+        name.push_str(l);
     }
     name.push_str(".pack.json");
     Ok(dir.join(name))
 }
 
-/// Writes `bytes` to `path` atomically (temp file in the same directory, then rename).
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
-    let err = |source| StoreError::Write {
-        path: path.to_owned(),
-        source,
+/// Temporary files being written right now.
+static IN_FLIGHT: Mutex<Option<HashSet<PathBuf>>> = Mutex::new(None);
+
+fn track(path: &Path) {
+    let mut set = IN_FLIGHT.lock().unwrap_or_else(|e| e.into_inner());
+    set.get_or_insert_with(HashSet::new).insert(path.to_owned());
+}
+
+fn untrack(path: &Path) {
+    let mut set = IN_FLIGHT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(set) = set.as_mut() {
+        set.remove(path);
+    }
+}
+
+/// Removes the temporary files being written right now (before an exit that will not let
+/// their writers finish). Never blocks: if a writer holds the list, nothing is removed.
+pub fn remove_temp_files() {
+    let Ok(mut set) = IN_FLIGHT.try_lock() else {
+        return;
     };
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty());
-    let dir = dir.unwrap_or(Path::new("."));
+    for p in set.take().unwrap_or_default() {
+        let _ = std::fs::remove_file(p);
+    }
+}
+
+fn temp_file(dir: &Path) -> std::io::Result<tempfile::NamedTempFile> {
     let mut builder = tempfile::Builder::new();
     builder.prefix(".wt-tmp-");
     // Temp files are created 0600; the files we leave behind are ordinary ones (0644 less
     // the umask), readable by whoever collects the runs directory.
     #[cfg(unix)]
     builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644));
-    let mut tmp = builder.tempfile_in(dir).map_err(err)?;
-    tmp.write_all(bytes).map_err(err)?;
-    tmp.persist(path).map_err(|e| err(e.error))?;
-    Ok(())
+    builder.tempfile_in(dir)
+}
+
+/// Writes `bytes` to `path` atomically (temp file in the same directory, then rename); with
+/// `new`, fails with [`StoreError::Exists`] instead of replacing a file.
+fn write_file(path: &Path, bytes: &[u8], new: bool) -> Result<(), StoreError> {
+    let err = |source| StoreError::Write {
+        path: path.to_owned(),
+        source,
+    };
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty());
+    let dir = dir.unwrap_or(Path::new("."));
+    let mut tmp = temp_file(dir).map_err(err)?;
+    let tmp_path = tmp.path().to_owned();
+    track(&tmp_path);
+    let result = tmp.write_all(bytes).map_err(err).and_then(|()| {
+        let persisted = if new {
+            tmp.persist_noclobber(path)
+        } else {
+            tmp.persist(path)
+        };
+        persisted.map(drop).map_err(|e| {
+            if e.error.kind() == std::io::ErrorKind::AlreadyExists {
+                StoreError::Exists {
+                    path: path.to_owned(),
+                }
+            } else {
+                err(e.error)
+            }
+        })
+    });
+    untrack(&tmp_path);
+    result
+}
+
+/// Writes `bytes` to `path` atomically (temp file in the same directory, then rename).
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
+    write_file(path, bytes, false)
 }
 
 /// Pretty JSON with a trailing newline, the form of every file `wt` writes.
@@ -165,6 +243,19 @@ pub fn to_json_bytes<T: Serialize + ?Sized>(value: &T) -> Vec<u8> {
 }
 
 pub fn write_json<T: Serialize + ?Sized>(path: &Path, value: &T) -> Result<(), StoreError> {
+    write_json_to(path, value, false)
+}
+
+/// Like [`write_json`], but the file must not exist yet ([`StoreError::Exists`] if it does).
+pub fn write_json_new<T: Serialize + ?Sized>(path: &Path, value: &T) -> Result<(), StoreError> {
+    write_json_to(path, value, true)
+}
+
+fn write_json_to<T: Serialize + ?Sized>(
+    path: &Path,
+    value: &T,
+    new: bool,
+) -> Result<(), StoreError> {
     thread_local! {
         // Reused per thread: a sweep serializes thousands of similar documents.
         static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
@@ -174,7 +265,7 @@ pub fn write_json<T: Serialize + ?Sized>(path: &Path, value: &T) -> Result<(), S
         buf.clear();
         serde_json::to_writer_pretty(&mut *buf, value).expect("model types serialize");
         buf.push(b'\n');
-        let written = write_atomic(path, &buf);
+        let written = write_file(path, &buf, new);
         if buf.capacity() > 1 << 20 {
             // Do not keep an outsized buffer after a huge document.
             *buf = Vec::new();
@@ -283,20 +374,37 @@ mod tests {
 
     #[test]
     fn pack_artifacts_are_sidecars() {
-        let p = scoped_artifact_path(
-            Path::new("d"),
-            "20261130T051500Z",
-            "debrief",
-            Some("s-1"),
-            Some("x"),
-        )
-        .unwrap();
-        assert_eq!(p, Path::new("d/20261130T051500Z.debrief.s-1.x.pack.json"));
+        let p =
+            scoped_artifact_path(Path::new("d"), "S", "debrief", Some("s-1"), Some("x")).unwrap();
+        assert_eq!(p, Path::new("d/S.debrief.scenario.s-1.x.pack.json"));
         assert!(is_sidecar(&p));
-        let p = scoped_artifact_path(Path::new("d"), "20261130T051500Z", "debrief", None, None)
-            .unwrap();
-        assert_eq!(p, Path::new("d/20261130T051500Z.debrief.pack.json"));
+        let p = scoped_artifact_path(Path::new("d"), "S", "debrief", None, None).unwrap();
+        assert_eq!(p, Path::new("d/S.debrief.pack.json"));
         assert!(scoped_artifact_path(Path::new("d"), "t", "h", Some("a.b"), None).is_err());
+        // A pack label equal to a scenario id, or to the marker, cannot collide.
+        let d = Path::new("d");
+        let pack = scoped_artifact_path(d, "S", "h", None, Some("s-1")).unwrap();
+        let scen = scoped_artifact_path(d, "S", "h", Some("s-1"), None).unwrap();
+        let marker = scoped_artifact_path(d, "S", "h", None, Some("scenario")).unwrap();
+        assert_ne!(pack, scen);
+        assert_ne!(marker, scen);
+        for label in RESERVED_LABELS {
+            assert!(artifact_path(d, "s", "h", Some(label)).is_err());
+        }
+    }
+
+    #[test]
+    fn a_new_file_is_never_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("s.score.json");
+        write_json_new(&p, &1).unwrap();
+        assert!(matches!(
+            write_json_new(&p, &2),
+            Err(StoreError::Exists { .. })
+        ));
+        assert_eq!(std::fs::read(&p).unwrap(), b"1\n");
+        // Nothing is left behind.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
     }
 
     #[test]

@@ -211,6 +211,10 @@ pub struct AgentConfig {
     /// Demo runtime only: a fault mode (`leaky`, `forbidden-tool`, `slow`, `garbled`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fault: Option<String>,
+    /// Largest response body accepted from the agent's endpoint, in bytes (default 8 MiB);
+    /// a larger one ends the turn with a protocol error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_response_bytes: Option<u64>,
 }
 
 /// What the agent saw, frozen before the first inject.
@@ -244,6 +248,62 @@ pub struct TurnRecord {
     /// A transport or protocol error that ended the turn.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// What kind of error `error` is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_kind: Option<TurnErrorKind>,
+    /// Requests of this turn that were retried, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retries: Vec<Retry>,
+}
+
+/// Why a turn ended without a reply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TurnErrorKind {
+    /// The turn's deadline passed.
+    Timeout,
+    /// The agent could not be reached: connection refused or reset, HTTP 429/5xx.
+    Transport,
+    /// The agent answered outside its protocol: malformed JSON, a missing field, a reply
+    /// over the size limit, another session's reply.
+    Protocol,
+    /// The agent answered and failed: it declared an error, crashed, or kept calling tools.
+    Agent,
+    /// `wt` was stopped (Ctrl-C, SIGTERM, SIGHUP) and cut the turn after its grace period.
+    Interrupted,
+    /// A kind this SDK does not know (written by a newer `wt`).
+    #[serde(other)]
+    Unknown,
+}
+
+impl TurnErrorKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TurnErrorKind::Timeout => "timeout",
+            TurnErrorKind::Transport => "transport",
+            TurnErrorKind::Protocol => "protocol",
+            TurnErrorKind::Agent => "agent",
+            TurnErrorKind::Interrupted => "interrupted",
+            TurnErrorKind::Unknown => "unknown",
+        }
+    }
+}
+
+impl std::fmt::Display for TurnErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A request that failed and was tried again.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Retry {
+    /// 1 for the first retry.
+    pub attempt: u32,
+    /// Why the previous attempt failed.
+    pub error: String,
+    /// How long `wt` waited before this attempt (backoff, or the server's `Retry-After`).
+    pub wait_ms: u64,
 }
 
 /// A tool call the agent made, as executed against the fixture world.

@@ -55,6 +55,12 @@ pub struct TurnResult {
     pub ended_at: String,
     pub outcome: Outcome,
     pub error: Option<String>,
+    /// What kind of error `error` is (timeout, transport, protocol, agent, interrupted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_kind: Option<crate::model::TurnErrorKind>,
+    /// The guard's denial, when the outcome is `Denied`: which guard, its code and message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub denial: Option<crate::model::Denial>,
 }
 
 /// A guard's answer.

@@ -1,6 +1,7 @@
 //! The end-to-end suite: builds the workspace's binaries and plugins from source and drives
 //! the real `wt` binary.
 
+mod hardening;
 mod harness;
 mod hooks;
 mod isolation;

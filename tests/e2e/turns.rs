@@ -252,11 +252,25 @@ fn assert_denied(s: &Sweep, kind: &str) -> Value {
         .filter(|e| e["event"] == "TurnStarted")
         .count();
     assert_eq!(started, 0, "no TurnStarted for a denied turn");
-    // The begin that ran before the guard gets its finish; the one after never began.
+    // The begin that ran before the guard gets its finish, which sees the denial; the one
+    // after never began.
+    let guard = t["denial"]["guard"].as_str().unwrap();
+    let denial = s
+        .log
+        .iter()
+        .find(|l| l.starts_with("turn_a denial 0 "))
+        .unwrap();
+    assert!(
+        denial.ends_with(&format!(
+            " {guard}/{}",
+            t["denial"]["code"].as_str().unwrap()
+        )),
+        "{denial}"
+    );
     assert_eq!(
         s.log
             .iter()
-            .filter(|l| l.starts_with("turn_"))
+            .filter(|l| l.starts_with("turn_") && !l.contains(" denial "))
             .cloned()
             .collect::<Vec<_>>(),
         [

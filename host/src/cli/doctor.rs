@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 use windtunnel_sdk::model::Scenario;
 
 use crate::{
+    cli::term,
     clock::Ids,
     exit::{self, CodedError},
     runtime::{self, AgentHandle, TurnCtx},
@@ -83,10 +84,11 @@ fn send(
             index: 0,
             world,
             timeout,
+            stop: &crate::interrupt::Interrupt::default(),
         },
     );
     match (reply.error, reply.text) {
-        (Some(e), _) => Err(e),
+        (Some(e), _) => Err(e.message),
         (None, Some(t)) => Ok(t),
         (None, None) => Err("no reply".into()),
     }
@@ -95,7 +97,10 @@ fn send(
 pub fn run(args: DoctorArgs) -> anyhow::Result<u8> {
     let agent =
         runtime::resolve_agent(&args.agent).map_err(|e| CodedError::usage(e.to_string()))?;
-    let rt = runtime::for_agent(&agent).map_err(|e| CodedError::usage(e.to_string()))?;
+    runtime::validate_agent(&agent)
+        .map_err(|e| CodedError::usage(format!("agent `{}`: {e}", agent.label)))?;
+    let rt = runtime::for_agent(&agent)
+        .map_err(|e| CodedError::usage(format!("agent `{}`: {e}", agent.label)))?;
     let ids = args.seed.map_or_else(Ids::random, Ids::seeded);
     let nonce = format!(
         "WT-CANARY-{}",
@@ -107,10 +112,10 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<u8> {
     );
     let timeout = runtime::turn_timeout(&agent);
     let mut checks = Vec::new();
-    eprintln!(
+    term::err_line(&format!(
         "wt doctor: agent `{}` (runtime {})",
         agent.label, agent.runtime
-    );
+    ));
 
     let mut handle = match rt.provision(&canary_scenario()) {
         Ok(h) => {
@@ -216,7 +221,10 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<u8> {
                     "state": state,
                 });
                 crate::store::write_json(path, &doc)?;
-                eprintln!("wrote the clean post-reset state to {}", path.display());
+                term::err_line(&format!(
+                    "wrote the clean post-reset state to {}",
+                    path.display()
+                ));
             }
             None => {
                 return Err(CodedError::usage(format!(
@@ -228,7 +236,7 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<u8> {
         }
     }
     if let Err(e) = handle.teardown() {
-        eprintln!("warning: teardown failed: {e}");
+        term::err_line(&format!("warning: teardown failed: {e}"));
     }
     Ok(finish(&checks))
 }
@@ -278,7 +286,7 @@ fn finish(checks: &[Check]) -> u8 {
             Status::Skipped => "skip",
             Status::Unjudged => "ERROR",
         };
-        println!("{tag} {:<13} {}", c.name, c.detail);
+        term::out_line(&format!("{tag} {:<13} {}", c.name, c.detail));
     }
     if checks.iter().any(|c| c.status == Status::Unjudged) {
         exit::RUN_ERROR

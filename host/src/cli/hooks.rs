@@ -37,9 +37,10 @@ pub struct PluginDirArgs {
 }
 
 impl PluginDirArgs {
-    /// Every directory searched, in order.
-    pub fn dirs(&self) -> Vec<PathBuf> {
-        plugin::plugin_dirs(&self.plugin_dirs)
+    /// Every directory searched, in order; a named directory that does not exist is a
+    /// usage error.
+    pub fn dirs(&self) -> Result<Vec<PathBuf>, CodedError> {
+        plugin::plugin_dirs(&self.plugin_dirs).map_err(CodedError::usage)
     }
 }
 
@@ -186,7 +187,7 @@ pub fn activate(
         return Ok(Vec::new());
     }
     let isolation = isolation.isolation(log_dir)?;
-    let registry = Registry::discover(&dirs.dirs());
+    let registry = Registry::discover(&dirs.dirs()?);
     registry
         .activate_with(names, &isolation)
         .map_err(|e| CodedError::usage(e.to_string()).into())
@@ -250,7 +251,7 @@ pub fn run(cmd: HooksCommand) -> anyhow::Result<u8> {
 }
 
 fn list(args: ListArgs) -> anyhow::Result<u8> {
-    let dirs = args.dirs.dirs();
+    let dirs = args.dirs.dirs()?;
     let registry = Registry::discover(&dirs);
     let mut views: Vec<EntryView> = registry.entries.iter().map(EntryView::from).collect();
     if args.all {
@@ -265,10 +266,10 @@ fn list(args: ListArgs) -> anyhow::Result<u8> {
     }
     print_views(&views, args.json)?;
     if !args.json && !args.all && !registry.foreign.is_empty() {
-        eprintln!(
+        crate::cli::term::err_line(&format!(
             "({} shared libraries that are not Wind Tunnel plugins were skipped; --all lists them)",
             registry.foreign.len()
-        );
+        ));
     }
     Ok(exit::SUCCESS)
 }
@@ -369,12 +370,12 @@ fn install(args: InstallArgs) -> anyhow::Result<u8> {
     set_mode(tmp.path(), 0o755)?;
     tmp.persist(&dest)
         .with_context(|| format!("failed to install {}", dest.display()))?;
-    eprintln!(
+    crate::cli::term::err_line(&format!(
         "installed {} ({}) to {}",
         names.join(", "),
         file.display(),
         dest.display()
-    );
+    ));
     Ok(exit::SUCCESS)
 }
 

@@ -13,6 +13,7 @@ pub mod hooks;
 pub mod report;
 pub mod rescore;
 pub mod run;
+pub mod term;
 pub mod triage;
 
 /// Wind Tunnel: evaluate AI agents against packs of scenarios.
@@ -82,10 +83,27 @@ pub fn main() -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code),
         Err(err) => {
-            eprintln!("error: {err:#}");
+            term::err_line(&format!("error: {}", one_line(&err)));
             exit::code_for(&err)
         }
     }
+}
+
+/// An error and its causes on one line, each cause once: a cause whose text its context
+/// already quotes is not repeated.
+pub fn one_line(err: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in err.chain() {
+        let part = cause.to_string();
+        if part.is_empty() || text.contains(&part) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&part);
+    }
+    text
 }
 
 fn init_logging() {

@@ -2,26 +2,29 @@
 //! with the exit code of the worst run (see [`crate::exit`]).
 
 use std::io::IsTerminal;
-use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
-use windtunnel_sdk::model::{LAYERS, Scenario, Verdict};
+use windtunnel_sdk::model::{LAYERS, Scenario, Trace, Verdict};
 
+use crate::cli::term;
 use crate::clock::{Clock, Ids};
 use crate::deadlines::Deadlines;
 use crate::dispatch::Dispatcher;
 use crate::events::{self, Journal, Scope};
 use crate::exit::CodedError;
 use crate::hooks::observer::HookObserver;
+use crate::interrupt::{self, Interrupt, SweepGuard};
+use crate::limits::HookCaps;
 use crate::pack::Pack;
 use crate::report::Report;
 use crate::runner::{self, Event, NoopObserver, Progress, RunConfig, RunObserver, Sweep};
+use crate::store::StoredRun;
 use crate::{runtime, store};
 
 /// Options of `wt run`.
@@ -70,20 +73,21 @@ pub struct RunArgs {
     #[arg(long, value_name = "REV", help_heading = "Hooks")]
     pub policy_revision: Option<String>,
     /// Stream the event journal live: `-` for stdout, or a file path. The journal is always
-    /// written to `<out>/<sweep_ts>.events.jsonl` too.
+    /// written to `<out>/<sweep_stem>.events.jsonl` too.
     #[arg(long, value_name = "-|FILE")]
     pub events: Option<PathBuf>,
 }
 
 /// The active hooks of this invocation, checked before anything is provisioned: names
-/// resolve (plugins load), deadlines parse, and the policy-revision rule holds.
+/// resolve (plugins load), deadlines and caps parse, and the policy-revision rule holds.
 struct Hooks {
     observer: Option<Arc<HookObserver>>,
     provenance: Option<Vec<windtunnel_sdk::model::HookProvenance>>,
 }
 
-fn hooks(args: &RunArgs) -> anyhow::Result<Hooks> {
+fn hooks(args: &RunArgs, stop: &Arc<Interrupt>) -> anyhow::Result<Hooks> {
     let deadlines = Deadlines::from_env().map_err(CodedError::usage)?;
+    let caps = HookCaps::from_env().map_err(CodedError::usage)?;
     let active = crate::cli::hooks::activate(
         &args.hooks,
         &args.plugin_dirs,
@@ -104,6 +108,9 @@ fn hooks(args: &RunArgs) -> anyhow::Result<Hooks> {
         .map(|h| h.name.as_str())
         .collect();
     match (&args.policy_revision, guards.is_empty()) {
+        (Some(rev), _) if rev.trim().is_empty() => {
+            return Err(CodedError::usage("--policy-revision must not be empty").into());
+        }
         (None, false) => {
             return Err(CodedError::usage(format!(
                 "guard(s) {} active: --policy-revision REV is required",
@@ -125,19 +132,25 @@ fn hooks(args: &RunArgs) -> anyhow::Result<Hooks> {
         });
     }
     let provenance = active.iter().map(|h| h.provenance()).collect();
-    let dispatcher = Arc::new(Dispatcher::new(active, deadlines));
+    let dispatcher = Arc::new(
+        Dispatcher::new(active, deadlines)
+            .with_caps(caps)
+            .with_stop(stop.clone()),
+    );
     Ok(Hooks {
         observer: Some(Arc::new(HookObserver::new(dispatcher))),
         provenance: Some(provenance),
     })
 }
 
-fn journal_sink(events: &Option<PathBuf>) -> anyhow::Result<Option<Box<dyn Write + Send>>> {
+fn journal_sink(
+    events: &Option<PathBuf>,
+) -> anyhow::Result<Option<Box<dyn std::io::Write + Send>>> {
     Ok(match events {
         None => None,
         Some(p) if p.as_os_str() == "-" => Some(Box::new(std::io::stdout())),
         Some(p) => Some(Box::new(
-            fs_err::File::create(p).map_err(|e| CodedError::usage(e.to_string()))?,
+            fs_err::File::create(p).map_err(|e| CodedError::usage(format!("--events: {e}")))?,
         )),
     })
 }
@@ -163,17 +176,23 @@ fn load_pack(args: &RunArgs) -> anyhow::Result<Pack> {
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<u8> {
+    // Everything that can be wrong with the invocation is found before anything is written.
     let pack = load_pack(&args)?;
     let agent =
         runtime::resolve_agent(&args.agent).map_err(|e| CodedError::usage(e.to_string()))?;
+    runtime::validate_agent(&agent)
+        .map_err(|e| CodedError::usage(format!("agent `{}`: {e}", agent.label)))?;
+    let rt = runtime::for_agent(&agent)
+        .map_err(|e| CodedError::usage(format!("agent `{}`: {e}", agent.label)))?;
     let clock = Clock::from_env().map_err(|e| CodedError::usage(e.to_string()))?;
-    let hooks = hooks(&args)?;
+    let grace = interrupt::grace_from_env().map_err(CodedError::usage)?;
+    let stop = Interrupt::new();
+    let hooks = hooks(&args, &stop)?;
     let observer: Arc<dyn RunObserver> = match &hooks.observer {
         Some(o) => o.clone(),
         None => Arc::new(NoopObserver),
     };
     let live = journal_sink(&args.events)?;
-    let cancel = interrupt_flag();
     let jobs = args.jobs.map_or_else(
         || std::thread::available_parallelism().map_or(1, |n| n.get().min(8)),
         |j| j as usize,
@@ -183,34 +202,36 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
         .iter()
         .map(|s| u64::from(args.runs.unwrap_or(s.runs)))
         .sum();
+    let ids = args.seed.map_or_else(Ids::random, Ids::seeded);
+    let mut sweep = Sweep::start(&clock, &ids);
+    store::ensure_dir(&args.out)?;
+    let journal = Journal::create(
+        &args.out,
+        &mut sweep,
+        live,
+        Box::new(move || clock.now_rfc3339()),
+    )?;
+    if let Err(e) = interrupt::install(stop.clone(), grace) {
+        tracing::warn!("cannot handle Ctrl-C, SIGTERM and SIGHUP: {e}");
+    }
+    let progress = Arc::new(CliProgress::new(total, args.junit.is_some()));
     let cfg = RunConfig {
         agent,
         out_dir: args.out.clone(),
         runs: args.runs,
         jobs,
         clock,
-        ids: args.seed.map_or_else(Ids::random, Ids::seeded),
+        ids,
         observer,
-        progress: Arc::new(CliProgress::new(total)),
+        progress: progress.clone(),
         policy_revision: args.policy_revision.clone(),
         hooks: hooks.provenance.clone(),
-        journal: None,
-        cancel: cancel.clone(),
-    };
-    let sweep = Sweep::new(&cfg);
-    store::ensure_dir(&cfg.out_dir)?;
-    let journal_clock = cfg.clock;
-    let journal = Journal::create(
-        &cfg.out_dir,
-        &sweep.ts,
-        &sweep.id,
-        live,
-        Box::new(move || journal_clock.now_rfc3339()),
-    )?;
-    let cfg = RunConfig {
         journal: Some(Arc::new(journal)),
-        ..cfg
+        stop: stop.clone(),
     };
+    // From here until the summary, an exit that does not come through this function is an
+    // aborted sweep, never a pass.
+    let guard = SweepGuard::enter();
     cfg.publish(
         &Scope::default(),
         &events::Cause::Scenario,
@@ -219,36 +240,44 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
             agent: cfg.agent.label.clone(),
             scenarios: pack.scenarios.len(),
             hooks: args.hooks.clone(),
+            policy_revision: cfg.policy_revision.clone(),
         },
     );
-    eprintln!(
+    term::err_line(&format!(
         "wt: {} scenario(s), {total} run(s) of pack {} on agent `{}` → {}",
         pack.scenarios.len(),
         pack.manifest.name,
         cfg.agent.label,
         args.out.display()
-    );
-    let result = runner::run_sweep(&pack.scenarios, &cfg, &sweep).map_err(|e| match e {
-        runner::RunnerError::Runtime { .. } => anyhow::Error::new(CodedError::usage(e.to_string())),
-        other => anyhow::Error::new(other),
-    })?;
+    ));
+    let result = runner::run_sweep_on(rt.as_ref(), &pack.scenarios, &cfg, &sweep)?;
     // Pack-level point: every scenario's aggregate, provisioned or not.
     if let Some(observer) = &hooks.observer {
         let out = observer.on_pack_end(result.aggregates());
         for w in &out.warnings {
-            eprintln!("warning: {w}");
+            term::err_line(&format!("warning: {w}"));
         }
+        let mut written = std::collections::HashSet::new();
         for a in out.artifacts {
             let path = store::scoped_artifact_path(
                 &args.out,
-                &sweep.ts,
+                &sweep.stem,
                 &a.hook,
                 None,
                 a.label.as_deref(),
             )
-            .and_then(|p| store::write_json(&p, &a.payload).map(|()| p));
+            .and_then(|p| {
+                if written.insert(p.clone()) {
+                    store::write_json(&p, &a.payload).map(|()| p)
+                } else {
+                    Err(store::StoreError::Exists { path: p })
+                }
+            });
             if let Err(e) = path {
-                eprintln!("warning: hook:{}: artifact not written: {e}", a.hook);
+                term::err_line(&format!(
+                    "warning: hook:{}: artifact not written: {e}",
+                    a.hook
+                ));
             }
         }
     }
@@ -261,39 +290,24 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
         },
     );
     if let Some(e) = cfg.journal.as_ref().and_then(|j| j.error()) {
-        eprintln!("warning: event journal incomplete: {e}");
+        term::err_line(&format!("warning: event journal incomplete: {e}"));
     }
     print_summary(&pack.scenarios, &result, &args);
     if let Some(path) = &args.junit {
-        let runs: Vec<_> = store::load_runs(&[&args.out])?
-            .into_iter()
-            .filter(|(t, _, _)| t.sweep_id == sweep.id)
-            .collect();
+        // This sweep's own runs, as they were scored: nothing else in --out counts.
+        let runs = progress.take_runs();
         store::write_atomic(path, Report::from_runs(&runs).to_junit().as_bytes())
             .with_context(|| format!("write JUnit report {}", path.display()))?;
     }
-    if cancel.load(Ordering::SeqCst) {
-        eprintln!("wt: interrupted; every run that started was written");
+    drop(guard);
+    if stop.requested() {
+        term::err_line(&format!(
+            "wt: interrupted by {}; every run that started was written",
+            interrupt::signal_name(stop.signal())
+        ));
         return Ok(crate::exit::INTERRUPTED);
     }
     Ok(result.exit_code())
-}
-
-/// Ctrl-C once: finish the current run (files written, hooks paired) and stop with 130.
-/// Twice: stop at once.
-fn interrupt_flag() -> Arc<AtomicBool> {
-    let flag = Arc::new(AtomicBool::new(false));
-    let seen = flag.clone();
-    let installed = ctrlc::set_handler(move || {
-        if seen.swap(true, Ordering::SeqCst) {
-            std::process::exit(i32::from(crate::exit::INTERRUPTED));
-        }
-        eprintln!("interrupted: finishing the current run (Ctrl-C again to stop at once)");
-    });
-    if let Err(e) = installed {
-        tracing::warn!("cannot handle Ctrl-C: {e}");
-    }
-    flag
 }
 
 fn print_summary(scenarios: &[Scenario], result: &runner::SweepResult, args: &RunArgs) {
@@ -303,7 +317,7 @@ fn print_summary(scenarios: &[Scenario], result: &runner::SweepResult, args: &Ru
         .max()
         .unwrap_or(8)
         .max(8);
-    eprintln!();
+    term::err_blank();
     for s in &result.scenarios {
         let a = &s.aggregate;
         let status = if a.error.is_some() || a.errored > 0 {
@@ -330,21 +344,22 @@ fn print_summary(scenarios: &[Scenario], result: &runner::SweepResult, args: &Ru
                 format!("{why} — e.g. {p}")
             };
         }
-        eprintln!(
+        term::err_line(&format!(
             "{:<width$}  {:>7}  {status:<5}  {}",
             a.scenario_id,
             format!("{}/{}", a.passed, a.runs),
             why
-        );
+        ));
     }
     let (runs, passed) = result.scenarios.iter().fold((0, 0), |(r, p), s| {
         (r + s.aggregate.runs, p + s.aggregate.passed)
     });
-    eprintln!(
-        "\n{passed}/{runs} runs passed; traces in {} (details: wt report {})",
+    term::err_blank();
+    term::err_line(&format!(
+        "{passed}/{runs} runs passed; traces in {} (details: wt report {})",
         args.out.display(),
         args.out.display()
-    );
+    ));
 }
 
 /// Progress on stderr: a bar on a terminal, plain counter lines otherwise.
@@ -353,10 +368,12 @@ struct CliProgress {
     done: AtomicU64,
     total: u64,
     last_line: Mutex<Instant>,
+    /// This sweep's runs, slimmed to what a JUnit report needs (`--junit`).
+    runs: Option<Mutex<Vec<StoredRun>>>,
 }
 
 impl CliProgress {
-    fn new(total: u64) -> Self {
+    fn new(total: u64, keep_runs: bool) -> Self {
         let bar = std::io::stderr().is_terminal().then(|| {
             let bar = ProgressBar::new(total);
             bar.set_style(
@@ -370,18 +387,48 @@ impl CliProgress {
             done: AtomicU64::new(0),
             total,
             last_line: Mutex::new(Instant::now() - Duration::from_secs(1)),
+            runs: keep_runs.then(|| Mutex::new(Vec::new())),
         }
     }
 
-    fn line(&self, mut line: String) {
+    fn line(&self, line: String) {
         match &self.bar {
-            Some(bar) => bar.println(line),
-            None => {
-                // One write per line: stderr is unbuffered and `eprintln!` writes piecewise.
-                line.push('\n');
-                let _ = std::io::stderr().lock().write_all(line.as_bytes());
-            }
+            Some(bar) => bar.println(term::sanitize(&line)),
+            None => term::err_line(&line),
         }
+    }
+
+    fn take_runs(&self) -> Vec<StoredRun> {
+        self.runs
+            .as_ref()
+            .map(|r| std::mem::take(&mut *r.lock().unwrap_or_else(PoisonError::into_inner)))
+            .unwrap_or_default()
+    }
+
+    fn keep(&self, trace: &Trace, score: &windtunnel_sdk::model::Score, stem: &str) {
+        let Some(runs) = &self.runs else { return };
+        // What a report row needs; the texts stay on disk.
+        let slim = Trace {
+            turns: trace
+                .turns
+                .iter()
+                .map(|t| windtunnel_sdk::model::TurnRecord {
+                    index: t.index,
+                    latency_ms: t.latency_ms,
+                    ..Default::default()
+                })
+                .collect(),
+            surface: Default::default(),
+            evidence: Default::default(),
+            world: None,
+            worker_warnings: Vec::new(),
+            hooks: None,
+            ..trace.clone()
+        };
+        let path = PathBuf::from(format!("{stem}.json"));
+        runs.lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((slim, Some(score.clone()), path));
     }
 
     /// Whether a plain progress line for a passing run is due (at most one per 200 ms).
@@ -406,8 +453,10 @@ impl Progress for CliProgress {
                 scenario,
                 run_index,
                 score,
-                ..
+                trace,
+                stem,
             } => {
+                self.keep(trace, score, stem);
                 let n = self.done.fetch_add(1, Ordering::Relaxed) + 1;
                 match &self.bar {
                     Some(bar) => {
@@ -417,10 +466,7 @@ impl Progress for CliProgress {
                                 .error
                                 .clone()
                                 .unwrap_or_else(|| score.failed_layers().join(", "));
-                            bar.println(format!(
-                                "{} {scenario} #{run_index}: {why}",
-                                score.verdict
-                            ));
+                            self.line(format!("{} {scenario} #{run_index}: {why}", score.verdict));
                         }
                     }
                     None => {

@@ -5,13 +5,15 @@
 //! A point no active hook declared returns at once: no snapshot is built, nothing is
 //! serialized, no thread is involved.
 
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 use windtunnel_abi::point;
 use windtunnel_sdk::{
     GuardDecision, TurnCall, TurnResult,
     model::{AgentConfig, AggregateResult, Denial, Scenario, Score, Trace},
+    turn::Cause as TurnCause,
 };
 
 use crate::{
@@ -22,24 +24,58 @@ use crate::{
 /// Schema version stamped into artifacts that carry none.
 pub const DEFAULT_ARTIFACT_SCHEMA_VERSION: u64 = 1;
 
+type Names = Arc<Mutex<HashSet<String>>>;
+
 /// Every active hook, observing a sweep.
 pub struct HookObserver {
     dispatcher: Arc<Dispatcher>,
+    /// Artifact names written so far, per run (by run id), per scenario (by id), and for
+    /// the pack: each scope's files are named after them, so a name may be used once.
+    run_names: Mutex<HashMap<String, Names>>,
+    scenario_names: Mutex<HashMap<String, Names>>,
+    pack_names: Names,
+}
+
+fn names_in(map: &Mutex<HashMap<String, Names>>, key: &str) -> Names {
+    map.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .entry(key.to_owned())
+        .or_default()
+        .clone()
+}
+
+fn forget(map: &Mutex<HashMap<String, Names>>, key: &str) {
+    map.lock().unwrap_or_else(|e| e.into_inner()).remove(key);
 }
 
 impl HookObserver {
     pub fn new(dispatcher: Arc<Dispatcher>) -> Self {
-        HookObserver { dispatcher }
+        HookObserver {
+            dispatcher,
+            run_names: Mutex::default(),
+            scenario_names: Mutex::default(),
+            pack_names: Names::default(),
+        }
     }
 
     pub fn dispatcher(&self) -> &Dispatcher {
         &self.dispatcher
     }
 
-    fn run_data(&self, scenario: &Scenario, agent: &AgentConfig) -> CallData {
+    fn scenario_data(&self, scenario: &Scenario, agent: &AgentConfig) -> CallData {
         CallData {
             scenario: Some(Arc::new(scenario.clone())),
             agent: Some(Arc::new(agent.clone())),
+            artifact_names: Some(names_in(&self.scenario_names, &scenario.id)),
+            ..CallData::default()
+        }
+    }
+
+    fn run_data(&self, scenario: &Scenario, agent: &AgentConfig, run_id: &str) -> CallData {
+        CallData {
+            scenario: Some(Arc::new(scenario.clone())),
+            agent: Some(Arc::new(agent.clone())),
+            artifact_names: Some(names_in(&self.run_names, run_id)),
             ..CallData::default()
         }
     }
@@ -56,7 +92,7 @@ impl HookObserver {
             session_id: Some(Arc::from(trace.session_id.as_str())),
             trace: Some(Arc::new(trace.clone())),
             score: Some(Arc::new(score.clone())),
-            ..self.run_data(scenario, agent)
+            ..self.run_data(scenario, agent, &trace.run_id)
         }
     }
 
@@ -79,6 +115,7 @@ impl HookObserver {
             point::ON_PACK_END,
             || CallData {
                 aggregates: Some(Arc::new(aggregates)),
+                artifact_names: Some(self.pack_names.clone()),
                 ..CallData::default()
             },
             None,
@@ -135,7 +172,7 @@ impl RunObserver for HookObserver {
     fn on_provisioned(&self, scenario: &Scenario, agent: &AgentConfig) -> RunHookOutput {
         self.fire(
             point::ON_PROVISIONED,
-            || self.run_data(scenario, agent),
+            || self.scenario_data(scenario, agent),
             None,
         )
     }
@@ -153,7 +190,7 @@ impl RunObserver for HookObserver {
             || CallData {
                 run_id: Some(Arc::from(run_id)),
                 session_id: Some(Arc::from(session_id)),
-                ..self.run_data(scenario, agent)
+                ..self.run_data(scenario, agent, run_id)
             },
             Some(session),
         )
@@ -182,11 +219,13 @@ impl RunObserver for HookObserver {
         score: &Score,
         session: &dyn Session,
     ) -> RunHookOutput {
-        self.fire(
+        let out = self.fire(
             point::ON_RUN_END,
             || self.with_run(scenario, agent, trace, score),
             Some(session),
-        )
+        );
+        forget(&self.run_names, &trace.run_id);
+        out
     }
 
     fn on_scenario_end(
@@ -195,14 +234,16 @@ impl RunObserver for HookObserver {
         agent: &AgentConfig,
         aggregate: &AggregateResult,
     ) -> RunHookOutput {
-        self.fire(
+        let out = self.fire(
             point::ON_SCENARIO_END,
             || CallData {
                 aggregate: Some(Arc::new(aggregate.clone())),
-                ..self.run_data(scenario, agent)
+                ..self.scenario_data(scenario, agent)
             },
             None,
-        )
+        );
+        forget(&self.scenario_names, &scenario.id);
+        out
     }
 
     fn wants_turns(&self) -> bool {
@@ -212,9 +253,20 @@ impl RunObserver for HookObserver {
 
     fn begin_turn(&self, call: &TurnCall) -> TurnOpen {
         let d = &self.dispatcher;
-        let guards = d.declared(point::GUARD_CHECK);
-        let begins = d.declared(point::TURN_BEGIN);
+        let mut guards = d.declared(point::GUARD_CHECK);
+        let mut begins = d.declared(point::TURN_BEGIN);
         let mut open = TurnOpen::default();
+        if let TurnCause::Converse { hook } = &call.cause {
+            // A converse turn: guards only (observers watch the scenario's turns), and not
+            // the conversing hook itself, whose call is in progress.
+            begins = 0;
+            if let Some(slot) = d.hooks().iter().position(|h| &h.name == hook) {
+                guards &= !(1u64 << slot);
+            }
+            if guards == 0 {
+                return open;
+            }
+        }
         if guards == 0 {
             // Observers only: one hand-off for all begins.
             let out = d.dispatch_to(

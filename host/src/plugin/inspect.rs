@@ -2,11 +2,12 @@
 
 use std::{
     collections::HashMap,
-    os::unix::fs::{FileTypeExt, MetadataExt},
+    fs::File,
+    os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt},
     path::{Path, PathBuf},
 };
 
-use object::{Object, ObjectSection, ObjectSymbol};
+use object::{Object, ObjectSection, ObjectSymbol, ReadCache, ReadRef};
 use semver::{Version, VersionReq};
 use windtunnel_abi::{META_MAGIC, META_SECTION, point};
 use windtunnel_sdk::model::is_slug;
@@ -15,6 +16,46 @@ use super::Refusal;
 
 /// The dynamic symbol abi_stable's `#[export_root_module]` defines.
 pub const ROOT_SYMBOL: &str = "_1as_0lib_1header_0root_bmodule_bloader";
+
+/// The largest plugin file `wt` looks at (256 MiB; a release plugin is about 1 MB, a debug
+/// one about 11 MB). Vetting reads only the parts of a file it needs — the ELF header, the
+/// section and dynamic-symbol tables, the metadata record — never the whole file.
+pub const MAX_PLUGIN_BYTES: u64 = 256 << 20;
+
+/// The largest metadata record `wt` reads.
+const MAX_METADATA_BYTES: u64 = 64 << 10;
+
+/// Opens a plugin file for reading: never through a symlink, never blocking (a FIFO), and
+/// only a regular file of at most [`MAX_PLUGIN_BYTES`].
+pub(crate) fn open_plugin(path: &Path) -> Result<(File, std::fs::Metadata), Refusal> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => Refusal::Symlink,
+            _ => Refusal::Unreadable(e.to_string()),
+        })?;
+    let meta = file
+        .metadata()
+        .map_err(|e| Refusal::Unreadable(e.to_string()))?;
+    let ft = meta.file_type();
+    if !ft.is_file() || ft.is_fifo() || ft.is_socket() {
+        return Err(Refusal::NotRegular);
+    }
+    check_size(meta.len())?;
+    Ok((file, meta))
+}
+
+fn check_size(bytes: u64) -> Result<(), Refusal> {
+    if bytes > MAX_PLUGIN_BYTES {
+        return Err(Refusal::TooLarge {
+            bytes,
+            max: MAX_PLUGIN_BYTES,
+        });
+    }
+    Ok(())
+}
 
 /// What a plugin's metadata record says about it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,6 +103,7 @@ pub fn inspect(path: &Path, seen: &mut HashMap<(u64, u64), PathBuf>) -> Result<I
     if !ft.is_file() || ft.is_fifo() || ft.is_socket() {
         return Err(Refusal::NotRegular);
     }
+    check_size(meta.len())?;
     check_owner_mode(meta.uid(), meta.mode()).map_err(|(uid, mode)| match uid {
         Some(uid) => Refusal::ForeignFile { uid },
         None => Refusal::WritableFile { mode },
@@ -72,27 +114,46 @@ pub fn inspect(path: &Path, seen: &mut HashMap<(u64, u64), PathBuf>) -> Result<I
     }
     seen.insert(inode, path.to_path_buf());
 
-    let data = std::fs::read(path).map_err(|e| Refusal::Unreadable(e.to_string()))?;
-    check_elf_header(&data)?;
-    let file = object::File::parse(&*data).map_err(|e| Refusal::CorruptElf(e.to_string()))?;
-    let has_root = file
-        .dynamic_symbols()
-        .any(|s| s.name() == Ok(ROOT_SYMBOL) && !s.is_undefined());
-    if !has_root {
-        return Err(Refusal::NoRootModule);
-    }
-    let record = file
-        .section_by_name(META_SECTION)
-        .ok_or(Refusal::NoMetadata)?
-        .data()
-        .map_err(|e| Refusal::CorruptElf(e.to_string()))?;
-    let metadata = parse_metadata(record)?;
+    let (file, _) = open_plugin(path)?;
+    let data = ReadCache::new(file);
+    let metadata = read_record(&data)?;
     vet_metadata(&metadata)?;
     Ok(Inspected {
         path: path.to_path_buf(),
         inode,
         metadata,
     })
+}
+
+/// Reads what vetting needs from an open plugin file: the ELF header, the root symbol, the
+/// metadata record. Only those parts of the file are read.
+fn read_record<'d, R: ReadRef<'d>>(data: R) -> Result<Metadata, Refusal> {
+    let header = data
+        .read_bytes_at(0, 64)
+        .or_else(|()| data.read_bytes_at(0, 20))
+        .or_else(|()| data.read_bytes_at(0, 4))
+        .map_err(|()| Refusal::NotElf)?;
+    check_elf_header(header)?;
+    let file = object::File::parse(data).map_err(|e| Refusal::CorruptElf(e.to_string()))?;
+    let has_root = file
+        .dynamic_symbols()
+        .any(|s| s.name() == Ok(ROOT_SYMBOL) && !s.is_undefined());
+    if !has_root {
+        return Err(Refusal::NoRootModule);
+    }
+    let section = file
+        .section_by_name(META_SECTION)
+        .ok_or(Refusal::NoMetadata)?;
+    if section.size() > MAX_METADATA_BYTES {
+        return Err(Refusal::BadMetadata(format!(
+            "the record is {} bytes, more than {MAX_METADATA_BYTES}",
+            section.size()
+        )));
+    }
+    let record = section
+        .data()
+        .map_err(|e| Refusal::CorruptElf(e.to_string()))?;
+    parse_metadata(record)
 }
 
 /// The checks on what a library declares, shared by the metadata record (before loading)
@@ -254,11 +315,17 @@ fn check_elf_header(data: &[u8]) -> Result<(), Refusal> {
 }
 
 /// Best-effort read of a file's metadata record, to name the hooks of a refused file. Runs no
-/// plugin code.
+/// plugin code, and reads as little as [`inspect`] does: never a symlink's target, a FIFO,
+/// or a file over [`MAX_PLUGIN_BYTES`].
 pub fn read_metadata(path: &Path) -> Option<Metadata> {
-    let data = std::fs::read(path).ok()?;
-    let file = object::File::parse(&*data).ok()?;
-    parse_metadata(file.section_by_name(META_SECTION)?.data().ok()?).ok()
+    let (file, _) = open_plugin(path).ok()?;
+    let data = ReadCache::new(file);
+    let file = object::File::parse(&data).ok()?;
+    let section = file.section_by_name(META_SECTION)?;
+    if section.size() > MAX_METADATA_BYTES {
+        return None;
+    }
+    parse_metadata(section.data().ok()?).ok()
 }
 
 /// Parses the record written by `windtunnel_sdk::export_hooks!` (format documented in

@@ -45,9 +45,10 @@ impl LoadedLibrary {
 /// dlopens a vetted plugin, runs abi_stable's version and layout checks, and checks that the
 /// library's descriptor says what its metadata record said.
 pub fn load(inspected: &Inspected) -> Result<LoadedLibrary, Refusal> {
-    let bytes = std::fs::read(&inspected.path).map_err(|e| Refusal::Unreadable(e.to_string()))?;
-    let sha256 = hex(&Sha256::digest(&bytes));
-    drop(bytes);
+    let (mut file, _) = super::inspect::open_plugin(&inspected.path)?;
+    let mut hasher = Sha256::new();
+    std::io::copy(&mut file, &mut hasher).map_err(|e| Refusal::Unreadable(e.to_string()))?;
+    let sha256 = hex(&hasher.finalize());
 
     let header = lib_header_from_path(&inspected.path).map_err(refusal_of)?;
     let module = header

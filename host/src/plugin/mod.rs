@@ -38,6 +38,8 @@ pub enum Refusal {
     Symlink,
     #[error("not a regular file")]
     NotRegular,
+    #[error("{bytes} bytes is more than a plugin may have ({max})")]
+    TooLarge { bytes: u64, max: u64 },
     #[error("same file as {0} (same inode); ignored")]
     SameInode(String),
     #[error("not an ELF shared library")]
@@ -86,9 +88,15 @@ pub enum Refusal {
 }
 
 /// The plugin directories in search order: `--plugin-dir` flags, then `WT_PLUGIN_PATH`,
-/// then the per-user directory.
-pub fn plugin_dirs(flags: &[PathBuf]) -> Vec<PathBuf> {
-    let mut dirs: Vec<PathBuf> = flags.to_vec();
+/// then the per-user directory. A directory named by a flag must exist and be a directory
+/// (a typo is refused, never silently ignored); `WT_PLUGIN_PATH` is a search path, whose
+/// missing entries are skipped as `PATH`'s are, and the per-user directory may be missing.
+pub fn plugin_dirs(flags: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    for d in flags {
+        check_named_dir(d, "--plugin-dir")?;
+        dirs.push(d.clone());
+    }
     if let Some(path) = std::env::var_os(PLUGIN_PATH_ENV) {
         dirs.extend(std::env::split_paths(&path).filter(|p| !p.as_os_str().is_empty()));
     }
@@ -97,7 +105,15 @@ pub fn plugin_dirs(flags: &[PathBuf]) -> Vec<PathBuf> {
     }
     let mut seen = std::collections::HashSet::new();
     dirs.retain(|d| seen.insert(d.clone()));
-    dirs
+    Ok(dirs)
+}
+
+fn check_named_dir(dir: &Path, by: &str) -> Result<(), String> {
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(format!("{by} {}: not a directory", dir.display())),
+        Err(e) => Err(format!("{by} {}: {e}", dir.display())),
+    }
 }
 
 /// `$XDG_DATA_HOME/windtunnel/plugins`, else `~/.local/share/windtunnel/plugins`.

@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use windtunnel_sdk::model::{AgentConfig, Scenario, ToolCall, ToolSpec};
+use windtunnel_sdk::model::{AgentConfig, Scenario, ToolCall, ToolSpec, TurnErrorKind};
 
 use super::{AgentHandle, Reply, Runtime, RuntimeError, TurnCtx};
 
@@ -40,8 +40,7 @@ impl DemoRuntime {
             Some("garbled") => Fault::Garbled,
             Some(other) => {
                 return Err(RuntimeError(format!(
-                    "agent `{}`: unknown demo fault `{other}` (expected leaky, forbidden-tool, slow or garbled)",
-                    agent.label
+                    "unknown demo fault `{other}` (expected leaky, forbidden-tool, slow or garbled)"
                 )));
             }
         };
@@ -114,20 +113,27 @@ impl AgentHandle for DemoAgent {
         let timeout = ctx.timeout;
         match self.fault {
             Fault::Slow => {
-                // Replies only after the deadline; the runtime stops waiting at it.
-                std::thread::sleep(timeout);
+                // Replies only after the deadline; the runtime stops waiting at it (or at a
+                // cut, when `wt` is stopping).
+                if !ctx.stop.sleep(timeout) {
+                    return Reply::failed(
+                        TurnErrorKind::Interrupted,
+                        "interrupted: wt is stopping",
+                        Vec::new(),
+                    );
+                }
                 return Reply::failed(
+                    TurnErrorKind::Timeout,
                     format!("no reply within the turn timeout of {}", show_secs(timeout)),
                     Vec::new(),
                 );
             }
             Fault::Garbled => {
                 self.remember(session_id, text, None);
-                return Reply {
-                    text: Some("\u{0}\u{FFFD}\u{FFFD}{\"choices\":[{\"mess\u{1b}[0m".to_owned()),
-                    tool_calls: Vec::new(),
-                    error: None,
-                };
+                return Reply::text(
+                    "\u{0}\u{FFFD}\u{FFFD}{\"choices\":[{\"mess\u{1b}[0m",
+                    Vec::new(),
+                );
             }
             _ => {}
         }
@@ -151,11 +157,7 @@ impl AgentHandle for DemoAgent {
             calls: Vec::new(),
         };
         let reply = respond(self.fault, text, order.as_deref(), &earlier, &mut turn);
-        Reply {
-            text: Some(reply),
-            tool_calls: turn.calls,
-            error: None,
-        }
+        Reply::text(reply, turn.calls)
     }
 
     fn probe_state(&mut self) -> Option<Value> {
@@ -176,6 +178,10 @@ impl AgentHandle for DemoAgent {
     fn teardown(&mut self) -> Result<(), RuntimeError> {
         self.memory.clear();
         Ok(())
+    }
+
+    fn cooperative(&self) -> bool {
+        true
     }
 }
 

@@ -7,11 +7,10 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use windtunnel_sdk::model::{AgentConfig, Scenario, ToolCall};
+use windtunnel_sdk::model::{AgentConfig, Retry, Scenario, ToolCall, TurnErrorKind};
 
-use super::{
-    AgentHandle, Reply, Runtime, RuntimeError, TurnCtx, http_json, http_text, with_retries,
-};
+use super::net::{Net, Request};
+use super::{AgentHandle, Reply, Runtime, RuntimeError, TurnCtx, TurnError};
 
 /// The environment variable that overrides the inject endpoint.
 pub const INJECT_URL_ENV: &str = "WT_INJECT_URL";
@@ -20,52 +19,58 @@ pub const INJECT_URL_ENV: &str = "WT_INJECT_URL";
 pub struct HttpRuntime {
     agent: AgentConfig,
     base: String,
+    key: Option<String>,
 }
 
 impl HttpRuntime {
     pub fn new(agent: &AgentConfig) -> Result<Self, RuntimeError> {
-        let base = std::env::var(INJECT_URL_ENV)
+        let from_env = std::env::var(INJECT_URL_ENV)
             .ok()
-            .filter(|v| !v.trim().is_empty())
-            .or_else(|| agent.endpoint.clone())
-            .ok_or_else(|| {
-                RuntimeError(format!(
-                    "agent `{}`: the http runtime needs {INJECT_URL_ENV} or `endpoint` in the agent config",
-                    agent.label
-                ))
-            })?;
+            .filter(|v| !v.trim().is_empty());
+        let (base, what) = match (&from_env, &agent.endpoint) {
+            (Some(url), _) => (url.clone(), INJECT_URL_ENV),
+            (None, Some(url)) => (url.clone(), "`endpoint`"),
+            (None, None) => {
+                return Err(RuntimeError(format!(
+                    "the http runtime needs {INJECT_URL_ENV} or `endpoint` (the service's base URL) in the agent config"
+                )));
+            }
+        };
+        super::check_endpoint(base.trim(), what)?;
         Ok(HttpRuntime {
             agent: agent.clone(),
-            base: base.trim_end_matches('/').to_owned(),
+            base: base.trim().trim_end_matches('/').to_owned(),
+            key: super::api_key(agent)?,
         })
     }
 }
 
 impl Runtime for HttpRuntime {
     fn provision(&self, scenario: &Scenario) -> Result<Box<dyn AgentHandle>, RuntimeError> {
-        let key = super::api_key(&self.agent)?;
         let handle = HttpAgent {
-            http: super::http_client(Duration::from_secs(5))?,
+            net: Net::new(
+                Duration::from_secs(5),
+                self.agent.max_response_bytes,
+                self.agent.retries,
+            )?,
             base: self.base.clone(),
-            key,
+            key: self.key.clone(),
             scenario_id: scenario.id.clone(),
             timeout: super::turn_timeout(&self.agent),
-            retries: self.agent.retries.unwrap_or(2),
         };
         handle
-            .call_ok("GET", "/health", None, handle.timeout)
+            .call_ok("GET", "/health", None)
             .map_err(|e| RuntimeError(format!("health check failed: {e}")))?;
         Ok(Box::new(handle))
     }
 }
 
 struct HttpAgent {
-    http: super::HttpClient,
+    net: Net,
     base: String,
     key: Option<String>,
     scenario_id: String,
     timeout: Duration,
-    retries: u32,
 }
 
 impl HttpAgent {
@@ -75,25 +80,30 @@ impl HttpAgent {
         path: &str,
         body: Option<&Value>,
         timeout: Duration,
-    ) -> Result<Value, String> {
+        retries: &mut Vec<Retry>,
+    ) -> Result<Value, TurnError> {
         let url = format!("{}{path}", self.base);
-        with_retries(self.retries, Instant::now() + timeout, |left| {
-            http_json(&self.http, method, &url, self.key.as_deref(), body, left)
-        })
+        let req = Request {
+            method,
+            url: &url,
+            auth: self.key.as_deref(),
+            body,
+        };
+        self.net.json(&req, Instant::now() + timeout, retries)
     }
 
     /// Like [`Self::call`], for endpoints whose body does not matter (any 2xx succeeds).
-    fn call_ok(
-        &self,
-        method: &str,
-        path: &str,
-        body: Option<&Value>,
-        timeout: Duration,
-    ) -> Result<(), String> {
+    fn call_ok(&self, method: &str, path: &str, body: Option<&Value>) -> Result<(), TurnError> {
         let url = format!("{}{path}", self.base);
-        with_retries(self.retries, Instant::now() + timeout, |left| {
-            http_text(&self.http, method, &url, self.key.as_deref(), body, left).map(drop)
-        })
+        let req = Request {
+            method,
+            url: &url,
+            auth: self.key.as_deref(),
+            body,
+        };
+        self.net
+            .text(&req, Instant::now() + self.timeout, &mut Vec::new())
+            .map(drop)
     }
 }
 
@@ -125,9 +135,8 @@ impl AgentHandle for HttpAgent {
             "POST",
             "/reset",
             Some(&json!({"scenario_id": self.scenario_id})),
-            self.timeout,
         )
-        .map_err(|e| RuntimeError(format!("reset failed: {e}")))
+        .map_err(|e| RuntimeError(e.message))
     }
 
     fn send(&mut self, session_id: &str, text: &str, ctx: TurnCtx<'_>) -> Reply {
@@ -137,50 +146,44 @@ impl AgentHandle for HttpAgent {
             "turn": ctx.index,
             "text": text,
         });
-        let resp = match self.call("POST", "/inject", Some(&body), ctx.timeout) {
-            Ok(r) => r,
-            Err(e) => return Reply::failed(e, Vec::new()),
-        };
+        let mut retries = Vec::new();
+        let resp = self.call("POST", "/inject", Some(&body), ctx.timeout, &mut retries);
         let url = format!("{}/inject", self.base);
-        let calls = match parse_tool_calls(ctx.index, resp.get("tool_calls")) {
-            Ok(c) => c,
-            Err(e) => return Reply::failed(format!("POST {url}: {e}"), Vec::new()),
-        };
-        if let Some(s) = resp.get("session_id").and_then(Value::as_str) {
-            if s != session_id {
-                return Reply::failed(
-                    format!("POST {url}: answered in session {s:?}, not {session_id:?}"),
-                    calls,
-                );
-            }
-        }
-        match resp.get("reply") {
-            Some(Value::String(r)) => Reply {
-                text: Some(r.clone()),
-                tool_calls: calls,
-                error: None,
+        let protocol =
+            |message: String, calls| Reply::failed(TurnErrorKind::Protocol, message, calls);
+        let mut reply = match resp {
+            Err(e) => Reply {
+                error: Some(e),
+                ..Reply::default()
             },
-            _ => Reply::failed(
-                format!(
-                    "POST {url}: response has no string `reply`: {}",
-                    crate::score::excerpt(&resp.to_string())
-                ),
-                calls,
-            ),
-        }
+            Ok(resp) => match parse_tool_calls(ctx.index, resp.get("tool_calls")) {
+                Err(e) => protocol(format!("POST {url}: {e}"), Vec::new()),
+                Ok(calls) => match (
+                    resp.get("session_id").and_then(Value::as_str),
+                    resp.get("reply"),
+                ) {
+                    (Some(s), _) if s != session_id => protocol(
+                        format!("POST {url}: answered in session {s:?}, not {session_id:?}"),
+                        calls,
+                    ),
+                    (_, Some(Value::String(r))) => Reply::text(r.clone(), calls),
+                    _ => protocol(
+                        format!(
+                            "POST {url}: response has no string `reply`: {}",
+                            crate::score::excerpt(&resp.to_string())
+                        ),
+                        calls,
+                    ),
+                },
+            },
+        };
+        reply.retries = retries;
+        reply
     }
 
     fn probe_state(&mut self) -> Option<Value> {
-        let url = format!("{}/state", self.base);
-        http_json(
-            &self.http,
-            "GET",
-            &url,
-            self.key.as_deref(),
-            None,
-            self.timeout,
-        )
-        .ok()
+        self.call("GET", "/state", None, self.timeout, &mut Vec::new())
+            .ok()
     }
 
     fn teardown(&mut self) -> Result<(), RuntimeError> {

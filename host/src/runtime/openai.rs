@@ -11,33 +11,32 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use windtunnel_sdk::model::{AgentConfig, Scenario, ToolSpec};
+use windtunnel_sdk::model::{AgentConfig, Scenario, ToolSpec, TurnErrorKind};
 
-use super::{
-    AgentHandle, Reply, Runtime, RuntimeError, TurnCtx, http_json, tool_schemas, with_retries,
-};
+use super::net::{Net, Request};
+use super::{AgentHandle, Reply, Runtime, RuntimeError, TurnCtx, tool_schemas};
 
 /// The `openai` runtime.
 pub struct OpenAiRuntime {
     agent: AgentConfig,
     url: String,
+    key: Option<String>,
 }
 
 impl OpenAiRuntime {
     pub fn new(agent: &AgentConfig) -> Result<Self, RuntimeError> {
         let base = agent.endpoint.as_deref().ok_or_else(|| {
-            RuntimeError(format!(
-                "agent `{}`: the openai runtime needs `endpoint` (base URL, e.g. http://localhost:8000/v1)",
-                agent.label
-            ))
+            RuntimeError(
+                "the openai runtime needs `endpoint` (base URL, e.g. http://localhost:8000/v1)"
+                    .into(),
+            )
         })?;
-        if agent.model.is_none() {
-            return Err(RuntimeError(format!(
-                "agent `{}`: the openai runtime needs `model`",
-                agent.label
-            )));
+        if agent.model.as_deref().is_none_or(|m| m.trim().is_empty()) {
+            return Err(RuntimeError("the openai runtime needs `model`".into()));
         }
-        let base = base.trim_end_matches('/');
+        super::check_endpoint(base.trim(), "`endpoint`")?;
+        let key = super::api_key(agent)?;
+        let base = base.trim().trim_end_matches('/');
         let url = if base.ends_with("/chat/completions") {
             base.to_owned()
         } else {
@@ -46,17 +45,21 @@ impl OpenAiRuntime {
         Ok(OpenAiRuntime {
             agent: agent.clone(),
             url,
+            key,
         })
     }
 }
 
 impl Runtime for OpenAiRuntime {
     fn provision(&self, scenario: &Scenario) -> Result<Box<dyn AgentHandle>, RuntimeError> {
-        let key = super::api_key(&self.agent)?;
         Ok(Box::new(OpenAiAgent {
-            http: super::http_client(Duration::from_secs(10))?,
+            net: Net::new(
+                Duration::from_secs(10),
+                self.agent.max_response_bytes,
+                self.agent.retries,
+            )?,
             url: self.url.clone(),
-            key,
+            key: self.key.clone(),
             agent: self.agent.clone(),
             tools: scenario.tools.clone(),
             schemas: tool_schemas(&scenario.tools),
@@ -66,7 +69,7 @@ impl Runtime for OpenAiRuntime {
 }
 
 struct OpenAiAgent {
-    http: super::HttpClient,
+    net: Net,
     url: String,
     key: Option<String>,
     agent: AgentConfig,
@@ -119,25 +122,29 @@ impl AgentHandle for OpenAiAgent {
         });
         messages.push(json!({"role": "user", "content": text}));
         let mut calls = Vec::new();
-        let retries = self.agent.retries.unwrap_or(2);
+        let mut retries = Vec::new();
         for _ in 0..self.agent.max_steps {
             let body = self.request(&messages);
-            let resp = with_retries(retries, deadline, |left| {
-                http_json(
-                    &self.http,
-                    "POST",
-                    &self.url,
-                    self.key.as_deref(),
-                    Some(&body),
-                    left,
-                )
-            });
-            let resp = match resp {
+            let req = Request {
+                method: "POST",
+                url: &self.url,
+                auth: self.key.as_deref(),
+                body: Some(&body),
+            };
+            let resp = match self.net.json(&req, deadline, &mut retries) {
                 Ok(r) => r,
-                Err(e) => return Reply::failed(e, calls),
+                Err(e) => {
+                    return Reply {
+                        error: Some(e),
+                        tool_calls: calls,
+                        retries,
+                        text: None,
+                    };
+                }
             };
             let Some(message) = resp.pointer("/choices/0/message").filter(|m| m.is_object()) else {
-                return Reply::failed(
+                let mut reply = Reply::failed(
+                    TurnErrorKind::Protocol,
                     format!(
                         "malformed chat completion from {}: no choices[0].message in {}",
                         self.url,
@@ -145,6 +152,8 @@ impl AgentHandle for OpenAiAgent {
                     ),
                     calls,
                 );
+                reply.retries = retries;
+                return reply;
             };
             let tool_calls = message
                 .get("tool_calls")
@@ -159,11 +168,9 @@ impl AgentHandle for OpenAiAgent {
                 };
                 messages.push(json!({"role": "assistant", "content": content}));
                 self.sessions.insert(session_id.to_owned(), messages);
-                return Reply {
-                    text: Some(content),
-                    tool_calls: calls,
-                    error: None,
-                };
+                let mut reply = Reply::text(content, calls);
+                reply.retries = retries;
+                return reply;
             };
             messages.push(json!({
                 "role": "assistant",
@@ -214,13 +221,16 @@ impl AgentHandle for OpenAiAgent {
                 calls.push(call);
             }
         }
-        Reply::failed(
+        let mut reply = Reply::failed(
+            TurnErrorKind::Agent,
             format!(
                 "no final reply after {} model calls (max_steps); the model kept calling tools",
                 self.agent.max_steps
             ),
             calls,
-        )
+        );
+        reply.retries = retries;
+        reply
     }
 
     fn teardown(&mut self) -> Result<(), RuntimeError> {

@@ -5,7 +5,8 @@
 //!   `<name> finish <run8> <turn> <outcome> terminal=<yes|no>`, where `terminal` says whether
 //!   the turn's terminal event was already in the journal (`*.events.jsonl` in
 //!   `WT_<NAME>_JOURNAL_DIR`) when the finish ran. `WT_<NAME>_PANIC=begin|finish` makes
-//!   that observer panic there (after logging).
+//!   that observer panic there (after logging). A finish of a denied turn also logs
+//!   `<name> denial <run8> <turn> <guard>/<code>`, as the turn result carries it.
 //! - guards: `guard_deny` denies turn `WT_GUARD_DENY_TURN` (default 0) with code
 //!   `no_refunds`; `guard_panic` panics; `guard_hang` never returns. Each logs
 //!   `<name> check <run8> <turn>` first.
@@ -108,6 +109,16 @@ macro_rules! observer {
                     result.outcome,
                     if seen { "yes" } else { "no" }
                 ));
+                if let Some(d) = &result.denial {
+                    log($name, format!(
+                        "{} denial {} {} {}/{}",
+                        $name,
+                        short(&result.call.run_id),
+                        result.call.turn,
+                        d.guard,
+                        d.code
+                    ));
+                }
                 if panics_at($name, "finish") {
                     panic!("{} panics in finish", $name);
                 }

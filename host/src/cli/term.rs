@@ -1,0 +1,73 @@
+//! Human output that can neither panic nor be forged.
+//!
+//! - A closed stdout or stderr (`wt run 2>&1 | head -1`) must not end a sweep: every line is
+//!   written with the error ignored, never with `println!`/`eprintln!`, which panic.
+//! - Text from outside `wt` (agent replies, hook warnings, server error bodies) reaches the
+//!   terminal with its control characters escaped, so a newline in `ctx.warn` cannot forge a
+//!   `warning:` line and ANSI escapes cannot repaint the screen.
+
+use std::borrow::Cow;
+use std::io::Write;
+
+/// `text` with its control characters written as escapes: `\n`, `\r`, `\t`,
+/// `\e` for ESC, `\u{..}` for the rest.
+pub fn sanitize(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{1b}' => out.push_str("\\e"),
+            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
+
+fn write_line(mut w: impl Write, line: &str) {
+    let mut buf = String::with_capacity(line.len() + 1);
+    buf.push_str(&sanitize(line));
+    buf.push('\n');
+    // One write per line, errors ignored: a reader that went away must not stop the sweep.
+    let _ = w.write_all(buf.as_bytes()).and_then(|()| w.flush());
+}
+
+/// One line on stderr, sanitized.
+pub fn err_line(line: &str) {
+    write_line(std::io::stderr().lock(), line);
+}
+
+/// One line on stdout, sanitized (machine-readable text that is ours, e.g. tables).
+pub fn out_line(line: &str) {
+    write_line(std::io::stdout().lock(), line);
+}
+
+/// Bytes on stdout as they are (JSON, XML documents), errors ignored.
+pub fn out_raw(bytes: &[u8]) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(bytes).and_then(|()| out.flush());
+}
+
+/// A blank line on stderr.
+pub fn err_blank() {
+    let _ = std::io::stderr().lock().write_all(b"\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_characters_are_escaped() {
+        assert_eq!(sanitize("plain"), "plain");
+        assert_eq!(
+            sanitize("a\nwarning: forged\u{1b}[31mred\u{7}"),
+            "a\\nwarning: forged\\e[31mred\\u{7}"
+        );
+    }
+}

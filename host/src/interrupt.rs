@@ -1,0 +1,222 @@
+//! Stopping a sweep: what Ctrl-C, SIGTERM and SIGHUP do, and what a process exit in the
+//! middle of a sweep does.
+//!
+//! - The first signal *requests* a stop: no new run starts, and the runs in flight go on for
+//!   a grace period (`WT_GRACE_S`, default [`DEFAULT_GRACE`]). When it runs out the stop
+//!   becomes a *cut*: in-flight turns end at once as interrupted, hooks get at most
+//!   [`CUT_HOOK_DEADLINE`] per call, every begun turn hook still gets its finish, and every
+//!   run that started is written whole. The summary, the journal's `SweepEnded` and JUnit are
+//!   written as usual, and `wt` exits 130. CI runners send SIGKILL about 10 s after SIGTERM;
+//!   the default grace leaves time for all of that.
+//! - A second signal stops at once: temporary files are removed, and `wt` exits 130 with
+//!   only whole files on disk.
+//! - While a sweep runs, a process exit that does not come through `wt`'s own completion
+//!   path — a plugin or runtime calling `exit(0)` — ends the process with
+//!   [`crate::exit::ABORTED`], never with the status it asked for: a cut-short sweep is never
+//!   a pass.
+
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// Default grace period between the first signal and the cut.
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(5);
+
+/// The environment variable that sets the grace period, in seconds.
+pub const GRACE_ENV: &str = "WT_GRACE_S";
+
+/// Longest a hook call may take once a sweep is cut.
+pub const CUT_HOOK_DEADLINE: Duration = Duration::from_secs(1);
+
+/// The stop state of one sweep, shared by the signal thread, the runner and the dispatcher.
+#[derive(Debug, Default)]
+pub struct Interrupt {
+    requested: AtomicBool,
+    cut: AtomicBool,
+    signal: AtomicI32,
+    lock: Mutex<()>,
+    changed: Condvar,
+}
+
+impl Interrupt {
+    pub fn new() -> Arc<Interrupt> {
+        Arc::new(Interrupt::default())
+    }
+
+    /// Asks the sweep to stop: no new run starts. Returns whether this was the first request.
+    pub fn request(&self, signal: i32) -> bool {
+        self.signal
+            .compare_exchange(0, signal, Ordering::SeqCst, Ordering::SeqCst)
+            .ok();
+        let first = !self.requested.swap(true, Ordering::SeqCst);
+        self.notify();
+        first
+    }
+
+    /// Ends the grace period: in-flight turns end now.
+    pub fn cut(&self) {
+        self.requested.store(true, Ordering::SeqCst);
+        self.cut.store(true, Ordering::SeqCst);
+        self.notify();
+    }
+
+    fn notify(&self) {
+        let _guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        self.changed.notify_all();
+    }
+
+    /// Has a stop been requested (no new run may start)?
+    #[inline]
+    pub fn requested(&self) -> bool {
+        self.requested.load(Ordering::Relaxed)
+    }
+
+    /// Has the grace period run out (in-flight work ends now)?
+    #[inline]
+    pub fn is_cut(&self) -> bool {
+        self.cut.load(Ordering::Relaxed)
+    }
+
+    /// The signal that requested the stop, 0 when none did.
+    pub fn signal(&self) -> i32 {
+        self.signal.load(Ordering::Relaxed)
+    }
+
+    /// Sleeps for `d`, or less if the sweep is cut meanwhile. Returns `false` when cut.
+    pub fn sleep(&self, d: Duration) -> bool {
+        let until = Instant::now() + d;
+        let mut guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if self.is_cut() {
+                return false;
+            }
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return true;
+            }
+            guard = self
+                .changed
+                .wait_timeout(guard, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+}
+
+/// The grace period from `WT_GRACE_S` (0 to 24 h).
+pub fn grace_from_env() -> Result<Duration, String> {
+    crate::deadlines::seconds_from_env(GRACE_ENV, DEFAULT_GRACE.as_secs_f64(), true)
+}
+
+/// The name of a signal, for messages.
+pub fn signal_name(signal: i32) -> &'static str {
+    match signal {
+        libc::SIGINT => "SIGINT",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGHUP => "SIGHUP",
+        _ => "a signal",
+    }
+}
+
+static SWEEP_ACTIVE: AtomicBool = AtomicBool::new(false);
+
+/// Marks the sweep as in progress until the guard drops: meanwhile any process exit ends
+/// with [`crate::exit::ABORTED`].
+pub struct SweepGuard(());
+
+impl SweepGuard {
+    pub fn enter() -> SweepGuard {
+        static REGISTER: std::sync::Once = std::sync::Once::new();
+        REGISTER.call_once(|| {
+            // SAFETY: `on_exit` is an `extern "C" fn()` that lives for the whole process.
+            let rc = unsafe { libc::atexit(on_exit) };
+            if rc != 0 {
+                tracing::warn!("cannot register the exit guard; a plugin's exit() would end wt with its own status");
+            }
+        });
+        SWEEP_ACTIVE.store(true, Ordering::SeqCst);
+        SweepGuard(())
+    }
+}
+
+impl Drop for SweepGuard {
+    fn drop(&mut self) {
+        SWEEP_ACTIVE.store(false, Ordering::SeqCst);
+    }
+}
+
+extern "C" fn on_exit() {
+    if !SWEEP_ACTIVE.load(Ordering::SeqCst) {
+        return;
+    }
+    crate::store::remove_temp_files();
+    let msg = b"error: the process was asked to exit in the middle of the sweep (a hook or the agent runtime called exit); the sweep did not finish\n";
+    // SAFETY: writing a static buffer to fd 2 and `_exit` are async-signal-safe and need no
+    // state; `_exit` skips the remaining exit handlers, which could otherwise pick the status.
+    unsafe {
+        libc::write(2, msg.as_ptr().cast(), msg.len());
+        libc::_exit(i32::from(crate::exit::ABORTED));
+    }
+}
+
+/// Stops at once (a second signal): removes temporary files and exits 130 without running
+/// exit handlers.
+pub fn exit_now() -> ! {
+    crate::store::remove_temp_files();
+    // SAFETY: `_exit` ends the process; nothing is left to run.
+    unsafe { libc::_exit(i32::from(crate::exit::INTERRUPTED)) }
+}
+
+/// Installs the handlers for SIGINT, SIGTERM and SIGHUP: the first requests a stop and
+/// starts the grace period, the second stops at once.
+pub fn install(interrupt: Arc<Interrupt>, grace: Duration) -> std::io::Result<()> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])?;
+    std::thread::Builder::new()
+        .name("wt-signals".into())
+        .spawn(move || {
+            for signal in signals.forever() {
+                if !interrupt.request(signal) {
+                    crate::cli::term::err_line(&format!(
+                        "{}: stopping now",
+                        signal_name(signal)
+                    ));
+                    exit_now();
+                }
+                crate::cli::term::err_line(&format!(
+                    "{}: finishing the runs in flight (at most {}), then stopping; send it again to stop at once",
+                    signal_name(signal),
+                    crate::deadlines::human(grace)
+                ));
+                let timer = interrupt.clone();
+                let _ = std::thread::Builder::new()
+                    .name("wt-grace".into())
+                    .spawn(move || {
+                        std::thread::sleep(grace);
+                        timer.cut();
+                    });
+            }
+        })?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sleep_ends_early_on_cut() {
+        let i = Interrupt::new();
+        let j = i.clone();
+        let t = std::thread::spawn(move || j.sleep(Duration::from_secs(30)));
+        assert!(i.request(libc::SIGTERM));
+        assert!(
+            !i.request(libc::SIGINT),
+            "a second request is not the first"
+        );
+        assert_eq!(i.signal(), libc::SIGTERM);
+        i.cut();
+        assert!(!t.join().unwrap());
+        assert!(!i.sleep(Duration::ZERO));
+    }
+}

@@ -1,0 +1,168 @@
+//! Size limits on what enters `wt` from outside, in one place (documented in
+//! docs/runner.md, "Limits").
+//!
+//! - Response bodies: `max_response_bytes` in the agent config (default 8 MiB); a larger one
+//!   ends the turn with a protocol error ("reply exceeded N bytes").
+//! - Stored text: every text a runtime hands back (replies, errors, tool-call arguments and
+//!   results) is cut at [`MAX_STORED_TEXT_BYTES`] before it is scored and stored, with a
+//!   marker that gives the original length, so traces stay bounded and a rescore sees what
+//!   the score saw.
+//! - Hook artifacts: at most `WT_HOOK_MAX_ARTIFACT_BYTES` of JSON (default 16 MiB); a larger
+//!   one is refused (an error to the hook and a warning).
+//! - Hook warnings: cut at `WT_HOOK_MAX_WARNING_BYTES` (default 4 KiB), with a marker.
+
+use serde_json::Value;
+
+/// Longest text `wt` stores from a runtime, per field, in bytes.
+pub const MAX_STORED_TEXT_BYTES: usize = 256 * 1024;
+
+/// Default cap on one hook artifact's JSON, in bytes.
+pub const DEFAULT_MAX_ARTIFACT_BYTES: usize = 16 << 20;
+/// Default cap on one hook warning, in bytes.
+pub const DEFAULT_MAX_WARNING_BYTES: usize = 4 * 1024;
+
+pub const MAX_ARTIFACT_ENV: &str = "WT_HOOK_MAX_ARTIFACT_BYTES";
+pub const MAX_WARNING_ENV: &str = "WT_HOOK_MAX_WARNING_BYTES";
+
+/// What hooks may hand back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HookCaps {
+    pub artifact_bytes: usize,
+    pub warning_bytes: usize,
+}
+
+impl Default for HookCaps {
+    fn default() -> Self {
+        HookCaps {
+            artifact_bytes: DEFAULT_MAX_ARTIFACT_BYTES,
+            warning_bytes: DEFAULT_MAX_WARNING_BYTES,
+        }
+    }
+}
+
+impl HookCaps {
+    /// The caps from the environment; a value that is not a whole number of bytes in range
+    /// is an error naming the variable.
+    pub fn from_env() -> Result<HookCaps, String> {
+        Ok(HookCaps {
+            artifact_bytes: bytes_from_env(
+                MAX_ARTIFACT_ENV,
+                DEFAULT_MAX_ARTIFACT_BYTES,
+                1024,
+                1 << 30,
+            )?,
+            warning_bytes: bytes_from_env(MAX_WARNING_ENV, DEFAULT_MAX_WARNING_BYTES, 64, 1 << 20)?,
+        })
+    }
+}
+
+fn bytes_from_env(var: &str, default: usize, min: usize, max: usize) -> Result<usize, String> {
+    let Ok(text) = std::env::var(var) else {
+        return Ok(default);
+    };
+    match text.trim().parse::<usize>() {
+        Ok(n) if (min..=max).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "{var}={text:?} is not a number of bytes from {min} to {max}"
+        )),
+    }
+}
+
+/// Cuts `text` to at most `max` bytes (at a character boundary) and appends a marker with
+/// the original length. Returns whether it cut.
+pub fn cut_text(text: &mut String, max: usize) -> bool {
+    if text.len() <= max {
+        return false;
+    }
+    let total = text.len();
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    text.push_str(&format!("…[cut by wt: {total} bytes in all]"));
+    true
+}
+
+/// Bounds `value`'s JSON to about `max` bytes: when it is longer, every string inside is cut
+/// to half of `max` as [`cut_text`] does, and if the JSON is still longer (a huge array of
+/// short strings), the whole value is replaced by `{"cut_by_wt": {"bytes", "excerpt"}}`.
+pub fn cut_value(value: &mut Value, max: usize) {
+    if let Value::String(s) = value {
+        cut_text(s, max);
+        return;
+    }
+    // Most values are small: a walk that allocates nothing settles them (an escaped
+    // character takes at most 6 bytes).
+    if rough_len(value).saturating_mul(6) <= max {
+        return;
+    }
+    let len = serde_json::to_vec(value).map_or(0, |b| b.len());
+    if len <= max {
+        return;
+    }
+    fn strings(v: &mut Value, max: usize) {
+        match v {
+            Value::String(s) => {
+                cut_text(s, max);
+            }
+            Value::Array(a) => a.iter_mut().for_each(|v| strings(v, max)),
+            Value::Object(m) => m.values_mut().for_each(|v| strings(v, max)),
+            _ => {}
+        }
+    }
+    strings(value, max / 2);
+    if serde_json::to_vec(value).map_or(0, |b| b.len()) > max {
+        let mut excerpt = value.to_string();
+        cut_text(&mut excerpt, 1024.min(max / 2));
+        *value = serde_json::json!({"cut_by_wt": {"bytes": len, "excerpt": excerpt}});
+    }
+}
+
+/// About how long `value`'s JSON is, counting each string's bytes once.
+fn rough_len(value: &Value) -> usize {
+    match value {
+        Value::Null | Value::Bool(_) => 5,
+        Value::Number(_) => 24,
+        Value::String(s) => s.len() + 2,
+        Value::Array(a) => a.iter().map(|v| rough_len(v) + 1).sum::<usize>() + 2,
+        Value::Object(m) => {
+            m.iter()
+                .map(|(k, v)| k.len() + 4 + rough_len(v))
+                .sum::<usize>()
+                + 2
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_is_cut_at_a_char_boundary_with_its_length() {
+        let mut s = "é".repeat(10); // 20 bytes
+        assert!(cut_text(&mut s, 5));
+        assert_eq!(s, "éé…[cut by wt: 20 bytes in all]");
+        let mut short = "ok".to_owned();
+        assert!(!cut_text(&mut short, 5));
+        assert_eq!(short, "ok");
+    }
+
+    #[test]
+    fn values_are_cut_inside_and_as_a_whole() {
+        let small = serde_json::json!({"a": "x".repeat(50)});
+        let mut v = small.clone();
+        cut_value(&mut v, 200);
+        assert_eq!(v, small);
+        let mut v = serde_json::json!({"a": "x".repeat(300)});
+        cut_value(&mut v, 200);
+        assert_eq!(
+            v["a"],
+            format!("{}…[cut by wt: 300 bytes in all]", "x".repeat(100))
+        );
+        let mut big = serde_json::json!(vec!["ab"; 100]);
+        cut_value(&mut big, 100);
+        assert_eq!(big["cut_by_wt"]["bytes"], 501);
+    }
+}

@@ -1,0 +1,611 @@
+//! The run loop, as a library: provision → (reset → inject → capture evidence → score)×N →
+//! teardown for each scenario, scenarios in parallel (`jobs`), runs within a scenario
+//! sequential on one agent handle. Each run's trace, score and hook artifacts are written
+//! (atomically) before the next run's reset; nothing of a run is kept in memory after that
+//! except its contribution to the scenario's [`AggregateResult`].
+//!
+//! - this module: the sweep — configuration, results, scenarios spread over threads;
+//! - [`scenario`]: one scenario — provision, preconditions, its runs, teardown;
+//! - [`run`]: one run — reset, session, inject, evidence, score, hooks, files;
+//! - [`turn`]: one turn — guards and turn hooks around it, the send, its terminal event;
+//! - [`session`]: the run's live session as hooks reach it (`converse`, `probe_state`).
+//!
+//! Lifecycle hooks plug in through [`RunObserver`]; the runner calls it at fixed points and
+//! never lets it change what is judged. With [`NoopObserver`] (no hooks) the files written
+//! are exactly those of a hook-less `wt`.
+//!
+//! Stopping: when [`RunConfig::stop`] is requested no new run starts; when it is cut, turns
+//! in flight end at once (see [`crate::interrupt`]). Every run that started is written whole
+//! and its hooks stay paired.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use windtunnel_sdk::model::{
+    AgentConfig, AggregateResult, Denial, HookProvenance, Scenario, Score, Trace,
+};
+use windtunnel_sdk::turn::{TurnCall, TurnResult};
+
+use crate::dispatch::Session;
+use crate::events::{self, Journal, Scope};
+use crate::interrupt::Interrupt;
+
+use crate::clock::{self, Clock, Ids};
+use crate::runtime::{self, Runtime, RuntimeError};
+use crate::store::{self, StoreError};
+
+mod run;
+mod scenario;
+mod session;
+mod turn;
+
+/// What a hook point returns: warnings (run scope: into `trace.worker_warnings`) and
+/// artifacts (run scope: beside the trace; scenario scope: at the runs-directory root).
+#[derive(Debug, Default)]
+pub struct RunHookOutput {
+    pub warnings: Vec<String>,
+    pub artifacts: Vec<Artifact>,
+}
+
+/// A hook artifact, written as `<stem>.<hook>.json` or `<stem>.<hook>.<label>.json`.
+pub use crate::dispatch::Artifact;
+
+/// What the turn hooks decided before a turn starts.
+#[derive(Debug, Default)]
+pub struct TurnOpen {
+    /// Set when a guard denied the turn: it must not start.
+    pub denial: Option<Denial>,
+    pub warnings: Vec<String>,
+    /// Which observers began (their finishes are owed), opaque to the runner.
+    pub begun: Vec<usize>,
+}
+
+/// The seam lifecycle hooks plug into. Per run the order is: reset → mint session → capture
+/// surface → `on_run_start` → inject (turn hooks around each turn) → evidence → trace →
+/// score → `on_run_scored` → `on_run_end` → write. A run that errors still goes through
+/// scored and end (pairing). `on_provisioned` / `on_scenario_end` pair per scenario that
+/// provisioned.
+#[expect(unused_variables, reason = "default no-op implementations")]
+pub trait RunObserver: Send + Sync {
+    fn on_provisioned(&self, scenario: &Scenario, agent: &AgentConfig) -> RunHookOutput {
+        RunHookOutput::default()
+    }
+    fn on_run_start(
+        &self,
+        scenario: &Scenario,
+        agent: &AgentConfig,
+        run_id: &str,
+        session_id: &str,
+        session: &dyn Session,
+    ) -> RunHookOutput {
+        RunHookOutput::default()
+    }
+    fn on_run_scored(
+        &self,
+        scenario: &Scenario,
+        agent: &AgentConfig,
+        trace: &Trace,
+        score: &Score,
+        session: &dyn Session,
+    ) -> RunHookOutput {
+        RunHookOutput::default()
+    }
+    fn on_run_end(
+        &self,
+        scenario: &Scenario,
+        agent: &AgentConfig,
+        trace: &Trace,
+        score: &Score,
+        session: &dyn Session,
+    ) -> RunHookOutput {
+        RunHookOutput::default()
+    }
+    fn on_scenario_end(
+        &self,
+        scenario: &Scenario,
+        agent: &AgentConfig,
+        aggregate: &AggregateResult,
+    ) -> RunHookOutput {
+        RunHookOutput::default()
+    }
+    /// Guards check and observers begin, in activation order, before `TurnStarted`. For a
+    /// converse turn (`call.cause` is a hook's converse) only guards are consulted, and not
+    /// the conversing hook itself.
+    fn begin_turn(&self, call: &TurnCall) -> TurnOpen {
+        TurnOpen::default()
+    }
+    /// Observers that began finish, in reverse order, after the terminal event is durable.
+    fn finish_turn(&self, open: TurnOpen, result: &TurnResult) -> Vec<String> {
+        vec![]
+    }
+    /// Whether any turn hook or guard is active (skips building turn snapshots otherwise).
+    fn wants_turns(&self) -> bool {
+        false
+    }
+}
+
+/// The observer used when no hooks are active.
+#[derive(Debug, Default)]
+pub struct NoopObserver;
+impl RunObserver for NoopObserver {}
+
+/// What the runner reports while it works (the CLI's progress display).
+#[derive(Debug)]
+pub enum Event<'a> {
+    ScenarioStarted {
+        scenario: &'a str,
+        runs: u32,
+    },
+    RunDone {
+        scenario: &'a str,
+        run_index: u32,
+        stem: &'a str,
+        trace: &'a Trace,
+        score: &'a Score,
+    },
+    ScenarioEnded {
+        aggregate: &'a AggregateResult,
+    },
+    Warning {
+        scenario: &'a str,
+        message: &'a str,
+    },
+}
+
+/// Receives [`Event`]s, from several threads.
+pub trait Progress: Send + Sync {
+    fn event(&self, event: &Event<'_>);
+}
+
+/// Ignores events.
+#[derive(Debug, Default)]
+pub struct NoProgress;
+impl Progress for NoProgress {
+    fn event(&self, _: &Event<'_>) {}
+}
+
+/// How to run a sweep.
+pub struct RunConfig {
+    pub agent: AgentConfig,
+    pub out_dir: PathBuf,
+    /// Overrides every scenario's `runs`.
+    pub runs: Option<u32>,
+    /// Scenarios in parallel (at least 1).
+    pub jobs: usize,
+    pub clock: Clock,
+    pub ids: Ids,
+    pub observer: Arc<dyn RunObserver>,
+    pub progress: Arc<dyn Progress>,
+    /// Copied into every trace; `None` leaves the field absent.
+    pub policy_revision: Option<String>,
+    /// Provenance of the active hooks, copied into every trace; `None` when none are active.
+    pub hooks: Option<Vec<HookProvenance>>,
+    /// The durable event journal (and live stream), when the caller keeps one.
+    pub journal: Option<Arc<Journal>>,
+    /// Requested (Ctrl-C, SIGTERM, SIGHUP): no new run starts; runs in flight are written,
+    /// hooks stay paired, scenarios not yet started are reported as not run. Cut: turns in
+    /// flight end at once as interrupted.
+    pub stop: Arc<Interrupt>,
+}
+
+impl RunConfig {
+    /// Defaults: no hooks, no progress, system clock, random ids, one job.
+    pub fn new(agent: AgentConfig, out_dir: impl Into<PathBuf>) -> Self {
+        RunConfig {
+            agent,
+            out_dir: out_dir.into(),
+            runs: None,
+            jobs: 1,
+            clock: Clock::System,
+            ids: Ids::random(),
+            observer: Arc::new(NoopObserver),
+            progress: Arc::new(NoProgress),
+            policy_revision: None,
+            hooks: None,
+            journal: None,
+            stop: Interrupt::new(),
+        }
+    }
+
+    /// Publishes an event to the journal, if there is one.
+    pub fn publish(&self, scope: &Scope, cause: &events::Cause, event: events::Event) {
+        if let Some(j) = &self.journal {
+            j.publish(scope, cause, &event);
+        }
+    }
+
+    fn cancelled(&self) -> bool {
+        self.stop.requested()
+    }
+
+    pub fn runs_of(&self, scenario: &Scenario) -> u32 {
+        self.runs.unwrap_or(scenario.runs)
+    }
+}
+
+/// A sweep's identity, known before it starts.
+#[derive(Clone, Debug)]
+pub struct Sweep {
+    pub id: String,
+    /// Compact UTC timestamp, e.g. `20261130T051500Z` (no dots).
+    pub ts: String,
+    /// The stem of the sweep's own files (journal, scenario- and pack-scoped artifacts):
+    /// `<ts>_<id[:8]>`, unique per sweep even within one second. The journal claims it in
+    /// the runs directory ([`Journal::create`]); a stem already taken there gets a `-N`
+    /// suffix, so pinned sweeps written to fresh directories still share their names.
+    pub stem: String,
+    pub started_at: String,
+}
+
+impl Sweep {
+    pub fn new(cfg: &RunConfig) -> Sweep {
+        Sweep::start(&cfg.clock, &cfg.ids)
+    }
+
+    /// The sweep's identity from a clock and an id source (before a [`RunConfig`] exists,
+    /// e.g. to build hooks that name pack-level files after `ts`). Use the same `clock`
+    /// and `ids` in the config.
+    pub fn start(clock: &Clock, ids: &Ids) -> Sweep {
+        let now = clock.now();
+        let id = ids.mint("sweep", &[]);
+        let ts = clock::compact(now);
+        Sweep {
+            stem: store::stem(&ts, &id).unwrap_or_else(|_| ts.clone()),
+            id,
+            ts,
+            started_at: clock::rfc3339(now),
+        }
+    }
+}
+
+/// One scenario's result.
+#[derive(Clone, Debug)]
+pub struct ScenarioOutcome {
+    pub aggregate: AggregateResult,
+    /// Warnings from `on_provisioned`, `on_scenario_end` and teardown.
+    pub warnings: Vec<String>,
+    /// The first reason a run did not pass (`error: …` or `<layer>: <detail>`), for summaries.
+    pub first_problem: Option<String>,
+}
+
+/// All scenarios' results, in pack order (also those that failed to provision).
+#[derive(Clone, Debug)]
+pub struct SweepResult {
+    pub sweep: Sweep,
+    pub scenarios: Vec<ScenarioOutcome>,
+    /// The sweep was cancelled before it finished.
+    pub interrupted: bool,
+}
+
+impl SweepResult {
+    pub fn aggregates(&self) -> Vec<AggregateResult> {
+        self.scenarios.iter().map(|s| s.aggregate.clone()).collect()
+    }
+
+    /// 130 if interrupted, else 3 if any run (or scenario) could not be judged, else 1 if
+    /// any run failed, else 0.
+    pub fn exit_code(&self) -> u8 {
+        if self.interrupted {
+            return crate::exit::INTERRUPTED;
+        }
+        exit_code(self.scenarios.iter().map(|s| &s.aggregate))
+    }
+}
+
+/// The exit code for a set of aggregates (ERROR wins over FAIL).
+pub fn exit_code<'a>(aggs: impl IntoIterator<Item = &'a AggregateResult>) -> u8 {
+    let mut code = crate::exit::SUCCESS;
+    for a in aggs {
+        if a.errored > 0 || a.error.is_some() {
+            return crate::exit::RUN_ERROR;
+        }
+        if a.failed > 0 {
+            code = crate::exit::RUN_FAILED;
+        }
+    }
+    code
+}
+
+/// Why a sweep stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum RunnerError {
+    #[error("agent `{agent}`")]
+    Runtime {
+        agent: String,
+        #[source]
+        source: RuntimeError,
+    },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Runs `scenarios` and writes every run's files to `cfg.out_dir`.
+pub fn run_sweep(
+    scenarios: &[Scenario],
+    cfg: &RunConfig,
+    sweep: &Sweep,
+) -> Result<SweepResult, RunnerError> {
+    let runtime = runtime::for_agent(&cfg.agent).map_err(|source| RunnerError::Runtime {
+        agent: cfg.agent.label.clone(),
+        source,
+    })?;
+    run_sweep_on(runtime.as_ref(), scenarios, cfg, sweep)
+}
+
+/// [`run_sweep`] on a given runtime (tests, embedders with their own runtime).
+pub fn run_sweep_on(
+    runtime: &dyn Runtime,
+    scenarios: &[Scenario],
+    cfg: &RunConfig,
+    sweep: &Sweep,
+) -> Result<SweepResult, RunnerError> {
+    store::ensure_dir(&cfg.out_dir)?;
+    // Stems already in the directory count as taken: a sweep never overwrites a trace.
+    let taken = store::trace_files(&cfg.out_dir)?
+        .iter()
+        .filter_map(|p| p.file_stem().and_then(|s| s.to_str()).map(stem_key))
+        .collect();
+    let stems = Mutex::new(taken);
+    let next = AtomicUsize::new(0);
+    let results: Mutex<Vec<Option<Result<ScenarioOutcome, StoreError>>>> =
+        Mutex::new((0..scenarios.len()).map(|_| None).collect());
+    let jobs = cfg.jobs.clamp(1, scenarios.len().max(1));
+    std::thread::scope(|s| {
+        for _ in 0..jobs {
+            s.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(scenario) = scenarios.get(i) else {
+                        break;
+                    };
+                    let r =
+                        scenario::ScenarioRunner::new(cfg, sweep, scenario, runtime, &stems).run();
+                    lock(&results)[i] = Some(r);
+                }
+            });
+        }
+    });
+    let mut out = Vec::new();
+    for r in results
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+    {
+        out.push(r.expect("every scenario ran")?);
+    }
+    Ok(SweepResult {
+        sweep: sweep.clone(),
+        scenarios: out,
+        interrupted: cfg.cancelled(),
+    })
+}
+
+/// A stem's 64-bit key: the taken-stems set stays small (8 bytes a run). A false clash
+/// only re-mints an id.
+fn stem_key(stem: &str) -> u64 {
+    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+    BuildHasherDefault::<DefaultHasher>::default().hash_one(stem)
+}
+
+fn lock<T: ?Sized>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic elsewhere must not stop the sweep from writing what it has.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The lock if nobody holds it (a poisoned one counts as free).
+fn try_lock<T: ?Sized>(m: &Mutex<T>) -> Option<std::sync::MutexGuard<'_, T>> {
+    match m.try_lock() {
+        Ok(g) => Some(g),
+        Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+        Err(std::sync::TryLockError::WouldBlock) => None,
+    }
+}
+
+/// Why a run did not pass, in one line; `None` when it passed.
+fn problem(score: &Score) -> Option<String> {
+    use windtunnel_sdk::model::Verdict;
+    match (&score.error, score.verdict) {
+        (_, Verdict::Pass) => None,
+        (Some(e), _) => Some(format!("error: {e}")),
+        (None, _) => score
+            .layers()
+            .into_iter()
+            .find(|(_, l)| !l.passed)
+            .map(|(name, l)| format!("{name}: {}", l.detail)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use serde_json::Value;
+
+    use super::*;
+    use crate::pack::Pack;
+    use crate::runtime::{AgentHandle, TurnCtx};
+
+    #[derive(Default)]
+    struct Recorder {
+        log: Mutex<Vec<String>>,
+    }
+
+    impl RunObserver for Recorder {
+        fn on_provisioned(&self, s: &Scenario, _: &AgentConfig) -> RunHookOutput {
+            self.log
+                .lock()
+                .unwrap()
+                .push(format!("provisioned {}", s.id));
+            RunHookOutput::default()
+        }
+        fn on_run_start(
+            &self,
+            _: &Scenario,
+            _: &AgentConfig,
+            run: &str,
+            _: &str,
+            _: &dyn Session,
+        ) -> RunHookOutput {
+            self.log
+                .lock()
+                .unwrap()
+                .push(format!("start {}", &run[..8]));
+            RunHookOutput::default()
+        }
+        fn on_run_scored(
+            &self,
+            _: &Scenario,
+            _: &AgentConfig,
+            t: &Trace,
+            _: &Score,
+            session: &dyn Session,
+        ) -> RunHookOutput {
+            let reply = session.converse(
+                "rec",
+                "What do you remember from earlier?",
+                Duration::from_secs(1),
+            );
+            self.log
+                .lock()
+                .unwrap()
+                .push(format!("scored {}", &t.run_id[..8]));
+            RunHookOutput {
+                warnings: vec![format!("hook:rec: {}", reply.unwrap())],
+                artifacts: vec![Artifact {
+                    hook: "rec".into(),
+                    label: Some("probe".into()),
+                    payload: session.probe_state().unwrap(),
+                }],
+            }
+        }
+        fn on_run_end(
+            &self,
+            _: &Scenario,
+            _: &AgentConfig,
+            t: &Trace,
+            _: &Score,
+            _: &dyn Session,
+        ) -> RunHookOutput {
+            self.log
+                .lock()
+                .unwrap()
+                .push(format!("end {}", &t.run_id[..8]));
+            RunHookOutput::default()
+        }
+        fn on_scenario_end(
+            &self,
+            s: &Scenario,
+            _: &AgentConfig,
+            a: &AggregateResult,
+        ) -> RunHookOutput {
+            self.log
+                .lock()
+                .unwrap()
+                .push(format!("scenario_end {} {}/{}", s.id, a.passed, a.runs));
+            RunHookOutput::default()
+        }
+    }
+
+    #[test]
+    fn hook_points_fire_in_order_and_artifacts_land_beside_traces() {
+        let dir = tempfile::tempdir().unwrap();
+        let pack = Pack::demo();
+        let scenarios: Vec<Scenario> = pack
+            .scenarios
+            .into_iter()
+            .filter(|s| s.id == "order-status")
+            .collect();
+        let rec = Arc::new(Recorder::default());
+        let mut cfg = RunConfig::new(runtime::builtin_agent("demo-leaky").unwrap(), dir.path());
+        cfg.observer = rec.clone();
+        cfg.ids = Ids::seeded(1);
+        let sweep = Sweep::new(&cfg);
+        let result = run_sweep(&scenarios, &cfg, &sweep).unwrap();
+        assert_eq!(result.exit_code(), 0);
+        let log = rec.log.lock().unwrap().clone();
+        let kinds: Vec<&str> = log.iter().map(|l| l.split(' ').next().unwrap()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "provisioned",
+                "start",
+                "scored",
+                "end",
+                "start",
+                "scored",
+                "end",
+                "scenario_end"
+            ]
+        );
+        let runs = store::load_runs(&[dir.path()]).unwrap();
+        assert_eq!(runs.len(), 2);
+        // The leaky agent remembers the first run's session in the second run.
+        let second = runs.iter().find(|(t, _, _)| t.run_index == 1).unwrap();
+        assert!(
+            second.0.worker_warnings[0].contains("Earlier you told me"),
+            "{:?}",
+            second.0.worker_warnings
+        );
+        let stem = second.2.file_stem().unwrap().to_str().unwrap();
+        let probe: Value =
+            store::read_json(&dir.path().join(format!("{stem}.rec.probe.json"))).unwrap();
+        assert!(probe["sessions"].as_array().unwrap().len() >= 2, "{probe}");
+    }
+
+    struct Panicky;
+    struct PanickyHandle;
+    impl Runtime for Panicky {
+        fn provision(&self, _: &Scenario) -> Result<Box<dyn AgentHandle>, RuntimeError> {
+            Ok(Box::new(PanickyHandle))
+        }
+    }
+    impl AgentHandle for PanickyHandle {
+        fn reset_state(&mut self) -> Result<(), RuntimeError> {
+            Ok(())
+        }
+        fn send(&mut self, _: &str, _: &str, _: TurnCtx<'_>) -> runtime::Reply {
+            panic!("boom")
+        }
+        fn teardown(&mut self) -> Result<(), RuntimeError> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_panicking_runtime_is_a_turn_error_not_a_crash() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = RunConfig::new(runtime::builtin_agent("demo").unwrap(), dir.path());
+        let pack = Pack::demo();
+        let sweep = Sweep::new(&cfg);
+        let r = run_sweep_on(&Panicky, &pack.scenarios, &cfg, &sweep).unwrap();
+        assert_eq!(r.exit_code(), 3);
+        let runs = store::load_runs(&[dir.path()]).unwrap();
+        assert_eq!(runs.len(), 6);
+        let score = runs[0].1.as_ref().unwrap();
+        assert_eq!(
+            score.error.as_deref(),
+            Some("turn 0: the agent runtime panicked: boom")
+        );
+    }
+
+    #[test]
+    fn provisioning_failure_is_scenario_error_and_sweep_continues() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut agent = runtime::builtin_agent("demo").unwrap();
+        agent.runtime = "http".into();
+        agent.endpoint = Some("http://127.0.0.1:9".into());
+        let cfg = RunConfig::new(agent, dir.path());
+        let pack = Pack::demo();
+        let sweep = Sweep::new(&cfg);
+        let r = run_sweep(&pack.scenarios, &cfg, &sweep).unwrap();
+        assert_eq!(r.scenarios.len(), 3);
+        assert!(r.scenarios.iter().all(|s| {
+            s.aggregate
+                .error
+                .as_deref()
+                .unwrap()
+                .contains("provisioning failed")
+        }));
+        assert_eq!(r.exit_code(), 3);
+    }
+}

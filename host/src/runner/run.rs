@@ -1,0 +1,215 @@
+//! One run: reset → mint session → capture surface → `on_run_start` → inject (turn hooks
+//! around each turn) → evidence → trace → score → `on_run_scored` → `on_run_end` → write.
+//!
+//! A run that errors still goes through scored and end (pairing). Files: the score first —
+//! created new, so two sweeps can never claim one stem —, then the hook artifacts, then the
+//! trace, the commit record: a trace on disk always has its score beside it.
+
+use std::collections::HashSet;
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Mutex};
+
+use windtunnel_sdk::model::{AgentRef, SCHEMA_VERSION, Score, Trace, Verdict, WorldObservation};
+
+use super::scenario::{Handle, ScenarioRunner};
+use super::session::SessionConverse;
+use super::{Event, lock};
+use crate::clock;
+use crate::dispatch::Artifact;
+use crate::events::{self, Scope};
+use crate::score::{self, Aggregator};
+use crate::store::{self, StoreError};
+use crate::world::World;
+
+pub(super) struct RunRunner<'s, 'a> {
+    pub sc: &'s ScenarioRunner<'a>,
+    pub handle: &'s Handle,
+}
+
+impl<'s, 'a> RunRunner<'s, 'a> {
+    pub fn new(sc: &'s ScenarioRunner<'a>, handle: &'s Handle) -> Self {
+        RunRunner { sc, handle }
+    }
+
+    pub fn run(&self, index: u32, agg: &mut Aggregator) -> Result<Score, StoreError> {
+        let sc = self.sc;
+        let (cfg, scenario) = (sc.cfg, sc.scenario);
+        let started = cfg.clock.now();
+        let ts = clock::compact(started);
+        let (mut run_id, mut stem, mut attempt) = sc.claim_stem(index, &ts, 0)?;
+        let world = Arc::new(Mutex::new(World::new(scenario.world.as_ref())));
+        let mut trace = Trace {
+            schema_version: SCHEMA_VERSION,
+            run_id: run_id.clone(),
+            sweep_id: sc.sweep.id.clone(),
+            scenario_id: scenario.id.clone(),
+            run_index: index,
+            agent: AgentRef {
+                label: cfg.agent.label.clone(),
+                runtime: cfg.agent.runtime.clone(),
+                model: cfg.agent.model.clone(),
+            },
+            started_at: clock::rfc3339(started),
+            policy_revision: cfg.policy_revision.clone(),
+            hooks: cfg.hooks.clone(),
+            ..Trace::default()
+        };
+        if let Err(e) = lock(self.handle).reset_state() {
+            trace.error = Some(format!("reset failed: {e}"));
+        }
+        trace.session_id = cfg.ids.mint("session", &[&scenario.id, &index.to_string()]);
+        trace.surface = std::mem::take(&mut *lock(&sc.surface));
+        let scope = Scope {
+            scenario_id: Some(scenario.id.clone()),
+            run_id: Some(run_id.clone()),
+            session_id: Some(trace.session_id.clone()),
+            turn: None,
+            step: None,
+        };
+        cfg.publish(
+            &scope,
+            &events::Cause::Scenario,
+            events::Event::RunStarted { run_index: index },
+        );
+        let before = lock(&world).state().clone();
+        let mut session = SessionConverse {
+            sc,
+            scope: scope.clone(),
+            run_id: run_id.clone(),
+            handle: self.handle.clone(),
+            world: world.clone(),
+            session_id: trace.session_id.clone(),
+            next_turn: AtomicUsize::new(scenario.turns.len()),
+            unusable: trace.error.clone(),
+        };
+        let start_out =
+            cfg.observer
+                .on_run_start(scenario, &cfg.agent, &run_id, &trace.session_id, &session);
+        if trace.error.is_none() {
+            super::turn::TurnRunner {
+                sc,
+                handle: self.handle,
+                world: &world,
+                scope: &scope,
+            }
+            .inject(&mut trace);
+        }
+        if scenario.world.is_some() {
+            // A turn cut when wt stopped may still hold the world on its own thread; the run
+            // is ERROR then, and its world is not observed.
+            match super::try_lock(&world) {
+                Some(w) => {
+                    trace.world = Some(WorldObservation {
+                        before,
+                        after: w.state().clone(),
+                    });
+                }
+                None => trace
+                    .worker_warnings
+                    .push("world not observed: a turn cut when wt stopped still holds it".into()),
+            }
+        }
+        trace.ended_at = cfg.clock.now_rfc3339();
+        let score = score::score(scenario, &trace);
+        cfg.publish(
+            &scope,
+            &events::Cause::Scenario,
+            events::Event::RunScored {
+                verdict: score.verdict.to_string(),
+                failed_layers: score
+                    .failed_layers()
+                    .into_iter()
+                    .map(str::to_owned)
+                    .collect(),
+                error: score.error.clone(),
+            },
+        );
+        if score.verdict == Verdict::Error {
+            session.unusable = Some(score.error.clone().unwrap_or_default());
+        }
+        let scored_out = cfg
+            .observer
+            .on_run_scored(scenario, &cfg.agent, &trace, &score, &session);
+        let end_out = cfg
+            .observer
+            .on_run_end(scenario, &cfg.agent, &trace, &score, &session);
+        let mut artifacts = Vec::new();
+        for out in [start_out, scored_out, end_out] {
+            for w in &out.warnings {
+                sc.warn(w);
+            }
+            trace.worker_warnings.extend(out.warnings);
+            artifacts.extend(out.artifacts);
+        }
+        loop {
+            match self.write(&stem, &mut trace, &score, &artifacts) {
+                Err(StoreError::Exists { .. }) => {
+                    // Another sweep writing to this directory took the stem first.
+                    (run_id, stem, attempt) = sc.claim_stem(index, &ts, attempt + 1)?;
+                    trace.run_id = run_id.clone();
+                }
+                other => break other?,
+            }
+        }
+        let score = if score.run_id == trace.run_id {
+            score
+        } else {
+            Score {
+                run_id: trace.run_id.clone(),
+                ..score
+            }
+        };
+        cfg.publish(
+            &scope,
+            &events::Cause::Scenario,
+            events::Event::RunEnded { stem: stem.clone() },
+        );
+        cfg.progress.event(&Event::RunDone {
+            scenario: &scenario.id,
+            run_index: index,
+            stem: &stem,
+            trace: &trace,
+            score: &score,
+        });
+        agg.add(&trace, Some(&score));
+        *lock(&sc.surface) = std::mem::take(&mut trace.surface);
+        Ok(score)
+    }
+
+    /// Writes the score (created new), the artifacts, then the trace.
+    fn write(
+        &self,
+        stem: &str,
+        trace: &mut Trace,
+        score: &Score,
+        artifacts: &[Artifact],
+    ) -> Result<(), StoreError> {
+        let dir = &self.sc.cfg.out_dir;
+        if score.run_id == trace.run_id {
+            store::write_json_new(&store::score_path(dir, stem), score)?;
+        } else {
+            let renamed = Score {
+                run_id: trace.run_id.clone(),
+                ..score.clone()
+            };
+            store::write_json_new(&store::score_path(dir, stem), &renamed)?;
+        }
+        let mut written = HashSet::new();
+        for a in artifacts {
+            match store::artifact_path(dir, stem, &a.hook, a.label.as_deref()) {
+                Ok(path) if written.insert(path.clone()) => store::write_json(&path, &a.payload)?,
+                Ok(path) => trace.worker_warnings.push(format!(
+                    "hook:{}: artifact not written: {} was already written for this run",
+                    a.hook,
+                    path.file_name()
+                        .map(|n| n.to_string_lossy())
+                        .unwrap_or_default()
+                )),
+                Err(e) => trace
+                    .worker_warnings
+                    .push(format!("hook:{}: artifact not written: {e}", a.hook)),
+            }
+        }
+        store::write_json(&store::trace_path(dir, stem), trace)
+    }
+}

@@ -1,0 +1,113 @@
+//! The run's live session as hooks reach it: `converse` turns (journaled with the hook as
+//! their cause, never added to the trace) and the runtime's state probe.
+//!
+//! A converse turn is a real turn into the agent: guards are consulted first (all but the
+//! conversing hook itself), it is bounded by the converse deadline, and it is journaled.
+//! Turn observers do not observe it: their contract is the scenario's turns.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+use windtunnel_sdk::model::TurnErrorKind;
+use windtunnel_sdk::turn::{Cause as TurnCause, Outcome, TurnCall};
+
+use super::scenario::{Handle, ScenarioRunner};
+use super::turn::{denial_text, publish_denial, publish_terminal, send};
+use crate::dispatch::{ConverseError, Session};
+use crate::events::{self, Scope};
+use crate::world::World;
+
+pub(super) struct SessionConverse<'s, 'a> {
+    pub sc: &'s ScenarioRunner<'a>,
+    pub scope: Scope,
+    pub run_id: String,
+    pub handle: Handle,
+    pub world: Arc<Mutex<World>>,
+    pub session_id: String,
+    /// Turn index for the next converse turn (after the scenario's turns).
+    pub next_turn: AtomicUsize,
+    pub unusable: Option<String>,
+}
+
+impl Session for SessionConverse<'_, '_> {
+    fn converse(&self, hook: &str, text: &str, timeout: Duration) -> Result<String, ConverseError> {
+        if let Some(why) = &self.unusable {
+            return Err(ConverseError::Failed(format!("session unusable: {why}")));
+        }
+        let cfg = self.sc.cfg;
+        let index = self.next_turn.fetch_add(1, Ordering::Relaxed) as u32;
+        let scope = Scope {
+            turn: Some(index),
+            ..self.scope.clone()
+        };
+        let cause = events::Cause::Converse {
+            hook: hook.to_owned(),
+        };
+        if cfg.observer.wants_turns() {
+            let call = TurnCall {
+                sweep_id: self.sc.sweep.id.clone(),
+                scenario_id: self.sc.scenario.id.clone(),
+                run_id: self.run_id.clone(),
+                session_id: self.session_id.clone(),
+                agent: cfg.agent.label.clone(),
+                turn: index,
+                input: text.to_owned(),
+                started_at: cfg.clock.now_rfc3339(),
+                cause: TurnCause::Converse {
+                    hook: hook.to_owned(),
+                },
+            };
+            let open = cfg.observer.begin_turn(&call);
+            for w in &open.warnings {
+                self.sc.warn(w);
+            }
+            if let Some(denial) = &open.denial {
+                publish_denial(cfg, &scope, &cause, denial);
+                return Err(ConverseError::Failed(denial_text(denial)));
+            }
+        }
+        cfg.publish(
+            &scope,
+            &cause,
+            events::Event::TurnStarted {
+                input: text.to_owned(),
+            },
+        );
+        let watch = cfg.clock.stopwatch();
+        let reply = send(
+            cfg,
+            &self.handle,
+            &self.world,
+            &self.session_id,
+            text,
+            index,
+            timeout,
+        );
+        let outcome = publish_terminal(cfg, &scope, &cause, &reply, watch.elapsed_ms());
+        match (reply.error, reply.text) {
+            // Whatever arrives after the deadline is dropped with the reply; nothing of it
+            // is recorded.
+            (Some(e), _) if outcome == Outcome::Interrupted && e.kind == TurnErrorKind::Timeout => {
+                Err(ConverseError::TimedOut(timeout))
+            }
+            (Some(e), _) => Err(ConverseError::Failed(e.message)),
+            (None, Some(t)) => Ok(t),
+            (None, None) => Err(ConverseError::Failed("no reply".to_owned())),
+        }
+    }
+
+    fn probe_state(&self) -> Result<Value, String> {
+        // A turn cut when wt stopped may still hold the handle on its own thread.
+        let Some(mut handle) = super::try_lock(&self.handle) else {
+            return Err("the agent is busy with a turn cut when wt stopped".into());
+        };
+        handle.probe_state().ok_or_else(|| {
+            format!(
+                "runtime `{}` offers no state probe",
+                self.sc.cfg.agent.runtime
+            )
+        })
+    }
+}

@@ -1,0 +1,366 @@
+//! One turn: guards check and turn observers begin (before `TurnStarted`), the turn is sent,
+//! its steps and retries are journaled, the terminal event is written, and observers finish
+//! in reverse order — every begin gets exactly one finish, also when a guard denied the turn.
+//!
+//! The turn's outcome comes from the runtime's typed error: a timeout or a cut is
+//! *interrupted* (`TurnInterrupted`), any other error *failed* (`TurnFailed`).
+
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::Duration;
+
+use windtunnel_sdk::model::{Denial, Trace, TurnErrorKind, TurnRecord};
+use windtunnel_sdk::turn::{Cause as TurnCause, Outcome, TurnCall, TurnResult};
+
+use super::scenario::{Handle, ScenarioRunner};
+use super::{RunConfig, TurnOpen, lock};
+use crate::events::{self, Scope};
+use crate::interrupt::Interrupt;
+use crate::limits::{MAX_STORED_TEXT_BYTES, cut_text, cut_value};
+use crate::runtime::{self, Reply, TurnCtx};
+use crate::world::World;
+
+pub(super) struct TurnRunner<'r, 'a> {
+    pub sc: &'r ScenarioRunner<'a>,
+    pub handle: &'r Handle,
+    pub world: &'r Arc<Mutex<World>>,
+    pub scope: &'r Scope,
+}
+
+impl TurnRunner<'_, '_> {
+    /// Injects the scenario's turns into the run's session, recording them in `trace`.
+    pub fn inject(&self, trace: &mut Trace) {
+        let sc = self.sc;
+        let cfg = sc.cfg;
+        let timeout = runtime::turn_timeout(&cfg.agent);
+        let turn_hooks = cfg.observer.wants_turns();
+        for (i, text) in sc.scenario.turns.iter().enumerate() {
+            let index = i as u32;
+            let scope = Scope {
+                turn: Some(index),
+                ..self.scope.clone()
+            };
+            let call = turn_hooks.then(|| TurnCall {
+                sweep_id: sc.sweep.id.clone(),
+                scenario_id: sc.scenario.id.clone(),
+                run_id: trace.run_id.clone(),
+                session_id: trace.session_id.clone(),
+                agent: cfg.agent.label.clone(),
+                turn: index,
+                input: text.clone(),
+                started_at: cfg.clock.now_rfc3339(),
+                cause: TurnCause::Scenario,
+            });
+            let mut open = match &call {
+                Some(call) => cfg.observer.begin_turn(call),
+                None => TurnOpen::default(),
+            };
+            for w in std::mem::take(&mut open.warnings) {
+                sc.warn(&w);
+                trace.worker_warnings.push(w);
+            }
+            if let Some(denial) = open.denial.clone() {
+                publish_denial(cfg, &scope, &events::Cause::Scenario, &denial);
+                trace.error = Some(denial_text(&denial));
+                trace.denial = Some(denial.clone());
+                let finished = finish(cfg, open, call, Outcome::Denied, None, Some(denial));
+                self.warnings(trace, finished);
+                break;
+            }
+            cfg.publish(
+                &scope,
+                &events::Cause::Scenario,
+                events::Event::TurnStarted {
+                    input: text.clone(),
+                },
+            );
+            let watch = cfg.clock.stopwatch();
+            let reply = send(
+                cfg,
+                self.handle,
+                self.world,
+                &trace.session_id,
+                text,
+                index,
+                timeout,
+            );
+            let latency_ms = watch.elapsed_ms();
+            let outcome =
+                publish_terminal(cfg, &scope, &events::Cause::Scenario, &reply, latency_ms);
+            let failed = reply.error.is_some();
+            let finished = finish(cfg, open, call, outcome, reply.error.clone(), None);
+            let (error, error_kind) = match reply.error {
+                Some(e) => (Some(e.message), Some(e.kind)),
+                None => (None, None),
+            };
+            trace.turns.push(TurnRecord {
+                index,
+                input: text.clone(),
+                reply: reply.text,
+                latency_ms,
+                error,
+                error_kind,
+                retries: reply.retries,
+            });
+            trace.evidence.tool_calls.extend(reply.tool_calls);
+            self.warnings(trace, finished);
+            if failed {
+                // The session cannot be trusted after a failed turn; stop injecting.
+                break;
+            }
+        }
+    }
+
+    fn warnings(&self, trace: &mut Trace, warnings: Vec<String>) {
+        for w in warnings {
+            self.sc.warn(&w);
+            trace.worker_warnings.push(w);
+        }
+    }
+}
+
+/// The one-line form of a denial, as the run's error.
+pub(super) fn denial_text(d: &Denial) -> String {
+    format!(
+        "turn {} denied by guard `{}` ({}): {}: {}",
+        d.turn, d.guard, d.kind, d.code, d.message
+    )
+}
+
+/// Journals a denial: which guard, its code and kind, and the policy revision in force.
+pub(super) fn publish_denial(cfg: &RunConfig, scope: &Scope, cause: &events::Cause, d: &Denial) {
+    cfg.publish(
+        scope,
+        cause,
+        events::Event::TurnDenied {
+            guard: d.guard.clone(),
+            code: d.code.clone(),
+            kind: d.kind.clone(),
+            message: d.message.clone(),
+            policy_revision: cfg.policy_revision.clone(),
+        },
+    );
+}
+
+/// Finishes the observers that began, in reverse order (after the terminal event is
+/// durable).
+pub(super) fn finish(
+    cfg: &RunConfig,
+    open: TurnOpen,
+    call: Option<TurnCall>,
+    outcome: Outcome,
+    error: Option<runtime::TurnError>,
+    denial: Option<Denial>,
+) -> Vec<String> {
+    let Some(call) = call else {
+        return Vec::new();
+    };
+    let result = TurnResult {
+        call,
+        ended_at: cfg.clock.now_rfc3339(),
+        outcome,
+        error_kind: error.as_ref().map(|e| e.kind),
+        error: error.map(|e| e.message),
+        denial,
+    };
+    cfg.observer.finish_turn(open, &result)
+}
+
+/// The outcome a reply stands for.
+pub(super) fn outcome(reply: &Reply) -> Outcome {
+    match &reply.error {
+        None => Outcome::Done,
+        Some(e) if matches!(e.kind, TurnErrorKind::Timeout | TurnErrorKind::Interrupted) => {
+            Outcome::Interrupted
+        }
+        Some(_) => Outcome::Failed,
+    }
+}
+
+/// Journals a sent turn: its steps, its retries, then its terminal event (durable before
+/// any finish runs). Returns the turn's outcome.
+pub(super) fn publish_terminal(
+    cfg: &RunConfig,
+    scope: &Scope,
+    cause: &events::Cause,
+    reply: &Reply,
+    latency_ms: u64,
+) -> Outcome {
+    for r in &reply.retries {
+        cfg.publish(
+            scope,
+            cause,
+            events::Event::RequestRetried {
+                attempt: r.attempt,
+                error: r.error.clone(),
+                wait_ms: r.wait_ms,
+            },
+        );
+    }
+    for call in &reply.tool_calls {
+        cfg.publish(
+            &Scope {
+                step: Some(call.step),
+                ..scope.clone()
+            },
+            cause,
+            events::Event::StepDone {
+                tool: call.name.clone(),
+                error: call.error.clone(),
+            },
+        );
+    }
+    let outcome = outcome(reply);
+    let event = match &reply.error {
+        Some(e) if outcome == Outcome::Interrupted => events::Event::TurnInterrupted {
+            reason: e.message.clone(),
+            error_kind: e.kind,
+        },
+        Some(e) => events::Event::TurnFailed {
+            error: e.message.clone(),
+            error_kind: e.kind,
+        },
+        None => events::Event::TurnDone { latency_ms },
+    };
+    cfg.publish(scope, cause, event);
+    outcome
+}
+
+/// Sends one turn and bounds what came back ([`crate::limits`]). A runtime that panics
+/// gives a turn error instead of ending the sweep. A cooperative runtime is called in
+/// place; any other on a thread of its own, which the runner stops waiting for when the
+/// sweep is cut (the thread is left to finish or die with the process).
+pub(super) fn send(
+    cfg: &RunConfig,
+    handle: &Handle,
+    world: &Arc<Mutex<World>>,
+    session_id: &str,
+    text: &str,
+    index: u32,
+    timeout: Duration,
+) -> Reply {
+    if cfg.stop.is_cut() {
+        // A turn cut earlier may still hold the handle; nothing new is sent once cut.
+        return cut();
+    }
+    let send = Outgoing {
+        handle: handle.clone(),
+        world: world.clone(),
+        session_id: session_id.to_owned(),
+        text: text.to_owned(),
+        index,
+        timeout,
+        stop: cfg.stop.clone(),
+    };
+    let mut reply = if lock(handle).cooperative() {
+        send.in_place()
+    } else {
+        send.on_thread()
+    };
+    bound(&mut reply);
+    reply
+}
+
+/// One turn to send, owned, so that it can go to a thread of its own.
+struct Outgoing {
+    handle: Handle,
+    world: Arc<Mutex<World>>,
+    session_id: String,
+    text: String,
+    index: u32,
+    timeout: Duration,
+    stop: Arc<Interrupt>,
+}
+
+impl Outgoing {
+    fn in_place(&self) -> Reply {
+        let sent = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut w = lock(&self.world);
+            lock(&self.handle).send(
+                &self.session_id,
+                &self.text,
+                TurnCtx {
+                    index: self.index,
+                    world: &mut w,
+                    timeout: self.timeout,
+                    stop: &self.stop,
+                },
+            )
+        }));
+        sent.unwrap_or_else(|panic| {
+            Reply::failed(
+                TurnErrorKind::Agent,
+                format!("the agent runtime panicked: {}", panic_message(&*panic)),
+                Vec::new(),
+            )
+        })
+    }
+
+    fn on_thread(self) -> Reply {
+        let (tx, rx) = mpsc::sync_channel(1);
+        let stop = self.stop.clone();
+        let spawned = std::thread::Builder::new()
+            .name("wt-turn".into())
+            .spawn(move || {
+                let _ = tx.send(self.in_place());
+            });
+        if let Err(e) = spawned {
+            return Reply::failed(
+                TurnErrorKind::Agent,
+                format!("cannot start a thread for the turn: {e}"),
+                Vec::new(),
+            );
+        }
+        loop {
+            match rx.recv_timeout(Duration::from_millis(25)) {
+                Ok(reply) => return reply,
+                Err(mpsc::RecvTimeoutError::Timeout) if stop.is_cut() => return cut(),
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    return Reply::failed(
+                        TurnErrorKind::Agent,
+                        "the agent runtime ended the turn without a reply",
+                        Vec::new(),
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The reply of a turn cut when `wt` stopped.
+fn cut() -> Reply {
+    Reply::failed(
+        TurnErrorKind::Interrupted,
+        "interrupted: wt was stopped and the grace period ran out",
+        Vec::new(),
+    )
+}
+
+/// Cuts what a runtime returned to the sizes `wt` stores.
+fn bound(reply: &mut Reply) {
+    let max = MAX_STORED_TEXT_BYTES;
+    if let Some(t) = &mut reply.text {
+        cut_text(t, max);
+    }
+    if let Some(e) = &mut reply.error {
+        cut_text(&mut e.message, max);
+    }
+    for r in &mut reply.retries {
+        cut_text(&mut r.error, max);
+    }
+    for call in &mut reply.tool_calls {
+        cut_value(&mut call.arguments, max);
+        cut_value(&mut call.result, max);
+        if let Some(e) = &mut call.error {
+            cut_text(e, max);
+        }
+    }
+}
+
+pub(super) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".to_owned())
+}

@@ -1,0 +1,363 @@
+//! HTTP for the network runtimes (`openai`, `http`): one request under a deadline, a cap on
+//! the response body, failures classified into [`TurnError`] kinds, and retries.
+//!
+//! Retries: HTTP 429 and 5xx, and a connection closed before any response arrived, are tried
+//! again up to the agent's `retries` (default 2), waiting by an exponential backoff with
+//! jitter (the `backon` crate's schedule: 100 ms doubling to 2 s) or by the server's
+//! `Retry-After` (seconds or an HTTP date) when it says longer — never past the turn's
+//! deadline. Each retry is recorded, so traces and the journal explain a slow turn.
+//!
+//! Nothing here redacts: everything a runtime returns passes through the agent's
+//! [`crate::secrets::Redactor`] in [`super::for_agent`].
+
+use std::io::Read;
+use std::time::{Duration, Instant};
+
+use backon::BackoffBuilder;
+use serde_json::Value;
+use windtunnel_sdk::model::{Retry, TurnErrorKind};
+
+use super::{RuntimeError, TurnError};
+
+pub(crate) type HttpClient = reqwest::blocking::Client;
+
+/// Default cap on a response body (`max_response_bytes`).
+pub const DEFAULT_MAX_RESPONSE_BYTES: u64 = 8 << 20;
+
+/// Default retries of a failed request (`retries`).
+pub const DEFAULT_RETRIES: u32 = 2;
+
+/// How much of an error response's body an error message quotes.
+const ERROR_BODY_EXCERPT: usize = 200;
+
+/// An HTTP client for one agent endpoint, with its limits.
+#[derive(Clone)]
+pub(crate) struct Net {
+    client: HttpClient,
+    max_body: u64,
+    retries: u32,
+}
+
+/// One request.
+pub(crate) struct Request<'a> {
+    pub method: &'a str,
+    pub url: &'a str,
+    pub auth: Option<&'a str>,
+    pub body: Option<&'a Value>,
+}
+
+/// One attempt's failure.
+struct Failure {
+    error: TurnError,
+    retryable: bool,
+    /// The server's `Retry-After`, when it sent one.
+    retry_after: Option<Duration>,
+}
+
+impl Failure {
+    fn fatal(kind: TurnErrorKind, message: String) -> Failure {
+        Failure {
+            error: TurnError::new(kind, message),
+            retryable: false,
+            retry_after: None,
+        }
+    }
+}
+
+impl Net {
+    pub fn new(
+        connect_timeout: Duration,
+        max_body: Option<u64>,
+        retries: Option<u32>,
+    ) -> Result<Net, RuntimeError> {
+        let client = HttpClient::builder()
+            .connect_timeout(connect_timeout)
+            .build()
+            .map_err(|e| RuntimeError(format!("cannot build an HTTP client: {}", chain(&e))))?;
+        Ok(Net {
+            client,
+            max_body: max_body.unwrap_or(DEFAULT_MAX_RESPONSE_BYTES),
+            retries: retries.unwrap_or(DEFAULT_RETRIES),
+        })
+    }
+
+    /// Sends `req`, retrying what is worth retrying until `deadline`, and returns the 2xx
+    /// reply's body. Retries are appended to `log`.
+    pub fn text(
+        &self,
+        req: &Request<'_>,
+        deadline: Instant,
+        log: &mut Vec<Retry>,
+    ) -> Result<String, TurnError> {
+        let mut backoff = backon::ExponentialBuilder::default()
+            .with_min_delay(Duration::from_millis(100))
+            .with_max_delay(Duration::from_secs(2))
+            .with_jitter()
+            .with_max_times(self.retries as usize)
+            .build();
+        let mut attempt = 0u32;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(timed_out(req, attempt));
+            }
+            let failure = match self.once(req, left) {
+                Ok(text) => return Ok(text),
+                Err(f) => f,
+            };
+            let next = if failure.retryable {
+                backoff.next()
+            } else {
+                None
+            };
+            let Some(delay) = next else {
+                let mut error = failure.error;
+                if attempt > 0 && failure.retryable {
+                    error
+                        .message
+                        .push_str(&format!(" (after {} attempts)", attempt + 1));
+                }
+                return Err(error);
+            };
+            let wait = failure.retry_after.map_or(delay, |ra| ra.max(delay));
+            let left = deadline.saturating_duration_since(Instant::now());
+            if wait >= left {
+                let mut error = failure.error;
+                error.message.push_str(" (no time left to retry)");
+                return Err(error);
+            }
+            attempt += 1;
+            tracing::debug!(
+                "retry {attempt} in {wait:?} after {}",
+                failure.error.message
+            );
+            log.push(Retry {
+                attempt,
+                error: failure.error.message,
+                wait_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+            });
+            std::thread::sleep(wait);
+        }
+    }
+
+    /// Like [`Net::text`], parsing the body as JSON (an empty body is `null`).
+    pub fn json(
+        &self,
+        req: &Request<'_>,
+        deadline: Instant,
+        log: &mut Vec<Retry>,
+    ) -> Result<Value, TurnError> {
+        let text = self.text(req, deadline, log)?;
+        if text.trim().is_empty() {
+            return Ok(Value::Null);
+        }
+        serde_json::from_str(&text).map_err(|e| {
+            TurnError::new(
+                TurnErrorKind::Protocol,
+                format!(
+                    "{} {}: malformed JSON in the response ({e}): {}",
+                    req.method,
+                    req.url,
+                    crate::score::excerpt(&text)
+                ),
+            )
+        })
+    }
+
+    /// One attempt.
+    fn once(&self, req: &Request<'_>, timeout: Duration) -> Result<String, Failure> {
+        let (method, url) = (req.method, req.url);
+        let verb = reqwest::Method::from_bytes(method.as_bytes())
+            .map_err(|e| Failure::fatal(TurnErrorKind::Protocol, format!("{method} {url}: {e}")))?;
+        let mut builder = self.client.request(verb, url).timeout(timeout);
+        if let Some(key) = req.auth {
+            builder = builder.bearer_auth(key);
+        }
+        if let Some(b) = req.body {
+            builder = builder
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(b.to_string());
+        }
+        let transport = |e: reqwest::Error, reading: bool| {
+            let (kind, what, retryable) = if e.is_timeout() {
+                let what = if reading {
+                    "timed out reading the body"
+                } else {
+                    "timed out"
+                };
+                (TurnErrorKind::Timeout, what.to_owned(), false)
+            } else if e.is_connect() {
+                let what = format!("cannot connect: {}", root_cause(&e));
+                (TurnErrorKind::Transport, what, false)
+            } else if closed_early(&e) {
+                let what = format!("connection closed before a response: {}", chain(&e));
+                (TurnErrorKind::Transport, what, !reading)
+            } else if reading {
+                let what = format!("reading the body: {}", chain(&e));
+                (TurnErrorKind::Transport, what, false)
+            } else {
+                (TurnErrorKind::Transport, chain(&e), false)
+            };
+            Failure {
+                error: TurnError::new(kind, format!("{method} {url}: {what}")),
+                retryable,
+                retry_after: None,
+            }
+        };
+        let resp = builder.send().map_err(|e| transport(e, false))?;
+        let status = resp.status();
+        let retry_after = retry_after(resp.headers());
+        let too_big = || {
+            Failure::fatal(
+                TurnErrorKind::Protocol,
+                format!(
+                    "{method} {url}: reply exceeded {} bytes (max_response_bytes)",
+                    self.max_body
+                ),
+            )
+        };
+        if resp.content_length().is_some_and(|n| n > self.max_body) {
+            return Err(too_big());
+        }
+        let mut bytes = Vec::new();
+        resp.take(self.max_body.saturating_add(1))
+            .read_to_end(&mut bytes)
+            .map_err(|e| {
+                let timed_out = e.kind() == std::io::ErrorKind::TimedOut
+                    || chain(&e).contains("timed out")
+                    || chain(&e).contains("operation timed out");
+                let (kind, what) = if timed_out {
+                    (
+                        TurnErrorKind::Timeout,
+                        "timed out reading the body".to_owned(),
+                    )
+                } else {
+                    (
+                        TurnErrorKind::Transport,
+                        format!("reading the body: {}", chain(&e)),
+                    )
+                };
+                Failure::fatal(kind, format!("{method} {url}: {what}"))
+            })?;
+        if bytes.len() as u64 > self.max_body {
+            return Err(too_big());
+        }
+        let text = String::from_utf8(bytes)
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
+        if status.is_success() {
+            return Ok(text);
+        }
+        let body: String = text.trim().chars().take(ERROR_BODY_EXCERPT).collect();
+        let code = status.as_u16();
+        let retryable = code == 429 || status.is_server_error();
+        Err(Failure {
+            error: TurnError::new(
+                TurnErrorKind::Transport,
+                format!("{method} {url}: HTTP {code}: {body}"),
+            ),
+            retryable,
+            retry_after: retry_after.filter(|_| code == 429 || code == 503),
+        })
+    }
+}
+
+fn timed_out(req: &Request<'_>, attempts: u32) -> TurnError {
+    let mut message = format!("{} {}: timed out", req.method, req.url);
+    if attempts > 0 {
+        message.push_str(&format!(" (after {} attempts)", attempts + 1));
+    }
+    TurnError::new(TurnErrorKind::Timeout, message)
+}
+
+/// `Retry-After`: delay-seconds or an HTTP date.
+fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let value = headers
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim();
+    if let Ok(secs) = value.parse::<u64>() {
+        return Some(Duration::from_secs(secs.min(86_400)));
+    }
+    let when = httpdate::parse_http_date(value).ok()?;
+    Some(
+        when.duration_since(std::time::SystemTime::now())
+            .unwrap_or(Duration::ZERO)
+            .min(Duration::from_secs(86_400)),
+    )
+}
+
+/// Did the server close the connection before answering (a reset, an early EOF)?
+fn closed_early(e: &(dyn std::error::Error + 'static)) -> bool {
+    use std::io::ErrorKind;
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        if let Some(io) = c.downcast_ref::<std::io::Error>() {
+            if matches!(
+                io.kind(),
+                ErrorKind::ConnectionReset
+                    | ErrorKind::ConnectionAborted
+                    | ErrorKind::BrokenPipe
+                    | ErrorKind::UnexpectedEof
+            ) {
+                return true;
+            }
+        }
+        let text = c.to_string();
+        if text.contains("connection closed before message completed")
+            || text.contains("IncompleteMessage")
+        {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
+}
+
+/// An error with its causes, on one line, each cause once.
+pub(crate) fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let part = cause.to_string();
+        if !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+/// The innermost cause of an error (e.g. `tcp connect error: Connection refused`).
+fn root_cause(e: &dyn std::error::Error) -> String {
+    let mut cause = e;
+    while let Some(next) = cause.source() {
+        cause = next;
+    }
+    cause.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_reads_seconds_and_dates() {
+        let mut h = reqwest::header::HeaderMap::new();
+        h.insert(reqwest::header::RETRY_AFTER, "3".parse().unwrap());
+        assert_eq!(retry_after(&h), Some(Duration::from_secs(3)));
+        let later = std::time::SystemTime::now() + Duration::from_secs(120);
+        h.insert(
+            reqwest::header::RETRY_AFTER,
+            httpdate::fmt_http_date(later).parse().unwrap(),
+        );
+        let d = retry_after(&h).unwrap();
+        assert!(
+            d > Duration::from_secs(100) && d <= Duration::from_secs(120),
+            "{d:?}"
+        );
+        h.insert(reqwest::header::RETRY_AFTER, "soon".parse().unwrap());
+        assert_eq!(retry_after(&h), None);
+    }
+}

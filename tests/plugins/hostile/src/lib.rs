@@ -1,0 +1,121 @@
+//! Hooks that misbehave, for the hardening suite (tests/e2e/hardening.rs):
+//!
+//! - `exiter` calls `std::process::exit(WT_EXITER_CODE)` (default 0) at `on_run_end` of run
+//!   index `WT_EXITER_RUN` (default 1), as a plugin that "finishes early" would.
+//! - `clasher` writes artifacts whose names clash: the same label twice at one point, an
+//!   unlabelled artifact at both `on_run_scored` and `on_run_end`, a pack artifact labelled
+//!   like a scenario id next to that scenario's own, and reserved labels. It logs each
+//!   `emit_artifact` result as a warning (`emit <what>: ok|err: …`).
+//! - `forger` warns with a newline, a forged `warning:` line and ANSI escapes, echoes its
+//!   secret setting `WT_FORGER_API_KEY` in a warning and an artifact, warns with
+//!   `WT_FORGER_WARN_BYTES` bytes and emits an artifact of `WT_FORGER_ARTIFACT_BYTES` bytes
+//!   (both default 0: none).
+//! - `score` is a hook whose name is reserved: `wt` must refuse it.
+
+use windtunnel_sdk::{Context, Hook, Result, export_hooks, hook};
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+#[derive(Default)]
+pub struct Exiter;
+
+#[hook]
+impl Hook for Exiter {
+    const NAME: &'static str = "exiter";
+
+    fn on_run_end(&mut self, ctx: &Context<'_>) -> Result {
+        let index = ctx.trace().map(|t| u64::from(t.run_index));
+        if index == Some(env_u64("WT_EXITER_RUN", 1)) {
+            std::process::exit(env_u64("WT_EXITER_CODE", 0) as i32);
+        }
+        Ok(())
+    }
+}
+
+#[derive(Default)]
+pub struct Clasher;
+
+fn emit(ctx: &Context<'_>, what: &str, label: Option<&str>) {
+    let r = ctx.emit_artifact(&serde_json::json!({ "what": what }), label);
+    match r {
+        Ok(()) => ctx.warn(format!("emit {what}: ok")),
+        Err(e) => ctx.warn(format!("emit {what}: err: {e}")),
+    }
+}
+
+#[hook]
+impl Hook for Clasher {
+    const NAME: &'static str = "clasher";
+
+    fn on_run_scored(&mut self, ctx: &Context<'_>) -> Result {
+        emit(ctx, "twice-1", Some("same"));
+        emit(ctx, "twice-2", Some("same"));
+        emit(ctx, "unlabelled-scored", None);
+        emit(ctx, "reserved-score", Some("score"));
+        emit(ctx, "reserved-pack", Some("pack"));
+        Ok(())
+    }
+
+    fn on_run_end(&mut self, ctx: &Context<'_>) -> Result {
+        emit(ctx, "unlabelled-end", None);
+        Ok(())
+    }
+
+    fn on_scenario_end(&mut self, ctx: &Context<'_>) -> Result {
+        emit(ctx, "scenario-unlabelled", None);
+        Ok(())
+    }
+
+    fn on_pack_end(&mut self, ctx: &Context<'_>) -> Result {
+        // Labelled like a scenario id: must not take that scenario's artifact's name.
+        emit(ctx, "pack-as-scenario", Some("order-status"));
+        emit(ctx, "pack-marker", Some("scenario"));
+        Ok(())
+    }
+}
+
+#[derive(Default)]
+pub struct Forger;
+
+#[hook]
+impl Hook for Forger {
+    const NAME: &'static str = "forger";
+
+    fn on_run_start(&mut self, ctx: &Context<'_>) -> Result {
+        ctx.warn("line one\nwarning: forged by the hook \u{1b}[31mred\u{1b}[0m");
+        if let Ok(key) = std::env::var("WT_FORGER_API_KEY") {
+            ctx.warn(format!("my key is {key}"));
+            ctx.emit_artifact(&serde_json::json!({ "key": key }), Some("key"))?;
+        }
+        let n = env_u64("WT_FORGER_WARN_BYTES", 0) as usize;
+        if n > 0 {
+            ctx.warn("w".repeat(n));
+        }
+        let n = env_u64("WT_FORGER_ARTIFACT_BYTES", 0) as usize;
+        let big = serde_json::json!({ "blob": "b".repeat(n) });
+        match ctx.emit_artifact(&big, Some("big")) {
+            Err(e) if n > 0 => ctx.warn(format!("big artifact: {e}")),
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+#[derive(Default)]
+pub struct Score;
+
+#[hook]
+impl Hook for Score {
+    const NAME: &'static str = "score";
+
+    fn on_run_end(&mut self, ctx: &Context<'_>) -> Result {
+        ctx.emit_artifact(&serde_json::json!({ "verdict": "PASS" }), None)
+    }
+}
+
+export_hooks!(Exiter, Clasher, Forger, Score);
