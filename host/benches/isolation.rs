@@ -174,7 +174,7 @@ fn main() {
                 .expect("activates isolated"),
             deadlines,
         );
-        let mut run = |d: &Dispatcher| {
+        let run = |d: &Dispatcher| {
             latencies(|| {
                 let data = if data { full() } else { CallData::default() };
                 black_box(d.dispatch(point::ON_RUN_END, data, None));

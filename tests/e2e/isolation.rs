@@ -23,7 +23,8 @@ use windtunnel::{
 use windtunnel_abi::point;
 
 use crate::harness::{
-    Run, files, no_process_left, plugin_dir, processes_mentioning, run, set_mode, wt, wt_bin,
+    Run, files, no_process_left, plugin_dir, processes_mentioning, run, set_mode, traces, wt,
+    wt_bin,
 };
 
 const CLOCK: &str = "2026-11-30T07:00:00Z";
@@ -87,36 +88,25 @@ fn summary(s: &Sweep) -> Vec<String> {
         .collect()
 }
 
-/// Traces by file name, without what an active hook adds: its provenance and its warnings.
-fn traces_without(out: &Path, hook: &str) -> BTreeMap<String, Value> {
-    files(out)
-        .into_iter()
-        .filter(|(n, _)| n.ends_with(".json") && !n.trim_end_matches(".json").contains('.'))
-        .map(|(n, b)| {
-            let mut t: Value = serde_json::from_slice(&b).unwrap();
-            let t_obj = t.as_object_mut().unwrap();
-            t_obj.remove("hooks");
-            if let Some(Value::Array(w)) = t_obj.get_mut("worker_warnings") {
-                w.retain(|w| !w.as_str().unwrap().starts_with(&format!("hook:{hook}:")));
-            }
-            (n, t)
-        })
-        .collect()
+/// The traces (in file-name order) without what an active hook adds: its provenance and
+/// its warnings.
+fn traces_without(out: &Path, hook: &str) -> Vec<Value> {
+    let mut all = traces(out);
+    for t in &mut all {
+        let t = t.as_object_mut().unwrap();
+        t.remove("hooks");
+        if let Some(Value::Array(w)) = t.get_mut("worker_warnings") {
+            w.retain(|w| !w.as_str().unwrap().starts_with(&format!("hook:{hook}:")));
+        }
+    }
+    all
 }
 
 fn hook_warnings_in_traces(out: &Path, hook: &str) -> Vec<String> {
-    files(out)
-        .into_iter()
-        .filter(|(n, _)| n.ends_with(".json") && !n.trim_end_matches(".json").contains('.'))
-        .flat_map(|(_, b)| {
-            let t: Value = serde_json::from_slice(&b).unwrap();
-            t["worker_warnings"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|w| w.as_str().unwrap().to_owned())
-                .collect::<Vec<_>>()
-        })
+    traces(out)
+        .iter()
+        .flat_map(|t| t["worker_warnings"].as_array().unwrap().clone())
+        .map(|w| w.as_str().unwrap().to_owned())
         .filter(|w| w.starts_with(&format!("hook:{hook}:")))
         .collect()
 }
@@ -326,11 +316,9 @@ fn a_guard_whose_process_died_denies_every_turn() {
         .arg("--out")
         .arg(&out));
     assert_eq!(r.code, 3, "a denied turn makes the run ERROR: {r}");
-    let mut kinds: Vec<(String, String)> = files(&out)
-        .into_iter()
-        .filter(|(n, _)| n.ends_with(".json") && !n.trim_end_matches(".json").contains('.'))
-        .map(|(_, b)| {
-            let t: Value = serde_json::from_slice(&b).unwrap();
+    let mut kinds: Vec<(String, String)> = traces(&out)
+        .iter()
+        .map(|t| {
             assert!(t["turns"].as_array().unwrap().is_empty(), "{t}");
             (
                 t["denial"]["kind"].as_str().unwrap().to_owned(),
