@@ -140,7 +140,7 @@ fn main() {
         black_box(loaded.new_hook("noop0").expect("builds"));
         load.push(t.elapsed().as_secs_f64() * 1e3);
         let t = Instant::now();
-        let child = Isolated::spawn(&spawn, &lib, "noop0").expect("child starts");
+        let child = Isolated::spawn(&spawn, &lib, "noop0", 0).expect("child starts");
         start.push(t.elapsed().as_secs_f64() * 1e3);
         drop(child);
     }

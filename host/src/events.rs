@@ -39,6 +39,11 @@ pub enum Event {
         /// The policy revision in force, when guards are active.
         #[serde(skip_serializing_if = "Option::is_none")]
         policy_revision: Option<String>,
+        /// Lanes run at once (`--jobs`).
+        jobs: usize,
+        /// `K/N` when the sweep is one shard of a larger one.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        shard: Option<String>,
     },
     ScenarioStarted {
         runs: u32,
@@ -54,6 +59,13 @@ pub enum Event {
         tool: String,
         #[serde(skip_serializing_if = "Option::is_none")]
         error: Option<String>,
+    },
+    /// A request of the turn waited for the endpoint's limits before it was sent:
+    /// `paused` (a `Retry-After`), `rate` (`requests_per_minute`), `concurrency`
+    /// (`max_concurrency`).
+    RequestWaited {
+        reason: String,
+        wait_ms: u64,
     },
     /// A request of the turn failed and is tried again after `wait_ms`.
     RequestRetried {
@@ -117,6 +129,7 @@ impl Event {
             Event::TurnStarted { .. } => "TurnStarted",
             Event::StepDone { .. } => "StepDone",
             Event::RequestRetried { .. } => "RequestRetried",
+            Event::RequestWaited { .. } => "RequestWaited",
             Event::TurnDenied { .. } => "TurnDenied",
             Event::TurnDone { .. } => "TurnDone",
             Event::TurnFailed { .. } => "TurnFailed",

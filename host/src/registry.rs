@@ -10,6 +10,7 @@ use std::{
     collections::HashMap,
     fmt,
     path::{Path, PathBuf},
+    sync::Arc,
 };
 
 use abi_stable::{
@@ -321,15 +322,30 @@ impl Registry {
                 source_path: entry.source.to_string(),
                 refusal,
             };
-            let (hook, sha256) = match &entry.kind {
+            let (factory, sha256, first): (Factory, _, _) = match &entry.kind {
                 EntryKind::BuiltIn(_) if isolation.hooks.contains(&name) => {
                     return Err(ActivationError::IsolateBuiltIn(name));
                 }
-                EntryKind::BuiltIn(new) => (Instance::InProcess(new()), None),
+                EntryKind::BuiltIn(new) => {
+                    let new = *new;
+                    (Arc::new(move || Ok(Instance::InProcess(new()))), None, None)
+                }
                 EntryKind::Plugin(inspected) if isolation.applies(&name) => {
-                    let (child, ready) = Isolated::spawn(&isolation.spawn, &inspected.path, &name)
-                        .map_err(|e| refused(Refusal::Isolated(e.to_string())))?;
-                    (Instance::Isolated(child), Some(ready.sha256))
+                    // One child per instance: this one now, one more per lane later.
+                    let spawn = isolation.spawn.clone();
+                    let (path, hook_name) = (inspected.path.clone(), name.clone());
+                    // Instance 0 is built below; the factory builds lane 1's, lane 2's, …
+                    let instances = std::sync::atomic::AtomicUsize::new(1);
+                    let factory: Factory = Arc::new(move || {
+                        let n = instances.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        Isolated::spawn(&spawn, &path, &hook_name, n)
+                            .map(|(child, _)| Instance::Isolated(child))
+                            .map_err(|e| Refusal::Isolated(e.to_string()))
+                    });
+                    let (child, ready) =
+                        Isolated::spawn(&isolation.spawn, &inspected.path, &name, 0)
+                            .map_err(|e| refused(Refusal::Isolated(e.to_string())))?;
+                    (factory, Some(ready.sha256), Some(Instance::Isolated(child)))
                 }
                 EntryKind::Plugin(inspected) => {
                     let lib = match libraries.get(&inspected.path) {
@@ -340,12 +356,17 @@ impl Registry {
                             lib
                         }
                     };
-                    (
-                        Instance::InProcess(lib.new_hook(&name).map_err(refused)?),
-                        Some(lib.sha256.clone()),
-                    )
+                    let sha256 = Some(lib.sha256.clone());
+                    let hook_name = name.clone();
+                    let factory: Factory =
+                        Arc::new(move || lib.new_hook(&hook_name).map(Instance::InProcess));
+                    (factory, sha256, None)
                 }
                 EntryKind::Refused => unreachable!("refused entries are never chosen"),
+            };
+            let hook = match first {
+                Some(hook) => hook,
+                None => factory().map_err(refused)?,
             };
             active.push(ActiveHook {
                 name,
@@ -355,6 +376,7 @@ impl Registry {
                 points: entry.points,
                 sha256,
                 hook,
+                factory,
             });
         }
         Ok(active)
@@ -440,6 +462,9 @@ pub fn hook_secrets(name: &str) -> crate::secrets::Redactor {
     r
 }
 
+/// Builds a fresh instance of a hook (its `Default` value).
+type Factory = Arc<dyn Fn() -> Result<Instance, Refusal> + Send + Sync>;
+
 /// An activated hook, ready to call.
 pub struct ActiveHook {
     pub name: String,
@@ -450,6 +475,7 @@ pub struct ActiveHook {
     /// SHA-256 of the plugin library; `None` for built-ins.
     pub sha256: Option<String>,
     hook: Instance,
+    factory: Factory,
 }
 
 /// Where a hook instance lives.
@@ -509,6 +535,7 @@ impl FfiContext for FfiHost<'_> {
 impl ActiveHook {
     /// A fresh instance of a built-in hook.
     pub fn from_builtin(b: &BuiltIn) -> ActiveHook {
+        let new = b.new;
         ActiveHook {
             name: b.name.to_owned(),
             source: Source::BuiltIn,
@@ -516,7 +543,8 @@ impl ActiveHook {
             sdk_version: windtunnel_sdk::SDK_VERSION.to_owned(),
             points: b.points,
             sha256: None,
-            hook: Instance::InProcess((b.new)()),
+            hook: Instance::InProcess(new()),
+            factory: Arc::new(move || Ok(Instance::InProcess(new()))),
         }
     }
 
@@ -532,6 +560,20 @@ impl ActiveHook {
         if let Instance::Isolated(child) = &self.hook {
             child.abandon();
         }
+    }
+
+    /// Another instance of the same hook, from the same library: for a lane of its own.
+    pub fn another(&self) -> Result<ActiveHook, Refusal> {
+        Ok(ActiveHook {
+            name: self.name.clone(),
+            source: self.source.clone(),
+            version: self.version.clone(),
+            sdk_version: self.sdk_version.clone(),
+            points: self.points,
+            sha256: self.sha256.clone(),
+            hook: (self.factory)()?,
+            factory: self.factory.clone(),
+        })
     }
 
     /// Does the hook declare `point`?

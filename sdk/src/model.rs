@@ -215,6 +215,17 @@ pub struct AgentConfig {
     /// a larger one ends the turn with a protocol error.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_response_bytes: Option<u64>,
+    /// `http` runtime: how many sessions the service holds at once, i.e. how many of a
+    /// scenario's runs may be in flight together (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_sessions: Option<u32>,
+    /// Most requests in flight to the endpoint at once, across all lanes (default: no cap).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_concurrency: Option<u32>,
+    /// Most requests a minute to the endpoint, across all lanes, evenly spaced (default: no
+    /// cap).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests_per_minute: Option<u32>,
 }
 
 /// What the agent saw, frozen before the first inject.

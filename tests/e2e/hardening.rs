@@ -820,7 +820,9 @@ fn i10_pinned_sweeps_are_byte_identical_at_any_jobs_and_journals_identical_per_r
                 (None, Some(scenario)) => format!("scenario {scenario}"),
                 (None, None) => "sweep".to_owned(),
             };
+            // `seq` counts lines across runs; `jobs` on SweepStarted says how the sweep ran.
             l.as_object_mut().unwrap().remove("seq");
+            l.as_object_mut().unwrap().remove("jobs");
             m.entry(key).or_default().push(l);
         }
         m

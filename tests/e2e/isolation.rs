@@ -405,7 +405,7 @@ fn a_hook_process_that_never_gets_ready_is_killed_at_the_start_timeout() {
         start_timeout: Duration::from_millis(500),
         ..SpawnOptions::default()
     };
-    let err = windtunnel::isolate::Isolated::spawn(&opts, &tmp.path().join("lib.so"), "x")
+    let err = windtunnel::isolate::Isolated::spawn(&opts, &tmp.path().join("lib.so"), "x", 0)
         .err()
         .expect("never ready");
     assert_eq!(

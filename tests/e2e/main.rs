@@ -8,5 +8,6 @@ mod isolation;
 mod loader;
 mod plugins_cli;
 mod runner;
+mod scale;
 mod sdk_compat;
 mod turns;

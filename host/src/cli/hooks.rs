@@ -238,6 +238,14 @@ fn plan(args: PlanArgs) -> anyhow::Result<u8> {
             crate::deadlines::human(deadlines.for_point(point))
         )?;
     }
+    if !active.is_empty() {
+        writeln!(
+            out,
+            "instances: one of each hook per lane (up to --jobs lanes run at once), built with \
+             Default; a lane's instance sees the runs of that lane in order, never two calls at \
+             once; scenario and pack points run on one lane's instance"
+        )?;
+    }
     Ok(exit::SUCCESS)
 }
 

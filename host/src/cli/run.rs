@@ -23,7 +23,7 @@ use crate::interrupt::{self, Interrupt, SweepGuard};
 use crate::limits::HookCaps;
 use crate::pack::Pack;
 use crate::report::Report;
-use crate::runner::{self, Event, NoopObserver, Progress, RunConfig, RunObserver, Sweep};
+use crate::runner::{self, Event, NoopObserver, Progress, RunConfig, RunObserver, Shard, Sweep};
 use crate::store::StoredRun;
 use crate::{runtime, store};
 
@@ -45,9 +45,15 @@ pub struct RunArgs {
     /// Runs per scenario (overrides each scenario's `runs`).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub runs: Option<u32>,
-    /// Scenarios run in parallel [default: CPU count, at most 8].
-    #[arg(long, short = 'j', value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    /// Lanes in parallel: a scenario's runs spread over lanes where the runtime's sessions
+    /// are independent (demo, openai; http with `max_sessions`), and scenarios run side by
+    /// side [default: the CPU count for the demo agent, 16 for network runtimes].
+    #[arg(long, short = 'j', value_name = "N", env = "WT_JOBS", value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub jobs: Option<u32>,
+    /// Run only shard K of N: a stable subset of the sweep's (scenario, run index) pairs.
+    /// N shards on N machines run each pair once; `wt report DIR...` merges them.
+    #[arg(long, value_name = "K/N", env = "WT_SHARD", value_parser = Shard::parse)]
+    pub shard: Option<Shard>,
     /// Only scenarios whose id matches (glob with `*`/`?`, else substring).
     #[arg(long, value_name = "PATTERN")]
     pub filter: Option<String>,
@@ -79,13 +85,14 @@ pub struct RunArgs {
 }
 
 /// The active hooks of this invocation, checked before anything is provisioned: names
-/// resolve (plugins load), deadlines and caps parse, and the policy-revision rule holds.
+/// resolve (plugins load, one instance per lane), deadlines and caps parse, and the
+/// policy-revision rule holds.
 struct Hooks {
     observer: Option<Arc<HookObserver>>,
     provenance: Option<Vec<windtunnel_sdk::model::HookProvenance>>,
 }
 
-fn hooks(args: &RunArgs, stop: &Arc<Interrupt>) -> anyhow::Result<Hooks> {
+fn hooks(args: &RunArgs, stop: &Arc<Interrupt>, lanes: usize) -> anyhow::Result<Hooks> {
     let deadlines = Deadlines::from_env().map_err(CodedError::usage)?;
     let caps = HookCaps::from_env().map_err(CodedError::usage)?;
     let active = crate::cli::hooks::activate(
@@ -137,8 +144,12 @@ fn hooks(args: &RunArgs, stop: &Arc<Interrupt>) -> anyhow::Result<Hooks> {
             .with_caps(caps)
             .with_stop(stop.clone()),
     );
+    let mut observer = HookObserver::new(dispatcher);
+    observer
+        .prepare_lanes(lanes)
+        .map_err(|e| CodedError::usage(format!("cannot give each lane its hooks: {e}")))?;
     Ok(Hooks {
-        observer: Some(Arc::new(HookObserver::new(dispatcher))),
+        observer: Some(Arc::new(observer)),
         provenance: Some(provenance),
     })
 }
@@ -187,21 +198,18 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
     let clock = Clock::from_env().map_err(|e| CodedError::usage(e.to_string()))?;
     let grace = interrupt::grace_from_env().map_err(CodedError::usage)?;
     let stop = Interrupt::new();
-    let hooks = hooks(&args, &stop)?;
+    let jobs = args
+        .jobs
+        .map_or_else(|| rt.default_jobs(), |j| j as usize)
+        .max(1);
+    let planned = runner::planned_runs(&pack.scenarios, args.runs, args.shard);
+    let hooks = hooks(&args, &stop, jobs.min(planned).max(1))?;
     let observer: Arc<dyn RunObserver> = match &hooks.observer {
         Some(o) => o.clone(),
         None => Arc::new(NoopObserver),
     };
     let live = journal_sink(&args.events)?;
-    let jobs = args.jobs.map_or_else(
-        || std::thread::available_parallelism().map_or(1, |n| n.get().min(8)),
-        |j| j as usize,
-    );
-    let total: u64 = pack
-        .scenarios
-        .iter()
-        .map(|s| u64::from(args.runs.unwrap_or(s.runs)))
-        .sum();
+    let total = planned as u64;
     let ids = args.seed.map_or_else(Ids::random, Ids::seeded);
     let mut sweep = Sweep::start(&clock, &ids);
     store::ensure_dir(&args.out)?;
@@ -228,6 +236,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
         hooks: hooks.provenance.clone(),
         journal: Some(Arc::new(journal)),
         stop: stop.clone(),
+        shard: args.shard,
     };
     // From here until the summary, an exit that does not come through this function is an
     // aborted sweep, never a pass.
@@ -241,6 +250,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
             scenarios: pack.scenarios.len(),
             hooks: args.hooks.clone(),
             policy_revision: cfg.policy_revision.clone(),
+            jobs,
+            shard: args.shard.map(|s| format!("{}/{}", s.index, s.count)),
         },
     );
     term::err_line(&format!(

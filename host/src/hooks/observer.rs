@@ -26,14 +26,23 @@ pub const DEFAULT_ARTIFACT_SCHEMA_VERSION: u64 = 1;
 
 type Names = Arc<Mutex<HashSet<String>>>;
 
-/// Every active hook, observing a sweep.
+/// Every active hook, observing a sweep. Each lane (worker) of the sweep has its own
+/// `HookObserver` over its own hook instances ([`HookObserver::prepare_lanes`]); they share
+/// the artifact-name registries and, through the dispatchers, health and quarantine.
 pub struct HookObserver {
     dispatcher: Arc<Dispatcher>,
-    /// Artifact names written so far, per run (by run id), per scenario (by id), and for
-    /// the pack: each scope's files are named after them, so a name may be used once.
-    run_names: Mutex<HashMap<String, Names>>,
-    scenario_names: Mutex<HashMap<String, Names>>,
-    pack_names: Names,
+    names: Arc<ArtifactNames>,
+    /// Lanes 1, 2, …; lane 0 is this observer.
+    lanes: Vec<Arc<HookObserver>>,
+}
+
+/// Artifact names written so far, per run (by run id), per scenario (by id), and for the
+/// pack: each scope's files are named after them, so a name may be used once.
+#[derive(Default)]
+struct ArtifactNames {
+    run: Mutex<HashMap<String, Names>>,
+    scenario: Mutex<HashMap<String, Names>>,
+    pack: Names,
 }
 
 fn names_in(map: &Mutex<HashMap<String, Names>>, key: &str) -> Names {
@@ -52,10 +61,22 @@ impl HookObserver {
     pub fn new(dispatcher: Arc<Dispatcher>) -> Self {
         HookObserver {
             dispatcher,
-            run_names: Mutex::default(),
-            scenario_names: Mutex::default(),
-            pack_names: Names::default(),
+            names: Arc::default(),
+            lanes: Vec::new(),
         }
+    }
+
+    /// Builds the observers of lanes 1 to `lanes - 1`, each with fresh instances of every
+    /// hook, so the sweep's lanes never wait for each other's hooks.
+    pub fn prepare_lanes(&mut self, lanes: usize) -> Result<(), String> {
+        while self.lanes.len() + 1 < lanes {
+            self.lanes.push(Arc::new(HookObserver {
+                dispatcher: Arc::new(self.dispatcher.for_lane()?),
+                names: self.names.clone(),
+                lanes: Vec::new(),
+            }));
+        }
+        Ok(())
     }
 
     pub fn dispatcher(&self) -> &Dispatcher {
@@ -66,7 +87,7 @@ impl HookObserver {
         CallData {
             scenario: Some(Arc::new(scenario.clone())),
             agent: Some(Arc::new(agent.clone())),
-            artifact_names: Some(names_in(&self.scenario_names, &scenario.id)),
+            artifact_names: Some(names_in(&self.names.scenario, &scenario.id)),
             ..CallData::default()
         }
     }
@@ -75,7 +96,7 @@ impl HookObserver {
         CallData {
             scenario: Some(Arc::new(scenario.clone())),
             agent: Some(Arc::new(agent.clone())),
-            artifact_names: Some(names_in(&self.run_names, run_id)),
+            artifact_names: Some(names_in(&self.names.run, run_id)),
             ..CallData::default()
         }
     }
@@ -115,7 +136,7 @@ impl HookObserver {
             point::ON_PACK_END,
             || CallData {
                 aggregates: Some(Arc::new(aggregates)),
-                artifact_names: Some(self.pack_names.clone()),
+                artifact_names: Some(self.names.pack.clone()),
                 ..CallData::default()
             },
             None,
@@ -224,7 +245,7 @@ impl RunObserver for HookObserver {
             || self.with_run(scenario, agent, trace, score),
             Some(session),
         );
-        forget(&self.run_names, &trace.run_id);
+        forget(&self.names.run, &trace.run_id);
         out
     }
 
@@ -242,8 +263,13 @@ impl RunObserver for HookObserver {
             },
             None,
         );
-        forget(&self.scenario_names, &scenario.id);
+        forget(&self.names.scenario, &scenario.id);
         out
+    }
+
+    fn lane(&self, lane: usize) -> Option<Arc<dyn RunObserver>> {
+        let l = self.lanes.get(lane.checked_sub(1)?)?;
+        Some(l.clone())
     }
 
     fn wants_turns(&self) -> bool {

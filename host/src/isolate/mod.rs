@@ -65,8 +65,8 @@ pub struct SpawnOptions {
     pub program: PathBuf,
     /// `RLIMIT_AS` of the child, in MiB.
     pub memory_limit_mib: u64,
-    /// Where the child's stdout and stderr go: `<dir>/<stem>.<hook>.log`, created when the
-    /// child first writes. `None`: kept only in memory (the last lines name a crash's cause).
+    /// Where the child's stdout and stderr go: `<dir>/<stem>.<hook>.log` (lane n > 0:
+    /// `<stem>.<hook>.lane<n>.log`), created when the child first writes. `None`: kept only in memory (the last lines name a crash's cause).
     pub log: Option<(PathBuf, String)>,
     /// How long the child may take to load the plugin and say it is ready.
     pub start_timeout: Duration,

@@ -105,11 +105,13 @@ pub fn child_env(hook: &str) -> Vec<(OsString, OsString)> {
 
 impl Isolated {
     /// Starts a child that vets and loads `plugin` and builds the hook `hook`, and waits
-    /// (at most `opts.start_timeout`) until it is ready.
+    /// (at most `opts.start_timeout`) until it is ready. `instance` numbers the hook's
+    /// instances (0, then one per further lane); it only names the log.
     pub fn spawn(
         opts: &SpawnOptions,
         plugin: &Path,
         hook: &str,
+        instance: usize,
     ) -> Result<(Isolated, Ready), SpawnError> {
         let mut cmd = Command::new(&opts.program);
         cmd.arg(CHILD_SUBCOMMAND)
@@ -139,10 +141,13 @@ impl Isolated {
             return Err(SpawnError::Spawn(std::io::Error::other("no pipes")));
         };
         let output = Arc::new(Output::default());
-        let log = opts
-            .log
-            .as_ref()
-            .map(|(dir, stem)| (dir.clone(), format!("{stem}.{hook}.log")));
+        let log = opts.log.as_ref().map(|(dir, stem)| {
+            let name = match instance {
+                0 => format!("{stem}.{hook}.log"),
+                n => format!("{stem}.{hook}.lane{n}.log"),
+            };
+            (dir.clone(), name)
+        });
         {
             let output = output.clone();
             std::thread::Builder::new()

@@ -4,7 +4,9 @@
 //! (atomically) before the next run's reset; nothing of a run is kept in memory after that
 //! except its contribution to the scenario's [`AggregateResult`].
 //!
-//! - this module: the sweep — configuration, results, scenarios spread over threads;
+//! - this module: the sweep — configuration, results, sharding;
+//! - [`sweep`]: the pool of lanes that runs a sweep's scenarios, several lanes per scenario
+//!   where the runtime allows;
 //! - [`scenario`]: one scenario — provision, preconditions, its runs, teardown;
 //! - [`run`]: one run — reset, session, inject, evidence, score, hooks, files;
 //! - [`turn`]: one turn — guards and turn hooks around it, the send, its terminal event;
@@ -19,7 +21,6 @@
 //! and its hooks stay paired.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use windtunnel_sdk::model::{
@@ -38,6 +39,7 @@ use crate::store::{self, StoreError};
 mod run;
 mod scenario;
 mod session;
+mod sweep;
 mod turn;
 
 /// What a hook point returns: warnings (run scope: into `trace.worker_warnings`) and
@@ -123,6 +125,12 @@ pub trait RunObserver: Send + Sync {
     fn wants_turns(&self) -> bool {
         false
     }
+    /// The observer of lane `lane` (a worker of the sweep; lanes run in parallel). `None`:
+    /// this observer serves every lane itself and may be called from several threads at
+    /// once. The lanes of one sweep are numbered from 0; lane 0 may be `self`.
+    fn lane(&self, lane: usize) -> Option<Arc<dyn RunObserver>> {
+        None
+    }
 }
 
 /// The observer used when no hooks are active.
@@ -187,6 +195,45 @@ pub struct RunConfig {
     /// hooks stay paired, scenarios not yet started are reported as not run. Cut: turns in
     /// flight end at once as interrupted.
     pub stop: Arc<Interrupt>,
+    /// Run only this shard's (scenario, run index) pairs.
+    pub shard: Option<Shard>,
+}
+
+/// Shard `index` of `count` (1-based): a stable subset of a sweep's (scenario, run index)
+/// pairs, chosen by a hash of the pair alone — it depends neither on the other shards, nor
+/// on timing, nor on `--jobs`, so N shards on N machines together run every pair once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shard {
+    pub index: u32,
+    pub count: u32,
+}
+
+impl Shard {
+    /// Parses `K/N` (1 ≤ K ≤ N).
+    pub fn parse(text: &str) -> Result<Shard, String> {
+        let bad = || format!("--shard {text:?}: expected K/N with 1 <= K <= N, e.g. 2/4");
+        let (k, n) = text.split_once('/').ok_or_else(bad)?;
+        let (index, count): (u32, u32) = (
+            k.trim().parse().map_err(|_| bad())?,
+            n.trim().parse().map_err(|_| bad())?,
+        );
+        if index == 0 || count == 0 || index > count {
+            return Err(bad());
+        }
+        Ok(Shard { index, count })
+    }
+
+    /// Does this shard hold run `run_index` of `scenario_id`?
+    pub fn holds(&self, scenario_id: &str, run_index: u32) -> bool {
+        use sha2::{Digest, Sha256};
+        let mut h = Sha256::new();
+        h.update(scenario_id.as_bytes());
+        h.update([0]);
+        h.update(run_index.to_le_bytes());
+        let d = h.finalize();
+        let n = u64::from_le_bytes(d[..8].try_into().expect("8 bytes"));
+        n % u64::from(self.count) == u64::from(self.index - 1)
+    }
 }
 
 impl RunConfig {
@@ -205,6 +252,7 @@ impl RunConfig {
             hooks: None,
             journal: None,
             stop: Interrupt::new(),
+            shard: None,
         }
     }
 
@@ -347,37 +395,58 @@ pub fn run_sweep_on(
         .filter_map(|p| p.file_stem().and_then(|s| s.to_str()).map(stem_key))
         .collect();
     let stems = Mutex::new(taken);
-    let next = AtomicUsize::new(0);
-    let results: Mutex<Vec<Option<Result<ScenarioOutcome, StoreError>>>> =
-        Mutex::new((0..scenarios.len()).map(|_| None).collect());
-    let jobs = cfg.jobs.clamp(1, scenarios.len().max(1));
+    let cap = runtime
+        .max_lanes()
+        .unwrap_or(usize::MAX)
+        .min(cfg.jobs.max(1));
+    // A shard provisions only the scenarios it has runs of.
+    let states: Vec<sweep::ScenarioState<'_>> = scenarios
+        .iter()
+        .map(|s| (s, sweep::indices(cfg, s)))
+        .filter(|(_, indices)| !indices.is_empty())
+        .map(|(s, indices)| {
+            let runner = scenario::ScenarioRunner::new(cfg, sweep, s, runtime, &stems);
+            sweep::ScenarioState::new(runner, indices, cap)
+        })
+        .collect();
+    let total: usize = states.iter().map(|s| s.run_count() as usize).sum();
+    let workers = cfg.jobs.clamp(1, total.max(1));
+    let lanes: Vec<sweep::Lane> = (0..workers)
+        .map(|index| sweep::Lane {
+            observer: cfg
+                .observer
+                .lane(index)
+                .unwrap_or_else(|| cfg.observer.clone()),
+        })
+        .collect();
     std::thread::scope(|s| {
-        for _ in 0..jobs {
-            s.spawn(|| {
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(scenario) = scenarios.get(i) else {
-                        break;
-                    };
-                    let r =
-                        scenario::ScenarioRunner::new(cfg, sweep, scenario, runtime, &stems).run();
-                    lock(&results)[i] = Some(r);
-                }
-            });
+        for lane in &lanes {
+            let states = &states;
+            s.spawn(move || sweep::work(lane, states, cfg));
         }
     });
     let mut out = Vec::new();
-    for r in results
-        .into_inner()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-    {
-        out.push(r.expect("every scenario ran")?);
+    for state in states {
+        out.push(state.into_outcome()?);
     }
     Ok(SweepResult {
         sweep: sweep.clone(),
         scenarios: out,
         interrupted: cfg.cancelled(),
     })
+}
+
+/// How many runs a sweep of `scenarios` makes (with `runs` overriding each scenario's
+/// count, and only `shard`'s share).
+pub fn planned_runs(scenarios: &[Scenario], runs: Option<u32>, shard: Option<Shard>) -> usize {
+    scenarios
+        .iter()
+        .map(|s| {
+            (0..runs.unwrap_or(s.runs))
+                .filter(|k| shard.is_none_or(|sh| sh.holds(&s.id, *k)))
+                .count()
+        })
+        .sum()
 }
 
 /// A stem's 64-bit key: the taken-stems set stays small (8 bytes a run). A false clash

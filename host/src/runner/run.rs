@@ -13,6 +13,7 @@ use windtunnel_sdk::model::{AgentRef, SCHEMA_VERSION, Score, Trace, Verdict, Wor
 
 use super::scenario::{Handle, ScenarioRunner};
 use super::session::SessionConverse;
+use super::sweep::Lane;
 use super::{Event, lock};
 use crate::clock;
 use crate::dispatch::Artifact;
@@ -24,16 +25,18 @@ use crate::world::World;
 pub(super) struct RunRunner<'s, 'a> {
     pub sc: &'s ScenarioRunner<'a>,
     pub handle: &'s Handle,
+    pub lane: &'s Lane,
 }
 
 impl<'s, 'a> RunRunner<'s, 'a> {
-    pub fn new(sc: &'s ScenarioRunner<'a>, handle: &'s Handle) -> Self {
-        RunRunner { sc, handle }
+    pub fn new(sc: &'s ScenarioRunner<'a>, handle: &'s Handle, lane: &'s Lane) -> Self {
+        RunRunner { sc, handle, lane }
     }
 
-    pub fn run(&self, index: u32, agg: &mut Aggregator) -> Result<Score, StoreError> {
+    pub fn run(&self, index: u32, agg: &Mutex<Aggregator>) -> Result<Score, StoreError> {
         let sc = self.sc;
         let (cfg, scenario) = (sc.cfg, sc.scenario);
+        let observer = &self.lane.observer;
         let started = cfg.clock.now();
         let ts = clock::compact(started);
         let (mut run_id, mut stem, mut attempt) = sc.claim_stem(index, &ts, 0)?;
@@ -58,7 +61,7 @@ impl<'s, 'a> RunRunner<'s, 'a> {
             trace.error = Some(format!("reset failed: {e}"));
         }
         trace.session_id = cfg.ids.mint("session", &[&scenario.id, &index.to_string()]);
-        trace.surface = std::mem::take(&mut *lock(&sc.surface));
+        trace.surface = sc.surface.clone();
         let scope = Scope {
             scenario_id: Some(scenario.id.clone()),
             run_id: Some(run_id.clone()),
@@ -74,6 +77,7 @@ impl<'s, 'a> RunRunner<'s, 'a> {
         let before = lock(&world).state().clone();
         let mut session = SessionConverse {
             sc,
+            observer: observer.as_ref(),
             scope: scope.clone(),
             run_id: run_id.clone(),
             handle: self.handle.clone(),
@@ -83,11 +87,11 @@ impl<'s, 'a> RunRunner<'s, 'a> {
             unusable: trace.error.clone(),
         };
         let start_out =
-            cfg.observer
-                .on_run_start(scenario, &cfg.agent, &run_id, &trace.session_id, &session);
+            observer.on_run_start(scenario, &cfg.agent, &run_id, &trace.session_id, &session);
         if trace.error.is_none() {
             super::turn::TurnRunner {
                 sc,
+                observer: observer.as_ref(),
                 handle: self.handle,
                 world: &world,
                 scope: &scope,
@@ -127,12 +131,8 @@ impl<'s, 'a> RunRunner<'s, 'a> {
         if score.verdict == Verdict::Error {
             session.unusable = Some(score.error.clone().unwrap_or_default());
         }
-        let scored_out = cfg
-            .observer
-            .on_run_scored(scenario, &cfg.agent, &trace, &score, &session);
-        let end_out = cfg
-            .observer
-            .on_run_end(scenario, &cfg.agent, &trace, &score, &session);
+        let scored_out = observer.on_run_scored(scenario, &cfg.agent, &trace, &score, &session);
+        let end_out = observer.on_run_end(scenario, &cfg.agent, &trace, &score, &session);
         let mut artifacts = Vec::new();
         for out in [start_out, scored_out, end_out] {
             for w in &out.warnings {
@@ -171,8 +171,7 @@ impl<'s, 'a> RunRunner<'s, 'a> {
             trace: &trace,
             score: &score,
         });
-        agg.add(&trace, Some(&score));
-        *lock(&sc.surface) = std::mem::take(&mut trace.surface);
+        lock(agg).add(&trace, Some(&score));
         Ok(score)
     }
 

@@ -9,7 +9,8 @@ use std::sync::{Arc, Mutex};
 
 use windtunnel_sdk::model::{AggregateResult, Scenario, Surface};
 
-use super::{Event, RunConfig, RunHookOutput, ScenarioOutcome, Sweep, lock, problem, stem_key};
+use super::sweep::{Lane, ScenarioState};
+use super::{Event, RunConfig, RunHookOutput, ScenarioOutcome, Sweep, lock, stem_key};
 use crate::events::{self, Scope};
 use crate::runtime::{self, AgentHandle, Runtime};
 use crate::score::Aggregator;
@@ -19,10 +20,20 @@ use crate::world::World;
 /// The agent handle of a scenario, shared with the threads that may carry a turn.
 pub(super) type Handle = Arc<Mutex<Box<dyn AgentHandle>>>;
 
+/// Why a scenario cannot run, with the warnings gathered on the way.
+pub(super) struct Unable {
+    pub why: String,
+    pub warnings: Vec<String>,
+}
+
+fn state_runs(state: &ScenarioState<'_>) -> u32 {
+    state.run_count()
+}
+
 pub(super) struct ScenarioRunner<'a> {
     pub cfg: &'a RunConfig,
-    /// The scenario's surface, built once, lent to each run's trace.
-    pub surface: Mutex<Surface>,
+    /// The scenario's surface, built once, copied into each run's trace.
+    pub surface: Surface,
     pub sweep: &'a Sweep,
     pub scenario: &'a Scenario,
     runtime: &'a dyn Runtime,
@@ -40,7 +51,7 @@ impl<'a> ScenarioRunner<'a> {
     ) -> Self {
         ScenarioRunner {
             cfg,
-            surface: Mutex::new(runtime::surface(&cfg.agent, scenario)),
+            surface: runtime::surface(&cfg.agent, scenario),
             sweep,
             scenario,
             runtime,
@@ -63,9 +74,11 @@ impl<'a> ScenarioRunner<'a> {
         }
     }
 
-    pub fn run(&self) -> Result<ScenarioOutcome, StoreError> {
+    /// Sets the scenario up on the first lane: provisions its handle, checks the world
+    /// preconditions, fires `on_provisioned`. A failure makes the whole scenario ERROR.
+    pub fn setup(&self, lane: &Lane, state: &ScenarioState<'_>) -> Result<Handle, Unable> {
         let (cfg, scenario) = (self.cfg, self.scenario);
-        let runs = cfg.runs_of(scenario);
+        let runs = state_runs(state);
         cfg.progress.event(&Event::ScenarioStarted {
             scenario: &scenario.id,
             runs,
@@ -75,26 +88,21 @@ impl<'a> ScenarioRunner<'a> {
             &events::Cause::Scenario,
             events::Event::ScenarioStarted { runs },
         );
-        let mut agg = Aggregator::new(&scenario.id);
         let mut warnings = Vec::new();
-        let unable = |agg: Aggregator, why: String, warnings: Vec<String>| {
-            let mut a = agg.finish();
-            a.runs = runs;
-            a.errored = runs;
-            a.error = Some(why);
-            self.scenario_ended(&a);
-            Ok(ScenarioOutcome {
-                first_problem: a.error.clone(),
-                aggregate: a,
-                warnings,
-            })
-        };
         if cfg.cancelled() {
-            return unable(agg, "not run: the sweep was interrupted".into(), warnings);
+            return Err(Unable {
+                why: "not run: the sweep was interrupted".into(),
+                warnings,
+            });
         }
         let handle: Handle = match self.runtime.provision(scenario) {
             Ok(h) => Arc::new(Mutex::new(h)),
-            Err(e) => return unable(agg, format!("provisioning failed: {e}"), warnings),
+            Err(e) => {
+                return Err(Unable {
+                    why: format!("provisioning failed: {e}"),
+                    warnings,
+                });
+            }
         };
         let fixture = World::new(scenario.world.as_ref());
         let broken: Vec<String> = scenario
@@ -104,39 +112,91 @@ impl<'a> ScenarioRunner<'a> {
             .collect();
         if !broken.is_empty() {
             self.teardown(&handle, &mut warnings);
-            let why = format!("precondition failed: {}", broken.join("; "));
-            return unable(agg, why, warnings);
+            return Err(Unable {
+                why: format!("precondition failed: {}", broken.join("; ")),
+                warnings,
+            });
         }
-        let provisioned = cfg.observer.on_provisioned(scenario, &cfg.agent);
+        let provisioned = lane.observer.on_provisioned(scenario, &cfg.agent);
         // A write failure stops the scenario, but never skips teardown or its end point.
-        let mut write_failure = self.scoped(provisioned, &mut warnings).err();
-        let mut first_problem = None;
-        for index in 0..runs {
-            if write_failure.is_some() || cfg.cancelled() {
-                // Interrupted: runs that never started are not counted as run.
-                break;
-            }
-            match super::run::RunRunner::new(self, &handle).run(index, &mut agg) {
-                Ok(score) if first_problem.is_none() => first_problem = problem(&score),
-                Ok(_) => {}
-                Err(e) => write_failure = Some(e),
-            }
+        if let Err(e) = self.scoped(provisioned, &mut warnings) {
+            lock(&state.write_failure).get_or_insert(e);
         }
-        self.teardown(&handle, &mut warnings);
+        lock(&state.warnings).extend(warnings);
+        Ok(handle)
+    }
+
+    /// The handle of an extra lane, or a warning saying why there is none.
+    pub fn provision_lane(&self, lane: usize) -> Result<Handle, String> {
+        self.runtime
+            .provision_lane(self.scenario, lane)
+            .map(|h| Arc::new(Mutex::new(h)))
+            .map_err(|e| format!("lane {lane}: provisioning failed: {e}"))
+    }
+
+    /// A scenario that cannot run: every run counts as errored, with `why`.
+    pub fn unable(
+        &self,
+        agg: Aggregator,
+        runs: u32,
+        why: String,
+        warnings: Vec<String>,
+    ) -> Result<ScenarioOutcome, StoreError> {
+        let mut a = agg.finish();
+        a.runs = runs;
+        a.errored = runs;
+        a.error = Some(why);
+        self.scenario_ended(&a);
+        Ok(ScenarioOutcome {
+            first_problem: a.error.clone(),
+            aggregate: a,
+            warnings,
+        })
+    }
+
+    /// A scenario no lane reached before the sweep was stopped: reported as not run.
+    pub fn never_reached(&self, runs: u32) -> Result<ScenarioOutcome, StoreError> {
+        self.cfg.progress.event(&Event::ScenarioStarted {
+            scenario: &self.scenario.id,
+            runs,
+        });
+        self.cfg.publish(
+            &self.scope(),
+            &events::Cause::Scenario,
+            events::Event::ScenarioStarted { runs },
+        );
+        let agg = Aggregator::new(&self.scenario.id);
+        self.unable(
+            agg,
+            runs,
+            "not run: the sweep was interrupted".into(),
+            Vec::new(),
+        )
+    }
+
+    /// Ends the scenario after its last lane closed: `on_scenario_end`, its artifacts, the
+    /// `ScenarioEnded` event.
+    pub fn finish(
+        &self,
+        lane: &Lane,
+        state: &ScenarioState<'_>,
+    ) -> Result<ScenarioOutcome, StoreError> {
+        let agg = std::mem::take(&mut *lock(&state.agg));
         let aggregate = agg.finish();
-        let end = cfg
+        let mut warnings = std::mem::take(&mut *lock(&state.warnings));
+        let end = lane
             .observer
-            .on_scenario_end(scenario, &cfg.agent, &aggregate);
+            .on_scenario_end(self.scenario, &self.cfg.agent, &aggregate);
         let scoped = self.scoped(end, &mut warnings);
         self.scenario_ended(&aggregate);
-        if let Some(e) = write_failure {
+        if let Some(e) = lock(&state.write_failure).take() {
             return Err(e);
         }
         scoped?;
         Ok(ScenarioOutcome {
             aggregate,
             warnings,
-            first_problem,
+            first_problem: lock(&state.first_problem).take().map(|(_, p)| p),
         })
     }
 
@@ -194,7 +254,7 @@ impl<'a> ScenarioRunner<'a> {
         Ok(())
     }
 
-    fn teardown(&self, handle: &Handle, warnings: &mut Vec<String>) {
+    pub fn teardown(&self, handle: &Handle, warnings: &mut Vec<String>) {
         // A turn cut at the end of the grace period may still hold the handle on its own
         // thread; `wt` is stopping, so it is left to the process exit.
         let Some(mut h) = super::try_lock(handle) else {

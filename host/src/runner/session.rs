@@ -13,6 +13,7 @@ use serde_json::Value;
 use windtunnel_sdk::model::TurnErrorKind;
 use windtunnel_sdk::turn::{Cause as TurnCause, Outcome, TurnCall};
 
+use super::RunObserver;
 use super::scenario::{Handle, ScenarioRunner};
 use super::turn::{denial_text, publish_denial, publish_terminal, send};
 use crate::dispatch::{ConverseError, Session};
@@ -21,6 +22,8 @@ use crate::world::World;
 
 pub(super) struct SessionConverse<'s, 'a> {
     pub sc: &'s ScenarioRunner<'a>,
+    /// The lane's observer: guards are consulted through it.
+    pub observer: &'s dyn RunObserver,
     pub scope: Scope,
     pub run_id: String,
     pub handle: Handle,
@@ -45,7 +48,7 @@ impl Session for SessionConverse<'_, '_> {
         let cause = events::Cause::Converse {
             hook: hook.to_owned(),
         };
-        if cfg.observer.wants_turns() {
+        if self.observer.wants_turns() {
             let call = TurnCall {
                 sweep_id: self.sc.sweep.id.clone(),
                 scenario_id: self.sc.scenario.id.clone(),
@@ -59,7 +62,7 @@ impl Session for SessionConverse<'_, '_> {
                     hook: hook.to_owned(),
                 },
             };
-            let open = cfg.observer.begin_turn(&call);
+            let open = self.observer.begin_turn(&call);
             for w in &open.warnings {
                 self.sc.warn(w);
             }

@@ -12,7 +12,7 @@ use windtunnel_sdk::model::{Denial, Trace, TurnErrorKind, TurnRecord};
 use windtunnel_sdk::turn::{Cause as TurnCause, Outcome, TurnCall, TurnResult};
 
 use super::scenario::{Handle, ScenarioRunner};
-use super::{RunConfig, TurnOpen, lock};
+use super::{RunConfig, RunObserver, TurnOpen, lock};
 use crate::events::{self, Scope};
 use crate::interrupt::Interrupt;
 use crate::limits::{MAX_STORED_TEXT_BYTES, cut_text, cut_value};
@@ -21,6 +21,8 @@ use crate::world::World;
 
 pub(super) struct TurnRunner<'r, 'a> {
     pub sc: &'r ScenarioRunner<'a>,
+    /// The lane's observer (its own hook instances).
+    pub observer: &'r dyn RunObserver,
     pub handle: &'r Handle,
     pub world: &'r Arc<Mutex<World>>,
     pub scope: &'r Scope,
@@ -32,7 +34,7 @@ impl TurnRunner<'_, '_> {
         let sc = self.sc;
         let cfg = sc.cfg;
         let timeout = runtime::turn_timeout(&cfg.agent);
-        let turn_hooks = cfg.observer.wants_turns();
+        let turn_hooks = self.observer.wants_turns();
         for (i, text) in sc.scenario.turns.iter().enumerate() {
             let index = i as u32;
             let scope = Scope {
@@ -51,7 +53,7 @@ impl TurnRunner<'_, '_> {
                 cause: TurnCause::Scenario,
             });
             let mut open = match &call {
-                Some(call) => cfg.observer.begin_turn(call),
+                Some(call) => self.observer.begin_turn(call),
                 None => TurnOpen::default(),
             };
             for w in std::mem::take(&mut open.warnings) {
@@ -62,7 +64,15 @@ impl TurnRunner<'_, '_> {
                 publish_denial(cfg, &scope, &events::Cause::Scenario, &denial);
                 trace.error = Some(denial_text(&denial));
                 trace.denial = Some(denial.clone());
-                let finished = finish(cfg, open, call, Outcome::Denied, None, Some(denial));
+                let finished = finish(
+                    cfg,
+                    self.observer,
+                    open,
+                    call,
+                    Outcome::Denied,
+                    None,
+                    Some(denial),
+                );
                 self.warnings(trace, finished);
                 break;
             }
@@ -87,7 +97,15 @@ impl TurnRunner<'_, '_> {
             let outcome =
                 publish_terminal(cfg, &scope, &events::Cause::Scenario, &reply, latency_ms);
             let failed = reply.error.is_some();
-            let finished = finish(cfg, open, call, outcome, reply.error.clone(), None);
+            let finished = finish(
+                cfg,
+                self.observer,
+                open,
+                call,
+                outcome,
+                reply.error.clone(),
+                None,
+            );
             let (error, error_kind) = match reply.error {
                 Some(e) => (Some(e.message), Some(e.kind)),
                 None => (None, None),
@@ -145,6 +163,7 @@ pub(super) fn publish_denial(cfg: &RunConfig, scope: &Scope, cause: &events::Cau
 /// durable).
 pub(super) fn finish(
     cfg: &RunConfig,
+    observer: &dyn RunObserver,
     open: TurnOpen,
     call: Option<TurnCall>,
     outcome: Outcome,
@@ -162,7 +181,7 @@ pub(super) fn finish(
         error: error.map(|e| e.message),
         denial,
     };
-    cfg.observer.finish_turn(open, &result)
+    observer.finish_turn(open, &result)
 }
 
 /// The outcome a reply stands for.
@@ -185,6 +204,16 @@ pub(super) fn publish_terminal(
     reply: &Reply,
     latency_ms: u64,
 ) -> Outcome {
+    for w in &reply.waits {
+        cfg.publish(
+            scope,
+            cause,
+            events::Event::RequestWaited {
+                reason: w.reason.to_owned(),
+                wait_ms: w.wait_ms,
+            },
+        );
+    }
     for r in &reply.retries {
         cfg.publish(
             scope,

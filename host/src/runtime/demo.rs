@@ -56,6 +56,16 @@ impl Runtime for DemoRuntime {
             memory: Vec::new(),
         }))
     }
+
+    /// Each lane is an agent of its own: sessions never meet.
+    fn max_lanes(&self) -> Option<usize> {
+        None
+    }
+
+    /// The agent runs in `wt`'s own threads: one lane per CPU.
+    fn default_jobs(&self) -> usize {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    }
 }
 
 struct Memory {

@@ -7,9 +7,9 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use windtunnel_sdk::model::{AgentConfig, Retry, Scenario, ToolCall, TurnErrorKind};
+use windtunnel_sdk::model::{AgentConfig, Scenario, ToolCall, TurnErrorKind};
 
-use super::net::{Net, Request};
+use super::net::{Log, Net, Request};
 use super::{AgentHandle, Reply, Runtime, RuntimeError, TurnCtx, TurnError};
 
 /// The environment variable that overrides the inject endpoint.
@@ -20,6 +20,8 @@ pub struct HttpRuntime {
     agent: AgentConfig,
     base: String,
     key: Option<String>,
+    /// One client and one set of limits for the endpoint, shared by every lane.
+    net: Net,
 }
 
 impl HttpRuntime {
@@ -41,27 +43,39 @@ impl HttpRuntime {
             agent: agent.clone(),
             base: base.trim().trim_end_matches('/').to_owned(),
             key: super::api_key(agent)?,
+            net: Net::new(Duration::from_secs(5), agent)?,
         })
     }
 }
 
 impl Runtime for HttpRuntime {
     fn provision(&self, scenario: &Scenario) -> Result<Box<dyn AgentHandle>, RuntimeError> {
+        self.provision_lane(scenario, 0)
+    }
+
+    fn provision_lane(
+        &self,
+        scenario: &Scenario,
+        lane: usize,
+    ) -> Result<Box<dyn AgentHandle>, RuntimeError> {
         let handle = HttpAgent {
-            net: Net::new(
-                Duration::from_secs(5),
-                self.agent.max_response_bytes,
-                self.agent.retries,
-            )?,
+            net: self.net.clone(),
             base: self.base.clone(),
             key: self.key.clone(),
             scenario_id: scenario.id.clone(),
+            lane,
             timeout: super::turn_timeout(&self.agent),
         };
         handle
             .call_ok("GET", "/health", None)
             .map_err(|e| RuntimeError(format!("health check failed: {e}")))?;
         Ok(Box::new(handle))
+    }
+
+    /// As many lanes as the service says it holds sessions (`max_sessions`, default 1: a
+    /// stateful service sees one run at a time).
+    fn max_lanes(&self) -> Option<usize> {
+        Some(self.agent.max_sessions.unwrap_or(1) as usize)
     }
 }
 
@@ -70,6 +84,8 @@ struct HttpAgent {
     base: String,
     key: Option<String>,
     scenario_id: String,
+    /// The session slot this handle drives; its reset names it.
+    lane: usize,
     timeout: Duration,
 }
 
@@ -80,7 +96,7 @@ impl HttpAgent {
         path: &str,
         body: Option<&Value>,
         timeout: Duration,
-        retries: &mut Vec<Retry>,
+        log: &mut Log,
     ) -> Result<Value, TurnError> {
         let url = format!("{}{path}", self.base);
         let req = Request {
@@ -89,7 +105,7 @@ impl HttpAgent {
             auth: self.key.as_deref(),
             body,
         };
-        self.net.json(&req, Instant::now() + timeout, retries)
+        self.net.json(&req, Instant::now() + timeout, log)
     }
 
     /// Like [`Self::call`], for endpoints whose body does not matter (any 2xx succeeds).
@@ -102,7 +118,7 @@ impl HttpAgent {
             body,
         };
         self.net
-            .text(&req, Instant::now() + self.timeout, &mut Vec::new())
+            .text(&req, Instant::now() + self.timeout, &mut Log::default())
             .map(drop)
     }
 }
@@ -134,7 +150,7 @@ impl AgentHandle for HttpAgent {
         self.call_ok(
             "POST",
             "/reset",
-            Some(&json!({"scenario_id": self.scenario_id})),
+            Some(&json!({"scenario_id": self.scenario_id, "lane": self.lane})),
         )
         .map_err(|e| RuntimeError(e.message))
     }
@@ -146,12 +162,12 @@ impl AgentHandle for HttpAgent {
             "turn": ctx.index,
             "text": text,
         });
-        let mut retries = Vec::new();
-        let resp = self.call("POST", "/inject", Some(&body), ctx.timeout, &mut retries);
+        let mut log = Log::default();
+        let resp = self.call("POST", "/inject", Some(&body), ctx.timeout, &mut log);
         let url = format!("{}/inject", self.base);
         let protocol =
             |message: String, calls| Reply::failed(TurnErrorKind::Protocol, message, calls);
-        let mut reply = match resp {
+        let reply = match resp {
             Err(e) => Reply {
                 error: Some(e),
                 ..Reply::default()
@@ -177,12 +193,11 @@ impl AgentHandle for HttpAgent {
                 },
             },
         };
-        reply.retries = retries;
-        reply
+        reply.with_log(log)
     }
 
     fn probe_state(&mut self) -> Option<Value> {
-        self.call("GET", "/state", None, self.timeout, &mut Vec::new())
+        self.call("GET", "/state", None, self.timeout, &mut Log::default())
             .ok()
     }
 

@@ -24,7 +24,7 @@ pub mod http;
 pub(crate) mod net;
 pub mod openai;
 
-pub use net::{DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_RETRIES};
+pub use net::{DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_RETRIES, Wait};
 
 /// A provisioning, reset or teardown failure.
 #[derive(Debug, thiserror::Error)]
@@ -65,6 +65,8 @@ pub struct Reply {
     pub error: Option<TurnError>,
     /// Requests of the turn that were retried.
     pub retries: Vec<Retry>,
+    /// What the turn's requests waited for before they were sent (the endpoint's limits).
+    pub waits: Vec<Wait>,
 }
 
 impl Reply {
@@ -77,16 +79,22 @@ impl Reply {
             text: None,
             tool_calls,
             error: Some(TurnError::new(kind, message)),
-            retries: Vec::new(),
+            ..Reply::default()
         }
+    }
+
+    /// Attaches what the turn's requests retried and waited for.
+    pub fn with_log(mut self, log: net::Log) -> Self {
+        self.retries = log.retries;
+        self.waits = log.waits;
+        self
     }
 
     pub fn text(text: impl Into<String>, tool_calls: Vec<ToolCall>) -> Self {
         Reply {
             text: Some(text.into()),
             tool_calls,
-            error: None,
-            retries: Vec::new(),
+            ..Reply::default()
         }
     }
 }
@@ -147,10 +155,36 @@ pub trait AgentHandle: Send {
     }
 }
 
-/// Provisions an [`AgentHandle`] for a scenario.
+/// Provisions [`AgentHandle`]s for a scenario: one per lane.
+///
+/// A *lane* is one agent session slot: a scenario's runs are spread over several lanes
+/// (each with its own handle, reset before each of its runs) when the runtime's sessions
+/// are independent. Lane 0 is the scenario's first.
 pub trait Runtime: Send + Sync {
     fn provision(&self, scenario: &Scenario) -> Result<Box<dyn AgentHandle>, RuntimeError>;
+    /// The handle of lane `lane` (lane 0 is [`Runtime::provision`]'s).
+    fn provision_lane(
+        &self,
+        scenario: &Scenario,
+        lane: usize,
+    ) -> Result<Box<dyn AgentHandle>, RuntimeError> {
+        let _ = lane;
+        self.provision(scenario)
+    }
+    /// How many lanes a scenario may use at once; `None` for as many as `--jobs`. The
+    /// default is 1: a runtime must say that its sessions are independent.
+    fn max_lanes(&self) -> Option<usize> {
+        Some(1)
+    }
+    /// The `--jobs` to use when none is given: the CPU count for in-process agents, more
+    /// for agents that mostly wait on the network.
+    fn default_jobs(&self) -> usize {
+        DEFAULT_NETWORK_JOBS
+    }
 }
+
+/// Default `--jobs` for runtimes that wait on a network or a process.
+pub const DEFAULT_NETWORK_JOBS: usize = 16;
 
 /// The API key from the environment variable the agent config names (`api_key_env`), if it
 /// names one: set, not empty, and a single line. The key is only ever sent to the endpoint,
@@ -223,11 +257,30 @@ impl<T: ?Sized> Redacting<T> {
 
 impl Runtime for Redacting<dyn Runtime> {
     fn provision(&self, scenario: &Scenario) -> Result<Box<dyn AgentHandle>, RuntimeError> {
-        let inner = self.inner.provision(scenario).map_err(|e| self.error(e))?;
+        self.provision_lane(scenario, 0)
+    }
+
+    fn provision_lane(
+        &self,
+        scenario: &Scenario,
+        lane: usize,
+    ) -> Result<Box<dyn AgentHandle>, RuntimeError> {
+        let inner = self
+            .inner
+            .provision_lane(scenario, lane)
+            .map_err(|e| self.error(e))?;
         Ok(Box::new(Redacting {
             inner,
             redactor: self.redactor.clone(),
         }))
+    }
+
+    fn max_lanes(&self) -> Option<usize> {
+        self.inner.max_lanes()
+    }
+
+    fn default_jobs(&self) -> usize {
+        self.inner.default_jobs()
     }
 }
 
@@ -338,6 +391,9 @@ pub fn builtin_agent(name: &str) -> Option<AgentConfig> {
         retries: None,
         fault: fault.map(str::to_owned),
         max_response_bytes: None,
+        max_sessions: None,
+        max_concurrency: None,
+        requests_per_minute: None,
     })
 }
 
@@ -412,6 +468,17 @@ pub fn validate_agent(agent: &AgentConfig) -> Result<(), String> {
     if agent.retries.is_some_and(|r| r > MAX_RETRIES) {
         return Err(format!("`retries` must be at most {MAX_RETRIES}"));
     }
+    for (field, value) in [
+        ("max_sessions", agent.max_sessions),
+        ("max_concurrency", agent.max_concurrency),
+        ("requests_per_minute", agent.requests_per_minute),
+    ] {
+        if let Some(v) = value.filter(|v| !(1..=MAX_ENDPOINT_LIMIT).contains(v)) {
+            return Err(format!(
+                "`{field}` = {v} is out of range: at least 1 and at most {MAX_ENDPOINT_LIMIT}"
+            ));
+        }
+    }
     if !["demo", "openai", "http"].contains(&agent.runtime.as_str()) {
         return Err(format!(
             "unknown runtime `{}` (expected demo, openai or http)",
@@ -423,6 +490,9 @@ pub fn validate_agent(agent: &AgentConfig) -> Result<(), String> {
 
 /// The largest `max_response_bytes` an agent config may set (1 GiB).
 pub const MAX_RESPONSE_BYTES_LIMIT: u64 = 1 << 30;
+
+/// The largest `max_sessions`, `max_concurrency` and `requests_per_minute`.
+pub const MAX_ENDPOINT_LIMIT: u32 = 100_000;
 
 /// The most `retries` an agent config may set.
 pub const MAX_RETRIES: u32 = 20;

@@ -7,10 +7,16 @@
 //! `Retry-After` (seconds or an HTTP date) when it says longer — never past the turn's
 //! deadline. Each retry is recorded, so traces and the journal explain a slow turn.
 //!
+//! One [`Net`] per agent endpoint for the whole sweep: one connection pool, and the
+//! endpoint's limits shared by every lane — `max_concurrency` requests in flight,
+//! `requests_per_minute` evenly spaced, and a `Retry-After` on 429/503 that pauses the whole
+//! endpoint, not one lane. Waits for these are recorded like retries.
+//!
 //! Nothing here redacts: everything a runtime returns passes through the agent's
 //! [`crate::secrets::Redactor`] in [`super::for_agent`].
 
 use std::io::Read;
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use backon::BackoffBuilder;
@@ -30,12 +36,127 @@ pub const DEFAULT_RETRIES: u32 = 2;
 /// How much of an error response's body an error message quotes.
 const ERROR_BODY_EXCERPT: usize = 200;
 
-/// An HTTP client for one agent endpoint, with its limits.
+/// An HTTP client for one agent endpoint, with its limits; clones share both.
 #[derive(Clone)]
 pub(crate) struct Net {
     client: HttpClient,
     max_body: u64,
     retries: u32,
+    limits: Arc<Limits>,
+}
+
+/// What one request waited for before it was sent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Wait {
+    /// `paused` (a `Retry-After`), `rate` (`requests_per_minute`) or `concurrency`
+    /// (`max_concurrency`).
+    pub reason: &'static str,
+    pub wait_ms: u64,
+}
+
+/// The limits of one endpoint, shared by every lane.
+#[derive(Default)]
+struct Limits {
+    /// `max_concurrency`, and how many requests are in flight.
+    in_flight: Option<(u32, Mutex<u32>, Condvar)>,
+    /// The spacing `requests_per_minute` asks for, and when the next request may go.
+    spacing: Option<(Duration, Mutex<Instant>)>,
+    /// Nothing is sent before this instant (a `Retry-After`).
+    paused_until: Mutex<Option<Instant>>,
+}
+
+/// A request slot taken from `max_concurrency`; given back when dropped.
+struct Slot<'a>(Option<&'a (u32, Mutex<u32>, Condvar)>);
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        if let Some((_, n, cv)) = self.0 {
+            *n.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
+            cv.notify_one();
+        }
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl Limits {
+    /// Waits (at most until `deadline`) for the endpoint to take one more request.
+    /// `Err` when the deadline comes first.
+    fn admit(&self, deadline: Instant, waits: &mut Vec<Wait>) -> Result<Slot<'_>, ()> {
+        let paused = *self.paused_until.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(until) = paused.filter(|u| *u > Instant::now()) {
+            if until >= deadline {
+                return Err(());
+            }
+            let d = until - Instant::now();
+            std::thread::sleep(d);
+            waits.push(Wait {
+                reason: "paused",
+                wait_ms: millis(d),
+            });
+        }
+        if let Some((interval, next)) = &self.spacing {
+            let slot = {
+                let mut next = next.lock().unwrap_or_else(|e| e.into_inner());
+                let slot = (*next).max(Instant::now());
+                if slot >= deadline {
+                    return Err(());
+                }
+                *next = slot + *interval;
+                slot
+            };
+            let d = slot.saturating_duration_since(Instant::now());
+            if !d.is_zero() {
+                std::thread::sleep(d);
+                waits.push(Wait {
+                    reason: "rate",
+                    wait_ms: millis(d),
+                });
+            }
+        }
+        let Some(cap) = &self.in_flight else {
+            return Ok(Slot(None));
+        };
+        let (max, n, cv) = cap;
+        let started = Instant::now();
+        let mut count = n.lock().unwrap_or_else(|e| e.into_inner());
+        while *count >= *max {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(());
+            }
+            count = cv
+                .wait_timeout(count, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        *count += 1;
+        let d = started.elapsed();
+        if d >= Duration::from_millis(1) {
+            waits.push(Wait {
+                reason: "concurrency",
+                wait_ms: millis(d),
+            });
+        }
+        Ok(Slot(Some(cap)))
+    }
+
+    fn pause(&self, d: Duration) {
+        let until = Instant::now() + d;
+        let mut p = self.paused_until.lock().unwrap_or_else(|e| e.into_inner());
+        if p.is_none_or(|u| u < until) {
+            *p = Some(until);
+        }
+    }
+}
+
+/// What a turn's requests retried and waited for.
+#[derive(Debug, Default)]
+pub struct Log {
+    pub retries: Vec<Retry>,
+    pub waits: Vec<Wait>,
 }
 
 /// One request.
@@ -65,19 +186,34 @@ impl Failure {
 }
 
 impl Net {
+    /// The client for an agent's endpoint, with the limits its config sets.
     pub fn new(
         connect_timeout: Duration,
-        max_body: Option<u64>,
-        retries: Option<u32>,
+        agent: &windtunnel_sdk::model::AgentConfig,
     ) -> Result<Net, RuntimeError> {
         let client = HttpClient::builder()
             .connect_timeout(connect_timeout)
             .build()
             .map_err(|e| RuntimeError(format!("cannot build an HTTP client: {}", chain(&e))))?;
+        let limits = Limits {
+            in_flight: agent
+                .max_concurrency
+                .map(|n| (n, Mutex::new(0), Condvar::new())),
+            spacing: agent.requests_per_minute.map(|n| {
+                (
+                    Duration::from_secs(60) / n.max(1),
+                    Mutex::new(Instant::now()),
+                )
+            }),
+            paused_until: Mutex::new(None),
+        };
         Ok(Net {
             client,
-            max_body: max_body.unwrap_or(DEFAULT_MAX_RESPONSE_BYTES),
-            retries: retries.unwrap_or(DEFAULT_RETRIES),
+            max_body: agent
+                .max_response_bytes
+                .unwrap_or(DEFAULT_MAX_RESPONSE_BYTES),
+            retries: agent.retries.unwrap_or(DEFAULT_RETRIES),
+            limits: Arc::new(limits),
         })
     }
 
@@ -87,7 +223,7 @@ impl Net {
         &self,
         req: &Request<'_>,
         deadline: Instant,
-        log: &mut Vec<Retry>,
+        log: &mut Log,
     ) -> Result<String, TurnError> {
         let mut backoff = backon::ExponentialBuilder::default()
             .with_min_delay(Duration::from_millis(100))
@@ -97,14 +233,23 @@ impl Net {
             .build();
         let mut attempt = 0u32;
         loop {
+            let Ok(slot) = self.limits.admit(deadline, &mut log.waits) else {
+                return Err(timed_out(req, attempt));
+            };
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Err(timed_out(req, attempt));
             }
-            let failure = match self.once(req, left) {
+            let sent = self.once(req, left);
+            drop(slot);
+            let failure = match sent {
                 Ok(text) => return Ok(text),
                 Err(f) => f,
             };
+            if let Some(ra) = failure.retry_after {
+                // The server asked everyone to wait: every lane waits, not only this one.
+                self.limits.pause(ra);
+            }
             let next = if failure.retryable {
                 backoff.next()
             } else {
@@ -131,10 +276,10 @@ impl Net {
                 "retry {attempt} in {wait:?} after {}",
                 failure.error.message
             );
-            log.push(Retry {
+            log.retries.push(Retry {
                 attempt,
                 error: failure.error.message,
-                wait_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+                wait_ms: millis(wait),
             });
             std::thread::sleep(wait);
         }
@@ -145,7 +290,7 @@ impl Net {
         &self,
         req: &Request<'_>,
         deadline: Instant,
-        log: &mut Vec<Retry>,
+        log: &mut Log,
     ) -> Result<Value, TurnError> {
         let text = self.text(req, deadline, log)?;
         if text.trim().is_empty() {

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use windtunnel_sdk::model::{AgentConfig, Scenario, ToolSpec, TurnErrorKind};
 
-use super::net::{Net, Request};
+use super::net::{Log, Net, Request};
 use super::{AgentHandle, Reply, Runtime, RuntimeError, TurnCtx, tool_schemas};
 
 /// The `openai` runtime.
@@ -21,6 +21,8 @@ pub struct OpenAiRuntime {
     agent: AgentConfig,
     url: String,
     key: Option<String>,
+    /// One client and one set of limits for the endpoint, shared by every lane.
+    net: Net,
 }
 
 impl OpenAiRuntime {
@@ -46,6 +48,7 @@ impl OpenAiRuntime {
             agent: agent.clone(),
             url,
             key,
+            net: Net::new(Duration::from_secs(10), agent)?,
         })
     }
 }
@@ -53,11 +56,7 @@ impl OpenAiRuntime {
 impl Runtime for OpenAiRuntime {
     fn provision(&self, scenario: &Scenario) -> Result<Box<dyn AgentHandle>, RuntimeError> {
         Ok(Box::new(OpenAiAgent {
-            net: Net::new(
-                Duration::from_secs(10),
-                self.agent.max_response_bytes,
-                self.agent.retries,
-            )?,
+            net: self.net.clone(),
             url: self.url.clone(),
             key: self.key.clone(),
             agent: self.agent.clone(),
@@ -65,6 +64,11 @@ impl Runtime for OpenAiRuntime {
             schemas: tool_schemas(&scenario.tools),
             sessions: HashMap::new(),
         }))
+    }
+
+    /// The conversation lives in `wt`: lanes never share one.
+    fn max_lanes(&self) -> Option<usize> {
+        None
     }
 }
 
@@ -122,7 +126,7 @@ impl AgentHandle for OpenAiAgent {
         });
         messages.push(json!({"role": "user", "content": text}));
         let mut calls = Vec::new();
-        let mut retries = Vec::new();
+        let mut log = Log::default();
         for _ in 0..self.agent.max_steps {
             let body = self.request(&messages);
             let req = Request {
@@ -131,19 +135,19 @@ impl AgentHandle for OpenAiAgent {
                 auth: self.key.as_deref(),
                 body: Some(&body),
             };
-            let resp = match self.net.json(&req, deadline, &mut retries) {
+            let resp = match self.net.json(&req, deadline, &mut log) {
                 Ok(r) => r,
                 Err(e) => {
                     return Reply {
                         error: Some(e),
                         tool_calls: calls,
-                        retries,
-                        text: None,
-                    };
+                        ..Reply::default()
+                    }
+                    .with_log(log);
                 }
             };
             let Some(message) = resp.pointer("/choices/0/message").filter(|m| m.is_object()) else {
-                let mut reply = Reply::failed(
+                let reply = Reply::failed(
                     TurnErrorKind::Protocol,
                     format!(
                         "malformed chat completion from {}: no choices[0].message in {}",
@@ -152,8 +156,7 @@ impl AgentHandle for OpenAiAgent {
                     ),
                     calls,
                 );
-                reply.retries = retries;
-                return reply;
+                return reply.with_log(log);
             };
             let tool_calls = message
                 .get("tool_calls")
@@ -168,9 +171,7 @@ impl AgentHandle for OpenAiAgent {
                 };
                 messages.push(json!({"role": "assistant", "content": content}));
                 self.sessions.insert(session_id.to_owned(), messages);
-                let mut reply = Reply::text(content, calls);
-                reply.retries = retries;
-                return reply;
+                return Reply::text(content, calls).with_log(log);
             };
             messages.push(json!({
                 "role": "assistant",
@@ -221,16 +222,15 @@ impl AgentHandle for OpenAiAgent {
                 calls.push(call);
             }
         }
-        let mut reply = Reply::failed(
+        Reply::failed(
             TurnErrorKind::Agent,
             format!(
                 "no final reply after {} model calls (max_steps); the model kept calling tools",
                 self.agent.max_steps
             ),
             calls,
-        );
-        reply.retries = retries;
-        reply
+        )
+        .with_log(log)
     }
 
     fn teardown(&mut self) -> Result<(), RuntimeError> {

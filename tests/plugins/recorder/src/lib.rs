@@ -36,13 +36,16 @@ fn record(hook: &str, point: &str, ctx: &Context<'_>) -> Result {
         "run_id": ctx.run_id(),
         "scenario": ctx.scenario().map(|s| s.id.clone()),
         "converse": converse,
+        // Which process ran the call: `wt`'s, or an isolated hook's own.
+        "pid": std::process::id(),
     });
     if let Ok(path) = std::env::var(format!("WT_{}_LOG", hook.to_ascii_uppercase())) {
         let mut f = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(path)?;
-        writeln!(f, "{line}")?;
+        // One write per line: lanes append to the same log at once.
+        f.write_all(format!("{line}\n").as_bytes())?;
     }
     ctx.emit_artifact(
         &line,

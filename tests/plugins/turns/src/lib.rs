@@ -30,7 +30,8 @@ fn log(name: &str, line: String) {
         .append(true)
         .open(path)
     {
-        let _ = writeln!(f, "{line}");
+        // One write per line: lanes append to the same log at once.
+        let _ = f.write_all(format!("{line}\n").as_bytes());
     }
 }
 

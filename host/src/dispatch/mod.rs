@@ -15,103 +15,39 @@
 //! run. Failures become warnings (`hook:<name>: …`); after [`FAILURE_LATCH`] consecutive
 //! failures a hook is quarantined with one summary warning.
 
+//! Where things live: [`snapshot`] (what a hook sees), [`handoff`] (the worker thread and
+//! its state word), [`services`] (the host side of the context), and this module (dispatch
+//! order, deadlines, latch and quarantine).
+
+mod handoff;
+mod services;
+mod snapshot;
+
 use std::{
     sync::{
-        Arc, Mutex, MutexGuard, OnceLock,
-        atomic::{AtomicBool, AtomicU64, Ordering},
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
     },
-    thread::Thread,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
-use serde::Serialize;
 use serde_json::Value;
-use windtunnel_abi::{op, point};
-use windtunnel_sdk::model::{AgentConfig, AggregateResult, Scenario, Score, Trace, is_slug};
+use windtunnel_abi::point;
+
+pub use snapshot::CallData;
+
+use handoff::{CallRecord, Job, Worker, lock, retire, wait};
+use snapshot::Snapshot;
 
 use crate::{
     deadlines::{Deadlines, human},
     interrupt::{CUT_HOOK_DEADLINE, Interrupt},
     limits::{HookCaps, cut_text},
-    registry::{ActiveHook, CallError, HostServices},
+    registry::ActiveHook,
 };
 
 /// Consecutive failures after which a hook is quarantined.
 pub const FAILURE_LATCH: u32 = 3;
-
-/// Set in [`Shared::current`] by the waiting thread when it gives up on the call in
-/// progress. The worker clears `current` when its call returns; one compare-and-swap on that
-/// word decides whether the call returned or hung, so a call that returns in the same
-/// instant it is abandoned can never be followed by its worker calling the next hook.
-const ABANDONED: u64 = 1 << 63;
-
-/// How long each side spins before parking.
-const SPIN: Duration = Duration::from_micros(50);
-
-/// The read-only members of a hook's context. Members are serialized to JSON only when a
-/// hook reads them, once per dispatch.
-#[derive(Default, Clone)]
-pub struct CallData {
-    pub scenario: Option<Arc<Scenario>>,
-    pub agent: Option<Arc<AgentConfig>>,
-    pub run_id: Option<Arc<str>>,
-    pub session_id: Option<Arc<str>>,
-    pub trace: Option<Arc<Trace>>,
-    pub score: Option<Arc<Score>>,
-    pub aggregate: Option<Arc<AggregateResult>>,
-    pub aggregates: Option<Arc<Vec<AggregateResult>>>,
-    /// Extra members for turn points (`turn_call`, `turn_result`), as JSON text.
-    pub extra: Vec<(&'static str, Arc<str>)>,
-    /// The artifact names already written in this call's scope (the run, the scenario or
-    /// the pack), as `<hook>` or `<hook>.<label>`: a second artifact with a taken name is an
-    /// error to the hook, never a silent overwrite.
-    pub artifact_names: Option<Arc<Mutex<std::collections::HashSet<String>>>>,
-}
-
-struct Snapshot {
-    data: CallData,
-    cache: [OnceLock<Option<String>>; 8],
-}
-
-const MEMBERS: [&str; 8] = [
-    "scenario",
-    "agent",
-    "run_id",
-    "session_id",
-    "trace",
-    "score",
-    "aggregate",
-    "aggregates",
-];
-
-impl Snapshot {
-    fn member(&self, name: &str) -> Option<String> {
-        let Some(i) = MEMBERS.iter().position(|m| *m == name) else {
-            return self
-                .data
-                .extra
-                .iter()
-                .find(|(k, _)| *k == name)
-                .map(|(_, v)| v.to_string());
-        };
-        fn json<T: Serialize + ?Sized>(v: &Option<Arc<T>>) -> Option<String> {
-            v.as_ref().and_then(|v| serde_json::to_string(&**v).ok())
-        }
-        let d = &self.data;
-        self.cache[i]
-            .get_or_init(|| match i {
-                0 => json(&d.scenario),
-                1 => json(&d.agent),
-                2 => json(&d.run_id),
-                3 => json(&d.session_id),
-                4 => json(&d.trace),
-                5 => json(&d.score),
-                6 => json(&d.aggregate),
-                _ => json(&d.aggregates),
-            })
-            .clone()
-    }
-}
 
 /// An artifact a hook emitted.
 #[derive(Debug, Clone, PartialEq)]
@@ -162,363 +98,6 @@ pub trait Session {
     fn probe_state(&self) -> Result<Value, String>;
 }
 
-enum SessionRequest {
-    /// Hook name, text.
-    Converse(String, String),
-    ProbeState,
-}
-
-/// One hook call's outcome as the worker saw it.
-struct CallRecord {
-    slot: usize,
-    result: Result<String, String>,
-    warnings: Vec<String>,
-    artifacts: Vec<(Option<String>, Value)>,
-    conversed: bool,
-    converse_timed_out: bool,
-    /// The instance is gone ([`CallError::Fatal`]): quarantine it now, with one line.
-    fatal: bool,
-}
-
-struct Job {
-    seq: u64,
-    point: u32,
-    /// Slots to call, as a bitmask (bit i = hook i).
-    order: u64,
-    /// Call in reverse activation order (turn finishes).
-    reverse: bool,
-    data: Arc<Snapshot>,
-    has_session: bool,
-    caps: HookCaps,
-}
-
-/// Keeps a value on a cache line of its own: the dispatching thread spins on `done` while
-/// the worker writes `current` per hook, and sharing a line would bounce it between cores
-/// on every call.
-#[repr(align(128))]
-struct Padded<T>(T);
-
-impl<T> std::ops::Deref for Padded<T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        &self.0
-    }
-}
-
-/// State shared by the dispatching thread and one worker generation.
-struct Shared {
-    job: Padded<Mutex<Option<Job>>>,
-    submitted: Padded<AtomicU64>,
-    done: Padded<AtomicU64>,
-    /// The call in progress: `(call number << 16) | (slot + 1)`, 0 when idle. The waiting
-    /// thread times each call from when it first sees its number, so the worker reads no
-    /// clock.
-    current: Padded<AtomicU64>,
-    /// Slots of the current job's calls that returned `Ok` with no output at all: they need
-    /// no record, so a job of quiet hooks moves one word between cores, not one record each.
-    quiet_ok: Padded<AtomicU64>,
-    records: Padded<Mutex<Vec<CallRecord>>>,
-    request: Mutex<Option<SessionRequest>>,
-    reply: Mutex<Option<Result<String, ConverseError>>>,
-    abandoned: Padded<AtomicBool>,
-    /// Set while that side is (about to be) parked, so the other side calls `unpark` only
-    /// when it is needed: unparking a running thread still touches its state across cores.
-    worker_parked: Padded<AtomicBool>,
-    runner_parked: Padded<AtomicBool>,
-    /// The hooks, held by the worker for its whole life (no per-job reference counting).
-    hooks: Arc<[Arc<ActiveHook>]>,
-    /// The thread waiting for the current job; replaced only when another thread
-    /// dispatches, read only to wake it.
-    runner: Mutex<Option<Thread>>,
-}
-
-impl Shared {
-    fn wake_runner(&self) {
-        if let Some(t) = lock(&self.runner).as_ref() {
-            t.unpark();
-        }
-    }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A poisoned lock only means a panic elsewhere; the data is still usable here, and
-    // panicking in code a plugin calls into would cross the FFI boundary.
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-struct Worker {
-    shared: Arc<Shared>,
-    thread: Thread,
-}
-
-impl Worker {
-    fn spawn(hooks: Arc<[Arc<ActiveHook>]>) -> std::io::Result<Worker> {
-        let shared = Arc::new(Shared {
-            job: Padded(Mutex::new(None)),
-            submitted: Padded(AtomicU64::new(0)),
-            done: Padded(AtomicU64::new(0)),
-            current: Padded(AtomicU64::new(0)),
-            quiet_ok: Padded(AtomicU64::new(0)),
-            records: Padded(Mutex::new(Vec::new())),
-            request: Mutex::new(None),
-            reply: Mutex::new(None),
-            abandoned: Padded(AtomicBool::new(false)),
-            worker_parked: Padded(AtomicBool::new(false)),
-            runner_parked: Padded(AtomicBool::new(false)),
-            hooks,
-            runner: Mutex::new(None),
-        });
-        let for_thread = shared.clone();
-        let handle = std::thread::Builder::new()
-            .name("wt-hook-dispatch".into())
-            .spawn(move || worker_loop(&for_thread))?;
-        Ok(Worker {
-            shared,
-            thread: handle.thread().clone(),
-        })
-    }
-}
-
-fn worker_loop(shared: &Arc<Shared>) {
-    let mut seen = 0u64;
-    loop {
-        // Wait for the next job: spin briefly (back-to-back dispatches), then park.
-        let spin_until = Instant::now() + SPIN;
-        let mut spins = 0u32;
-        while shared.submitted.load(Ordering::Acquire) == seen {
-            if shared.abandoned.load(Ordering::Acquire) {
-                return;
-            }
-            spins = spins.wrapping_add(1);
-            if spins % 64 == 0 && Instant::now() > spin_until {
-                // Announce the park, then look again: a submission that raced the store
-                // either is seen here or sees the flag and unparks us.
-                shared.worker_parked.store(true, Ordering::SeqCst);
-                if shared.submitted.load(Ordering::SeqCst) == seen
-                    && !shared.abandoned.load(Ordering::SeqCst)
-                {
-                    std::thread::park();
-                }
-                shared.worker_parked.store(false, Ordering::SeqCst);
-            } else {
-                std::hint::spin_loop();
-            }
-        }
-        let Some(job) = lock(&shared.job).take() else {
-            continue;
-        };
-        seen = job.seq;
-        run_job(shared, &job);
-        if shared.abandoned.load(Ordering::Acquire) {
-            return;
-        }
-        shared.done.store(job.seq, Ordering::SeqCst);
-        if shared.runner_parked.load(Ordering::SeqCst) {
-            shared.wake_runner();
-        }
-    }
-}
-
-fn run_job(shared: &Arc<Shared>, job: &Job) {
-    let mut quiet = 0u64;
-    let mut bits = job.order;
-    let mut call = job.seq << 8;
-    while bits != 0 {
-        let slot = if job.reverse {
-            63 - bits.leading_zeros() as usize
-        } else {
-            bits.trailing_zeros() as usize
-        };
-        bits &= !(1u64 << slot);
-        let hook = &shared.hooks[slot];
-        call += 1;
-        let tag = (call << 16) | (slot as u64 + 1);
-        if shared
-            .current
-            .compare_exchange(0, tag, Ordering::AcqRel, Ordering::Acquire)
-            .is_err()
-        {
-            // Abandoned between calls (cannot happen: only a call in progress is abandoned),
-            // or a bug: either way, call nothing more.
-            return;
-        }
-
-        let services = WorkerServices {
-            shared,
-            job,
-            hook: &hook.name,
-            warnings: Mutex::new(Vec::new()),
-            artifacts: Mutex::new(Vec::new()),
-            conversed: AtomicBool::new(false),
-            timed_out: AtomicBool::new(false),
-        };
-        let (result, fatal) = match hook.call(job.point, &services) {
-            Ok(v) => (Ok(v), false),
-            Err(CallError::Failed(e)) => (Err(e), false),
-            Err(CallError::Fatal(e)) => (Err(e), true),
-        };
-        if shared
-            .current
-            .compare_exchange(tag, 0, Ordering::AcqRel, Ordering::Acquire)
-            .is_err()
-        {
-            // The waiting thread gave up on this call first: it owns what comes next.
-            return;
-        }
-        let warnings = services.warnings.into_inner().unwrap_or_default();
-        let artifacts = services.artifacts.into_inner().unwrap_or_default();
-        let conversed = services.conversed.load(Ordering::Acquire);
-        if matches!(&result, Ok(v) if v.is_empty())
-            && warnings.is_empty()
-            && artifacts.is_empty()
-            && !conversed
-        {
-            quiet |= 1 << slot;
-            shared.quiet_ok.store(quiet, Ordering::Release);
-            continue;
-        }
-        lock(&shared.records).push(CallRecord {
-            slot,
-            result,
-            warnings,
-            artifacts,
-            conversed,
-            converse_timed_out: services.timed_out.load(Ordering::Acquire),
-            fatal,
-        });
-    }
-}
-
-/// The host side of a hook's context, on the worker thread.
-struct WorkerServices<'a> {
-    shared: &'a Arc<Shared>,
-    job: &'a Job,
-    hook: &'a str,
-    warnings: Mutex<Vec<String>>,
-    artifacts: Mutex<Vec<(Option<String>, Value)>>,
-    conversed: AtomicBool,
-    timed_out: AtomicBool,
-}
-
-impl HostServices for WorkerServices<'_> {
-    fn member(&self, name: &str) -> Option<String> {
-        self.job.data.member(name)
-    }
-
-    fn call(&self, op: &str, arg: &str) -> Result<String, String> {
-        match op {
-            op::WARN => {
-                let mut text = arg.to_owned();
-                cut_text(&mut text, self.job.caps.warning_bytes);
-                lock(&self.warnings).push(format!("hook:{}: {text}", self.hook));
-                Ok("null".into())
-            }
-            op::EMIT_ARTIFACT => self.emit_artifact(arg).inspect_err(|e| {
-                lock(&self.warnings).push(format!("hook:{}: artifact refused: {e}", self.hook));
-            }),
-            op::CONVERSE => {
-                if self.job.point != point::ON_RUN_SCORED {
-                    return Err(format!(
-                        "converse is valid only during on_run_scored, not {}",
-                        point::name(self.job.point)
-                    ));
-                }
-                if !self.job.has_session {
-                    return Err("the run's session is unusable; converse is unavailable".into());
-                }
-                self.conversed.store(true, Ordering::Release);
-                match self.ask(SessionRequest::Converse(
-                    self.hook.to_owned(),
-                    arg.to_owned(),
-                )) {
-                    Ok(reply) => serde_json::to_string(&reply).map_err(|e| e.to_string()),
-                    Err(e) => {
-                        if matches!(e, ConverseError::TimedOut(_)) {
-                            self.timed_out.store(true, Ordering::Release);
-                        }
-                        Err(e.to_string())
-                    }
-                }
-            }
-            op::PROBE_STATE => {
-                if !matches!(
-                    self.job.point,
-                    point::ON_RUN_START | point::ON_RUN_SCORED | point::ON_RUN_END
-                ) {
-                    return Err(format!(
-                        "probe_state is valid only at run points, not {}",
-                        point::name(self.job.point)
-                    ));
-                }
-                if !self.job.has_session {
-                    return Err("the run's session is unusable; probe_state is unavailable".into());
-                }
-                self.ask(SessionRequest::ProbeState).map_err(|e| match e {
-                    ConverseError::Failed(e) => e,
-                    other => other.to_string(),
-                })
-            }
-            other => Err(format!("this wt offers no host service `{other}`")),
-        }
-    }
-}
-
-impl WorkerServices<'_> {
-    fn emit_artifact(&self, arg: &str) -> Result<String, String> {
-        let max = self.job.caps.artifact_bytes;
-        if arg.len() > max {
-            return Err(format!(
-                "{} bytes is more than the {max} bytes an artifact may have ({})",
-                arg.len(),
-                crate::limits::MAX_ARTIFACT_ENV
-            ));
-        }
-        let v: Value =
-            serde_json::from_str(arg).map_err(|e| format!("artifact is not JSON: {e}"))?;
-        let label = match v.get("label") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(l)) if is_slug(l) => Some(l.clone()),
-            Some(other) => {
-                return Err(format!(
-                    "artifact label {other} is not a slug ([a-z0-9_-]+, at most 64 characters)"
-                ));
-            }
-        };
-        crate::store::check_artifact_names(self.hook, label.as_deref())
-            .map_err(|e| e.to_string())?;
-        let name = match &label {
-            Some(l) => format!("{}.{l}", self.hook),
-            None => self.hook.to_owned(),
-        };
-        if let Some(names) = &self.job.data.data.artifact_names {
-            if !lock(names).insert(name.clone()) {
-                return Err(format!(
-                    "an artifact named `{name}` was already written here; give each artifact its own label"
-                ));
-            }
-        }
-        let payload = v.get("payload").cloned().unwrap_or(Value::Null);
-        lock(&self.artifacts).push((label, payload));
-        Ok("null".into())
-    }
-
-    /// Posts a session request to the dispatching thread and waits for its reply.
-    fn ask(&self, request: SessionRequest) -> Result<String, ConverseError> {
-        *lock(&self.shared.reply) = None;
-        *lock(&self.shared.request) = Some(request);
-        self.shared.wake_runner();
-        loop {
-            if let Some(reply) = lock(&self.shared.reply).take() {
-                return reply;
-            }
-            if self.shared.abandoned.load(Ordering::Acquire) {
-                return Err(ConverseError::Failed("the hook call was abandoned".into()));
-            }
-            std::thread::park_timeout(Duration::from_millis(5));
-        }
-    }
-}
-
 /// One hand-off to the worker: which hooks, at which point, in which order.
 struct Batch<'a> {
     point: u32,
@@ -533,13 +112,25 @@ struct Health {
     first_error: Option<String>,
 }
 
+/// The health of each hook for the whole invocation, shared by every lane's dispatcher: a
+/// hook that hangs or keeps failing in one lane is quarantined in all of them.
+struct Ledger {
+    health: Mutex<Vec<Health>>,
+    /// Bitmask of quarantined hooks.
+    quarantined: AtomicU64,
+}
+
+impl Ledger {
+    fn quarantine(&self, slot: usize) -> bool {
+        let bit = 1u64 << slot;
+        self.quarantined.fetch_or(bit, Ordering::AcqRel) & bit == 0
+    }
+}
+
 struct Inner {
     /// The idle worker; a dispatch takes it out while it runs, so a dispatch nested in a
     /// converse (a guard consulted about a converse turn) gets a worker of its own.
     worker: Option<Worker>,
-    health: Vec<Health>,
-    /// Bitmask of quarantined hooks.
-    quarantined: u64,
     seq: u64,
     /// A record buffer kept between dispatches so a dispatch allocates none.
     spare: Vec<CallRecord>,
@@ -554,7 +145,8 @@ pub struct Dispatcher {
     caps: HookCaps,
     /// The values of the hooks' secret settings (`WT_<HOOK>_API_KEY`, …): never let through
     /// in a warning or an artifact.
-    redactor: crate::secrets::Redactor,
+    redactor: Arc<crate::secrets::Redactor>,
+    ledger: Arc<Ledger>,
     /// Once cut, hook calls get at most [`CUT_HOOK_DEADLINE`].
     stop: Option<Arc<Interrupt>>,
     /// Top-level dispatches take turns: one hook instance is never called from two threads
@@ -595,18 +187,51 @@ impl Dispatcher {
             by_point,
             deadlines,
             caps: HookCaps::default(),
-            redactor,
+            redactor: Arc::new(redactor),
+            ledger: Arc::new(Ledger {
+                health: Mutex::new(health),
+                quarantined: AtomicU64::new(0),
+            }),
             stop: None,
             serial: Mutex::new(()),
             serial_owner: Mutex::new(None),
             inner: Mutex::new(Inner {
                 worker: None,
-                health,
-                quarantined: 0,
                 seq: 0,
                 spare: Vec::new(),
             }),
         }
+    }
+
+    /// A dispatcher for another lane: fresh instances of the same hooks (each built with
+    /// its `Default`), a worker of its own, and the same deadlines, caps and ledger — a hook
+    /// quarantined in one lane is quarantined in all. Lanes never wait for each other.
+    pub fn for_lane(&self) -> Result<Dispatcher, String> {
+        let hooks = self
+            .hooks
+            .iter()
+            .map(|h| {
+                h.another()
+                    .map(Arc::new)
+                    .map_err(|e| format!("hook `{}`: another instance: {e}", h.name))
+            })
+            .collect::<Result<Arc<[_]>, _>>()?;
+        Ok(Dispatcher {
+            hooks,
+            by_point: self.by_point,
+            deadlines: self.deadlines,
+            caps: self.caps,
+            redactor: self.redactor.clone(),
+            ledger: self.ledger.clone(),
+            stop: self.stop.clone(),
+            serial: Mutex::new(()),
+            serial_owner: Mutex::new(None),
+            inner: Mutex::new(Inner {
+                worker: None,
+                seq: 0,
+                spare: Vec::new(),
+            }),
+        })
     }
 
     /// Caps on what hooks hand back (artifact size, warning length).
@@ -657,7 +282,7 @@ impl Dispatcher {
 
     /// Bitmask of quarantined hooks.
     pub fn quarantined(&self) -> u64 {
-        lock(&self.inner).quarantined
+        self.ledger.quarantined.load(Ordering::Acquire)
     }
 
     /// Like [`Dispatcher::dispatch`], limited to the hooks in `mask`, optionally in reverse
@@ -804,8 +429,8 @@ impl Dispatcher {
         let quiet = shared.quiet_ok.load(Ordering::Acquire);
         if quiet != 0 {
             out.ok |= quiet;
-            for (slot, health) in inner.health.iter_mut().enumerate() {
-                if quiet & (1 << slot) != 0 {
+            for (slot, health) in lock(&self.ledger.health).iter_mut().enumerate() {
+                if quiet & (1 << slot) != 0 && health.consecutive != 0 {
                     health.consecutive = 0;
                     health.first_error = None;
                 }
@@ -814,7 +439,7 @@ impl Dispatcher {
         let mut records = std::mem::take(&mut inner.spare);
         std::mem::swap(&mut records, &mut *lock(&shared.records));
         for r in records.drain(..) {
-            self.absorb(&mut inner, r, out);
+            self.absorb(r, out);
         }
         inner.spare = records;
         match hung {
@@ -833,7 +458,7 @@ impl Dispatcher {
                 // call was abandoned, reaps it and calls nothing more.
                 self.hooks[slot].abandon();
                 let name = &self.hooks[slot].name;
-                inner.quarantined |= 1 << slot;
+                self.ledger.quarantine(slot);
                 let msg = format!(
                     "hook:{name}: timed out after {} in {}; abandoned and quarantined for the rest of this invocation",
                     human(self.deadline(point)),
@@ -847,7 +472,7 @@ impl Dispatcher {
         }
     }
 
-    fn absorb(&self, inner: &mut Inner, mut r: CallRecord, out: &mut DispatchOutput) {
+    fn absorb(&self, mut r: CallRecord, out: &mut DispatchOutput) {
         let name = &self.hooks[r.slot].name;
         for w in &mut r.warnings {
             self.redactor.scrub_string(w);
@@ -872,7 +497,8 @@ impl Dispatcher {
                 payload,
             });
         }
-        let health = &mut inner.health[r.slot];
+        let mut healths = lock(&self.ledger.health);
+        let health = &mut healths[r.slot];
         match &r.result {
             Ok(_) => {
                 out.ok |= 1 << r.slot;
@@ -880,8 +506,7 @@ impl Dispatcher {
                 health.first_error = None;
             }
             Err(e) if r.fatal => {
-                if inner.quarantined & (1 << r.slot) == 0 {
-                    inner.quarantined |= 1 << r.slot;
+                if self.ledger.quarantine(r.slot) {
                     let mut msg =
                         format!("hook:{name}: {e}; disabled for the rest of this invocation");
                     cut_text(&mut msg, self.caps.warning_bytes);
@@ -896,7 +521,6 @@ impl Dispatcher {
                 cut_text(&mut warning, self.caps.warning_bytes);
                 tracing::debug!("{warning}");
                 out.warnings.push(warning);
-                let already = inner.quarantined & (1 << r.slot) != 0;
                 // A panic leaves the instance disabled: quarantine it at once, with one line.
                 let why = if is_panic(e) {
                     Some("after a panic".to_owned())
@@ -909,8 +533,7 @@ impl Dispatcher {
                 } else {
                     None
                 };
-                if let (Some(why), false) = (why, already) {
-                    inner.quarantined |= 1 << r.slot;
+                if let Some(why) = why.filter(|_| self.ledger.quarantine(r.slot)) {
                     let mut msg =
                         format!("hook:{name}: disabled for the rest of this invocation {why}");
                     cut_text(&mut msg, self.caps.warning_bytes);
@@ -929,85 +552,11 @@ pub fn is_panic(error: &str) -> bool {
     error.starts_with("panicked at ") || error.starts_with("panicked: ")
 }
 
-/// Tells a worker to exit once it is idle (or leaves it to a hung call).
-fn retire(worker: &Worker) {
-    worker.shared.abandoned.store(true, Ordering::Release);
-    worker.thread.unpark();
-}
-
-/// Waits for job `seq`, serving converse requests. Returns the slot of a hook that overran
-/// its deadline (abandoned: the worker will call nothing more), or `None` when the job
-/// completed.
-fn wait(
-    shared: &Shared,
-    seq: u64,
-    deadline: impl Fn() -> Duration,
-    session: Option<&dyn Session>,
-    converse_timeout: Duration,
-    worker: &Thread,
-) -> Option<usize> {
-    let spin_until = Instant::now() + SPIN;
-    let mut spins = 0u32;
-    // The call in progress and when this thread first saw it.
-    let mut observed = (0u64, Instant::now());
-    loop {
-        if shared.done.load(Ordering::Acquire) == seq {
-            return None;
-        }
-        spins = spins.wrapping_add(1);
-        if spins % 64 != 0 {
-            std::hint::spin_loop();
-            continue;
-        }
-        let request = lock(&shared.request).take();
-        if let Some(req) = request {
-            let reply = match (session, req) {
-                (None, _) => Err(ConverseError::Failed("no session".into())),
-                (Some(s), SessionRequest::Converse(hook, text)) => {
-                    s.converse(&hook, &text, converse_timeout)
-                }
-                (Some(s), SessionRequest::ProbeState) => s
-                    .probe_state()
-                    .map(|v| v.to_string())
-                    .map_err(ConverseError::Failed),
-            };
-            *lock(&shared.reply) = Some(reply);
-            worker.unpark();
-            continue;
-        }
-        let now = Instant::now();
-        let current = shared.current.load(Ordering::Acquire);
-        if current != observed.0 {
-            observed = (current, now);
-        } else if current != 0 && now.saturating_duration_since(observed.1) > deadline() {
-            // Abandon exactly this call, unless it returned in the meantime.
-            if shared
-                .current
-                .compare_exchange(
-                    current,
-                    current | ABANDONED,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                )
-                .is_ok()
-            {
-                return Some((current & 0xffff) as usize - 1);
-            }
-            continue;
-        }
-        if now > spin_until {
-            shared.runner_parked.store(true, Ordering::SeqCst);
-            if shared.done.load(Ordering::SeqCst) != seq {
-                std::thread::park_timeout(Duration::from_millis(2));
-            }
-            shared.runner_parked.store(false, Ordering::SeqCst);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::Mutex as StdMutex;
+    use std::sync::atomic::AtomicU64;
+    use std::time::Instant;
 
     use windtunnel_sdk::{Context, Hook, Result as HookResult, hook};
 

@@ -1,0 +1,235 @@
+//! The sweep as a pool of lanes.
+//!
+//! `--jobs N` worker threads each act as one *lane* at a time: a slot holding one agent
+//! session of one scenario. A worker joins the first scenario (in pack order) that still has
+//! runs to start and room for another lane — as many as the runtime allows at once
+//! ([`Runtime::max_lanes`]), never more than the runs left —, provisions its own agent
+//! handle, and takes that scenario's runs one at a time, each from the shared next index, so
+//! run `#k` is the same run whatever the lane count. When no run is left it tears its
+//! handle down and looks for another scenario.
+//!
+//! Per scenario: the first worker to reach it sets it up (provision, preconditions,
+//! `on_provisioned`) while later ones wait; the last lane to close fires `on_scenario_end`.
+//! Each worker has its own observer (its own hook instances), so lanes never wait for each
+//! other's hooks.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+
+use windtunnel_sdk::model::Scenario;
+
+use super::scenario::{Handle, ScenarioRunner, Unable};
+use super::{RunConfig, RunObserver, ScenarioOutcome, lock};
+use crate::score::Aggregator;
+use crate::store::StoreError;
+
+/// One worker of the pool, with the observer its hook calls go through.
+pub(super) struct Lane {
+    pub observer: Arc<dyn RunObserver>,
+}
+
+/// Where a scenario is in its life.
+enum Phase {
+    /// No worker has reached it.
+    Waiting,
+    /// A worker is provisioning it.
+    SettingUp,
+    /// Runs are being taken; `lanes` lanes are open.
+    Running { lanes: usize },
+    /// Its outcome is known.
+    Done,
+}
+
+/// A scenario's shared state across its lanes.
+pub(super) struct ScenarioState<'a> {
+    pub runner: ScenarioRunner<'a>,
+    /// The run indices this sweep (or shard) runs, in order.
+    indices: Vec<u32>,
+    /// The position in `indices` of the next run to start.
+    next: AtomicUsize,
+    /// Most lanes at once.
+    cap: usize,
+    phase: Mutex<Phase>,
+    changed: Condvar,
+    pub agg: Mutex<Aggregator>,
+    pub warnings: Mutex<Vec<String>>,
+    /// The first reason a run did not pass, by run index (stable across lane counts).
+    pub first_problem: Mutex<Option<(u32, String)>>,
+    pub write_failure: Mutex<Option<StoreError>>,
+    outcome: Mutex<Option<Result<ScenarioOutcome, StoreError>>>,
+}
+
+impl<'a> ScenarioState<'a> {
+    pub fn new(runner: ScenarioRunner<'a>, indices: Vec<u32>, cap: usize) -> Self {
+        let agg = Aggregator::new(&runner.scenario.id);
+        ScenarioState {
+            runner,
+            indices,
+            next: AtomicUsize::new(0),
+            cap: cap.max(1),
+            phase: Mutex::new(Phase::Waiting),
+            changed: Condvar::new(),
+            agg: Mutex::new(agg),
+            warnings: Mutex::new(Vec::new()),
+            first_problem: Mutex::new(None),
+            write_failure: Mutex::new(None),
+            outcome: Mutex::new(None),
+        }
+    }
+
+    /// How many runs this sweep runs of the scenario.
+    pub fn run_count(&self) -> u32 {
+        self.indices.len() as u32
+    }
+
+    fn runs_left(&self) -> usize {
+        self.indices
+            .len()
+            .saturating_sub(self.next.load(Ordering::Acquire))
+    }
+
+    /// Whether no further run of this scenario will start.
+    fn closed(&self, cfg: &RunConfig) -> bool {
+        self.runs_left() == 0 || cfg.cancelled() || lock(&self.write_failure).is_some()
+    }
+
+    /// The next run index for a lane, or `None` when the lane should close.
+    fn take_run(&self, cfg: &RunConfig) -> Option<u32> {
+        if cfg.cancelled() || lock(&self.write_failure).is_some() {
+            return None;
+        }
+        let at = self.next.fetch_add(1, Ordering::AcqRel);
+        self.indices.get(at).copied()
+    }
+
+    /// Records the scenario's result.
+    fn settle(&self, outcome: Result<ScenarioOutcome, StoreError>) {
+        *lock(&self.outcome) = Some(outcome);
+        *lock(&self.phase) = Phase::Done;
+        self.changed.notify_all();
+    }
+
+    /// The scenario's result, once settled; a scenario no worker reached (the sweep was
+    /// stopped first) is settled here as not run.
+    pub fn into_outcome(self) -> Result<ScenarioOutcome, StoreError> {
+        if let Some(outcome) = lock(&self.outcome).take() {
+            return outcome;
+        }
+        self.runner.never_reached(self.run_count())
+    }
+}
+
+/// What a worker does: join scenarios, run their runs, leave, until nothing is left.
+pub(super) fn work(lane: &Lane, states: &[ScenarioState<'_>], cfg: &RunConfig) {
+    while let Some((state, handle)) = join(lane, states, cfg) {
+        let runner = super::run::RunRunner::new(&state.runner, &handle, lane);
+        while let Some(index) = state.take_run(cfg) {
+            match runner.run(index, &state.agg) {
+                Ok(score) => {
+                    if let Some(p) = super::problem(&score) {
+                        let mut first = lock(&state.first_problem);
+                        if first.as_ref().is_none_or(|(i, _)| index < *i) {
+                            *first = Some((index, p));
+                        }
+                    }
+                }
+                Err(e) => {
+                    // Files cannot be written: stop this scenario, but keep hooks paired.
+                    lock(&state.write_failure).get_or_insert(e);
+                }
+            }
+        }
+        leave(lane, state, handle, cfg);
+    }
+}
+
+/// Finds a scenario for the lane and opens the lane on it, with the lane's own handle.
+fn join<'s, 'a>(
+    lane: &Lane,
+    states: &'s [ScenarioState<'a>],
+    cfg: &RunConfig,
+) -> Option<(&'s ScenarioState<'a>, Handle)> {
+    if cfg.cancelled() {
+        return None;
+    }
+    for state in states {
+        let mut phase = lock(&state.phase);
+        // A scenario being set up gets its later lanes once it is ready.
+        while matches!(*phase, Phase::SettingUp) {
+            phase = state
+                .changed
+                .wait(phase)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+        match &mut *phase {
+            Phase::Done => continue,
+            Phase::Waiting => {
+                *phase = Phase::SettingUp;
+                drop(phase);
+                match state.runner.setup(lane, state) {
+                    Ok(handle) => {
+                        *lock(&state.phase) = Phase::Running { lanes: 1 };
+                        state.changed.notify_all();
+                        return Some((state, handle));
+                    }
+                    Err(Unable { why, warnings }) => {
+                        let runs = state.indices.len() as u32;
+                        let agg = Aggregator::new(&state.runner.scenario.id);
+                        state.settle(state.runner.unable(agg, runs, why, warnings));
+                        continue;
+                    }
+                }
+            }
+            Phase::Running { lanes } => {
+                if state.closed(cfg) || *lanes >= state.cap || *lanes >= state.runs_left() {
+                    continue;
+                }
+                *lanes += 1;
+                let this_lane = *lanes - 1;
+                drop(phase);
+                match state.runner.provision_lane(this_lane) {
+                    Ok(handle) => return Some((state, handle)),
+                    Err(w) => {
+                        // This scenario goes on with the lanes it has.
+                        state.runner.warn(&w);
+                        lock(&state.warnings).push(w);
+                        close_lane(lane, state, cfg);
+                        continue;
+                    }
+                }
+            }
+            Phase::SettingUp => unreachable!("waited above"),
+        }
+    }
+    None
+}
+
+/// Tears the lane's handle down and closes the lane.
+fn leave(lane: &Lane, state: &ScenarioState<'_>, handle: Handle, cfg: &RunConfig) {
+    let mut warnings = Vec::new();
+    state.runner.teardown(&handle, &mut warnings);
+    lock(&state.warnings).extend(warnings);
+    close_lane(lane, state, cfg);
+}
+
+/// Closes one lane; the last lane of a scenario that will start no more runs ends it.
+fn close_lane(lane: &Lane, state: &ScenarioState<'_>, cfg: &RunConfig) {
+    let last = {
+        let mut phase = lock(&state.phase);
+        let Phase::Running { lanes } = &mut *phase else {
+            return;
+        };
+        *lanes -= 1;
+        *lanes == 0 && state.closed(cfg)
+    };
+    if last {
+        state.settle(state.runner.finish(lane, state));
+    }
+}
+
+/// The run indices of `scenario` this sweep runs: all of them, or this shard's.
+pub(super) fn indices(cfg: &RunConfig, scenario: &Scenario) -> Vec<u32> {
+    (0..cfg.runs_of(scenario))
+        .filter(|k| cfg.shard.is_none_or(|s| s.holds(&scenario.id, *k)))
+        .collect()
+}
