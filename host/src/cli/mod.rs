@@ -27,7 +27,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run a pack of scenarios against an agent and write traces and scores.
-    Run(run::RunArgs),
+    Run(Box<run::RunArgs>),
     /// Summarize one or more run directories (table, JSON, JUnit or Markdown).
     Report(report::ReportArgs),
     /// Re-score stored traces with a pack's current expectations.
@@ -71,7 +71,7 @@ pub fn main() -> ExitCode {
     init_logging();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Run(args) => run::run(args),
+        Command::Run(args) => run::run(*args),
         Command::Report(args) => report::run(args),
         Command::Rescore(args) => rescore::run(args),
         Command::Hooks(cmd) => hooks::run(cmd),
