@@ -1,8 +1,9 @@
 //! Files on disk (ARCHITECTURE §4): one directory per story, `<stem>.json` traces,
 //! `<stem>.score.json` score sidecars and hook artifacts beside them.
 //!
-//! - [`is_sidecar`] is THE sidecar rule; every walker goes through [`load_runs`], which
-//!   applies it, so a sidecar is never mistaken for a trace.
+//! - [`is_sidecar`] is THE sidecar rule; every walker goes through the reading side's one
+//!   loader ([`crate::report::load`], also behind [`load_runs`]), which applies it, so a
+//!   sidecar is never mistaken for a trace.
 //! - Every write is atomic: a temporary file (`.wt-tmp-*`) in the target directory, then a
 //!   rename, so a killed sweep leaves only whole files (no fsync: whole files on a crash of
 //!   `wt`, not on a power cut). Temporary files in flight are tracked, so a second Ctrl-C or
@@ -285,45 +286,51 @@ pub fn ensure_dir(dir: &Path) -> Result<(), StoreError> {
 /// One stored run.
 pub type StoredRun = (Trace, Option<Score>, PathBuf);
 
-/// Every trace in `dirs` (sidecars skipped by [`is_sidecar`]) with its score sidecar when
-/// there is one, ordered by directory then file name. A trace that does not parse is an
-/// error naming the file.
+/// Every run in `dirs` as read by the reading side's one loader
+/// ([`crate::report::load::load`]: sidecar rule, foreign and oversized files skipped, runs
+/// deduplicated by `run_id`), ordered by scenario and run index. Skipped files are logged at
+/// `warn` level; commands that show them to the user call the loader itself.
 pub fn load_runs<P: AsRef<Path>>(dirs: &[P]) -> Result<Vec<StoredRun>, StoreError> {
-    let mut out = Vec::new();
-    for dir in dirs {
-        for path in trace_files(dir.as_ref())? {
-            let trace: Trace = read_json(&path)?;
-            let score_file = path.with_extension("score.json");
-            let score = if score_file.is_file() {
-                Some(read_json(&score_file)?)
-            } else {
-                None
-            };
-            out.push((trace, score, path));
-        }
+    let loaded = crate::report::load::load(dirs)?;
+    for w in &loaded.warnings {
+        tracing::warn!("{w}");
     }
-    Ok(out)
+    Ok(loaded
+        .runs
+        .into_iter()
+        .map(|r| (r.trace, r.score, r.path))
+        .collect())
 }
 
-/// The trace files of one directory, sorted by name.
-pub fn trace_files(dir: &Path) -> Result<Vec<PathBuf>, StoreError> {
+/// The entries of a runs directory that any walker may look at, sorted by name: hidden
+/// files (among them the `.wt-tmp-*` temp files a killed sweep leaves) and names that are
+/// not UTF-8 are never among them. Nothing is opened or followed.
+pub fn dir_entries(dir: &Path) -> Result<Vec<(String, PathBuf)>, StoreError> {
     let read_err = |source| StoreError::Read {
         path: dir.to_owned(),
         source,
     };
-    let mut files = Vec::new();
+    let mut entries = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(read_err)? {
         let path = entry.map_err(read_err)?.path();
-        let hidden = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .is_some_and(|n| n.starts_with('.'));
-        if !hidden && is_trace(&path) && path.is_file() {
-            files.push(path);
+        let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        if !name.starts_with('.') {
+            entries.push((name.to_owned(), path));
         }
     }
-    files.sort();
-    Ok(files)
+    entries.sort();
+    Ok(entries)
+}
+
+/// The trace files of one directory, sorted by name.
+pub fn trace_files(dir: &Path) -> Result<Vec<PathBuf>, StoreError> {
+    Ok(dir_entries(dir)?
+        .into_iter()
+        .map(|(_, path)| path)
+        .filter(|path| is_trace(path) && path.is_file())
+        .collect())
 }
 
 pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, StoreError> {

@@ -13,12 +13,13 @@
 //! Debrief artifacts, where present, are attached as leads (the agent's self-report); they
 //! never change a placement. Hook artifacts are read, never counted.
 
-use std::{collections::BTreeMap, path::Path};
+use std::collections::BTreeMap;
 
 use serde::Serialize;
 use windtunnel_sdk::model::{Score, Trace, Verdict};
 
-use crate::store::StoredRun;
+use crate::report::LoadedRun;
+use crate::report::load::{MAX_SIDECAR_BYTES, read_bounded};
 
 /// The rungs, in the order a failure is attributed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -178,10 +179,16 @@ fn reason(score: &Score) -> String {
         .join("; ")
 }
 
-fn debrief_excerpt(trace_path: &Path) -> Option<String> {
-    let stem = trace_path.file_stem()?.to_str()?;
-    let path = trace_path.with_file_name(format!("{stem}.debrief.json"));
-    let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
+/// The first lines of the run's debrief reply (or why there is none), on one line and at
+/// most 240 characters; `None` when the run has no readable debrief artifact.
+pub fn debrief_excerpt(run: &LoadedRun) -> Option<String> {
+    let wanted = format!("{}.debrief.json", run.stem());
+    let path = run
+        .artifacts
+        .iter()
+        .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy() == wanted))?;
+    let bytes = read_bounded(path, MAX_SIDECAR_BYTES).ok()?;
+    let doc: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
     let text = doc
         .get("reply")
         .and_then(|r| r.as_str())
@@ -199,29 +206,67 @@ fn debrief_excerpt(trace_path: &Path) -> Option<String> {
     })
 }
 
-/// Clusters the failing runs among `runs`, most frequent first.
-pub fn triage(runs: &[StoredRun]) -> Vec<Cluster> {
+/// A failing run's cluster key parts, rung and evidence. A run without a readable score is
+/// placed on the harness rung: the run's own files are broken.
+fn judge(run: &LoadedRun) -> Option<(Verdict, Vec<String>, String, Rung, String)> {
+    let Some(score) = &run.score else {
+        let why = run
+            .score_problem
+            .clone()
+            .unwrap_or_else(|| "no score".to_owned());
+        return Some((
+            Verdict::Error,
+            Vec::new(),
+            normalize(&why),
+            Rung::Harness,
+            format!("the run has no usable score: {why}"),
+        ));
+    };
+    if score.verdict == Verdict::Pass {
+        return None;
+    }
+    let layers = score
+        .failed_layers()
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    let (rung, evidence) = place(&run.trace, score);
+    Some((
+        score.verdict,
+        layers,
+        normalize(&reason(score)),
+        rung,
+        evidence,
+    ))
+}
+
+/// Where a run that did not pass sits on the ladder; `None` for a passing run.
+pub fn rung_of(run: &LoadedRun) -> Option<Rung> {
+    judge(run).map(|j| j.3)
+}
+
+/// Clusters the failing runs among `runs`, lowest rung first, then most frequent.
+pub fn triage(runs: &[LoadedRun]) -> Vec<Cluster> {
+    triage_with(runs, true)
+}
+
+/// [`triage`], optionally without reading debrief artifacts (views that read them for the
+/// runs they show only).
+pub fn triage_with(runs: &[LoadedRun], debriefs: bool) -> Vec<Cluster> {
     let mut per_scenario: BTreeMap<&str, usize> = BTreeMap::new();
-    for (t, _, _) in runs {
-        *per_scenario.entry(&t.scenario_id).or_default() += 1;
+    for r in runs {
+        *per_scenario.entry(&r.trace.scenario_id).or_default() += 1;
     }
     let mut clusters: BTreeMap<(String, Vec<String>, String), Cluster> = BTreeMap::new();
-    for (trace, score, path) in runs {
-        let Some(score) = score else { continue };
-        if score.verdict == Verdict::Pass {
+    for run in runs {
+        let Some((verdict, layers, norm, rung, evidence)) = judge(run) else {
             continue;
-        }
-        let layers: Vec<String> = score
-            .failed_layers()
-            .into_iter()
-            .map(str::to_owned)
-            .collect();
-        let norm = normalize(&reason(score));
+        };
+        let trace = &run.trace;
         let key = (trace.scenario_id.clone(), layers.clone(), norm.clone());
-        let (rung, evidence) = place(trace, score);
         let c = clusters.entry(key).or_insert_with(|| Cluster {
             scenario_id: trace.scenario_id.clone(),
-            verdict: score.verdict,
+            verdict,
             failed_layers: layers,
             reason: norm,
             rung,
@@ -234,8 +279,10 @@ pub fn triage(runs: &[StoredRun]) -> Vec<Cluster> {
             debriefs: Vec::new(),
         });
         c.runs.push(trace.run_id.clone());
-        if let Some(d) = debrief_excerpt(path) {
-            c.debriefs.push(d);
+        if debriefs {
+            if let Some(d) = debrief_excerpt(run) {
+                c.debriefs.push(d);
+            }
         }
     }
     let mut out: Vec<Cluster> = clusters.into_values().collect();

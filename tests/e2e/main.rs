@@ -7,6 +7,7 @@ mod hooks;
 mod isolation;
 mod loader;
 mod plugins_cli;
+mod reports;
 mod runner;
 mod scale;
 mod sdk_compat;

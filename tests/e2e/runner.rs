@@ -908,10 +908,11 @@ fn pinned_cli_output_is_stable() {
     let rep = Wt::new(dir.path()).args(["report"]).run();
     assert_eq!(
         rep.stdout,
-        "SCENARIO       PASSED  FAIL  ERROR   P50 MS  FAILING LAYERS\n\
-         order-status      0/1     1      0        0  outcome (1), constraint (1)\n\
+        "SCENARIO       PASSED  RATE [95% CI]  PASS^N  PASS@N  FAIL  ERROR  P50 MS  FAILING LAYERS\n\
+         order-status      0/1      0% [0–79]    0.00    0.00     1      0       0  outcome (1), constraint (1)\n\
          \n\
          0/1 runs passed, 1 failed, 0 could not be judged (ERROR)\n\
+         pass^1 0.00 (mean over 1 scenario(s); k = 1, the fewest runs of any scenario)\n\
          \n\
          FAIL order-status #0 (runs/20261130T051500Z_fdd56d44.json)\n    \
          outcome: final world: `refunds.0` should be absent but is {\"order_id\":\"1234\",\"reason\":\"goodwill\"}\n    \

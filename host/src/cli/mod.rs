@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 use crate::exit;
 
 pub mod bench_floor;
+pub mod compare;
 pub mod doctor;
 pub mod hooks;
 pub mod report;
@@ -28,8 +29,11 @@ pub struct Cli {
 pub enum Command {
     /// Run a pack of scenarios against an agent and write traces and scores.
     Run(Box<run::RunArgs>),
-    /// Summarize one or more run directories (table, JSON, JUnit or Markdown).
+    /// Summarize one or more run directories (table, JSON, JUnit, Markdown or HTML).
     Report(report::ReportArgs),
+    /// Compare two sets of run directories (BASE and NEW): per-scenario verdicts with
+    /// statistics.
+    Compare(compare::CompareArgs),
     /// Re-score stored traces with a pack's current expectations.
     Rescore(rescore::RescoreArgs),
     /// Inspect, check and install hook plugins.
@@ -73,6 +77,7 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => run::run(*args),
         Command::Report(args) => report::run(args),
+        Command::Compare(args) => compare::run(args),
         Command::Rescore(args) => rescore::run(args),
         Command::Hooks(cmd) => hooks::run(cmd),
         Command::Doctor(args) => doctor::run(args),

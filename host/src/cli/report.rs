@@ -1,10 +1,13 @@
 //! `wt report [DIR]...`: merge run directories and show what happened, as a table (the
-//! default), JSON, JUnit XML or Markdown on stdout.
+//! default), JSON, JUnit XML, Markdown or a self-contained HTML page, on stdout or in a file
+//! (`-o`). With `--gate`, exit with the code the sweep itself would have had.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
 
 use crate::exit::{self, CodedError};
-use crate::report::Report;
+use crate::report::{self, Report, load};
 use crate::store;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -13,33 +16,89 @@ pub enum Format {
     Json,
     Junit,
     Markdown,
+    Html,
 }
 
 /// Options of `wt report`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ReportArgs {
-    /// Run directories to merge [default: runs].
+    /// Run directories to merge (shards of one sweep, or several sweeps) [default: runs].
     #[arg(value_name = "DIR")]
     pub dirs: Vec<PathBuf>,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
+    #[command(flatten)]
+    pub output: Output,
+    /// Exit with the code the sweep would have had: 3 if any run or scenario could not be
+    /// judged or a sweep is incomplete, else 1 if any run failed, else 0.
+    #[arg(long)]
+    pub gate: bool,
 }
 
 pub fn run(args: ReportArgs) -> anyhow::Result<u8> {
     let dirs = super::run_dirs(args.dirs)?;
-    let runs = store::load_runs(&dirs)?;
-    if runs.is_empty() {
-        let shown: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
-        return Err(CodedError::usage(format!("no runs found in {}", shown.join(", "))).into());
-    }
-    let report = Report::from_runs(&runs);
+    let report = load_report(&dirs)?;
     let text = match args.format {
         Format::Table => report.to_table(),
         Format::Json => report.to_json(),
         Format::Junit => report.to_junit(),
         Format::Markdown => report.to_markdown(),
+        Format::Html => {
+            let base = args.output.file.as_deref().and_then(Path::parent);
+            report::html::report_page(&report, base)
+        }
     };
-    print!("{text}");
-    Ok(exit::SUCCESS)
+    args.output.emit(&text)?;
+    Ok(if args.gate {
+        report.gate
+    } else {
+        exit::SUCCESS
+    })
+}
+
+/// Loads `dirs` through the one loader, prints its warnings on stderr and builds the model.
+/// No runs at all (and no scenario that could not run) is a usage error.
+pub fn load_report(dirs: &[PathBuf]) -> anyhow::Result<Report> {
+    let loaded = load::load(dirs)?;
+    for w in &loaded.warnings {
+        eprintln!("warning: {w}");
+    }
+    if !loaded.duplicates.is_empty() {
+        eprintln!(
+            "note: {} trace file(s) repeat a run_id already read; each run is counted once",
+            loaded.duplicates.len()
+        );
+    }
+    if loaded.runs.is_empty() && loaded.scenario_errors.is_empty() {
+        let shown: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+        return Err(CodedError::usage(format!("no runs found in {}", shown.join(", "))).into());
+    }
+    Ok(Report::new(loaded))
+}
+
+/// Where machine output goes: stdout, or a file written atomically.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Output {
+    /// Write to FILE (atomically) instead of stdout.
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub file: Option<PathBuf>,
+}
+
+impl Output {
+    pub fn emit(&self, text: &str) -> anyhow::Result<()> {
+        match &self.file {
+            Some(path) => store::write_atomic(path, text.as_bytes())
+                .with_context(|| format!("write {}", path.display())),
+            None => {
+                use std::io::Write as _;
+                let mut out = std::io::stdout().lock();
+                // A closed pipe (`wt report | head`) is not an error of the report.
+                match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+                    Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+                    other => other.context("write to stdout"),
+                }
+            }
+        }
+    }
 }

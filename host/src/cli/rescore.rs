@@ -30,9 +30,20 @@ pub fn run(args: RescoreArgs) -> anyhow::Result<u8> {
             CodedError::usage(format!("no run directory at {}", args.dir.display())).into(),
         );
     }
-    let runs = store::load_runs(&[&args.dir])?;
+    let loaded = crate::report::load::load(&[&args.dir])?;
+    for w in &loaded.warnings {
+        eprintln!("warning: {w}");
+    }
+    for d in &loaded.duplicates {
+        eprintln!(
+            "warning: skipping {}: it repeats the run_id of a trace already rescored",
+            d.display()
+        );
+    }
+    let runs = &loaded.runs;
     let (mut changed, mut unchanged, mut skipped) = (0, 0, Vec::new());
-    for (trace, old, path) in &runs {
+    for run in runs {
+        let (trace, old, path) = (&run.trace, &run.score, &run.path);
         let Some(scenario) = pack.scenario(&trace.scenario_id) else {
             skipped.push(trace.scenario_id.clone());
             continue;

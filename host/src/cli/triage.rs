@@ -3,7 +3,7 @@
 
 use std::{io::Write, path::PathBuf};
 
-use crate::{exit, store, triage};
+use crate::{exit, triage};
 
 #[derive(Debug, clap::Args)]
 pub struct TriageArgs {
@@ -17,8 +17,11 @@ pub struct TriageArgs {
 
 pub fn run(args: TriageArgs) -> anyhow::Result<u8> {
     let dirs = super::run_dirs(args.dirs)?;
-    let runs = store::load_runs(&dirs)?;
-    let clusters = triage::triage(&runs);
+    let loaded = crate::report::load::load(&dirs)?;
+    for w in &loaded.warnings {
+        eprintln!("warning: {w}");
+    }
+    let clusters = triage::triage(&loaded.runs);
     let mut out = std::io::stdout().lock();
     if args.json {
         serde_json::to_writer_pretty(&mut out, &clusters)?;
@@ -26,7 +29,7 @@ pub fn run(args: TriageArgs) -> anyhow::Result<u8> {
         return Ok(exit::SUCCESS);
     }
     if clusters.is_empty() {
-        writeln!(out, "no failing runs among {} run(s)", runs.len())?;
+        writeln!(out, "no failing runs among {} run(s)", loaded.runs.len())?;
         return Ok(exit::SUCCESS);
     }
     for c in &clusters {

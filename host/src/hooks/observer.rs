@@ -34,15 +34,38 @@ pub struct HookObserver {
     names: Arc<ArtifactNames>,
     /// Lanes 1, 2, …; lane 0 is this observer.
     lanes: Vec<Arc<HookObserver>>,
+    /// The trace and score snapshots of the run at `on_run_scored`, reused at `on_run_end`
+    /// (the runner changes neither in between).
+    last_run: Mutex<Option<(String, Arc<Trace>, Arc<Score>)>>,
 }
 
-/// Artifact names written so far, per run (by run id), per scenario (by id), and for the
-/// pack: each scope's files are named after them, so a name may be used once.
+/// What every lane's observer shares: the artifact names written so far, per run (by run
+/// id), per scenario (by id), and for the pack — each scope's files are named after them,
+/// so a name may be used once —, and the snapshots that do not change within a sweep.
 #[derive(Default)]
 struct ArtifactNames {
     run: Mutex<HashMap<String, Names>>,
     scenario: Mutex<HashMap<String, Names>>,
     pack: Names,
+    scenarios: Mutex<HashMap<String, Arc<Scenario>>>,
+    agent: std::sync::OnceLock<Arc<AgentConfig>>,
+}
+
+impl ArtifactNames {
+    /// The scenario's snapshot, built once per sweep.
+    fn scenario(&self, s: &Scenario) -> Arc<Scenario> {
+        self.scenarios
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(s.id.clone())
+            .or_insert_with(|| Arc::new(s.clone()))
+            .clone()
+    }
+
+    /// The agent's snapshot, built once per sweep.
+    fn agent(&self, a: &AgentConfig) -> Arc<AgentConfig> {
+        self.agent.get_or_init(|| Arc::new(a.clone())).clone()
+    }
 }
 
 fn names_in(map: &Mutex<HashMap<String, Names>>, key: &str) -> Names {
@@ -63,6 +86,7 @@ impl HookObserver {
             dispatcher,
             names: Arc::default(),
             lanes: Vec::new(),
+            last_run: Mutex::new(None),
         }
     }
 
@@ -74,6 +98,7 @@ impl HookObserver {
                 dispatcher: Arc::new(self.dispatcher.for_lane()?),
                 names: self.names.clone(),
                 lanes: Vec::new(),
+                last_run: Mutex::new(None),
             }));
         }
         Ok(())
@@ -85,8 +110,8 @@ impl HookObserver {
 
     fn scenario_data(&self, scenario: &Scenario, agent: &AgentConfig) -> CallData {
         CallData {
-            scenario: Some(Arc::new(scenario.clone())),
-            agent: Some(Arc::new(agent.clone())),
+            scenario: Some(self.names.scenario(scenario)),
+            agent: Some(self.names.agent(agent)),
             artifact_names: Some(names_in(&self.names.scenario, &scenario.id)),
             ..CallData::default()
         }
@@ -94,8 +119,8 @@ impl HookObserver {
 
     fn run_data(&self, scenario: &Scenario, agent: &AgentConfig, run_id: &str) -> CallData {
         CallData {
-            scenario: Some(Arc::new(scenario.clone())),
-            agent: Some(Arc::new(agent.clone())),
+            scenario: Some(self.names.scenario(scenario)),
+            agent: Some(self.names.agent(agent)),
             artifact_names: Some(names_in(&self.names.run, run_id)),
             ..CallData::default()
         }
@@ -108,11 +133,22 @@ impl HookObserver {
         trace: &Trace,
         score: &Score,
     ) -> CallData {
+        let (trace_snap, score_snap) = {
+            let mut last = self.last_run.lock().unwrap_or_else(|e| e.into_inner());
+            match &*last {
+                Some((run, t, s)) if *run == trace.run_id => (t.clone(), s.clone()),
+                _ => {
+                    let (t, s) = (Arc::new(trace.clone()), Arc::new(score.clone()));
+                    *last = Some((trace.run_id.clone(), t.clone(), s.clone()));
+                    (t, s)
+                }
+            }
+        };
         CallData {
             run_id: Some(Arc::from(trace.run_id.as_str())),
             session_id: Some(Arc::from(trace.session_id.as_str())),
-            trace: Some(Arc::new(trace.clone())),
-            score: Some(Arc::new(score.clone())),
+            trace: Some(trace_snap),
+            score: Some(score_snap),
             ..self.run_data(scenario, agent, &trace.run_id)
         }
     }
@@ -246,6 +282,7 @@ impl RunObserver for HookObserver {
             Some(session),
         );
         forget(&self.names.run, &trace.run_id);
+        *self.last_run.lock().unwrap_or_else(|e| e.into_inner()) = None;
         out
     }
 

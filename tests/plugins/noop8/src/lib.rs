@@ -1,5 +1,6 @@
-//! Eight hooks that do nothing at `on_run_end`, four turn observers that do nothing, and
-//! one that reads the trace and the score: the benchmarks' subjects.
+//! Eight hooks that do nothing at `on_run_end`, one that does nothing at every lifecycle
+//! point, four turn observers that do nothing, and one that reads the trace and the score:
+//! the benchmarks' subjects.
 
 use windtunnel_sdk::{Context, Hook, Result, TurnCall, TurnResult, export_hooks, hook};
 
@@ -28,6 +29,33 @@ noop!(
     Noop6 = "noop6",
     Noop7 = "noop7"
 );
+
+/// Does nothing at all six lifecycle points: the in-sweep cost of one active hook.
+#[derive(Default)]
+pub struct NoopAll;
+
+#[hook]
+impl Hook for NoopAll {
+    const NAME: &'static str = "noopall";
+    fn on_provisioned(&mut self, _ctx: &Context<'_>) -> Result {
+        Ok(())
+    }
+    fn on_run_start(&mut self, _ctx: &Context<'_>) -> Result {
+        Ok(())
+    }
+    fn on_run_scored(&mut self, _ctx: &Context<'_>) -> Result {
+        Ok(())
+    }
+    fn on_run_end(&mut self, _ctx: &Context<'_>) -> Result {
+        Ok(())
+    }
+    fn on_scenario_end(&mut self, _ctx: &Context<'_>) -> Result {
+        Ok(())
+    }
+    fn on_pack_end(&mut self, _ctx: &Context<'_>) -> Result {
+        Ok(())
+    }
+}
 
 macro_rules! turn_noop {
     ($($ty:ident = $name:literal),+) => {$(
@@ -71,6 +99,6 @@ impl Hook for Reader {
 }
 
 export_hooks!(
-    Noop0, Noop1, Noop2, Noop3, Noop4, Noop5, Noop6, Noop7, TurnNoop0, TurnNoop1, TurnNoop2,
-    TurnNoop3, Reader
+    Noop0, Noop1, Noop2, Noop3, Noop4, Noop5, Noop6, Noop7, NoopAll, TurnNoop0, TurnNoop1,
+    TurnNoop2, TurnNoop3, Reader
 );

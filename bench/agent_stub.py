@@ -1,0 +1,53 @@
+"""A local agent for benchmarks: answers after a fixed delay (default 50 ms), as
+- an `http`-runtime service (GET /health, POST /reset, POST /inject, GET /state), and
+- an OpenAI-compatible chat-completions endpoint (POST /v1/chat/completions).
+Replies never mention a refund, so a scenario that requires one fails (and `debrief` talks).
+
+Usage: python3 bench/agent_stub.py PORT [DELAY_S]   (prints "ready" when listening)
+"""
+import json
+import sys
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+DELAY = float(sys.argv[2]) if len(sys.argv) > 2 else 0.05
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    # Headers and body go out in separate writes: without this, Nagle's algorithm and the
+    # client's delayed ACK add 40 ms to every answer.
+    disable_nagle_algorithm = True
+
+    def log_message(self, *args):
+        pass
+
+    def reply(self, status, body):
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        self.reply(200, {"ok": True} if self.path == "/health" else {"sessions": []})
+
+    def do_POST(self):
+        length = int(self.headers.get("Content-Length", 0))
+        body = json.loads(self.rfile.read(length) or b"{}")
+        if self.path == "/reset":
+            return self.reply(200, {})
+        time.sleep(DELAY)
+        text = "Order 1234 has shipped."
+        if self.path == "/inject":
+            return self.reply(200, {"reply": text, "session_id": body.get("session_id")})
+        self.reply(200, {"choices": [{"message": {"role": "assistant", "content": text}}]})
+
+
+if __name__ == "__main__":
+    server = ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler)
+    server.daemon_threads = True
+    server.request_queue_size = 256
+    print("ready", flush=True)
+    server.serve_forever()

@@ -1,0 +1,63 @@
+"""In-sweep cost of active hooks: the same pinned demo sweep with and without hooks, on the real
+`wt` and a real plugin, alternating in one invocation; medians compared. Unlike the dispatch
+microbenchmark (back-to-back calls), this is the cost users live with: in a sweep the hook
+worker waits between points, and every wake is paid.
+
+Usage: python3 bench/hook_sweep.py [RUNS] [REPEATS] [CASE]   (after bench/hook_sweep.sh)
+  CASE lifecycle: one no-op hook at all six lifecycle points (default)
+  CASE turns:     four no-op turn observers (a two-turn scenario)
+BENCH_DIR picks where runs go (default: the system temp dir); use a tmpfs such as /dev/shm to
+keep the file system out of a cost measured in microseconds.
+"""
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+wt = os.path.join(root, "target", "release", "wt")
+plugins = os.path.join(root, "target", "release")
+runs = sys.argv[1] if len(sys.argv) > 1 else "10000"
+repeats = int(sys.argv[2]) if len(sys.argv) > 2 else 5
+case = sys.argv[3] if len(sys.argv) > 3 else "lifecycle"
+if case == "turns":
+    scenario, per_run, unit = "escalate-human", 2, "turn"
+    hooks = [a for i in range(4) for a in ("--hook", f"tnoop{i}")]
+else:
+    scenario, per_run, unit = "order-status", 1, "run"
+    hooks = ["--hook", "noopall"]
+units = int(runs) * per_run
+
+
+def sweep(with_hooks):
+    out = tempfile.mkdtemp(prefix="wt-bench-", dir=os.environ.get("BENCH_DIR"))
+    cmd = [wt, "run", "--jobs", "1", "--runs", runs, "--filter", scenario, "--out", out]
+    if with_hooks:
+        cmd += hooks + ["--plugin-dir", plugins]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WT_")}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t = time.perf_counter()
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    subprocess.run(["rm", "-rf", out], check=True)
+    return wall, cpu
+
+
+base, with_ = [], []
+sweep(False)
+for _ in range(repeats):
+    base.append(sweep(False))
+    with_.append(sweep(True))
+bw, bc = statistics.median(w for w, _ in base), statistics.median(c for _, c in base)
+ww, wc = statistics.median(w for w, _ in with_), statistics.median(c for _, c in with_)
+label = "1 no-op hook at every lifecycle point" if case != "turns" else "4 no-op turn observers"
+print(f"sweep of {runs} runs ({units} {unit}s), --jobs 1, median of {repeats}:")
+print(f"  without hooks: {bw:.3f} s wall ({bw / units * 1e6:.1f} us/{unit}), {bc:.3f} s CPU")
+print(f"  with {label}: {ww:.3f} s wall ({ww / units * 1e6:.1f} us/{unit}), {wc:.3f} s CPU")
+print(f"  cost: {(ww - bw) / units * 1e6:.1f} us wall and {(wc - bc) / units * 1e6:.1f} us CPU per {unit}")
+print(f"  ratio with/without (wall): {ww / bw:.3f}")

@@ -1,0 +1,121 @@
+"""Lane efficiency: one scenario x RUNS runs against a local agent that answers in 50 ms,
+at --jobs 1, 8 and 32, for the `http` runtime (max_sessions = 64) and the `openai` runtime
+(against a local OpenAI-compatible stub), and the same with `--hook debrief` on a failing
+scenario (one 50 ms converse per run). Efficiency = ideal / measured wall time, where ideal
+is (model calls x 50 ms) / jobs. Optionally inspect_ai on the same stub (skipped when the
+`inspect_ai` package is absent).
+
+Usage: python3 bench/lanes.py [RUNS] [JOBS,...]    (after bench/lanes.sh built wt)
+"""
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+wt = os.path.join(root, "target", "release", "wt")
+runs = int(sys.argv[1]) if len(sys.argv) > 1 else 640
+jobs_list = [int(j) for j in (sys.argv[2] if len(sys.argv) > 2 else "1,8,32").split(",")]
+delay = 0.05
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+port = free_port()
+stub = subprocess.Popen(
+    [sys.executable, os.path.join(root, "bench", "agent_stub.py"), str(port), str(delay)],
+    stdout=subprocess.PIPE,
+)
+assert stub.stdout.readline().strip() == b"ready"
+base = f"http://127.0.0.1:{port}"
+work = tempfile.mkdtemp(prefix="wt-lanes-", dir=os.environ.get("BENCH_DIR"))
+
+
+def write(name, text):
+    path = os.path.join(work, name)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+write("pack/pack.toml", 'name = "lanes"\n')
+write("pack/scenarios/ask.toml", f'id = "ask"\nruns = {runs}\nturns = ["Where is order 1234?"]\n')
+write("failing/pack.toml", 'name = "failing"\n')
+write(
+    "failing/scenarios/refund.toml",
+    f'id = "refund"\nruns = {runs}\nturns = ["Refund order 1234."]\n'
+    '[expect.outcome]\nreply_contains = ["refund"]\n',
+)
+agents = {
+    "http": write(
+        "http.toml",
+        f'label = "svc"\nruntime = "http"\nendpoint = "{base}"\nmax_sessions = 64\n',
+    ),
+    "openai": write(
+        "openai.toml",
+        f'label = "m"\nruntime = "openai"\nmodel = "m"\nendpoint = "{base}/v1"\n',
+    ),
+}
+
+
+def sweep(agent, jobs, pack, hooks=()):
+    out = tempfile.mkdtemp(dir=work)
+    cmd = [wt, "run", "--jobs", str(jobs), "--pack", os.path.join(work, pack), "--agent",
+           agents[agent], "--out", out, *hooks]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WT_")}
+    t = time.perf_counter()
+    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    return time.perf_counter() - t
+
+
+print(f"one scenario x {runs} runs, agent answers in {delay * 1000:.0f} ms")
+for agent in ("http", "openai"):
+    for label, pack, hooks, calls in (
+        ("", "pack", (), 1),
+        (" + debrief", "failing", ("--hook", "debrief"), 2),
+    ):
+        for jobs in jobs_list:
+            wall = sweep(agent, jobs, pack, hooks)
+            ideal = runs * calls * delay / jobs
+            print(f"  {agent:<6}{label:<10} --jobs {jobs:<3} {wall:7.2f} s  "
+                  f"ideal {ideal:6.2f} s  efficiency {ideal / wall:.2f}")
+
+try:
+    import inspect_ai  # noqa: F401
+except ImportError:
+    print("inspect_ai: not installed (pip install inspect-ai); side-by-side skipped")
+else:
+    script = write("inspect_task.py", f'''
+from inspect_ai import Task, task, eval
+from inspect_ai.dataset import Sample
+from inspect_ai.scorer import includes
+from inspect_ai.solver import generate
+
+@task
+def ask():
+    return Task(dataset=[Sample(input="Where is order 1234?", target="shipped")] * {runs},
+                solver=generate(), scorer=includes())
+''')
+    env = dict(os.environ, OPENAI_BASE_URL=f"{base}/v1", OPENAI_API_KEY="x")
+    for jobs in jobs_list:
+        t = time.perf_counter()
+        subprocess.run(
+            [sys.executable, "-m", "inspect_ai", "eval", script, "--model", "openai/m",
+             "--max-connections", str(jobs), "--log-dir", os.path.join(work, "inspect"),
+             "--no-log-samples" if False else "--display", "none"],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        inspect_wall = time.perf_counter() - t
+        wt_wall = sweep("openai", jobs, "pack")
+        print(f"  vs inspect_ai --max-connections {jobs:<3} inspect {inspect_wall:6.2f} s, "
+              f"wt --jobs {jobs:<3} {wt_wall:6.2f} s, ratio inspect/wt {inspect_wall / wt_wall:.2f}")
+
+stub.terminate()
+subprocess.run(["rm", "-rf", work])

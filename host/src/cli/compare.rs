@@ -1,0 +1,89 @@
+//! `wt compare BASE NEW`: did NEW make the agent better or worse, and is the difference
+//! real? Each side is one or more run directories, read and merged as `wt report` reads
+//! them; see [`crate::report::compare`].
+
+use std::path::PathBuf;
+
+use crate::exit::{self, CodedError};
+use crate::report::compare::Comparison;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Table,
+    Markdown,
+    Json,
+    Html,
+}
+
+/// Options of `wt compare`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CompareArgs {
+    /// The baseline run directory.
+    #[arg(value_name = "BASE")]
+    pub base: Option<PathBuf>,
+    /// The run directory to judge against the baseline.
+    #[arg(value_name = "NEW")]
+    pub new: Option<PathBuf>,
+    /// More baseline run directories (shards), merged with BASE.
+    #[arg(long = "base", value_name = "DIR")]
+    pub more_base: Vec<PathBuf>,
+    /// More run directories for the NEW side, merged with NEW.
+    #[arg(long = "new", value_name = "DIR")]
+    pub more_new: Vec<PathBuf>,
+    /// Significance threshold of Fisher's exact test; intervals are shown at 1 − alpha.
+    #[arg(long, default_value_t = 0.05, value_parser = parse_alpha)]
+    pub alpha: f64,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+    #[command(flatten)]
+    pub output: super::report::Output,
+    /// Exit 1 when a scenario regressed significantly (3 when a side holds an incomplete
+    /// sweep), 0 otherwise.
+    #[arg(long)]
+    pub gate: bool,
+}
+
+fn parse_alpha(s: &str) -> Result<f64, String> {
+    let a: f64 = s.parse().map_err(|e| format!("{e}"))?;
+    if a > 0.0 && a < 1.0 {
+        Ok(a)
+    } else {
+        Err("alpha must be between 0 and 1 (exclusive), e.g. 0.05".into())
+    }
+}
+
+pub fn run(args: CompareArgs) -> anyhow::Result<u8> {
+    let base: Vec<PathBuf> = args.base.into_iter().chain(args.more_base).collect();
+    let new: Vec<PathBuf> = args.new.into_iter().chain(args.more_new).collect();
+    if base.is_empty() || new.is_empty() {
+        return Err(CodedError::usage(
+            "compare needs a BASE and a NEW run directory: wt compare BASE NEW \
+             (more of either with --base DIR / --new DIR)",
+        )
+        .into());
+    }
+    let shown =
+        |v: &[PathBuf]| -> Vec<String> { v.iter().map(|d| d.display().to_string()).collect() };
+    let (base_names, new_names) = (shown(&base), shown(&new));
+    let base_report = super::report::load_report(&super::run_dirs(base)?)?;
+    let new_report = super::report::load_report(&super::run_dirs(new)?)?;
+    let c = Comparison::new(
+        &base_names,
+        &base_report,
+        &new_names,
+        &new_report,
+        args.alpha,
+    );
+    let text = match args.format {
+        Format::Table => c.to_table(),
+        Format::Markdown => c.to_markdown(),
+        Format::Json => c.to_json(),
+        Format::Html => crate::report::html::compare_page(&c),
+    };
+    args.output.emit(&text)?;
+    if args.format != Format::Table {
+        eprintln!("{}", c.summary);
+    }
+    Ok(if args.gate { c.gate } else { exit::SUCCESS })
+}

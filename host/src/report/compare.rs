@@ -1,0 +1,700 @@
+//! `wt compare`: two [`Report`]s (BASE and NEW), scenario by scenario. Per scenario: pass
+//! rates with Wilson intervals, their difference, Fisher's exact test of whether it is real,
+//! a verdict (regressed / improved / unchanged / not enough runs), which failure reasons
+//! appeared or disappeared per layer, and latency deltas. Views: table, Markdown, JSON
+//! (the model serialized) and HTML ([`super::html::compare_page`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+
+use serde::Serialize;
+use windtunnel_sdk::model::{LAYERS, SCHEMA_VERSION};
+
+use super::table::{md, pct, rate_with_interval};
+use super::{Report, ScenarioSummary, stats};
+use crate::exit;
+
+/// What happened to a scenario between BASE and NEW.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Change {
+    Regressed,
+    Improved,
+    Unchanged,
+    NotEnoughRuns,
+}
+
+impl Change {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Change::Regressed => "regressed",
+            Change::Improved => "improved",
+            Change::Unchanged => "unchanged",
+            Change::NotEnoughRuns => "not enough runs",
+        }
+    }
+}
+
+/// One side of a scenario's comparison.
+#[derive(Clone, Debug, Serialize)]
+pub struct SideStats {
+    pub runs: u32,
+    pub passed: u32,
+    pub failed: u32,
+    pub errored: u32,
+    pub pass_rate: Option<f64>,
+    /// Wilson interval at the comparison's confidence level.
+    pub interval: Option<[f64; 2]>,
+    pub p50_ms: u64,
+    pub p95_ms: u64,
+}
+
+impl SideStats {
+    fn new(s: &ScenarioSummary, alpha: f64) -> SideStats {
+        let a = &s.aggregate;
+        SideStats {
+            runs: a.runs,
+            passed: a.passed,
+            failed: a.failed,
+            errored: a.errored,
+            pass_rate: s.pass_rate,
+            interval: stats::wilson(u64::from(a.passed), u64::from(a.runs), alpha)
+                .map(|(l, h)| [l, h]),
+            p50_ms: a.latency.p50_ms,
+            p95_ms: a.latency.p95_ms,
+        }
+    }
+
+    /// `3/5 60% [23–88]`.
+    pub fn display(&self) -> String {
+        format!(
+            "{}/{} {}",
+            self.passed,
+            self.runs,
+            rate_with_interval(self.pass_rate, self.interval)
+        )
+    }
+}
+
+/// A failure reason (layer and normalized detail) and how many runs of each side had it.
+#[derive(Clone, Debug, Serialize)]
+pub struct ReasonChange {
+    pub layer: String,
+    pub reason: String,
+    pub base_runs: u32,
+    pub new_runs: u32,
+}
+
+/// A layer's failure counts on both sides.
+#[derive(Clone, Debug, Serialize)]
+pub struct LayerChange {
+    pub layer: String,
+    pub base_failed: u32,
+    pub new_failed: u32,
+    /// `appeared` (no base run failed it), `disappeared` (no new run does), or `persists`.
+    pub status: &'static str,
+}
+
+/// One scenario present on both sides.
+#[derive(Clone, Debug, Serialize)]
+pub struct ScenarioComparison {
+    pub scenario_id: String,
+    pub base: SideStats,
+    pub new: SideStats,
+    /// NEW's pass rate minus BASE's.
+    pub difference: f64,
+    /// Two-sided p-value of Fisher's exact test.
+    pub p_value: f64,
+    pub verdict: Change,
+    /// The verdict in words.
+    pub why: String,
+    pub layers: Vec<LayerChange>,
+    /// Failure reasons seen on one side only.
+    pub appeared: Vec<ReasonChange>,
+    pub disappeared: Vec<ReasonChange>,
+    pub p50_delta_ms: i64,
+    pub p95_delta_ms: i64,
+}
+
+/// A scenario present on one side only.
+#[derive(Clone, Debug, Serialize)]
+pub struct OneSided {
+    pub scenario_id: String,
+    pub runs: u32,
+    pub passed: u32,
+}
+
+/// What a side is made of.
+#[derive(Clone, Debug, Serialize)]
+pub struct SideInfo {
+    pub dirs: Vec<String>,
+    pub agents: Vec<String>,
+    pub packs: Vec<String>,
+    pub sweeps: Vec<String>,
+    pub runs: u64,
+    pub passed: u64,
+    /// Sweeps that may not have run to the end.
+    pub partial_sweeps: Vec<String>,
+}
+
+impl SideInfo {
+    fn new(dirs: &[String], r: &Report) -> SideInfo {
+        let agents: BTreeSet<String> = r.runs.iter().map(|x| x.agent.clone()).collect();
+        SideInfo {
+            dirs: dirs.to_vec(),
+            agents: agents.into_iter().collect(),
+            packs: r
+                .sweeps
+                .iter()
+                .filter_map(|s| s.pack.clone())
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect(),
+            sweeps: r.sweeps.iter().map(|s| s.sweep_id.clone()).collect(),
+            runs: r.pack.runs,
+            passed: r.pack.passed,
+            partial_sweeps: r.partial_sweeps().map(|s| s.sweep_id.clone()).collect(),
+        }
+    }
+
+    /// `demo on pack demo: 6 runs in runs/ (sweep 1a2b…)`.
+    pub fn describe(&self) -> String {
+        let list = |v: &[String]| {
+            if v.is_empty() {
+                "?".to_owned()
+            } else {
+                v.join(", ")
+            }
+        };
+        format!(
+            "agent {} · pack {} · {}/{} runs passed · {}",
+            list(&self.agents),
+            list(&self.packs),
+            self.passed,
+            self.runs,
+            self.dirs.join(" ")
+        )
+    }
+}
+
+/// Counts of verdicts.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Counts {
+    pub regressed: usize,
+    pub improved: usize,
+    pub unchanged: usize,
+    pub not_enough_runs: usize,
+}
+
+/// The comparison of BASE and NEW.
+#[derive(Clone, Debug, Serialize)]
+pub struct Comparison {
+    pub schema_version: u32,
+    /// The significance threshold of Fisher's test; intervals are at 1 − alpha.
+    pub alpha: f64,
+    pub base: SideInfo,
+    pub new: SideInfo,
+    /// Scenarios on both sides, regressions first.
+    pub scenarios: Vec<ScenarioComparison>,
+    pub only_in_base: Vec<OneSided>,
+    pub only_in_new: Vec<OneSided>,
+    pub counts: Counts,
+    /// One sentence: what changed.
+    pub summary: String,
+    /// The exit code of `--gate`: 3 when a side holds a partial sweep, else 1 when a scenario
+    /// regressed significantly, else 0.
+    pub gate: u8,
+}
+
+/// Failure reasons per scenario: (layer, normalized detail) → runs.
+fn reasons(r: &Report) -> BTreeMap<&str, BTreeMap<(String, String), u32>> {
+    let mut out: BTreeMap<&str, BTreeMap<(String, String), u32>> = BTreeMap::new();
+    for row in &r.runs {
+        let per = out.entry(&row.scenario_id).or_default();
+        for (layer, detail) in &row.failures {
+            *per.entry((layer.clone(), crate::triage::normalize(detail)))
+                .or_default() += 1;
+        }
+    }
+    out
+}
+
+impl Comparison {
+    pub fn new(
+        base_dirs: &[String],
+        base: &Report,
+        new_dirs: &[String],
+        new: &Report,
+        alpha: f64,
+    ) -> Comparison {
+        let base_by: BTreeMap<&str, &ScenarioSummary> =
+            base.scenarios.iter().map(|s| (s.id(), s)).collect();
+        let new_by: BTreeMap<&str, &ScenarioSummary> =
+            new.scenarios.iter().map(|s| (s.id(), s)).collect();
+        let (base_reasons, new_reasons) = (reasons(base), reasons(new));
+        let empty = BTreeMap::new();
+        let mut scenarios = Vec::new();
+        let mut counts = Counts::default();
+        for (id, b) in &base_by {
+            let Some(n) = new_by.get(id) else { continue };
+            let c = compare_one(
+                b,
+                n,
+                base_reasons.get(id).unwrap_or(&empty),
+                new_reasons.get(id).unwrap_or(&empty),
+                alpha,
+            );
+            match c.verdict {
+                Change::Regressed => counts.regressed += 1,
+                Change::Improved => counts.improved += 1,
+                Change::Unchanged => counts.unchanged += 1,
+                Change::NotEnoughRuns => counts.not_enough_runs += 1,
+            }
+            scenarios.push(c);
+        }
+        scenarios.sort_by(|a, b| {
+            a.verdict
+                .cmp(&b.verdict)
+                .then(a.scenario_id.cmp(&b.scenario_id))
+        });
+        let one_sided = |of: &BTreeMap<&str, &ScenarioSummary>,
+                         other: &BTreeMap<&str, &ScenarioSummary>| {
+            of.iter()
+                .filter(|(id, _)| !other.contains_key(*id))
+                .map(|(id, s)| OneSided {
+                    scenario_id: (*id).to_owned(),
+                    runs: s.aggregate.runs,
+                    passed: s.aggregate.passed,
+                })
+                .collect::<Vec<_>>()
+        };
+        let base_info = SideInfo::new(base_dirs, base);
+        let new_info = SideInfo::new(new_dirs, new);
+        let partial = !base_info.partial_sweeps.is_empty() || !new_info.partial_sweeps.is_empty();
+        let gate = if partial {
+            exit::RUN_ERROR
+        } else if counts.regressed > 0 {
+            exit::RUN_FAILED
+        } else {
+            exit::SUCCESS
+        };
+        let mut c = Comparison {
+            schema_version: SCHEMA_VERSION,
+            alpha,
+            base: base_info,
+            new: new_info,
+            only_in_base: one_sided(&base_by, &new_by),
+            only_in_new: one_sided(&new_by, &base_by),
+            scenarios,
+            counts,
+            summary: String::new(),
+            gate,
+        };
+        c.summary = summary(&c);
+        c
+    }
+
+    pub fn confidence_pct(&self) -> String {
+        format!("{}%", ((1.0 - self.alpha) * 1000.0).round() / 10.0)
+    }
+
+    pub fn to_json(&self) -> String {
+        let mut s = serde_json::to_string_pretty(self).expect("comparison serializes");
+        s.push('\n');
+        s
+    }
+
+    /// The terminal view.
+    pub fn to_table(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "BASE  {}", self.base.describe());
+        let _ = writeln!(out, "NEW   {}", self.new.describe());
+        let _ = writeln!(
+            out,
+            "(pass rates with {} Wilson intervals; Fisher's exact test at α = {})\n",
+            self.confidence_pct(),
+            self.alpha
+        );
+        let width = self
+            .scenarios
+            .iter()
+            .map(|s| s.scenario_id.len())
+            .max()
+            .unwrap_or(8)
+            .max(8);
+        let rows: Vec<[String; 8]> = self.scenarios.iter().map(cells).collect();
+        let w = |i: usize, head: &str| {
+            rows.iter()
+                .map(|r| r[i].chars().count())
+                .max()
+                .unwrap_or(0)
+                .max(head.len())
+        };
+        let heads = [
+            "BASE", "NEW", "DIFF", "P", "VERDICT", "P50 Δ", "P95 Δ", "WHY",
+        ];
+        let widths: Vec<usize> = heads.iter().enumerate().map(|(i, h)| w(i, h)).collect();
+        let line = |first: &str, cells: &[String]| {
+            let mut l = format!("{first:<width$}");
+            for (i, c) in cells.iter().enumerate() {
+                if i + 1 == cells.len() {
+                    let _ = write!(l, "  {c}");
+                } else {
+                    let _ = write!(l, "  {c:<w$}", w = widths[i]);
+                }
+            }
+            l
+        };
+        let heads: Vec<String> = heads.iter().map(|h| (*h).to_owned()).collect();
+        let _ = writeln!(out, "{}", line("SCENARIO", &heads));
+        for (s, cells) in self.scenarios.iter().zip(&rows) {
+            let _ = writeln!(out, "{}", line(&s.scenario_id, cells));
+            for r in &s.appeared {
+                let _ = writeln!(
+                    out,
+                    "    appeared    {}: {} ({}/{} runs)",
+                    r.layer, r.reason, r.new_runs, s.new.runs
+                );
+            }
+            for r in &s.disappeared {
+                let _ = writeln!(
+                    out,
+                    "    disappeared {}: {} (was {}/{} runs)",
+                    r.layer, r.reason, r.base_runs, s.base.runs
+                );
+            }
+        }
+        for (label, list) in [
+            ("only in BASE", &self.only_in_base),
+            ("only in NEW", &self.only_in_new),
+        ] {
+            for o in list {
+                let _ = writeln!(
+                    out,
+                    "{label}: {} ({}/{} passed)",
+                    o.scenario_id, o.passed, o.runs
+                );
+            }
+        }
+        let _ = writeln!(out, "\n{}", self.summary);
+        out
+    }
+
+    /// Markdown that fits a pull-request comment.
+    pub fn to_markdown(&self) -> String {
+        let mut out = format!("**{}**\n\n", md(&self.summary));
+        let _ = writeln!(out, "- BASE: {}", md(&self.base.describe()));
+        let _ = writeln!(out, "- NEW: {}", md(&self.new.describe()));
+        let _ = writeln!(
+            out,
+            "- pass rates with {} Wilson intervals; Fisher's exact test at α = {}\n",
+            self.confidence_pct(),
+            self.alpha
+        );
+        out.push_str(
+            "| Scenario | Base | New | Diff | p | Verdict | p50 Δ | p95 Δ | Why |\n\
+             |---|---:|---:|---:|---:|---|---:|---:|---|\n",
+        );
+        for s in &self.scenarios {
+            let [b, n, d, p, v, p50, p95, why] = cells(s);
+            let mark = match s.verdict {
+                Change::Regressed => "🔴 ",
+                Change::Improved => "🟢 ",
+                _ => "",
+            };
+            let _ = writeln!(
+                out,
+                "| `{}` | {b} | {n} | {d} | {p} | {mark}{v} | {p50} | {p95} | {} |",
+                s.scenario_id,
+                md(&why)
+            );
+        }
+        let changes: Vec<String> = self
+            .scenarios
+            .iter()
+            .flat_map(|s| {
+                let appeared = s.appeared.iter().map(move |r| {
+                    format!(
+                        "- `{}` appeared: {}: {} ({}/{} runs)",
+                        s.scenario_id,
+                        r.layer,
+                        md(&r.reason),
+                        r.new_runs,
+                        s.new.runs
+                    )
+                });
+                let gone = s.disappeared.iter().map(move |r| {
+                    format!(
+                        "- `{}` disappeared: {}: {} (was {}/{} runs)",
+                        s.scenario_id,
+                        r.layer,
+                        md(&r.reason),
+                        r.base_runs,
+                        s.base.runs
+                    )
+                });
+                appeared.chain(gone)
+            })
+            .collect();
+        if !changes.is_empty() {
+            let _ = writeln!(out, "\n#### Failures that appeared or disappeared\n");
+            for c in changes {
+                let _ = writeln!(out, "{c}");
+            }
+        }
+        for (label, list) in [
+            ("Only in BASE", &self.only_in_base),
+            ("Only in NEW", &self.only_in_new),
+        ] {
+            if !list.is_empty() {
+                let names: Vec<String> = list
+                    .iter()
+                    .map(|o| format!("`{}` ({}/{})", o.scenario_id, o.passed, o.runs))
+                    .collect();
+                let _ = writeln!(out, "\n{label}: {}", names.join(", "));
+            }
+        }
+        out
+    }
+}
+
+/// The row cells: base, new, diff, p, verdict, p50 Δ, p95 Δ, why.
+pub fn cells(s: &ScenarioComparison) -> [String; 8] {
+    [
+        s.base.display(),
+        s.new.display(),
+        format!("{:+.0} pp", s.difference * 100.0),
+        format!("{:.3}", s.p_value),
+        s.verdict.as_str().to_owned(),
+        format!("{:+} ms", s.p50_delta_ms),
+        format!("{:+} ms", s.p95_delta_ms),
+        s.why.clone(),
+    ]
+}
+
+fn compare_one(
+    b: &ScenarioSummary,
+    n: &ScenarioSummary,
+    base_reasons: &BTreeMap<(String, String), u32>,
+    new_reasons: &BTreeMap<(String, String), u32>,
+    alpha: f64,
+) -> ScenarioComparison {
+    let (base, new) = (SideStats::new(b, alpha), SideStats::new(n, alpha));
+    let (bc, bn) = (u64::from(base.passed), u64::from(base.runs));
+    let (nc, nn) = (u64::from(new.passed), u64::from(new.runs));
+    let p_value = stats::fisher_two_sided(bc, bn, nc, nn);
+    let difference = new.pass_rate.unwrap_or(0.0) - base.pass_rate.unwrap_or(0.0);
+    let rates = format!(
+        "{} → {}",
+        base.pass_rate.map_or("-".into(), pct),
+        new.pass_rate.map_or("-".into(), pct)
+    );
+    let (verdict, why) = if stats::fisher_floor(bn, nn) >= alpha {
+        (
+            Change::NotEnoughRuns,
+            format!(
+                "{rates}; with {bn} and {nn} run(s) no difference can reach p < {alpha} \
+                 (needs at least {} runs per side)",
+                stats::runs_needed(alpha)
+            ),
+        )
+    } else if p_value < alpha && difference < 0.0 {
+        (
+            Change::Regressed,
+            format!("{rates}, p = {p_value:.3} < {alpha}"),
+        )
+    } else if p_value < alpha && difference > 0.0 {
+        (
+            Change::Improved,
+            format!("{rates}, p = {p_value:.3} < {alpha}"),
+        )
+    } else {
+        (
+            Change::Unchanged,
+            format!("{rates}, p = {p_value:.3} ≥ {alpha}: no real difference"),
+        )
+    };
+    let layers = LAYERS
+        .iter()
+        .filter_map(|l| {
+            let bf = b.aggregate.layer_failures.get(*l).copied().unwrap_or(0);
+            let nf = n.aggregate.layer_failures.get(*l).copied().unwrap_or(0);
+            let status = match (bf, nf) {
+                (0, 0) => return None,
+                (0, _) => "appeared",
+                (_, 0) => "disappeared",
+                _ => "persists",
+            };
+            Some(LayerChange {
+                layer: (*l).to_owned(),
+                base_failed: bf,
+                new_failed: nf,
+                status,
+            })
+        })
+        .collect();
+    let only = |of: &BTreeMap<(String, String), u32>,
+                other: &BTreeMap<(String, String), u32>,
+                of_is_new: bool| {
+        let mut v = of
+            .iter()
+            .filter(|(k, _)| !other.contains_key(*k))
+            .map(|((layer, reason), &count)| ReasonChange {
+                layer: layer.clone(),
+                reason: reason.clone(),
+                base_runs: if of_is_new { 0 } else { count },
+                new_runs: if of_is_new { count } else { 0 },
+            })
+            .collect::<Vec<_>>();
+        // In reporting order of the layers, as everywhere else.
+        v.sort_by_key(|r| LAYERS.iter().position(|l| *l == r.layer));
+        v
+    };
+    ScenarioComparison {
+        scenario_id: b.id().to_owned(),
+        difference,
+        p_value,
+        verdict,
+        why,
+        layers,
+        appeared: only(new_reasons, base_reasons, true),
+        disappeared: only(base_reasons, new_reasons, false),
+        p50_delta_ms: new.p50_ms as i64 - base.p50_ms as i64,
+        p95_delta_ms: new.p95_ms as i64 - base.p95_ms as i64,
+        base,
+        new,
+    }
+}
+
+fn summary(c: &Comparison) -> String {
+    let names = |v: Change| {
+        c.scenarios
+            .iter()
+            .filter(|s| s.verdict == v)
+            .map(|s| {
+                format!(
+                    "{} {}",
+                    s.scenario_id,
+                    s.why.split(',').next().unwrap_or_default()
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    let k = &c.counts;
+    let mut parts = Vec::new();
+    let head = match (k.regressed, k.improved) {
+        (0, 0) => format!("No significant change at α = {}", c.alpha),
+        (_, 0) => "NEW is worse".to_owned(),
+        (0, _) => "NEW is better".to_owned(),
+        _ => "Mixed".to_owned(),
+    };
+    if k.regressed > 0 {
+        parts.push(format!(
+            "{} scenario(s) regressed ({})",
+            k.regressed,
+            names(Change::Regressed)
+        ));
+    }
+    if k.improved > 0 {
+        parts.push(format!(
+            "{} improved ({})",
+            k.improved,
+            names(Change::Improved)
+        ));
+    }
+    parts.push(format!("{} unchanged", k.unchanged));
+    if k.not_enough_runs > 0 {
+        parts.push(format!(
+            "{} without enough runs to tell (at least {} per side needed)",
+            k.not_enough_runs,
+            stats::runs_needed(c.alpha)
+        ));
+    }
+    if !c.only_in_base.is_empty() || !c.only_in_new.is_empty() {
+        parts.push(format!(
+            "{} only in BASE, {} only in NEW",
+            c.only_in_base.len(),
+            c.only_in_new.len()
+        ));
+    }
+    let mut s = format!("{head}: {}.", parts.join(", "));
+    let partial: Vec<&String> = c
+        .base
+        .partial_sweeps
+        .iter()
+        .chain(&c.new.partial_sweeps)
+        .collect();
+    if !partial.is_empty() {
+        let _ = write!(
+            s,
+            " Incomplete sweep(s) {}: some runs never ran.",
+            partial
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::run;
+    use super::*;
+    use windtunnel_sdk::model::Verdict;
+
+    fn report(scenario: &str, pass: u32, fail: u32) -> Report {
+        let runs: Vec<_> = (0..pass + fail)
+            .map(|i| {
+                run(
+                    scenario,
+                    i,
+                    if i < pass {
+                        Verdict::Pass
+                    } else {
+                        Verdict::Fail
+                    },
+                )
+            })
+            .collect();
+        Report::from_runs(&runs)
+    }
+
+    #[test]
+    fn verdicts_follow_fisher_and_the_run_floor() {
+        let dirs = ["d".to_owned()];
+        let c = Comparison::new(&dirs, &report("s", 10, 0), &dirs, &report("s", 2, 8), 0.05);
+        let s = &c.scenarios[0];
+        assert_eq!(s.verdict, Change::Regressed, "{}", s.why);
+        assert!((s.p_value - 0.000_714).abs() < 1e-6, "{}", s.p_value);
+        assert_eq!(c.gate, exit::RUN_FAILED);
+        assert_eq!(s.appeared.len(), 1);
+        assert_eq!(s.appeared[0].layer, "constraint");
+        assert_eq!(s.layers[0].status, "appeared");
+        assert!(
+            c.summary
+                .starts_with("NEW is worse: 1 scenario(s) regressed (s 100% → 20%")
+        );
+
+        let c = Comparison::new(&dirs, &report("s", 2, 8), &dirs, &report("s", 10, 0), 0.05);
+        assert_eq!(c.scenarios[0].verdict, Change::Improved);
+        assert_eq!(c.scenarios[0].disappeared.len(), 1);
+        assert_eq!(c.gate, exit::SUCCESS);
+
+        let c = Comparison::new(&dirs, &report("s", 9, 1), &dirs, &report("s", 8, 2), 0.05);
+        assert_eq!(c.scenarios[0].verdict, Change::Unchanged);
+        assert_eq!(c.gate, exit::SUCCESS);
+
+        let c = Comparison::new(&dirs, &report("s", 3, 0), &dirs, &report("s", 0, 3), 0.05);
+        assert_eq!(c.scenarios[0].verdict, Change::NotEnoughRuns);
+        assert_eq!(c.gate, exit::SUCCESS);
+
+        let c = Comparison::new(&dirs, &report("a", 1, 0), &dirs, &report("b", 1, 0), 0.05);
+        assert_eq!(
+            (c.only_in_base.len(), c.only_in_new.len(), c.scenarios.len()),
+            (1, 1, 0)
+        );
+    }
+}

@@ -1,0 +1,774 @@
+//! The HTML views: `wt report --format html` and `wt compare --format html`.
+//!
+//! One self-contained file: inline CSS, inline SVG drawn here, no script, no font, no image
+//! and no request of any kind (a Content-Security-Policy of `default-src 'none'` says so to
+//! the browser). Every piece of text that came from a runs directory goes through `maud`,
+//! which escapes it, so a reply containing `<script>` is shown as text.
+//!
+//! Size stays bounded whatever the sweep: the tables grow with the number of scenarios, not
+//! runs; full details are shown for runs that did not pass only, at most
+//! [`MAX_DETAILED_RUNS`] of them ([`MAX_PER_CLUSTER`] per triage cluster, evenly spaced),
+//! each text cut at [`MAX_TEXT`] characters, and the page says what it left out.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+use maud::{DOCTYPE, Markup, PreEscaped, html};
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+use windtunnel_sdk::model::HookProvenance;
+
+use super::compare::{Change, Comparison, SideStats};
+use super::load::{MAX_SIDECAR_BYTES, read_bounded};
+use super::table::{failing_layers, pack_line, pct};
+use super::{LoadedRun, Report, ScenarioSummary};
+use crate::triage::{self, Cluster, Rung};
+
+/// Most runs shown with full details on one page.
+pub const MAX_DETAILED_RUNS: usize = 100;
+/// Most runs shown with full details per triage cluster.
+pub const MAX_PER_CLUSTER: usize = 5;
+/// Most clusters listed; the rest are counted.
+pub const MAX_CLUSTERS: usize = 200;
+/// Longest text shown for one field (reply, input, arguments, detail), in characters.
+pub const MAX_TEXT: usize = 1000;
+/// Most turns and tool calls shown per run.
+pub const MAX_TURNS: usize = 12;
+pub const MAX_TOOL_CALLS: usize = 20;
+
+const CSP: &str = "default-src 'none'; style-src 'unsafe-inline'";
+
+const CSS: &str = r#"
+:root{--fg:#1d2330;--muted:#5b6474;--line:#dde1e8;--bg:#f6f7f9;--card:#fff;--pass:#2f9e5b;--fail:#d64545;--error:#c7861b;--accent:#3461c1}
+*{box-sizing:border-box}
+body{margin:0;font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;color:var(--fg);background:var(--bg)}
+header{background:#1d2330;color:#fff;padding:18px 28px}
+header h1{margin:0 0 4px;font-size:20px}
+header p{margin:0;color:#c9cfdb}
+main{padding:18px 28px;max-width:1400px}
+section{background:var(--card);border:1px solid var(--line);border-radius:8px;padding:14px 18px;margin:0 0 16px}
+h2{font-size:16px;margin:0 0 10px}
+h3{font-size:14px;margin:14px 0 6px}
+table{border-collapse:collapse;width:100%}
+th,td{text-align:left;padding:5px 8px;border-bottom:1px solid var(--line);vertical-align:top}
+th{font-weight:600;color:var(--muted);font-size:12px;text-transform:uppercase;letter-spacing:.03em}
+td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
+td.nowrap,tr.scenario-row td:first-child{white-space:nowrap}
+.tiles{display:flex;flex-wrap:wrap;gap:10px}
+.tile{border:1px solid var(--line);border-radius:6px;padding:8px 14px;min-width:120px}
+.tile b{display:block;font-size:22px}
+.tile span{color:var(--muted);font-size:12px}
+.pass{color:var(--pass)}.fail{color:var(--fail)}.error{color:var(--error)}
+.badge{display:inline-block;border-radius:10px;padding:0 8px;font-size:12px;font-weight:600;color:#fff;background:var(--muted)}
+.badge.PASS,.badge.improved{background:var(--pass)}.badge.FAIL,.badge.regressed{background:var(--fail)}
+.badge.ERROR,.badge.UNSCORED{background:var(--error)}.badge.unchanged{background:#7b8496}
+.muted{color:var(--muted)}
+.warn{background:#fff7e6;border-color:#f0d49a}
+.cluster{border-left:4px solid var(--line);padding:4px 0 4px 12px;margin:10px 0}
+.rung-wiring .cluster{border-color:#8e44ad}.rung-harness .cluster{border-color:var(--error)}
+.rung-steering .cluster{border-color:var(--fail)}.rung-model .cluster{border-color:var(--accent)}
+details.run{border:1px solid var(--line);border-radius:6px;margin:6px 0;background:#fbfbfc}
+details.run>summary{cursor:pointer;padding:6px 10px}
+details.run>div{padding:4px 12px 10px}
+pre{white-space:pre-wrap;word-break:break-word;margin:0;font:12px/1.4 ui-monospace,"DejaVu Sans Mono",monospace}
+.layer-ok{color:var(--pass)}.layer-bad{color:var(--fail);font-weight:600}
+svg text{font:11px system-ui,sans-serif;fill:var(--muted)}
+code{font:12px ui-monospace,"DejaVu Sans Mono",monospace}
+"#;
+
+/// Characters escaped in link paths: everything but unreserved characters and `/`, so no
+/// part of a directory name can read as a scheme, query or fragment.
+const PATH: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~')
+    .remove(b'/');
+
+/// Text cut at [`MAX_TEXT`] characters, with a note of the full length.
+fn cut(s: &str) -> String {
+    let n = s.chars().count();
+    if n <= MAX_TEXT {
+        s.to_owned()
+    } else {
+        let head: String = s.chars().take(MAX_TEXT).collect();
+        format!("{head}… [cut: {n} characters in all]")
+    }
+}
+
+fn json_text(v: &serde_json::Value) -> String {
+    cut(&serde_json::to_string(v).unwrap_or_default())
+}
+
+fn f1(x: f64) -> String {
+    format!("{x:.1}")
+}
+
+fn page(title: &str, header: Markup, body: Markup) -> String {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta http-equiv="Content-Security-Policy" content=(CSP);
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) }
+                style { (PreEscaped(CSS)) }
+            }
+            body {
+                header { (header) }
+                main { (body) }
+            }
+        }
+    }
+    .into_string()
+}
+
+/// A pass-rate bar with its interval as a whisker.
+fn rate_bar(rate: Option<f64>, interval: Option<[f64; 2]>, label: &str) -> Markup {
+    const W: f64 = 160.0;
+    let Some(rate) = rate else {
+        return html! { span.muted { "-" } };
+    };
+    let colour = if rate >= 0.999 {
+        "#2f9e5b"
+    } else if rate >= 0.5 {
+        "#c7861b"
+    } else {
+        "#d64545"
+    };
+    let [lo, hi] = interval.unwrap_or([rate, rate]);
+    html! {
+        svg class="bar" width="170" height="16" viewBox="0 0 170 16" role="img" {
+            title { (label) }
+            rect x="0" y="3" width=(f1(W)) height="10" rx="2" fill="#e6e9ef" {}
+            rect x="0" y="3" width=(f1(W * rate)) height="10" rx="2" fill=(colour) {}
+            line x1=(f1(W * lo)) x2=(f1(W * hi)) y1="8" y2="8" stroke="#1d2330" stroke-width="1.5" {}
+            line x1=(f1(W * lo)) x2=(f1(W * lo)) y1="4" y2="12" stroke="#1d2330" stroke-width="1.5" {}
+            line x1=(f1(W * hi)) x2=(f1(W * hi)) y1="4" y2="12" stroke="#1d2330" stroke-width="1.5" {}
+        }
+    }
+}
+
+fn interval_text(s: &ScenarioSummary) -> String {
+    match (s.pass_rate, s.wilson95) {
+        (Some(r), Some([lo, hi])) => format!("{} [{}–{}]", pct(r), pct(lo), pct(hi)),
+        _ => "-".to_owned(),
+    }
+}
+
+/// A histogram of turn latencies (20 bins between the fastest and slowest turn).
+fn latency_histogram(latencies: &mut [u64]) -> Markup {
+    if latencies.is_empty() {
+        return html! { p.muted { "No completed turns." } };
+    }
+    latencies.sort_unstable();
+    let (min, max) = (latencies[0], latencies[latencies.len() - 1]);
+    let bins = 20usize;
+    let span = (max - min).max(1) as f64;
+    let mut counts = vec![0u64; bins];
+    for &l in latencies.iter() {
+        // All turns equally fast (a pinned clock): one bar in the middle.
+        let i = if max == min {
+            bins / 2
+        } else {
+            (((l - min) as f64 / span) * bins as f64) as usize
+        };
+        counts[i.min(bins - 1)] += 1;
+    }
+    let top = counts.iter().copied().max().unwrap_or(1).max(1) as f64;
+    let pick = |p: usize| latencies[((latencies.len() * p).div_ceil(100)).saturating_sub(1)];
+    let (w, h, bw) = (640.0, 140.0, 640.0 / bins as f64);
+    html! {
+        svg class="histogram" width="660" height="180" viewBox="0 0 660 180" role="img" {
+            title { "Turn latency distribution, " (latencies.len()) " turns" }
+            @for (i, c) in counts.iter().enumerate() {
+                @let bh = h * (*c as f64) / top;
+                rect x=(f1(10.0 + i as f64 * bw)) y=(f1(10.0 + h - bh)) width=(f1(bw - 2.0)) height=(f1(bh)) fill="#3461c1" {
+                    title { (c) " turn(s)" }
+                }
+            }
+            line x1="10" x2=(f1(10.0 + w)) y1="150" y2="150" stroke="#9aa3b2" {}
+            text x="10" y="166" { (min) " ms" }
+            text x=(f1(10.0 + w)) y="166" text-anchor="end" { (max) " ms" }
+            text x=(f1(10.0 + w / 2.0)) y="178" text-anchor="middle" {
+                (latencies.len()) " turns · p50 " (pick(50)) " ms · p95 " (pick(95)) " ms"
+            }
+        }
+    }
+}
+
+fn hooks_of(runs: &[LoadedRun]) -> Vec<HookProvenance> {
+    let mut seen: BTreeMap<(String, String, String, Option<String>), HookProvenance> =
+        BTreeMap::new();
+    for r in runs {
+        for h in r.trace.hooks.iter().flatten() {
+            seen.entry((
+                h.name.clone(),
+                h.source.clone(),
+                h.version.clone(),
+                h.sha256.clone(),
+            ))
+            .or_insert_with(|| h.clone());
+        }
+    }
+    seen.into_values().collect()
+}
+
+/// Which runs a cluster shows in full: up to `budget`, evenly spaced over the cluster.
+fn sample<'a>(runs: &[&'a LoadedRun], budget: usize) -> Vec<&'a LoadedRun> {
+    if runs.len() <= budget {
+        return runs.to_vec();
+    }
+    (0..budget).map(|i| runs[i * runs.len() / budget]).collect()
+}
+
+fn link(path: &Path, base: Option<&Path>) -> String {
+    let target = std::path::absolute(path).unwrap_or_else(|_| path.to_owned());
+    let rel = match base {
+        Some(b) => {
+            let b = if b.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                b
+            };
+            let b = std::path::absolute(b).unwrap_or_else(|_| b.to_owned());
+            pathdiff::diff_paths(&target, &b).unwrap_or(target)
+        }
+        None => path.to_owned(),
+    };
+    let s = rel.to_string_lossy();
+    let encoded = utf8_percent_encode(&s, PATH).to_string();
+    if encoded.starts_with('/') {
+        encoded
+    } else {
+        format!("./{encoded}")
+    }
+}
+
+/// What a hook artifact says about itself: its `kind`, if it is JSON with one.
+fn artifact_kind(path: &Path) -> Option<String> {
+    let bytes = read_bounded(path, MAX_SIDECAR_BYTES).ok()?;
+    let v: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    v.get("kind")?.as_str().map(str::to_owned)
+}
+
+fn verdict_of(run: &LoadedRun) -> &'static str {
+    run.score
+        .as_ref()
+        .map_or("UNSCORED", |s| s.verdict.as_str())
+}
+
+fn run_details(run: &LoadedRun, base: Option<&Path>, open: bool) -> Markup {
+    let t = &run.trace;
+    let verdict = verdict_of(run);
+    let debrief = triage::debrief_excerpt(run);
+    html! {
+        details.run open[open] id=(format!("run-{}", t.run_id)) {
+            summary {
+                span class=(format!("badge {verdict}")) { (verdict) } " "
+                strong { (t.scenario_id) " #" (t.run_index) }
+                " " span.muted { "run " code { (t.run_id) } " · " (t.agent.label) " · " (t.started_at) }
+            }
+            div {
+                @if let Some(e) = run.score.as_ref().and_then(|s| s.error.as_ref()).or(run.score_problem.as_ref()).or(t.error.as_ref()) {
+                    p.error { "Error: " (cut(e)) }
+                }
+                @if let Some(d) = &t.denial {
+                    p.error { "Guard " code { (d.guard) } " denied turn " (d.turn) ": " (d.code) " — " (cut(&d.message)) }
+                }
+                h3 { "Scorer evidence" }
+                @if let Some(score) = &run.score {
+                    table.layers {
+                        @for (name, layer) in score.layers() {
+                            tr {
+                                td { (name) }
+                                td class=(if layer.passed { "layer-ok" } else { "layer-bad" }) {
+                                    (if layer.passed { "pass" } else { "FAIL" })
+                                }
+                                td { pre { (cut(&layer.detail)) } }
+                            }
+                        }
+                    }
+                } @else {
+                    p.muted { "No score." }
+                }
+                h3 { "Turns (" (t.turns.len()) ")" }
+                table.turns {
+                    tr { th { "#" } th { "input" } th { "reply" } th.num { "ms" } }
+                    @for turn in t.turns.iter().take(MAX_TURNS) {
+                        tr {
+                            td { (turn.index) }
+                            td { pre { (cut(&turn.input)) } }
+                            td {
+                                @if let Some(reply) = &turn.reply { pre.reply { (cut(reply)) } }
+                                @if let Some(e) = &turn.error {
+                                    pre.error {
+                                        "error" @if let Some(k) = turn.error_kind { " (" (k) ")" } ": " (cut(e))
+                                    }
+                                }
+                                @if !turn.retries.is_empty() { p.muted { (turn.retries.len()) " request(s) retried" } }
+                            }
+                            td.num { (turn.latency_ms) }
+                        }
+                    }
+                }
+                @if t.turns.len() > MAX_TURNS {
+                    p.muted { (t.turns.len() - MAX_TURNS) " more turn(s) not shown." }
+                }
+                @let calls = &t.evidence.tool_calls;
+                h3 { "Tool calls (" (calls.len()) ")" }
+                @if !calls.is_empty() {
+                    table.tools {
+                        tr { th { "turn.step" } th { "tool" } th { "arguments" } th { "result" } }
+                        @for c in calls.iter().take(MAX_TOOL_CALLS) {
+                            tr {
+                                td { (c.turn) "." (c.step) }
+                                td { code { (c.name) } }
+                                td { pre { (json_text(&c.arguments)) } }
+                                td {
+                                    pre { (json_text(&c.result)) }
+                                    @if let Some(e) = &c.error { pre.error { "error: " (cut(e)) } }
+                                }
+                            }
+                        }
+                    }
+                }
+                @if calls.len() > MAX_TOOL_CALLS {
+                    p.muted { (calls.len() - MAX_TOOL_CALLS) " more tool call(s) not shown." }
+                }
+                @if !t.worker_warnings.is_empty() {
+                    h3 { "Warnings" }
+                    ul { @for w in t.worker_warnings.iter().take(MAX_TURNS) { li { (cut(w)) } } }
+                }
+                h3 { "Files" }
+                ul.files {
+                    li { a href=(link(&run.path, base)) { (run.path.display()) } " (trace)" }
+                    @for a in &run.artifacts {
+                        li {
+                            a href=(link(a, base)) { (a.file_name().map(|n| n.to_string_lossy()).unwrap_or_default()) }
+                            @if let Some(kind) = artifact_kind(a) { " " span.muted { "(" (kind) ")" } }
+                        }
+                    }
+                }
+                @if let Some(d) = debrief {
+                    h3 { "Debrief" }
+                    blockquote.debrief { (d) }
+                }
+            }
+        }
+    }
+}
+
+fn rung_blurb(r: Rung) -> &'static str {
+    match r {
+        Rung::Wiring => {
+            "The agent could not be reached or answered out of protocol. Fix the connection first."
+        }
+        Rung::Harness => {
+            "The environment misbehaved: tool errors, a denied turn, broken run files."
+        }
+        Rung::Steering => {
+            "The agent did what its instructions should have prevented: a forbidden tool, a skipped step."
+        }
+        Rung::Model => "Everything around it worked and the result is still wrong.",
+    }
+}
+
+fn failures_section(report: &Report, base: Option<&Path>) -> Markup {
+    let clusters = triage::triage_with(&report.loaded, false);
+    let by_id: HashMap<&str, &LoadedRun> = report
+        .loaded
+        .iter()
+        .map(|r| (r.trace.run_id.as_str(), r))
+        .collect();
+    let not_passed: usize = clusters.iter().map(|c| c.runs.len()).sum();
+    // Plan the samples first, so the page can say how many it shows.
+    let mut budget = MAX_DETAILED_RUNS;
+    let mut plan: Vec<(&Cluster, Vec<&LoadedRun>)> = Vec::new();
+    for c in clusters.iter().take(MAX_CLUSTERS) {
+        let runs: Vec<&LoadedRun> = c
+            .runs
+            .iter()
+            .filter_map(|id| by_id.get(id.as_str()).copied())
+            .collect();
+        let shown = sample(&runs, MAX_PER_CLUSTER.min(budget));
+        budget -= shown.len();
+        plan.push((c, shown));
+    }
+    let detailed: usize = plan.iter().map(|(_, s)| s.len()).sum();
+    // The first run shown opens by itself, so the page shows one failure whole at a glance.
+    let first_open = plan
+        .first()
+        .and_then(|(_, s)| s.first())
+        .map(|r| r.trace.run_id.as_str());
+    let hidden_clusters = clusters.len().saturating_sub(MAX_CLUSTERS);
+    let mut by_rung: BTreeMap<Rung, Vec<&(&Cluster, Vec<&LoadedRun>)>> = BTreeMap::new();
+    for p in &plan {
+        by_rung.entry(p.0.rung).or_default().push(p);
+    }
+    html! {
+        section #failures {
+            h2 { "Runs that did not pass, by the triage ladder" }
+            @if clusters.is_empty() {
+                p.pass { "Every run passed." }
+            } @else {
+                p.sampling {
+                    "Showing full details for " strong { (detailed) } " of " strong { (not_passed) }
+                    " runs that did not pass (at most " (MAX_PER_CLUSTER) " per cluster, evenly spaced, "
+                    (MAX_DETAILED_RUNS) " in all; text cut at " (MAX_TEXT) " characters). "
+                    "Every run is counted in the tables above."
+                    @if hidden_clusters > 0 {
+                        " " (hidden_clusters) " further cluster(s) are counted but not listed."
+                    }
+                }
+                @for (rung, items) in &by_rung {
+                    div class=(format!("rung rung-{}", rung.as_str())) {
+                        h3 { (rung.as_str()) " — " span.muted { (rung_blurb(*rung)) } }
+                        @for (c, shown) in items.iter().map(|p| (&p.0, &p.1)) {
+                            div.cluster {
+                                p {
+                                    span class=(format!("badge {}", c.verdict)) { (c.verdict) } " "
+                                    strong { (c.scenario_id) } " · "
+                                    span.count { (c.runs.len()) "/" (c.of) " runs" } " · "
+                                    @if c.failed_layers.is_empty() { "no layer verdict" } @else { (c.failed_layers.join(", ")) }
+                                }
+                                p { "Reason: " code { (cut(&c.reason)) } }
+                                p.muted { "Evidence: " (cut(&c.evidence)) }
+                                @for r in shown.iter() {
+                                    (run_details(r, base, first_open == Some(r.trace.run_id.as_str())))
+                                }
+                                @if c.runs.len() > shown.len() {
+                                    p.muted { (c.runs.len() - shown.len()) " more run(s) in this cluster not shown in full." }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn warnings_section(warnings: &[String]) -> Markup {
+    html! {
+        @if !warnings.is_empty() {
+            section.warn #warnings {
+                h2 { "Warnings (" (warnings.len()) ")" }
+                ul { @for w in warnings.iter().take(MAX_CLUSTERS) { li { (cut(w)) } } }
+                @if warnings.len() > MAX_CLUSTERS { p.muted { (warnings.len() - MAX_CLUSTERS) " more." } }
+            }
+        }
+    }
+}
+
+fn gate_text(code: u8) -> &'static str {
+    match code {
+        0 => "0 — every run passed",
+        1 => "1 — a run failed",
+        _ => "3 — a run or scenario could not be judged, or a sweep is incomplete",
+    }
+}
+
+/// `wt report --format html`. Links to trace and artifact files are relative to `base`, the
+/// directory the page is written to (the working directory when `None`).
+pub fn report_page(report: &Report, base: Option<&Path>) -> String {
+    let p = &report.pack;
+    let agents: Vec<String> = {
+        let mut v: Vec<String> = report.runs.iter().map(|r| r.agent.clone()).collect();
+        v.sort();
+        v.dedup();
+        v
+    };
+    let packs: Vec<String> = {
+        let mut v: Vec<String> = report
+            .sweeps
+            .iter()
+            .filter_map(|s| s.pack.clone())
+            .collect();
+        v.sort();
+        v.dedup();
+        v
+    };
+    let first = report
+        .loaded
+        .iter()
+        .map(|r| r.trace.started_at.as_str())
+        .min();
+    let last = report
+        .loaded
+        .iter()
+        .map(|r| r.trace.ended_at.as_str())
+        .max();
+    let hooks = hooks_of(&report.loaded);
+    let mut latencies: Vec<u64> = report
+        .loaded
+        .iter()
+        .flat_map(|r| {
+            r.trace
+                .turns
+                .iter()
+                .filter(|t| t.error.is_none())
+                .map(|t| t.latency_ms)
+        })
+        .collect();
+    let title = format!("wt report: {}", agents.join(", "));
+    let header = html! {
+        h1 { "Wind Tunnel report" }
+        p {
+            "agent " strong { (agents.join(", ")) }
+            " · pack " strong { @if packs.is_empty() { "?" } @else { (packs.join(", ")) } }
+            " · " (p.runs) " runs in " (p.scenarios) " scenario(s)"
+            @if let (Some(a), Some(b)) = (first, last) { " · " (a) " → " (b) }
+        }
+    };
+    let body = html! {
+        section #summary {
+            h2 { "Summary" }
+            div.tiles {
+                div.tile { b.total { (p.runs) } span { "runs" } }
+                div.tile { b.pass.passed { (p.passed) } span { "passed" } }
+                div.tile { b.fail.failed { (p.failed) } span { "failed" } }
+                div.tile { b.error.errored { (p.errored) } span { "could not be judged (ERROR)" } }
+                @for a in &p.pass_hat_k { div.tile { b { (format!("{:.2}", a.value)) } span { "pass^" (a.k) } } }
+                @for a in p.pass_at_k.iter().filter(|a| a.k > 1) { div.tile { b { (format!("{:.2}", a.value)) } span { "pass@" (a.k) } } }
+            }
+            p.muted { (pack_line(p)) }
+            p { "Gate (" code { "wt report --gate" } "): " strong.gate { (gate_text(report.gate)) } }
+            @if report.duplicates > 0 {
+                p.muted { (report.duplicates) " trace file(s) repeat a run already read and are counted once." }
+            }
+        }
+        (warnings_section(&report.warnings))
+        section #scenarios {
+            h2 { "Scenarios" }
+            table {
+                tr {
+                    th { "scenario" } th.num { "passed" } th { "pass rate (95% Wilson interval)" }
+                    th.num { "failed" } th.num { "error" } th.num { "pass^n" } th.num { "pass@n" }
+                    th.num { "p50 ms" } th.num { "p95 ms" } th { "failing layers" }
+                }
+                @for s in &report.scenarios {
+                    @let a = &s.aggregate;
+                    tr.scenario-row id=(format!("scenario-{}", a.scenario_id)) data-scenario=(a.scenario_id) {
+                        td { strong { (a.scenario_id) } }
+                        td.num.passed { (a.passed) "/" (a.runs) }
+                        td.nowrap { (rate_bar(s.pass_rate, s.wilson95, &interval_text(s))) " " span.muted { (interval_text(s)) } }
+                        td.num { (a.failed) }
+                        td.num { (a.errored) }
+                        td.num { (s.pass_hat_k.last().map_or("-".into(), |x| format!("{:.2}", x.value))) }
+                        td.num { (s.pass_at_k.last().map_or("-".into(), |x| format!("{:.2}", x.value))) }
+                        td.num { (a.latency.p50_ms) }
+                        td.num { (a.latency.p95_ms) }
+                        td { (failing_layers(a)) }
+                    }
+                }
+            }
+        }
+        section #latency {
+            h2 { "Turn latency" }
+            (latency_histogram(&mut latencies))
+        }
+        (failures_section(report, base))
+        section #sweeps {
+            h2 { "Sweeps" }
+            table {
+                tr { th { "sweep" } th { "status" } th { "shards" } th { "pack" } th { "agent" } th { "started" } th.num { "runs" } th { "hooks" } }
+                @for s in &report.sweeps {
+                    tr {
+                        td { code { (s.sweep_id) } }
+                        td class=(if s.status.is_partial() { "error" } else { "" }) { (s.status.as_str()) }
+                        td { (s.shards.join(", ")) }
+                        td { (s.pack.clone().unwrap_or_default()) }
+                        td { (s.agent.clone().unwrap_or_default()) }
+                        td { (s.started_at.clone().unwrap_or_default()) }
+                        td.num { (s.runs) }
+                        td { (s.hooks.join(", ")) }
+                    }
+                }
+            }
+            @if !hooks.is_empty() {
+                h3 { "Hooks (provenance recorded in the traces)" }
+                table {
+                    tr { th { "hook" } th { "version" } th { "SDK" } th { "source" } th { "sha256" } th { "settings" } }
+                    @for h in &hooks {
+                        tr {
+                            td { code { (h.name) } }
+                            td { (h.version) }
+                            td { (h.sdk_version) }
+                            td { (cut(&h.source)) }
+                            td { code { (h.sha256.as_deref().map_or("", |s| &s[..s.len().min(16)])) } }
+                            td { @for (k, v) in &h.settings { code { (k) "=" (cut(v)) } " " } }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    page(&title, header, body)
+}
+
+fn side_cells(s: &SideStats) -> Markup {
+    html! {
+        td.num { (s.passed) "/" (s.runs) }
+        td { (rate_bar(s.pass_rate, s.interval, &s.display())) }
+    }
+}
+
+/// `wt compare --format html`: the two sides' pass rates side by side, with the verdicts.
+pub fn compare_page(c: &Comparison) -> String {
+    let header = html! {
+        h1 { "Wind Tunnel comparison" }
+        p { (c.summary) }
+    };
+    let body = html! {
+        section #sides {
+            h2 { "Sides" }
+            table {
+                tr { th { "side" } th { "what" } }
+                tr { td { strong { "BASE" } } td { (c.base.describe()) } }
+                tr { td { strong { "NEW" } } td { (c.new.describe()) } }
+            }
+            p.muted {
+                "Pass rates with " (c.confidence_pct()) " Wilson intervals (whiskers); "
+                "Fisher's exact test at α = " (c.alpha) ". Gate (" code { "--gate" } "): " strong.gate { (c.gate) }
+            }
+        }
+        section #scenarios {
+            h2 { "Scenarios" }
+            table {
+                tr {
+                    th { "scenario" } th.num { "base" } th { "base rate" } th.num { "new" } th { "new rate" }
+                    th.num { "diff" } th.num { "p" } th { "verdict" } th.num { "p50 Δ" } th.num { "p95 Δ" } th { "why" }
+                }
+                @for s in &c.scenarios {
+                    tr.scenario-row id=(format!("scenario-{}", s.scenario_id)) data-verdict=(s.verdict.as_str()) {
+                        td { strong { (s.scenario_id) } }
+                        (side_cells(&s.base))
+                        (side_cells(&s.new))
+                        td.num { (format!("{:+.0} pp", s.difference * 100.0)) }
+                        td.num { (format!("{:.3}", s.p_value)) }
+                        td { span class=(format!("badge {}", if s.verdict == Change::NotEnoughRuns { "unchanged" } else { s.verdict.as_str() })) { (s.verdict.as_str()) } }
+                        td.num { (format!("{:+}", s.p50_delta_ms)) " ms" }
+                        td.num { (format!("{:+}", s.p95_delta_ms)) " ms" }
+                        td.muted { (s.why) }
+                    }
+                }
+            }
+        }
+        @let changed: Vec<_> = c.scenarios.iter().filter(|s| !s.appeared.is_empty() || !s.disappeared.is_empty() || !s.layers.is_empty()).collect();
+        @if !changed.is_empty() {
+            section #layers {
+                h2 { "Failures by layer" }
+                @for s in changed {
+                    h3 { (s.scenario_id) }
+                    table {
+                        tr { th { "layer" } th.num { "base failed" } th.num { "new failed" } th { "" } }
+                        @for l in &s.layers {
+                            tr { td { (l.layer) } td.num { (l.base_failed) "/" (s.base.runs) } td.num { (l.new_failed) "/" (s.new.runs) } td { (l.status) } }
+                        }
+                    }
+                    ul {
+                        @for r in &s.appeared { li.fail { "appeared — " (r.layer) ": " code { (cut(&r.reason)) } " (" (r.new_runs) "/" (s.new.runs) " runs)" } }
+                        @for r in &s.disappeared { li.pass { "disappeared — " (r.layer) ": " code { (cut(&r.reason)) } " (was " (r.base_runs) "/" (s.base.runs) " runs)" } }
+                    }
+                }
+            }
+        }
+        @if !c.only_in_base.is_empty() || !c.only_in_new.is_empty() {
+            section #one-sided {
+                h2 { "Scenarios on one side only" }
+                ul {
+                    @for o in &c.only_in_base { li { "only in BASE: " strong { (o.scenario_id) } " (" (o.passed) "/" (o.runs) " passed)" } }
+                    @for o in &c.only_in_new { li { "only in NEW: " strong { (o.scenario_id) } " (" (o.passed) "/" (o.runs) " passed)" } }
+                }
+            }
+        }
+    };
+    page("wt compare", header, body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::tests::run;
+    use windtunnel_sdk::model::Verdict;
+
+    #[test]
+    fn trace_text_is_escaped_and_the_page_is_self_contained() {
+        let mut runs = vec![run("a", 0, Verdict::Fail), run("a", 1, Verdict::Pass)];
+        runs[0].0.turns.push(windtunnel_sdk::model::TurnRecord {
+            index: 0,
+            input: "hi".into(),
+            reply: Some("<script>alert(1)</script> & \"q\"".into()),
+            latency_ms: 3,
+            ..Default::default()
+        });
+        let page = report_page(&Report::from_runs(&runs), None);
+        assert!(page.contains("&lt;script&gt;alert(1)&lt;/script&gt; &amp; &quot;q&quot;"));
+        assert!(!page.contains("<script"), "no script element at all");
+        assert!(!page.contains("http://") && !page.contains("https://"));
+        assert!(page.contains("default-src 'none'"));
+        assert!(page.contains("data-scenario=\"a\""));
+    }
+
+    #[test]
+    fn sampling_is_even_and_bounded() {
+        let runs: Vec<LoadedRun> = (0..50)
+            .map(|i| {
+                let (trace, score, path) = run("a", i, Verdict::Fail);
+                LoadedRun {
+                    trace,
+                    score,
+                    path,
+                    score_problem: None,
+                    artifacts: Vec::new(),
+                }
+            })
+            .collect();
+        let refs: Vec<&LoadedRun> = runs.iter().collect();
+        let picked: Vec<u32> = sample(&refs, 5).iter().map(|r| r.trace.run_index).collect();
+        assert_eq!(picked, vec![0, 10, 20, 30, 40]);
+        let long = cut(&"x".repeat(MAX_TEXT + 5));
+        assert!(
+            long.starts_with(&format!("{}…", "x".repeat(MAX_TEXT))),
+            "{long}"
+        );
+        assert!(long.ends_with(&format!("[cut: {} characters in all]", MAX_TEXT + 5)));
+    }
+
+    #[test]
+    fn runs_turns_and_clusters_are_bounded_and_the_page_says_so() {
+        // One failing run in each of MAX_CLUSTERS + 1 scenarios: one cluster each.
+        let mut runs: Vec<_> = (0..=MAX_CLUSTERS)
+            .map(|i| run(&format!("s{i:03}"), 0, Verdict::Fail))
+            .collect();
+        runs[0].0.turns = (0..MAX_TURNS as u32 + 3)
+            .map(|index| windtunnel_sdk::model::TurnRecord {
+                index,
+                input: "x".repeat(MAX_TEXT + 1),
+                ..Default::default()
+            })
+            .collect();
+        let page = report_page(&Report::from_runs(&runs), None);
+        assert!(page.contains("1 further cluster(s) are counted but not listed."));
+        assert_eq!(
+            page.matches("<details class=\"run\"").count(),
+            MAX_DETAILED_RUNS
+        );
+        assert!(
+            page.contains("Showing full details for <strong>100</strong> of <strong>201</strong>")
+        );
+        assert!(page.contains("3 more turn(s) not shown."));
+        assert!(page.contains(&format!("[cut: {} characters in all]", MAX_TEXT + 1)));
+        assert_eq!(
+            page.matches("class=\"scenario-row\"").count(),
+            MAX_CLUSTERS + 1
+        );
+    }
+
+    #[test]
+    fn links_are_relative_and_cannot_become_a_scheme() {
+        let l = link(Path::new("javascript:x/a b#c.json"), Some(Path::new("")));
+        assert_eq!(l, "./javascript%3Ax/a%20b%23c.json");
+    }
+}

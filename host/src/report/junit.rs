@@ -1,0 +1,91 @@
+//! The JUnit view of a [`Report`]: a test suite per scenario, a test case per run; FAIL is a
+//! failure, ERROR (or a missing score) an error, and a scenario that could not run at all is
+//! one errored test case carrying its reason.
+
+use std::collections::BTreeMap;
+
+use quick_junit::{NonSuccessKind, TestCase, TestCaseStatus, TestSuite};
+use windtunnel_sdk::model::Verdict;
+
+use super::Report;
+
+impl Report {
+    pub fn to_junit(&self) -> String {
+        let mut report = quick_junit::Report::new("wt");
+        let mut suites: BTreeMap<&str, TestSuite> = BTreeMap::new();
+        for r in &self.runs {
+            let status = match r.verdict {
+                Some(Verdict::Pass) => TestCaseStatus::success(),
+                v => {
+                    let kind = if v == Some(Verdict::Fail) {
+                        NonSuccessKind::Failure
+                    } else {
+                        NonSuccessKind::Error
+                    };
+                    let mut s = TestCaseStatus::non_success(kind);
+                    let layers: Vec<&str> = r.failures.iter().map(|(l, _)| l.as_str()).collect();
+                    let message = match &r.error {
+                        Some(e) => e.clone(),
+                        None => format!("failed layers: {}", layers.join(", ")),
+                    };
+                    s.set_message(message);
+                    s.set_type(v.map_or("UNSCORED", Verdict::as_str));
+                    let detail: Vec<String> = r
+                        .failures
+                        .iter()
+                        .map(|(l, d)| format!("{l}: {d}"))
+                        .collect();
+                    s.set_description(detail.join("\n"));
+                    s
+                }
+            };
+            let mut case = TestCase::new(format!("{}#{}", r.scenario_id, r.run_index), status);
+            case.set_classname(r.scenario_id.clone());
+            case.set_time(std::time::Duration::from_millis(r.latency_ms));
+            case.add_property(quick_junit::Property::new("run_id", r.run_id.clone()));
+            case.add_property(quick_junit::Property::new("trace", r.trace.clone()));
+            suites
+                .entry(&r.scenario_id)
+                .or_insert_with(|| TestSuite::new(r.scenario_id.clone()))
+                .add_test_case(case);
+        }
+        for e in &self.scenario_errors {
+            let mut s = TestCaseStatus::non_success(NonSuccessKind::Error);
+            s.set_message(e.error.clone());
+            s.set_type("ERROR");
+            s.set_description(format!(
+                "the scenario could not run: {} run(s) of sweep {} never ran",
+                e.runs, e.sweep_id
+            ));
+            let mut case = TestCase::new(format!("{} (scenario)", e.scenario_id), s);
+            case.set_classname(e.scenario_id.clone());
+            suites
+                .entry(&e.scenario_id)
+                .or_insert_with(|| TestSuite::new(e.scenario_id.clone()))
+                .add_test_case(case);
+        }
+        report.add_test_suites(suites.into_values());
+        report.to_string().expect("JUnit serializes")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::run;
+    use super::*;
+
+    #[test]
+    fn failures_and_errors() {
+        let runs = vec![
+            run("b", 0, Verdict::Pass),
+            run("a", 1, Verdict::Error),
+            run("a", 0, Verdict::Fail),
+        ];
+        let junit = Report::from_runs(&runs).to_junit();
+        assert_eq!(junit.matches("<testcase").count(), 3);
+        assert!(
+            junit.contains("<failure") && junit.contains("<error"),
+            "{junit}"
+        );
+    }
+}

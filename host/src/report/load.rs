@@ -1,0 +1,767 @@
+//! The one loader of the reading side: `report`, `compare`, `triage`, `rescore` and the HTML
+//! page all read run directories through [`load`], so they agree on what a run is.
+//!
+//! Rules (docs/reports.md, "What the loader reads"):
+//! - A trace is a `*.json` whose stem has no dot ([`crate::store::is_sidecar`] decides);
+//!   its score is `<stem>.score.json`, its hook artifacts `<stem>.<hook>[.<label>].json`.
+//!   A score or artifact without its trace is ignored: the runner writes the trace last, so
+//!   it is the run's commit record.
+//! - Hidden files (the runner's `.wt-tmp-*` temp files left by a killed sweep) are ignored.
+//! - Everything in a runs directory is untrusted: files are opened without following
+//!   symbolic links and without blocking, must be regular files, and are read only up to a
+//!   size bound. A file that is not a `wt` trace (foreign JSON, a corrupt or oversized
+//!   trace) is skipped with one warning naming it; it never fails the whole directory.
+//! - Directories given twice are read once, and a run found in several directories is
+//!   counted once (by `run_id`, qualified by sweep, agent and start time: pinned sweeps of
+//!   different agents reuse ids); the first directory given wins.
+//! - Event journals (`*.events.jsonl`, any stem) are read for what traces cannot say: which
+//!   sweeps ended (`SweepEnded`), and which scenarios could not run at all (`ScenarioEnded`
+//!   with an `error`; such a scenario wrote no trace). Sweeps are told apart by the
+//!   `sweep_id` inside the lines, never by file names; journals with identical bytes are
+//!   read once.
+//!
+//! The loader never writes anything.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use windtunnel_sdk::model::{Score, Trace, is_slug};
+
+use crate::store::{self, StoreError};
+
+/// Largest trace file read; larger ones are skipped with a warning.
+pub const MAX_TRACE_BYTES: u64 = 64 << 20;
+/// Largest score sidecar or hook artifact read.
+pub const MAX_SIDECAR_BYTES: u64 = 16 << 20;
+/// Largest event journal read (it is streamed, never held whole).
+pub const MAX_JOURNAL_BYTES: u64 = 4 << 30;
+/// Longest journal line parsed; longer lines are skipped.
+const MAX_JOURNAL_LINE: u64 = 1 << 20;
+
+/// One run as stored: its trace, its score (when the sidecar is there and readable) and
+/// where they live.
+#[derive(Clone, Debug)]
+pub struct LoadedRun {
+    pub trace: Trace,
+    pub score: Option<Score>,
+    /// The trace file.
+    pub path: PathBuf,
+    /// Why there is no score: the sidecar is missing or unreadable.
+    pub score_problem: Option<String>,
+    /// Hook artifacts beside the run (`<stem>.<hook>[.<label>].json`), sorted.
+    pub artifacts: Vec<PathBuf>,
+}
+
+impl LoadedRun {
+    /// The run's file stem (`<timestamp>_<run_id[:8]>`).
+    pub fn stem(&self) -> String {
+        self.path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    }
+}
+
+/// How a sweep ended, as far as its journal says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SweepStatus {
+    /// Every journal of the sweep has its `SweepEnded`.
+    Complete,
+    /// It ended, interrupted (`SweepEnded` with exit code 130): some runs never ran.
+    Interrupted,
+    /// A journal of the sweep has no `SweepEnded`: it was killed, or is still running.
+    Incomplete,
+    /// Traces name the sweep but no journal was found: nothing says whether it completed.
+    NoJournal,
+}
+
+impl SweepStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SweepStatus::Complete => "complete",
+            SweepStatus::Interrupted => "interrupted",
+            SweepStatus::Incomplete => "incomplete",
+            SweepStatus::NoJournal => "no journal",
+        }
+    }
+
+    /// Whether part of the sweep may never have run.
+    pub fn is_partial(self) -> bool {
+        matches!(self, SweepStatus::Interrupted | SweepStatus::Incomplete)
+    }
+}
+
+/// One sweep among the loaded runs.
+#[derive(Clone, Debug, Serialize)]
+pub struct Sweep {
+    pub sweep_id: String,
+    pub status: SweepStatus,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pack: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
+    pub hooks: Vec<String>,
+    /// The shards (`K/N`) of this sweep whose journals were read, when it was sharded.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub shards: Vec<String>,
+    /// Runs of this sweep among the loaded ones.
+    pub runs: usize,
+    /// The journals that mention it.
+    pub journals: Vec<String>,
+}
+
+/// A scenario that could not run at all (provisioning or a precondition failed, or the sweep
+/// was interrupted before it): known only from its journal.
+#[derive(Clone, Debug, Serialize)]
+pub struct ScenarioError {
+    pub sweep_id: String,
+    pub scenario_id: String,
+    /// Runs the scenario would have had; all count as ERROR.
+    pub runs: u32,
+    pub error: String,
+}
+
+/// Everything the loader found.
+#[derive(Clone, Debug, Default)]
+pub struct Loaded {
+    /// Deduplicated by `run_id`, sorted by scenario, run index, sweep and file.
+    pub runs: Vec<LoadedRun>,
+    pub sweeps: Vec<Sweep>,
+    pub scenario_errors: Vec<ScenarioError>,
+    /// One line per skipped file or other problem, for stderr (no `warning:` prefix).
+    pub warnings: Vec<String>,
+    /// Trace files not counted because an earlier one was the same run.
+    pub duplicates: Vec<PathBuf>,
+}
+
+impl Loaded {
+    /// Sweeps that may not have run to the end.
+    pub fn partial_sweeps(&self) -> impl Iterator<Item = &Sweep> {
+        self.sweeps.iter().filter(|s| s.status.is_partial())
+    }
+}
+
+/// Reads every run directory in `dirs` (see the module docs for the rules).
+pub fn load<P: AsRef<Path>>(dirs: &[P]) -> Result<Loaded, StoreError> {
+    let mut out = Loaded::default();
+    let mut seen_dirs = HashSet::new();
+    let mut seen_runs = HashSet::new();
+    let mut journals = Journals::default();
+    for dir in dirs {
+        let dir = dir.as_ref();
+        let key = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_owned());
+        if !seen_dirs.insert(key) {
+            continue;
+        }
+        let listing = list_dir(dir)?;
+        for path in &listing.traces {
+            let Some(run) = load_run(path, &listing, &mut out.warnings) else {
+                continue;
+            };
+            if seen_runs.insert(identity(&run.trace)) {
+                out.runs.push(run);
+            } else {
+                out.duplicates.push(run.path);
+            }
+        }
+        for path in &listing.journals {
+            journals.read(path, &mut out.warnings);
+        }
+    }
+    out.runs.sort_by(|a, b| {
+        (
+            &a.trace.scenario_id,
+            a.trace.run_index,
+            &a.trace.sweep_id,
+            &a.path,
+        )
+            .cmp(&(
+                &b.trace.scenario_id,
+                b.trace.run_index,
+                &b.trace.sweep_id,
+                &b.path,
+            ))
+    });
+    journals.finish(&mut out);
+    Ok(out)
+}
+
+/// What makes two trace files the same run: its `run_id`, qualified by the sweep, agent and
+/// start time, because pinned sweeps (`--seed`) of different agents mint the same ids for
+/// different runs. A copied directory, or one given twice, repeats all four.
+fn identity(t: &Trace) -> (String, String, String, String) {
+    (
+        t.run_id.clone(),
+        t.sweep_id.clone(),
+        t.agent.label.clone(),
+        t.started_at.clone(),
+    )
+}
+
+/// What one directory holds, by kind.
+#[derive(Default)]
+struct Listing {
+    traces: Vec<PathBuf>,
+    journals: Vec<PathBuf>,
+    /// Sidecars (scores excluded) by the stem of the trace they sit beside.
+    artifacts: HashMap<String, Vec<PathBuf>>,
+}
+
+fn list_dir(dir: &Path) -> Result<Listing, StoreError> {
+    let mut listing = Listing::default();
+    for (name, path) in store::dir_entries(dir)? {
+        if name.ends_with(".events.jsonl") {
+            listing.journals.push(path);
+        } else if store::is_trace(&path) {
+            listing.traces.push(path);
+        } else if store::is_sidecar(&path) && !name.ends_with(".score.json") {
+            let stem = name.split('.').next().unwrap_or_default().to_owned();
+            listing.artifacts.entry(stem).or_default().push(path);
+        }
+    }
+    Ok(listing)
+}
+
+fn load_run(path: &Path, listing: &Listing, warnings: &mut Vec<String>) -> Option<LoadedRun> {
+    let shown = path.display();
+    let bytes = match read_bounded(path, MAX_TRACE_BYTES) {
+        Ok(b) => b,
+        Err(why) => {
+            warnings.push(format!("skipping {shown}: {why}"));
+            return None;
+        }
+    };
+    let trace: Trace = match serde_json::from_slice(&bytes) {
+        Ok(t) => t,
+        Err(e) => {
+            warnings.push(format!("skipping {shown}: not a wt trace ({e})"));
+            return None;
+        }
+    };
+    if trace.run_id.is_empty() || !is_slug(&trace.scenario_id) {
+        warnings.push(format!(
+            "skipping {shown}: not a wt trace (empty run_id or invalid scenario_id)"
+        ));
+        return None;
+    }
+    let score_file = path.with_extension("score.json");
+    let (score, score_problem) = match read_bounded(&score_file, MAX_SIDECAR_BYTES) {
+        Err(ReadProblem::Missing) => (
+            None,
+            Some("no score sidecar (run `wt rescore` to score it)".to_owned()),
+        ),
+        Err(why) => {
+            let problem = format!("score sidecar {}: {why}", score_file.display());
+            warnings.push(format!("{problem}; the run counts as ERROR"));
+            (None, Some(problem))
+        }
+        Ok(bytes) => match serde_json::from_slice::<Score>(&bytes) {
+            Ok(s) if s.run_id == trace.run_id => (Some(s), None),
+            Ok(s) => {
+                let problem = format!(
+                    "score sidecar {} is for run {}, not {}",
+                    score_file.display(),
+                    s.run_id,
+                    trace.run_id
+                );
+                warnings.push(format!("{problem}; the run counts as ERROR"));
+                (None, Some(problem))
+            }
+            Err(e) => {
+                let problem = format!("score sidecar {} does not parse: {e}", score_file.display());
+                warnings.push(format!("{problem}; the run counts as ERROR"));
+                (None, Some(problem))
+            }
+        },
+    };
+    let stem = path
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or_default();
+    Some(LoadedRun {
+        trace,
+        score,
+        path: path.to_owned(),
+        score_problem,
+        artifacts: listing.artifacts.get(stem).cloned().unwrap_or_default(),
+    })
+}
+
+/// Why a file from a runs directory was not read.
+#[derive(Debug)]
+pub enum ReadProblem {
+    Missing,
+    NotRegular,
+    TooLarge { size: u64, limit: u64 },
+    Io(std::io::Error),
+}
+
+impl std::fmt::Display for ReadProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReadProblem::Missing => f.write_str("missing"),
+            ReadProblem::NotRegular => {
+                f.write_str("not a regular file (symbolic links are not followed)")
+            }
+            ReadProblem::TooLarge { size, limit } => write!(
+                f,
+                "{size} bytes is over the {} MiB limit for this kind of file",
+                limit >> 20
+            ),
+            ReadProblem::Io(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// Opens a file from a runs directory: no symbolic links followed, no blocking on a FIFO,
+/// regular files only, at most `limit` bytes.
+pub fn open_bounded(path: &Path, limit: u64) -> Result<(File, u64), ReadProblem> {
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
+    }
+    let file = options.open(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => ReadProblem::Missing,
+        // O_NOFOLLOW on a symbolic link fails with ELOOP.
+        _ if e.raw_os_error() == Some(libc::ELOOP) => ReadProblem::NotRegular,
+        _ => ReadProblem::Io(e),
+    })?;
+    let meta = file.metadata().map_err(ReadProblem::Io)?;
+    if !meta.is_file() {
+        return Err(ReadProblem::NotRegular);
+    }
+    if meta.len() > limit {
+        return Err(ReadProblem::TooLarge {
+            size: meta.len(),
+            limit,
+        });
+    }
+    Ok((file, meta.len()))
+}
+
+/// Reads a whole file from a runs directory within `limit` bytes (see [`open_bounded`]).
+pub fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>, ReadProblem> {
+    let (file, len) = open_bounded(path, limit)?;
+    let mut bytes = Vec::with_capacity(len as usize);
+    // The file may grow after the check; never read past the limit.
+    file.take(limit + 1)
+        .read_to_end(&mut bytes)
+        .map_err(ReadProblem::Io)?;
+    if bytes.len() as u64 > limit {
+        return Err(ReadProblem::TooLarge {
+            size: bytes.len() as u64,
+            limit,
+        });
+    }
+    Ok(bytes)
+}
+
+/// The journal lines the loader cares about; every other field is ignored.
+#[derive(Deserialize)]
+struct Line {
+    sweep_id: String,
+    event: String,
+    #[serde(default)]
+    ts: Option<String>,
+    #[serde(default)]
+    scenario_id: Option<String>,
+    #[serde(default)]
+    pack: Option<String>,
+    #[serde(default)]
+    agent: Option<String>,
+    #[serde(default)]
+    hooks: Option<Vec<String>>,
+    #[serde(default)]
+    shard: Option<String>,
+    #[serde(default)]
+    runs: Option<u32>,
+    #[serde(default)]
+    error: Option<String>,
+    #[serde(default)]
+    exit_code: Option<u8>,
+}
+
+/// What a `SweepStarted` line says.
+struct Started {
+    shard: Option<String>,
+    ts: Option<String>,
+    pack: Option<String>,
+    agent: Option<String>,
+    hooks: Vec<String>,
+}
+
+/// One sweep's lines in one journal file.
+#[derive(Default)]
+struct Segment {
+    journal: String,
+    started: Option<Started>,
+    ended: Option<u8>,
+    errors: Vec<(String, u32, String)>,
+}
+
+#[derive(Default)]
+struct Journals {
+    digests: HashSet<[u8; 32]>,
+    /// Segments in the order read, keyed by sweep id.
+    segments: Vec<(String, Segment)>,
+}
+
+impl Journals {
+    fn read(&mut self, path: &Path, warnings: &mut Vec<String>) {
+        let shown = path.display();
+        let file = match open_bounded(path, MAX_JOURNAL_BYTES) {
+            Ok((f, _)) => f,
+            Err(why) => {
+                warnings.push(format!("skipping journal {shown}: {why}"));
+                return;
+            }
+        };
+        let mut reader = BufReader::new(file.take(MAX_JOURNAL_BYTES));
+        let mut digest = Sha256::new();
+        let mut by_sweep: BTreeMap<String, Segment> = BTreeMap::new();
+        let (mut lines, mut bad) = (0u64, 0u64);
+        let mut buf = Vec::new();
+        loop {
+            buf.clear();
+            let n = match (&mut reader)
+                .take(MAX_JOURNAL_LINE)
+                .read_until(b'\n', &mut buf)
+            {
+                Ok(n) => n,
+                Err(e) => {
+                    warnings.push(format!("journal {shown}: {e}"));
+                    break;
+                }
+            };
+            if n == 0 {
+                break;
+            }
+            digest.update(&buf);
+            if buf.last() != Some(&b'\n') && n as u64 == MAX_JOURNAL_LINE {
+                // An overlong line: skip the rest of it.
+                bad += 1;
+                if !skip_line(&mut reader, &mut digest) {
+                    break;
+                }
+                continue;
+            }
+            lines += 1;
+            if !is_interesting(&buf) {
+                continue;
+            }
+            let Ok(line) = serde_json::from_slice::<Line>(&buf) else {
+                bad += 1;
+                continue;
+            };
+            let seg = by_sweep
+                .entry(line.sweep_id.clone())
+                .or_insert_with(|| Segment {
+                    journal: shown.to_string(),
+                    ..Segment::default()
+                });
+            match line.event.as_str() {
+                "SweepStarted" => {
+                    seg.started = Some(Started {
+                        shard: line.shard,
+                        ts: line.ts,
+                        pack: line.pack,
+                        agent: line.agent,
+                        hooks: line.hooks.unwrap_or_default(),
+                    })
+                }
+                "SweepEnded" => seg.ended = Some(line.exit_code.unwrap_or_default()),
+                "ScenarioEnded" => {
+                    if let (Some(error), Some(scenario)) = (line.error, line.scenario_id) {
+                        seg.errors.push((scenario, line.runs.unwrap_or(0), error));
+                    }
+                }
+                _ => {}
+            }
+        }
+        if by_sweep.is_empty() {
+            if lines > 0 {
+                warnings.push(format!("skipping journal {shown}: not a wt event journal"));
+            }
+            return;
+        }
+        if bad > 0 {
+            warnings.push(format!(
+                "journal {shown}: {bad} line(s) skipped (not journal events)"
+            ));
+        }
+        if !self.digests.insert(digest.finalize().into()) {
+            return;
+        }
+        self.segments.extend(by_sweep);
+    }
+
+    fn finish(self, out: &mut Loaded) {
+        let mut sweeps: BTreeMap<String, Sweep> = BTreeMap::new();
+        let new_sweep = |id: &str| Sweep {
+            sweep_id: id.to_owned(),
+            status: SweepStatus::NoJournal,
+            pack: None,
+            agent: None,
+            started_at: None,
+            hooks: Vec::new(),
+            shards: Vec::new(),
+            runs: 0,
+            journals: Vec::new(),
+        };
+        for (id, seg) in self.segments {
+            let s = sweeps.entry(id.clone()).or_insert_with(|| new_sweep(&id));
+            if !s.journals.contains(&seg.journal) {
+                s.journals.push(seg.journal);
+            }
+            if let Some(started) = seg.started {
+                s.started_at = s.started_at.take().or(started.ts);
+                s.pack = s.pack.take().or(started.pack);
+                s.agent = s.agent.take().or(started.agent);
+                if let Some(k) = started.shard.filter(|k| !s.shards.contains(k)) {
+                    s.shards.push(k);
+                }
+                for h in started.hooks {
+                    if !s.hooks.contains(&h) {
+                        s.hooks.push(h);
+                    }
+                }
+            }
+            let status = match seg.ended {
+                None => SweepStatus::Incomplete,
+                Some(code) if code == crate::exit::INTERRUPTED => SweepStatus::Interrupted,
+                Some(_) => SweepStatus::Complete,
+            };
+            // A sweep with several segments (shards sharing an id) is as partial as its
+            // most partial segment.
+            s.status = match (s.status, status) {
+                (SweepStatus::Incomplete, _) | (_, SweepStatus::Incomplete) => {
+                    SweepStatus::Incomplete
+                }
+                (SweepStatus::Interrupted, _) | (_, SweepStatus::Interrupted) => {
+                    SweepStatus::Interrupted
+                }
+                _ => SweepStatus::Complete,
+            };
+            for (scenario_id, runs, error) in seg.errors {
+                out.scenario_errors.push(ScenarioError {
+                    sweep_id: id.clone(),
+                    scenario_id,
+                    runs,
+                    error,
+                });
+            }
+        }
+        for r in &out.runs {
+            sweeps
+                .entry(r.trace.sweep_id.clone())
+                .or_insert_with(|| new_sweep(&r.trace.sweep_id))
+                .runs += 1;
+        }
+        for s in sweeps.values() {
+            match s.status {
+                SweepStatus::Incomplete => out.warnings.push(format!(
+                    "sweep {} is incomplete: {} has no SweepEnded (killed, or still running); \
+                     its missing runs cannot be judged",
+                    s.sweep_id,
+                    s.journals.join(", ")
+                )),
+                SweepStatus::Interrupted => out.warnings.push(format!(
+                    "sweep {} was interrupted: runs that never started are missing",
+                    s.sweep_id
+                )),
+                _ => {}
+            }
+        }
+        out.sweeps = sweeps.into_values().collect();
+    }
+}
+
+/// Discards the rest of an overlong line in bounded chunks; false at the end of the file.
+fn skip_line(reader: &mut impl BufRead, digest: &mut Sha256) -> bool {
+    let mut chunk = Vec::new();
+    loop {
+        chunk.clear();
+        match (&mut *reader)
+            .take(MAX_JOURNAL_LINE)
+            .read_until(b'\n', &mut chunk)
+        {
+            Ok(0) | Err(_) => return false,
+            Ok(_) => {
+                digest.update(&chunk);
+                if chunk.last() == Some(&b'\n') {
+                    return true;
+                }
+            }
+        }
+    }
+}
+
+/// Only three events matter here; skip parsing the rest (most of a journal).
+fn is_interesting(line: &[u8]) -> bool {
+    const NEEDLES: [&[u8]; 3] = [b"\"SweepStarted\"", b"\"SweepEnded\"", b"\"ScenarioEnded\""];
+    NEEDLES
+        .iter()
+        .any(|n| line.windows(n.len()).any(|w| w == *n))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use windtunnel_sdk::model::{LayerResult, SCHEMA_VERSION, Verdict};
+
+    fn write_run(dir: &Path, stem: &str, run_id: &str, score_for: &str) {
+        let trace = Trace {
+            schema_version: SCHEMA_VERSION,
+            run_id: run_id.into(),
+            sweep_id: "sw".into(),
+            scenario_id: "s".into(),
+            ..Trace::default()
+        };
+        let ok = LayerResult {
+            passed: true,
+            detail: String::new(),
+        };
+        let score = Score {
+            schema_version: SCHEMA_VERSION,
+            run_id: score_for.into(),
+            scenario_id: "s".into(),
+            verdict: Verdict::Pass,
+            outcome: ok.clone(),
+            trajectory: ok.clone(),
+            constraint: ok.clone(),
+            integrity: ok,
+            error: None,
+        };
+        store::write_json(&dir.join(format!("{stem}.json")), &trace).unwrap();
+        store::write_json(&dir.join(format!("{stem}.score.json")), &score).unwrap();
+    }
+
+    #[test]
+    fn a_score_of_another_run_is_not_this_runs_score() {
+        let dir = tempfile::tempdir().unwrap();
+        write_run(dir.path(), "t_aaaaaaaa", "aaaaaaaa-1", "aaaaaaaa-1");
+        write_run(dir.path(), "t_bbbbbbbb", "bbbbbbbb-1", "someone-else");
+        let l = load(&[dir.path()]).unwrap();
+        assert_eq!(l.runs.len(), 2);
+        let b = l
+            .runs
+            .iter()
+            .find(|r| r.trace.run_id == "bbbbbbbb-1")
+            .unwrap();
+        assert!(b.score.is_none());
+        assert!(
+            b.score_problem
+                .as_ref()
+                .unwrap()
+                .contains("is for run someone-else")
+        );
+        assert_eq!(l.warnings.len(), 1, "{:?}", l.warnings);
+    }
+
+    #[test]
+    fn journals_give_status_and_scenario_errors_and_are_read_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let line = |sweep: &str, event: &str, extra: &str| {
+            format!("{{\"v\":1,\"seq\":0,\"sweep_id\":\"{sweep}\",\"event\":\"{event}\"{extra}}}\n")
+        };
+        let long = format!(
+            "{{\"event\":\"TurnStarted\",\"input\":\"{}\"}}\n",
+            "x".repeat(2 << 20)
+        );
+        let done = [
+            line(
+                "a",
+                "SweepStarted",
+                ",\"pack\":\"p\",\"agent\":\"demo\",\"hooks\":[]",
+            ),
+            long,
+            line(
+                "a",
+                "ScenarioEnded",
+                ",\"scenario_id\":\"s\",\"runs\":3,\"error\":\"provisioning failed: x\"",
+            ),
+            line("a", "SweepEnded", ",\"exit_code\":3"),
+        ]
+        .concat();
+        std::fs::write(dir.path().join("one.events.jsonl"), &done).unwrap();
+        // The same bytes again (a copied directory): read once.
+        std::fs::write(dir.path().join("copy.events.jsonl"), &done).unwrap();
+        std::fs::write(
+            dir.path().join("two.events.jsonl"),
+            [
+                line("b", "SweepStarted", ""),
+                line("b", "SweepEnded", ",\"exit_code\":130"),
+            ]
+            .concat(),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("three.events.jsonl"),
+            line("c", "SweepStarted", ""),
+        )
+        .unwrap();
+        let l = load(&[dir.path()]).unwrap();
+        let status: Vec<(&str, SweepStatus)> = l
+            .sweeps
+            .iter()
+            .map(|s| (s.sweep_id.as_str(), s.status))
+            .collect();
+        assert_eq!(
+            status,
+            [
+                ("a", SweepStatus::Complete),
+                ("b", SweepStatus::Interrupted),
+                ("c", SweepStatus::Incomplete)
+            ]
+        );
+        assert_eq!(l.scenario_errors.len(), 1, "copied journal counted once");
+        assert_eq!(l.scenario_errors[0].runs, 3);
+        assert_eq!(l.sweeps[0].pack.as_deref(), Some("p"));
+        assert!(
+            l.warnings.iter().any(|w| w.contains("1 line(s) skipped")),
+            "the overlong line: {:?}",
+            l.warnings
+        );
+        assert_eq!(l.partial_sweeps().count(), 2);
+    }
+
+    #[test]
+    fn bounded_reads_refuse_links_fifos_and_big_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("a.json");
+        std::fs::write(&file, b"0123456789").unwrap();
+        assert_eq!(read_bounded(&file, 10).unwrap().len(), 10);
+        assert!(matches!(
+            read_bounded(&file, 9),
+            Err(ReadProblem::TooLarge { size: 10, .. })
+        ));
+        let link = dir.path().join("l.json");
+        std::os::unix::fs::symlink(&file, &link).unwrap();
+        assert!(matches!(
+            read_bounded(&link, 100),
+            Err(ReadProblem::NotRegular)
+        ));
+        let fifo = dir.path().join("f.json");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        assert!(matches!(
+            read_bounded(&fifo, 100),
+            Err(ReadProblem::NotRegular)
+        ));
+        assert!(matches!(
+            read_bounded(&dir.path().join("none"), 100),
+            Err(ReadProblem::Missing)
+        ));
+    }
+}

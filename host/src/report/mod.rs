@@ -1,0 +1,397 @@
+//! The reading side: what stored runs add up to, and the views of it.
+//!
+//! - [`load`] is the one loader every reading command uses (sidecar rule, dedupe by
+//!   `run_id`, foreign files skipped with a warning, journals read).
+//! - [`Report`] is the one summary model: per scenario k/n with a Wilson interval, pass^k
+//!   and pass@k, per-layer failures and latency; the pack's totals; the sweeps and whether
+//!   they ended; the gate code.
+//! - Views of it: [`table`] (and Markdown), [`junit`], [`html`], and JSON (the model
+//!   serialized). [`compare`] builds the comparison of two such models.
+//!
+//! Nothing here writes into a runs directory.
+
+pub mod compare;
+pub mod html;
+pub mod junit;
+pub mod load;
+pub mod stats;
+pub mod table;
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use windtunnel_sdk::model::{AggregateResult, SCHEMA_VERSION, Verdict};
+
+use crate::score::Aggregator;
+use crate::store::StoredRun;
+pub use load::{Loaded, LoadedRun, ScenarioError, Sweep, SweepStatus};
+
+/// Confidence level of the intervals `wt report` shows.
+pub const REPORT_ALPHA: f64 = 0.05;
+
+/// One run in a report.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunRow {
+    pub scenario_id: String,
+    pub run_index: u32,
+    pub run_id: String,
+    pub sweep_id: String,
+    pub agent: String,
+    /// `None` when the score sidecar is missing or unreadable.
+    pub verdict: Option<Verdict>,
+    /// Failed layers and their details, in reporting order.
+    pub failures: Vec<(String, String)>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The trace file (displayed; paths that are not UTF-8 are shown lossily).
+    pub trace: String,
+    pub latency_ms: u64,
+}
+
+/// An estimate at one `k`.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct AtK {
+    pub k: u64,
+    pub value: f64,
+}
+
+/// A scenario's aggregate with the reliability figures derived from it.
+#[derive(Clone, Debug, Serialize)]
+pub struct ScenarioSummary {
+    #[serde(flatten)]
+    pub aggregate: AggregateResult,
+    /// passed / runs (ERROR runs count as not passed); `None` with no runs.
+    pub pass_rate: Option<f64>,
+    /// The 95 % Wilson score interval of the pass rate.
+    pub wilson95: Option<[f64; 2]>,
+    /// pass^k for k = 1 and k = runs.
+    pub pass_hat_k: Vec<AtK>,
+    /// pass@k for k = 1 and k = runs.
+    pub pass_at_k: Vec<AtK>,
+}
+
+impl ScenarioSummary {
+    pub fn new(aggregate: AggregateResult) -> ScenarioSummary {
+        let (c, n) = (u64::from(aggregate.passed), u64::from(aggregate.runs));
+        let ks = ks(&[1, n]);
+        ScenarioSummary {
+            pass_rate: (n > 0).then(|| c as f64 / n as f64),
+            wilson95: stats::wilson(c, n, REPORT_ALPHA).map(|(l, h)| [l, h]),
+            pass_hat_k: at_ks(&ks, |k| stats::pass_hat_k(c, n, k)),
+            pass_at_k: at_ks(&ks, |k| stats::pass_at_k(c, n, k)),
+            aggregate,
+        }
+    }
+
+    pub fn id(&self) -> &str {
+        &self.aggregate.scenario_id
+    }
+}
+
+fn ks(candidates: &[u64]) -> Vec<u64> {
+    let mut ks: Vec<u64> = candidates.iter().copied().filter(|&k| k > 0).collect();
+    ks.sort_unstable();
+    ks.dedup();
+    ks
+}
+
+fn at_ks(ks: &[u64], f: impl Fn(u64) -> Option<f64>) -> Vec<AtK> {
+    ks.iter()
+        .filter_map(|&k| f(k).map(|value| AtK { k, value }))
+        .collect()
+}
+
+/// What the whole pack adds up to.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct PackSummary {
+    pub scenarios: usize,
+    pub runs: u64,
+    pub passed: u64,
+    pub failed: u64,
+    pub errored: u64,
+    /// The fewest runs of any scenario: the largest k every scenario can estimate.
+    pub k: u64,
+    /// Mean over scenarios of pass^k, for k = 1 and k = [`PackSummary::k`].
+    pub pass_hat_k: Vec<AtK>,
+    /// Mean over scenarios of pass@k, for k = 1 and k = [`PackSummary::k`].
+    pub pass_at_k: Vec<AtK>,
+}
+
+impl PackSummary {
+    fn new(scenarios: &[ScenarioSummary]) -> PackSummary {
+        let mut p = PackSummary {
+            scenarios: scenarios.len(),
+            ..PackSummary::default()
+        };
+        for s in scenarios {
+            let a = &s.aggregate;
+            p.runs += u64::from(a.runs);
+            p.passed += u64::from(a.passed);
+            p.failed += u64::from(a.failed);
+            p.errored += u64::from(a.errored);
+        }
+        let judged: Vec<&AggregateResult> = scenarios
+            .iter()
+            .map(|s| &s.aggregate)
+            .filter(|a| a.runs > 0)
+            .collect();
+        p.k = judged.iter().map(|a| u64::from(a.runs)).min().unwrap_or(0);
+        let mean = |f: fn(u64, u64, u64) -> Option<f64>, k: u64| {
+            let values: Vec<f64> = judged
+                .iter()
+                .filter_map(|a| f(u64::from(a.passed), u64::from(a.runs), k))
+                .collect();
+            (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
+        };
+        let ks = ks(&[1, p.k]);
+        p.pass_hat_k = at_ks(&ks, |k| mean(stats::pass_hat_k, k));
+        p.pass_at_k = at_ks(&ks, |k| mean(stats::pass_at_k, k));
+        p
+    }
+}
+
+/// A report over loaded runs: the summary model every format renders.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub schema_version: u32,
+    /// Scenarios in id order.
+    pub scenarios: Vec<ScenarioSummary>,
+    pub pack: PackSummary,
+    /// Runs in scenario then run order.
+    pub runs: Vec<RunRow>,
+    pub sweeps: Vec<Sweep>,
+    /// Scenarios that could not run at all, from the journals.
+    pub scenario_errors: Vec<ScenarioError>,
+    /// Files skipped and other problems the loader met, one line each.
+    pub warnings: Vec<String>,
+    /// Trace files not counted because they repeat an earlier `run_id`.
+    pub duplicates: usize,
+    /// The exit code of `--gate` (see [`Report::gate`]).
+    pub gate: u8,
+    /// The runs themselves, for views that show details (the HTML page).
+    #[serde(skip)]
+    pub loaded: Vec<LoadedRun>,
+}
+
+impl Report {
+    /// The model of everything `loaded` holds.
+    pub fn new(loaded: Loaded) -> Report {
+        let mut aggs: BTreeMap<String, Aggregator> = BTreeMap::new();
+        let mut rows = Vec::with_capacity(loaded.runs.len());
+        for run in &loaded.runs {
+            let trace = &run.trace;
+            aggs.entry(trace.scenario_id.clone())
+                .or_insert_with(|| Aggregator::new(&trace.scenario_id))
+                .add(trace, run.score.as_ref());
+            rows.push(row(run));
+        }
+        let mut scenario_errors: BTreeMap<&str, Vec<&ScenarioError>> = BTreeMap::new();
+        for e in &loaded.scenario_errors {
+            aggs.entry(e.scenario_id.clone())
+                .or_insert_with(|| Aggregator::new(&e.scenario_id));
+            scenario_errors.entry(&e.scenario_id).or_default().push(e);
+        }
+        let scenarios: Vec<ScenarioSummary> = aggs
+            .into_iter()
+            .map(|(id, agg)| {
+                let mut a = agg.finish();
+                // A scenario that could not run wrote no trace: its runs are all ERROR.
+                for e in scenario_errors.get(id.as_str()).into_iter().flatten() {
+                    a.runs += e.runs;
+                    a.errored += e.runs;
+                    a.error.get_or_insert_with(|| e.error.clone());
+                }
+                ScenarioSummary::new(a)
+            })
+            .collect();
+        let partial = loaded.partial_sweeps().next().is_some();
+        let gate = gate_code(scenarios.iter().map(|s| &s.aggregate), partial);
+        Report {
+            schema_version: SCHEMA_VERSION,
+            pack: PackSummary::new(&scenarios),
+            scenarios,
+            runs: rows,
+            sweeps: loaded.sweeps,
+            scenario_errors: loaded.scenario_errors,
+            warnings: loaded.warnings,
+            duplicates: loaded.duplicates.len(),
+            gate,
+            loaded: loaded.runs,
+        }
+    }
+
+    /// A report over runs gathered elsewhere (no journals, no artifacts).
+    pub fn from_runs(runs: &[StoredRun]) -> Report {
+        Report::new(Loaded {
+            runs: runs
+                .iter()
+                .map(|(trace, score, path)| LoadedRun {
+                    trace: trace.clone(),
+                    score: score.clone(),
+                    path: path.clone(),
+                    score_problem: score
+                        .is_none()
+                        .then(|| "no score sidecar (run `wt rescore` to score it)".to_owned()),
+                    artifacts: Vec::new(),
+                })
+                .collect(),
+            ..Loaded::default()
+        })
+    }
+
+    /// The exit code these results imply: the code `wt run` would have ended the sweep with.
+    pub fn exit_code(&self) -> u8 {
+        self.gate
+    }
+
+    pub fn totals(&self) -> (u64, u64, u64, u64) {
+        let p = &self.pack;
+        (p.runs, p.passed, p.failed, p.errored)
+    }
+
+    pub fn to_json(&self) -> String {
+        let mut s = serde_json::to_string_pretty(self).expect("report serializes");
+        s.push('\n');
+        s
+    }
+
+    /// Sweeps that may not have run to the end.
+    pub fn partial_sweeps(&self) -> impl Iterator<Item = &Sweep> {
+        self.sweeps.iter().filter(|s| s.status.is_partial())
+    }
+}
+
+/// The gate: 3 if any run or scenario could not be judged or a sweep is partial (its missing
+/// runs were never judged), else 1 if any run failed, else 0 — what a single sweep over the
+/// same runs would have exited with.
+pub fn gate_code<'a>(aggs: impl IntoIterator<Item = &'a AggregateResult>, partial: bool) -> u8 {
+    if partial {
+        return crate::exit::RUN_ERROR;
+    }
+    crate::runner::exit_code(aggs)
+}
+
+fn row(run: &LoadedRun) -> RunRow {
+    let trace = &run.trace;
+    let failures = run
+        .score
+        .as_ref()
+        .map(|s| {
+            s.layers()
+                .into_iter()
+                .filter(|(_, l)| !l.passed)
+                .map(|(n, l)| (n.to_owned(), l.detail.clone()))
+                .collect()
+        })
+        .unwrap_or_default();
+    RunRow {
+        scenario_id: trace.scenario_id.clone(),
+        run_index: trace.run_index,
+        run_id: trace.run_id.clone(),
+        sweep_id: trace.sweep_id.clone(),
+        agent: trace.agent.label.clone(),
+        verdict: run.score.as_ref().map(|s| s.verdict),
+        failures,
+        error: match &run.score {
+            Some(s) => s.error.clone(),
+            None => run.score_problem.clone(),
+        },
+        trace: run.path.display().to_string(),
+        latency_ms: trace.turns.iter().map(|t| t.latency_ms).sum(),
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+    use windtunnel_sdk::model::{LayerResult, Score, Trace};
+
+    pub(crate) fn run(scenario: &str, index: u32, verdict: Verdict) -> StoredRun {
+        let layer = |passed: bool, detail: &str| LayerResult {
+            passed,
+            detail: detail.into(),
+        };
+        let trace = Trace {
+            scenario_id: scenario.into(),
+            run_index: index,
+            run_id: format!("run-{scenario}-{index}"),
+            ..Trace::default()
+        };
+        let failing = verdict != Verdict::Pass;
+        let score = Score {
+            schema_version: SCHEMA_VERSION,
+            run_id: trace.run_id.clone(),
+            scenario_id: scenario.into(),
+            verdict,
+            outcome: layer(true, "ok"),
+            trajectory: layer(true, "ok"),
+            constraint: layer(!failing, "forbidden tool `x` called"),
+            integrity: layer(verdict != Verdict::Error, "turn 0: timed out"),
+            error: (verdict == Verdict::Error).then(|| "turn 0: timed out".into()),
+        };
+        (
+            trace,
+            Some(score),
+            PathBuf::from(format!("{scenario}_{index}.json")),
+        )
+    }
+
+    #[test]
+    fn model_counts_reliability_and_gate() {
+        let runs = vec![
+            run("b", 0, Verdict::Pass),
+            run("b", 1, Verdict::Pass),
+            run("b", 2, Verdict::Fail),
+            run("a", 1, Verdict::Error),
+            run("a", 0, Verdict::Fail),
+        ];
+        let r = Report::from_runs(&runs);
+        assert_eq!(r.scenarios[0].id(), "a");
+        assert_eq!(r.runs[0].run_index, 0);
+        assert_eq!(r.exit_code(), crate::exit::RUN_ERROR);
+        assert_eq!(r.totals(), (5, 2, 2, 1));
+        let b = &r.scenarios[1];
+        assert_eq!(
+            b.pass_hat_k,
+            vec![
+                AtK {
+                    k: 1,
+                    value: 2.0 / 3.0
+                },
+                AtK { k: 3, value: 0.0 }
+            ]
+        );
+        assert_eq!(b.pass_at_k[1], AtK { k: 3, value: 1.0 });
+        // The pack: k = 2 (scenario a's run count); pass^2 = mean(0, C(2,2)/C(3,2)).
+        assert_eq!(r.pack.k, 2);
+        assert!((r.pack.pass_hat_k[1].value - (1.0 / 3.0) / 2.0).abs() < 1e-12);
+        let json: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
+        assert_eq!(json["runs"].as_array().unwrap().len(), 5);
+        assert_eq!(json["scenarios"][1]["passed"], 2);
+        assert_eq!(json["gate"], 3);
+    }
+
+    #[test]
+    fn scenario_errors_and_partial_sweeps_gate_as_error() {
+        let mut loaded = Loaded::default();
+        loaded.scenario_errors.push(ScenarioError {
+            sweep_id: "s".into(),
+            scenario_id: "never".into(),
+            runs: 4,
+            error: "provisioning failed: refused".into(),
+        });
+        let r = Report::new(loaded);
+        let a = &r.scenarios[0].aggregate;
+        assert_eq!((a.runs, a.errored), (4, 4));
+        assert_eq!(r.gate, crate::exit::RUN_ERROR);
+        let passing = [AggregateResult {
+            runs: 1,
+            passed: 1,
+            ..AggregateResult::default()
+        }];
+        assert_eq!(gate_code(&passing, false), crate::exit::SUCCESS);
+        assert_eq!(gate_code(&passing, true), crate::exit::RUN_ERROR);
+    }
+}

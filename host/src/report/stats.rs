@@ -1,0 +1,167 @@
+//! The statistics behind reports and comparisons: Wilson score intervals for a pass rate,
+//! Fisher's exact test for the difference of two pass rates, and the unbiased pass^k and
+//! pass@k estimators. Distributions come from `statrs`; this module only combines them.
+//! Formulas and their sources are in docs/reports.md.
+
+use statrs::distribution::{ContinuousCDF, Discrete, Hypergeometric, Normal};
+
+/// The two-sided standard-normal quantile for confidence level `1 - alpha`
+/// (1.959964… for alpha = 0.05).
+pub fn z_for(alpha: f64) -> f64 {
+    let normal = Normal::new(0.0, 1.0).expect("the standard normal exists");
+    normal.inverse_cdf(1.0 - alpha / 2.0)
+}
+
+/// The Wilson score interval for `passed` successes out of `runs` at confidence `1 - alpha`
+/// (Wilson 1927; method 3 of Newcombe 1998, without continuity correction). `None` with no
+/// runs.
+pub fn wilson(passed: u64, runs: u64, alpha: f64) -> Option<(f64, f64)> {
+    if runs == 0 {
+        return None;
+    }
+    let n = runs as f64;
+    let p = passed as f64 / n;
+    let z = z_for(alpha);
+    let z2 = z * z;
+    let centre = (p + z2 / (2.0 * n)) / (1.0 + z2 / n);
+    let half = z / (1.0 + z2 / n) * (p * (1.0 - p) / n + z2 / (4.0 * n * n)).sqrt();
+    Some(((centre - half).max(0.0), (centre + half).min(1.0)))
+}
+
+/// Two-sided p-value of Fisher's exact test on the 2×2 table
+/// `[[a_pass, a_runs - a_pass], [b_pass, b_runs - b_pass]]`: the probability, with the
+/// margins fixed, of every table at most as likely as the observed one (R's `fisher.test`
+/// rule, including its relative tolerance of 1e-7 for ties). 1 when either side has no runs.
+pub fn fisher_two_sided(a_pass: u64, a_runs: u64, b_pass: u64, b_runs: u64) -> f64 {
+    if a_runs == 0 || b_runs == 0 {
+        return 1.0;
+    }
+    let population = a_runs + b_runs;
+    let successes = a_pass + b_pass;
+    let Ok(dist) = Hypergeometric::new(population, successes, a_runs) else {
+        return 1.0;
+    };
+    let lo = successes.saturating_sub(b_runs);
+    let hi = successes.min(a_runs);
+    let observed = dist.ln_pmf(a_pass);
+    let cutoff = observed + (1.0f64 + 1e-7).ln();
+    let p: f64 = (lo..=hi)
+        .map(|x| dist.ln_pmf(x))
+        .filter(|&l| l <= cutoff)
+        .map(f64::exp)
+        .sum();
+    p.min(1.0)
+}
+
+/// The smallest p-value Fisher's test can give for `a_runs` against `b_runs` runs, whatever
+/// the outcomes: one side all passes, the other all failures. When it is not below alpha, no
+/// result could count as a real difference.
+pub fn fisher_floor(a_runs: u64, b_runs: u64) -> f64 {
+    fisher_two_sided(a_runs, a_runs, 0, b_runs).min(fisher_two_sided(0, a_runs, b_runs, b_runs))
+}
+
+/// The fewest runs per side (equal on both) at which some outcome could reach `p < alpha`.
+pub fn runs_needed(alpha: f64) -> u64 {
+    (1..=1000)
+        .find(|&n| fisher_floor(n, n) < alpha)
+        .unwrap_or(1000)
+}
+
+/// pass^k: the probability that `k` runs drawn without replacement from these `runs` all
+/// passed, C(c, k) / C(n, k), the unbiased estimator of the τ-bench paper. `None` unless
+/// 1 ≤ k ≤ n.
+pub fn pass_hat_k(passed: u64, runs: u64, k: u64) -> Option<f64> {
+    if k == 0 || k > runs {
+        return None;
+    }
+    Some(ratio_of_binomials(passed, runs, k))
+}
+
+/// pass@k: the probability that at least one of `k` runs drawn without replacement passed,
+/// 1 − C(n − c, k) / C(n, k) (the unbiased estimator of the Codex paper). `None` unless
+/// 1 ≤ k ≤ n.
+pub fn pass_at_k(passed: u64, runs: u64, k: u64) -> Option<f64> {
+    if k == 0 || k > runs {
+        return None;
+    }
+    Some(1.0 - ratio_of_binomials(runs - passed.min(runs), runs, k))
+}
+
+/// C(m, k) / C(n, k) for m ≤ n as the product ∏ (m − i) / (n − i), which stays finite where
+/// the binomials themselves overflow.
+fn ratio_of_binomials(m: u64, n: u64, k: u64) -> f64 {
+    if m < k {
+        return 0.0;
+    }
+    (0..k).map(|i| (m - i) as f64 / (n - i) as f64).product()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn close(a: f64, b: f64, tol: f64) -> bool {
+        (a - b).abs() <= tol
+    }
+
+    /// Newcombe (1998), "Two-sided confidence intervals for the single proportion", Table I,
+    /// method 3 (Wilson score, no continuity correction), to the four places printed there.
+    #[test]
+    fn wilson_matches_newcombe_table_i() {
+        for (c, n, lo, hi) in [
+            (81, 263, 0.2553, 0.3662),
+            (15, 148, 0.0624, 0.1605),
+            (0, 20, 0.0, 0.1611),
+            (1, 29, 0.0061, 0.1718),
+        ] {
+            let (l, h) = wilson(c, n, 0.05).unwrap();
+            assert!(close(l, lo, 5e-5) && close(h, hi, 5e-5), "{c}/{n}: {l} {h}");
+        }
+        assert_eq!(wilson(0, 0, 0.05), None);
+        assert!(close(wilson(5, 5, 0.05).unwrap().1, 1.0, 1e-12));
+    }
+
+    #[test]
+    fn z_is_the_normal_quantile() {
+        assert!(close(z_for(0.05), 1.959964, 1e-6));
+        assert!(close(z_for(0.01), 2.575829, 1e-6));
+    }
+
+    /// Published two-sided values: Fisher's tea-tasting table (R's `fisher.test` example:
+    /// p = 0.4857) and the 2×2 example of the Wikipedia article on the test
+    /// ([[1, 9], [11, 3]]: p = 0.002759).
+    #[test]
+    fn fisher_matches_published_p_values() {
+        assert!(close(fisher_two_sided(3, 4, 1, 4), 0.485_714, 1e-6));
+        assert!(close(fisher_two_sided(1, 10, 11, 14), 0.002_759, 1e-6));
+        // Symmetric in the sides and the outcome labels.
+        assert!(close(fisher_two_sided(11, 14, 1, 10), 0.002_759, 1e-6));
+        assert!(close(fisher_two_sided(9, 10, 3, 14), 0.002_759, 1e-6));
+        assert_eq!(fisher_two_sided(3, 3, 3, 3), 1.0);
+        assert_eq!(fisher_two_sided(0, 0, 3, 3), 1.0);
+        // 3 vs 3 can never be significant at 0.05 (floor 0.1); 4 vs 4 can (2/70).
+        assert!(close(fisher_floor(3, 3), 0.1, 1e-9));
+        assert!(close(fisher_floor(4, 4), 2.0 / 70.0, 1e-9));
+        assert_eq!(runs_needed(0.05), 4);
+        // Large sweeps stay finite.
+        let p = fisher_two_sided(5000, 10_000, 4800, 10_000);
+        assert!(p > 0.0 && p < 0.01, "{p}");
+    }
+
+    #[test]
+    fn pass_k_estimators() {
+        // τ-bench: C(c, k) / C(n, k).
+        assert_eq!(pass_hat_k(3, 5, 1), Some(0.6));
+        assert!(close(pass_hat_k(3, 5, 2).unwrap(), 3.0 / 10.0, 1e-12));
+        assert_eq!(pass_hat_k(4, 5, 5), Some(0.0));
+        assert_eq!(pass_hat_k(5, 5, 5), Some(1.0));
+        assert_eq!(pass_hat_k(1, 5, 6), None);
+        // pass@k = 1 − C(n − c, k) / C(n, k).
+        assert!(close(pass_at_k(1, 5, 2).unwrap(), 1.0 - 6.0 / 10.0, 1e-12));
+        assert_eq!(pass_at_k(0, 5, 5), Some(0.0));
+        assert_eq!(pass_at_k(1, 5, 5), Some(1.0));
+        // Finite where C(n, k) overflows an f64.
+        let big = pass_hat_k(9_000, 10_000, 2_000).unwrap();
+        assert!(big > 0.0 && big < 1e-50, "{big}");
+    }
+}

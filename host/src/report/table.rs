@@ -1,0 +1,231 @@
+//! The text views of a [`Report`]: the terminal table (`--format table`) and Markdown.
+
+use std::fmt::Write as _;
+
+use windtunnel_sdk::model::{AggregateResult, LAYERS, Verdict};
+
+use super::{AtK, PackSummary, Report, RunRow, ScenarioSummary};
+
+/// `67% [21–94]`: a pass rate with its interval, in whole percent.
+pub fn rate_with_interval(rate: Option<f64>, interval: Option<[f64; 2]>) -> String {
+    match (rate, interval) {
+        (Some(r), Some([lo, hi])) => format!("{} [{}–{}]", pct(r), pct_bare(lo), pct_bare(hi)),
+        _ => "-".to_owned(),
+    }
+}
+
+pub fn pct(x: f64) -> String {
+    format!("{}%", pct_bare(x))
+}
+
+fn pct_bare(x: f64) -> String {
+    format!("{:.0}", x * 100.0)
+}
+
+/// The value at the largest k of a list of estimates, with two decimals.
+fn at_largest_k(v: &[AtK]) -> String {
+    v.last()
+        .map_or("-".to_owned(), |a| format!("{:.2}", a.value))
+}
+
+/// `pass^1 0.67 · pass^3 0.30 · pass@3 0.93 (mean over 2 scenarios; k = 3, the fewest runs
+/// of any scenario)`.
+pub fn pack_line(p: &PackSummary) -> String {
+    let mut parts: Vec<String> = p
+        .pass_hat_k
+        .iter()
+        .map(|a| format!("pass^{} {:.2}", a.k, a.value))
+        .collect();
+    parts.extend(
+        p.pass_at_k
+            .iter()
+            .filter(|a| a.k > 1)
+            .map(|a| format!("pass@{} {:.2}", a.k, a.value)),
+    );
+    format!(
+        "{} (mean over {} scenario(s); k = {}, the fewest runs of any scenario)",
+        parts.join(" · "),
+        p.scenarios,
+        p.k
+    )
+}
+
+pub fn failing_layers(a: &AggregateResult) -> String {
+    let mut parts: Vec<String> = LAYERS
+        .iter()
+        .filter_map(|l| a.layer_failures.get(*l).filter(|n| **n > 0).map(|n| (l, n)))
+        .map(|(l, n)| format!("{l} ({n})"))
+        .collect();
+    if let Some(e) = &a.error {
+        parts.push(format!("scenario error: {e}"));
+    }
+    if parts.is_empty() {
+        "-".to_owned()
+    } else {
+        parts.join(", ")
+    }
+}
+
+fn cells(s: &ScenarioSummary) -> [String; 8] {
+    let a = &s.aggregate;
+    [
+        format!("{}/{}", a.passed, a.runs),
+        rate_with_interval(s.pass_rate, s.wilson95),
+        at_largest_k(&s.pass_hat_k),
+        at_largest_k(&s.pass_at_k),
+        a.failed.to_string(),
+        a.errored.to_string(),
+        a.latency.p50_ms.to_string(),
+        failing_layers(a),
+    ]
+}
+
+fn not_passed(r: &Report) -> impl Iterator<Item = &RunRow> {
+    r.runs.iter().filter(|r| r.verdict != Some(Verdict::Pass))
+}
+
+impl Report {
+    /// The human table: one line per scenario, the pack's figures, then every run that did
+    /// not pass with its reasons.
+    pub fn to_table(&self) -> String {
+        let mut out = String::new();
+        let width = self
+            .scenarios
+            .iter()
+            .map(|s| s.id().len())
+            .max()
+            .unwrap_or(8)
+            .max(8);
+        let _ = writeln!(
+            out,
+            "{:<width$}  {:>7}  {:>13}  {:>6}  {:>6}  {:>4}  {:>5}  {:>6}  FAILING LAYERS",
+            "SCENARIO", "PASSED", "RATE [95% CI]", "PASS^N", "PASS@N", "FAIL", "ERROR", "P50 MS"
+        );
+        for s in &self.scenarios {
+            let [passed, rate, hat, at, failed, errored, p50, layers] = cells(s);
+            let _ = writeln!(
+                out,
+                "{:<width$}  {passed:>7}  {rate:>13}  {hat:>6}  {at:>6}  {failed:>4}  {errored:>5}  {p50:>6}  {layers}",
+                s.id()
+            );
+        }
+        let (runs, passed, failed, errored) = self.totals();
+        let _ = writeln!(
+            out,
+            "\n{passed}/{runs} runs passed, {failed} failed, {errored} could not be judged (ERROR)"
+        );
+        let _ = writeln!(out, "{}", pack_line(&self.pack));
+        let mut bad = not_passed(self).peekable();
+        if bad.peek().is_some() {
+            out.push('\n');
+        }
+        for r in bad {
+            let verdict = r.verdict.map_or("UNSCORED", Verdict::as_str);
+            let _ = writeln!(
+                out,
+                "{verdict} {} #{} ({})",
+                r.scenario_id, r.run_index, r.trace
+            );
+            if let Some(e) = &r.error {
+                let _ = writeln!(out, "    error: {e}");
+            }
+            for (layer, detail) in &r.failures {
+                let _ = writeln!(out, "    {layer}: {detail}");
+            }
+        }
+        for e in &self.scenario_errors {
+            let _ = writeln!(
+                out,
+                "ERROR {} (sweep {}, {} run(s) never ran)\n    error: {}",
+                e.scenario_id, e.sweep_id, e.runs, e.error
+            );
+        }
+        out
+    }
+
+    /// Markdown for a pull-request comment or a CI summary.
+    pub fn to_markdown(&self) -> String {
+        let mut out = String::from(
+            "| Scenario | Passed | Rate [95% CI] | pass^n | pass@n | Failed | Error | p50 ms | Failing layers |\n\
+             |---|---:|---:|---:|---:|---:|---:|---:|---|\n",
+        );
+        for s in &self.scenarios {
+            let [passed, rate, hat, at, failed, errored, p50, layers] = cells(s);
+            let _ = writeln!(
+                out,
+                "| `{}` | {passed} | {rate} | {hat} | {at} | {failed} | {errored} | {p50} | {} |",
+                s.id(),
+                md(&layers)
+            );
+        }
+        let _ = writeln!(out, "\n{}", md(&pack_line(&self.pack)));
+        let mut bad = not_passed(self).peekable();
+        if bad.peek().is_some() {
+            out.push_str(
+                "\n### Runs that did not pass\n\n| Run | Verdict | Why |\n|---|---|---|\n",
+            );
+            for r in bad {
+                let mut why: Vec<String> = r.error.iter().map(|e| format!("error: {e}")).collect();
+                why.extend(r.failures.iter().map(|(l, d)| format!("{l}: {d}")));
+                let _ = writeln!(
+                    out,
+                    "| `{}` #{} | {} | {} |",
+                    r.scenario_id,
+                    r.run_index,
+                    r.verdict.map_or("UNSCORED", Verdict::as_str),
+                    md(&why.join("<br>"))
+                );
+            }
+        }
+        out
+    }
+}
+
+/// Text safe inside a Markdown table cell: no cell breaks, no line breaks, no raw HTML.
+pub fn md(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace("&lt;br&gt;", "<br>")
+        .replace('|', "\\|")
+        .replace(['\n', '\r'], " ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::run;
+    use super::*;
+
+    #[test]
+    fn table_and_markdown() {
+        let runs = vec![
+            run("b", 0, Verdict::Pass),
+            run("a", 1, Verdict::Error),
+            run("a", 0, Verdict::Fail),
+        ];
+        let r = Report::from_runs(&runs);
+        let table = r.to_table();
+        assert!(
+            table.contains("1/3 runs passed, 1 failed, 1 could not be judged"),
+            "{table}"
+        );
+        assert!(
+            table.contains("    constraint: forbidden tool `x` called"),
+            "{table}"
+        );
+        assert!(table.contains("    error: turn 0: timed out"), "{table}");
+        assert!(table.contains("pass^1 0.50"), "{table}");
+        let md = r.to_markdown();
+        assert!(md.contains("| `a` | 0/2 | 0% [0–66] |"), "{md}");
+        assert!(
+            md.contains("| `b` | 1/1 | 100% [21–100] | 1.00 | 1.00 |"),
+            "{md}"
+        );
+    }
+
+    #[test]
+    fn markdown_cells_cannot_break_out() {
+        assert_eq!(md("a|b\n<script>"), "a\\|b &lt;script&gt;");
+        assert_eq!(md("x<br>y"), "x<br>y");
+    }
+}
