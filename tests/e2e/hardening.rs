@@ -939,6 +939,24 @@ fn i12_junit_is_built_from_this_sweeps_own_runs() {
     let junit = std::fs::read_to_string(dir.path().join("junit.xml")).unwrap();
     assert_eq!(junit.matches("<testcase").count(), 6, "{junit}");
     assert!(!junit.contains("deadbeef"));
+    // A scenario of this sweep that could not run is in it too, as an error.
+    let pack = write_pack(
+        dir.path(),
+        &[(
+            "broken.toml",
+            "id = \"broken\"\nruns = 2\nturns = [\"hi\"]\npreconditions = [{ path = \"x\", exists = true }]\n[world]\ny = 1\n",
+        )],
+    );
+    let r = Wt::new(dir.path())
+        .args(["run", "--out", "broken", "--junit", "broken.xml", "--pack"])
+        .arg(&pack)
+        .run();
+    assert_eq!(r.code, 3, "{r}");
+    let junit = std::fs::read_to_string(dir.path().join("broken.xml")).unwrap();
+    assert!(
+        junit.contains("name=\"broken (scenario)\"") && junit.contains("precondition failed"),
+        "{junit}"
+    );
 }
 
 // 13 ────────────────────────────────────────────────────────────────────────────────────

@@ -62,13 +62,13 @@ pub fn run(args: ReportArgs) -> anyhow::Result<u8> {
 pub fn load_report(dirs: &[PathBuf]) -> anyhow::Result<Report> {
     let loaded = load::load(dirs)?;
     for w in &loaded.warnings {
-        eprintln!("warning: {w}");
+        crate::cli::term::err_line(&format!("warning: {w}"));
     }
     if !loaded.duplicates.is_empty() {
-        eprintln!(
+        crate::cli::term::err_line(&format!(
             "note: {} trace file(s) repeat a run_id already read; each run is counted once",
             loaded.duplicates.len()
-        );
+        ));
     }
     if loaded.runs.is_empty() && loaded.scenario_errors.is_empty() {
         let shown: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();

@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use crate::cli::term;
 use crate::exit::{self, CodedError};
 use crate::pack::Pack;
 use crate::{score, store};
@@ -32,13 +33,13 @@ pub fn run(args: RescoreArgs) -> anyhow::Result<u8> {
     }
     let loaded = crate::report::load::load(&[&args.dir])?;
     for w in &loaded.warnings {
-        eprintln!("warning: {w}");
+        crate::cli::term::err_line(&format!("warning: {w}"));
     }
     for d in &loaded.duplicates {
-        eprintln!(
+        term::err_line(&format!(
             "warning: skipping {}: it repeats the run_id of a trace already rescored",
             d.display()
-        );
+        ));
     }
     let runs = &loaded.runs;
     let (mut changed, mut unchanged, mut skipped) = (0, 0, Vec::new());
@@ -61,7 +62,10 @@ pub fn run(args: RescoreArgs) -> anyhow::Result<u8> {
             .map(|s| s.to_string_lossy())
             .unwrap_or_default();
         let before = old.as_ref().map_or("UNSCORED", |s| s.verdict.as_str());
-        println!("{stem} {}: {before} → {}", trace.scenario_id, new.verdict);
+        term::out_line(&format!(
+            "{stem} {}: {before} → {}",
+            trace.scenario_id, new.verdict
+        ));
         for (name, layer) in new.layers() {
             let was = old.as_ref().map(|o| {
                 o.layers()
@@ -72,13 +76,13 @@ pub fn run(args: RescoreArgs) -> anyhow::Result<u8> {
             });
             if was.as_ref() != Some(layer) {
                 let state = if layer.passed { "passes" } else { "fails" };
-                println!("    {name} now {state}: {}", layer.detail);
+                term::out_line(&format!("    {name} now {state}: {}", layer.detail));
             }
         }
     }
     skipped.sort();
     skipped.dedup();
-    eprintln!(
+    term::err_line(&format!(
         "checked {} run(s) against pack {}: {changed} changed, {unchanged} unchanged{}",
         runs.len(),
         pack.source,
@@ -90,6 +94,6 @@ pub fn run(args: RescoreArgs) -> anyhow::Result<u8> {
                 skipped.join(", ")
             )
         }
-    );
+    ));
     Ok(exit::SUCCESS)
 }

@@ -305,10 +305,27 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
     }
     print_summary(&pack.scenarios, &result, &args);
     if let Some(path) = &args.junit {
-        // This sweep's own runs, as they were scored: nothing else in --out counts.
+        // This sweep's own runs, as they were scored, and the scenarios it could not run:
+        // nothing else in --out counts.
         let runs = progress.take_runs();
-        store::write_atomic(path, Report::from_runs(&runs).to_junit().as_bytes())
-            .with_context(|| format!("write JUnit report {}", path.display()))?;
+        let unable = result
+            .scenarios
+            .iter()
+            .filter_map(|s| {
+                let a = &s.aggregate;
+                Some(crate::report::ScenarioError {
+                    sweep_id: sweep.id.clone(),
+                    scenario_id: a.scenario_id.clone(),
+                    runs: a.runs,
+                    error: a.error.clone()?,
+                })
+            })
+            .collect();
+        store::write_atomic(
+            path,
+            Report::from_sweep(&runs, unable).to_junit().as_bytes(),
+        )
+        .with_context(|| format!("write JUnit report {}", path.display()))?;
     }
     drop(guard);
     if stop.requested() {

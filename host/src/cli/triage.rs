@@ -19,7 +19,7 @@ pub fn run(args: TriageArgs) -> anyhow::Result<u8> {
     let dirs = super::run_dirs(args.dirs)?;
     let loaded = crate::report::load::load(&dirs)?;
     for w in &loaded.warnings {
-        eprintln!("warning: {w}");
+        crate::cli::term::err_line(&format!("warning: {w}"));
     }
     let clusters = triage::triage(&loaded.runs);
     let mut out = std::io::stdout().lock();

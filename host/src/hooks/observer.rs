@@ -36,8 +36,11 @@ pub struct HookObserver {
     lanes: Vec<Arc<HookObserver>>,
     /// The trace and score snapshots of the run at `on_run_scored`, reused at `on_run_end`
     /// (the runner changes neither in between).
-    last_run: Mutex<Option<(String, Arc<Trace>, Arc<Score>)>>,
+    last_run: Mutex<Option<RunSnapshot>>,
 }
+
+/// A run's id with its trace and score snapshots.
+type RunSnapshot = (String, Arc<Trace>, Arc<Score>);
 
 /// What every lane's observer shares: the artifact names written so far, per run (by run
 /// id), per scenario (by id), and for the pack — each scope's files are named after them,

@@ -222,6 +222,12 @@ impl Report {
 
     /// A report over runs gathered elsewhere (no journals, no artifacts).
     pub fn from_runs(runs: &[StoredRun]) -> Report {
+        Report::from_sweep(runs, Vec::new())
+    }
+
+    /// A report over one sweep's own runs and the scenarios it could not run (what
+    /// `wt run --junit` writes, without reading the runs directory back).
+    pub fn from_sweep(runs: &[StoredRun], scenario_errors: Vec<ScenarioError>) -> Report {
         Report::new(Loaded {
             runs: runs
                 .iter()
@@ -235,6 +241,7 @@ impl Report {
                     artifacts: Vec::new(),
                 })
                 .collect(),
+            scenario_errors,
             ..Loaded::default()
         })
     }
