@@ -279,32 +279,38 @@ impl Isolated {
 
 /// Reaps the child, killing its process group if it has not exited within `grace`.
 fn reap(pid: &Mutex<Option<i32>>, st: &mut State, grace: Duration) -> ExitStatus {
-    // From here on nobody may signal this pid: once reaped it can belong to anyone.
+    // From here on nobody else may signal this pid: once reaped it can belong to anyone.
     let Some(pid) = lock(pid).take() else {
         return ExitStatus::from_raw(0);
     };
     st.to_child = None;
     let until = Instant::now() + grace;
     let mut nap = Duration::from_micros(200);
-    loop {
-        match st.child.try_wait() {
-            Ok(Some(status)) => {
-                // The plugin may have left processes behind in the group.
-                kill_group(pid);
-                return status;
-            }
-            Ok(None) if Instant::now() < until => {
-                std::thread::sleep(nap);
-                nap = (nap * 2).min(Duration::from_millis(20));
-            }
-            _ => {
-                kill_group(pid);
-                return st
-                    .child
-                    .wait()
-                    .unwrap_or_else(|_| ExitStatus::from_raw(libc::SIGKILL));
-            }
-        }
+    while !has_exited(pid) && Instant::now() < until {
+        std::thread::sleep(nap);
+        nap = (nap * 2).min(Duration::from_millis(20));
+    }
+    // Exited or not, the child is not reaped yet, so its pid (the group's id) is still
+    // ours: kill the group, which also ends whatever the plugin left running in it.
+    kill_group(pid);
+    st.child
+        .wait()
+        .unwrap_or_else(|_| ExitStatus::from_raw(libc::SIGKILL))
+}
+
+/// Has the child exited? Asks without reaping it, so the pid stays ours.
+fn has_exited(pid: i32) -> bool {
+    // SAFETY: `info` is a plain C struct that waitid fills; WNOWAIT leaves the child
+    // waitable, so `Child::wait` still reaps it later.
+    unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        let rc = libc::waitid(
+            libc::P_PID,
+            pid as libc::id_t,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        );
+        rc != 0 || info.si_pid() != 0
     }
 }
 
