@@ -45,8 +45,14 @@ class Handler(BaseHTTPRequestHandler):
         self.reply(200, {"choices": [{"message": {"role": "assistant", "content": text}}]})
 
 
+class Server(ThreadingHTTPServer):
+    def handle_error(self, request, client_address):
+        # A client that hangs up early (a cut turn, an HTTP client closing its pool) is normal.
+        pass
+
+
 if __name__ == "__main__":
-    server = ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler)
+    server = Server(("127.0.0.1", int(sys.argv[1])), Handler)
     server.daemon_threads = True
     server.request_queue_size = 256
     print("ready", flush=True)

@@ -87,35 +87,57 @@ for agent in ("http", "openai"):
             print(f"  {agent:<6}{label:<10} --jobs {jobs:<3} {wall:7.2f} s  "
                   f"ideal {ideal:6.2f} s  efficiency {ideal / wall:.2f}")
 
-try:
-    import inspect_ai  # noqa: F401
-except ImportError:
+# inspect_ai side by side, from the interpreter that has it (bench/lanes.sh installs it into
+# target/bench-venv when pip can reach it; INSPECT_PYTHON overrides).
+venv_python = os.path.join(root, "target", "bench-venv", "bin", "python")
+inspect_python = os.environ.get(
+    "INSPECT_PYTHON", venv_python if os.path.exists(venv_python) else sys.executable
+)
+has_inspect = subprocess.run(
+    [inspect_python, "-c", "import inspect_ai"], capture_output=True
+).returncode == 0
+if not has_inspect:
     print("inspect_ai: not installed (pip install inspect-ai); side-by-side skipped")
 else:
     script = write("inspect_task.py", f'''
-from inspect_ai import Task, task, eval
+from inspect_ai import Task, task
 from inspect_ai.dataset import Sample
 from inspect_ai.scorer import includes
 from inspect_ai.solver import generate
 
 @task
 def ask():
-    return Task(dataset=[Sample(input="Where is order 1234?", target="shipped")] * {runs},
-                solver=generate(), scorer=includes())
+    samples = [Sample(id=i, input="Where is order 1234?", target="shipped")
+               for i in range({runs})]
+    return Task(dataset=samples, solver=generate(), scorer=includes())
 ''')
     env = dict(os.environ, OPENAI_BASE_URL=f"{base}/v1", OPENAI_API_KEY="x")
+    print(f"side by side with inspect_ai, {runs} one-turn samples on the same stub:")
+    one = write("inspect_one.py", open(script).read().replace(f"range({runs})", "range(1)"))
+    t = time.perf_counter()
+    subprocess.run(
+        [inspect_python, "-m", "inspect_ai", "eval", os.path.basename(one), "--model",
+         "openai/m", "--log-dir", os.path.join(work, "inspect"), "--display", "none"],
+        env=env, capture_output=True, cwd=work,
+    )
+    startup = time.perf_counter() - t
+    print(f"  (inspect_ai's start-up, one sample: {startup:.2f} s; included below)")
     for jobs in jobs_list:
         t = time.perf_counter()
-        subprocess.run(
-            [sys.executable, "-m", "inspect_ai", "eval", script, "--model", "openai/m",
-             "--max-connections", str(jobs), "--log-dir", os.path.join(work, "inspect"),
-             "--no-log-samples" if False else "--display", "none"],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        done = subprocess.run(
+            [inspect_python, "-m", "inspect_ai", "eval", os.path.basename(script), "--model",
+             "openai/m", "--max-connections", str(jobs), "--log-dir",
+             os.path.join(work, "inspect"), "--display", "none"],
+            env=env, capture_output=True, text=True, cwd=work,
         )
         inspect_wall = time.perf_counter() - t
+        if done.returncode != 0:
+            print(f"  inspect_ai failed ({done.returncode}): "
+                  f"{(done.stderr or done.stdout).strip()[-300:]}")
+            break
         wt_wall = sweep("openai", jobs, "pack")
-        print(f"  vs inspect_ai --max-connections {jobs:<3} inspect {inspect_wall:6.2f} s, "
-              f"wt --jobs {jobs:<3} {wt_wall:6.2f} s, ratio inspect/wt {inspect_wall / wt_wall:.2f}")
+        print(f"  --max-connections = --jobs = {jobs:<3} inspect_ai {inspect_wall:6.2f} s, "
+              f"wt {wt_wall:6.2f} s, ratio inspect_ai / wt {inspect_wall / wt_wall:.2f}")
 
 stub.terminate()
 subprocess.run(["rm", "-rf", work])

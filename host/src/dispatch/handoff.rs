@@ -28,8 +28,54 @@ use crate::{
 /// instant it is abandoned can never be followed by its worker calling the next hook.
 const ABANDONED: u64 = 1 << 63;
 
-/// How long each side spins before parking.
+/// How long each side spins before parking, at least.
 const SPIN: Duration = Duration::from_micros(50);
+
+/// The longest a worker spins for its next job (when there is a core to spare).
+const MAX_SPIN: Duration = Duration::from_millis(1);
+
+/// Whether the machine has a core no lane is using: only then may a worker spin longer
+/// than [`SPIN`] between jobs. Set by the runner for each sweep.
+static SPARE_CORE: AtomicBool = AtomicBool::new(false);
+
+/// Tells workers whether there is a core to spare for waiting on the next job.
+pub fn set_spare_core(spare: bool) {
+    SPARE_CORE.store(spare, Ordering::Relaxed);
+}
+
+/// How long a worker spins before parking, learned from the gaps between its last jobs.
+/// Parking costs a futex wake and a context switch on the next job (microseconds, and much
+/// more on a loaded machine); a sweep's points come in a steady rhythm — the turn between
+/// `on_run_start` and `on_run_scored`, the file writes between one run's end and the next
+/// one's start — so when the recent gaps were short and a core is idle, the worker spins
+/// through them instead.
+struct Rhythm {
+    recent: [Duration; 4],
+    at: usize,
+}
+
+impl Rhythm {
+    fn new() -> Self {
+        Rhythm {
+            recent: [MAX_SPIN; 4],
+            at: 0,
+        }
+    }
+
+    fn record(&mut self, gap: Duration) {
+        self.recent[self.at] = gap;
+        self.at = (self.at + 1) % self.recent.len();
+    }
+
+    fn budget(&self) -> Duration {
+        let longest = self.recent.iter().copied().max().unwrap_or(MAX_SPIN);
+        if !SPARE_CORE.load(Ordering::Relaxed) || longest >= MAX_SPIN {
+            SPIN
+        } else {
+            (longest + longest / 2).clamp(SPIN, MAX_SPIN)
+        }
+    }
+}
 
 pub(super) enum SessionRequest {
     /// Hook name, text.
@@ -150,9 +196,11 @@ impl Worker {
 
 fn worker_loop(shared: &Arc<Shared>) {
     let mut seen = 0u64;
+    let mut rhythm = Rhythm::new();
     loop {
-        // Wait for the next job: spin briefly (back-to-back dispatches), then park.
-        let spin_until = Instant::now() + SPIN;
+        // Wait for the next job: spin while it is likely to come soon, then park.
+        let idle_since = Instant::now();
+        let spin_until = idle_since + rhythm.budget();
         let mut spins = 0u32;
         while shared.submitted.load(Ordering::Acquire) == seen {
             if shared.abandoned.load(Ordering::Acquire) {
@@ -176,6 +224,7 @@ fn worker_loop(shared: &Arc<Shared>) {
         let Some(job) = lock(&shared.job).take() else {
             continue;
         };
+        rhythm.record(idle_since.elapsed());
         seen = job.seq;
         run_job(shared, &job);
         if shared.abandoned.load(Ordering::Acquire) {

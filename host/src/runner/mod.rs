@@ -411,6 +411,9 @@ pub fn run_sweep_on(
         .collect();
     let total: usize = states.iter().map(|s| s.run_count() as usize).sum();
     let workers = cfg.jobs.clamp(1, total.max(1));
+    // Hook workers may spin between points only when a core is left over by the lanes.
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    crate::dispatch::set_spare_core(cores > workers);
     let lanes: Vec<sweep::Lane> = (0..workers)
         .map(|index| sweep::Lane {
             observer: cfg
