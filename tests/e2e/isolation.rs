@@ -415,6 +415,39 @@ fn a_hook_process_that_never_gets_ready_is_killed_at_the_start_timeout() {
     assert_eq!(no_process_left(tmp.path()), Ok(()));
 }
 
+/// Lanes (`--jobs`) each have hook instances of their own; isolated, each is a process of its
+/// own, and each answers its own lane's calls.
+#[test]
+fn each_lane_gets_a_hook_process_of_its_own() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = plugin_dir(tmp.path(), &["wt_test_noop8"]);
+    let isolation = Isolation {
+        all: true,
+        hooks: Vec::new(),
+        spawn: SpawnOptions {
+            program: wt_bin(),
+            ..SpawnOptions::default()
+        },
+    };
+    let hooks = Registry::discover(std::slice::from_ref(&dir))
+        .activate_with(&["noop0".to_owned()], &isolation)
+        .expect("noop0 starts");
+    let deadlines = Deadlines {
+        dispatch: Duration::from_secs(30),
+        converse: Duration::from_secs(30),
+    };
+    let lane0 = Dispatcher::new(hooks, deadlines);
+    assert_eq!(processes_mentioning(&dir).len(), 1);
+    let lane1 = lane0.for_lane().expect("a second instance starts");
+    let pids = processes_mentioning(&dir);
+    assert_eq!(pids.len(), 2, "one process per lane: {pids:?}");
+    for lane in [&lane0, &lane1] {
+        let out = lane.dispatch(point::ON_RUN_END, CallData::default(), None);
+        assert!(out.warnings.is_empty(), "{:?}", out.warnings);
+        assert_eq!(out.ok, 1);
+    }
+}
+
 /// Through the library, so the test can watch the process while the dispatcher that owns
 /// it is still alive: a deadline kills and reaps the hung child then, not when `wt` exits.
 #[test]

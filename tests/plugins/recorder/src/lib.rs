@@ -36,8 +36,6 @@ fn record(hook: &str, point: &str, ctx: &Context<'_>) -> Result {
         "run_id": ctx.run_id(),
         "scenario": ctx.scenario().map(|s| s.id.clone()),
         "converse": converse,
-        // Which process ran the call: `wt`'s, or an isolated hook's own.
-        "pid": std::process::id(),
     });
     if let Ok(path) = std::env::var(format!("WT_{}_LOG", hook.to_ascii_uppercase())) {
         let mut f = std::fs::OpenOptions::new()
