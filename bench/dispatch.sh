@@ -4,5 +4,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -c 'import pluggy' 2>/dev/null || python3 -m pip install --quiet pluggy
-cargo build --release -p wt_test_noop8
+cargo build --release -p wt_test_noop8 -p windtunnel
 cargo bench -p windtunnel --bench dispatch -- "$(pwd)/target/release"
+# In a sweep, not back to back: the same no-op work where users pay for it.
+echo
+echo "in a sweep (see bench/hook_sweep.py; BENCH_DIR=/dev/shm recommended):"
+python3 bench/hook_sweep.py "${RUNS:-10000}" "${REPS:-3}" lifecycle
+pluggy1=$(python3 bench/pluggy_dispatch.py 100000 1)
+echo "pluggy, one hook to one no-op implementation, back to back: ${pluggy1} ns per point"

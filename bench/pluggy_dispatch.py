@@ -1,5 +1,8 @@
-"""pluggy dispatching one hook to 8 no-op implementations: the reference the Rust dispatch
-benchmark is compared with. Prints nanoseconds per dispatch (median of several batches)."""
+"""pluggy dispatching one hook to IMPLS no-op implementations (default 8): the reference the
+Rust dispatch benchmark is compared with. Prints nanoseconds per dispatch (median of several
+batches).
+
+Usage: python3 bench/pluggy_dispatch.py [N] [IMPLS]"""
 import statistics
 import sys
 import time
@@ -27,7 +30,8 @@ def make_plugin():
 
 pm = pluggy.PluginManager("wt")
 pm.add_hookspecs(Spec)
-for _ in range(8):
+impls = int(sys.argv[2]) if len(sys.argv) > 2 else 8
+for _ in range(impls):
     pm.register(make_plugin())
 
 n = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000

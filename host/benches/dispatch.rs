@@ -1,7 +1,11 @@
 //! Dispatch cost: one lifecycle point to 8 active no-op plugin hooks (loaded from a real
-//! `.so`, deadlines enforced), against pluggy dispatching one hook to 8 no-op Python
-//! implementations on the same machine in the same run; plus the cost of a point no hook
-//! declared, and the time to vet and load one plugin.
+//! `.so`, deadlines enforced), with an empty context and with the real one (the trace, score,
+//! scenario and agent snapshots the observer builds for `on_run_end`), against pluggy
+//! dispatching one hook to 8 no-op Python implementations on the same machine in the same
+//! run; plus the cost of a point no hook declared, and the time to vet and load one plugin.
+//!
+//! These are back-to-back calls, a diagnostic: in a sweep the hook worker waits between
+//! points, and `bench/dispatch.sh` also prints that in-sweep cost (bench/hook_sweep.py).
 //!
 //! Run with `bash bench/dispatch.sh` (builds the plugin, installs pluggy if needed).
 //! Prints medians of several batches and the ratio; asserts nothing.
@@ -60,6 +64,30 @@ fn load_ms(lib: &Path) -> f64 {
     median(samples)
 }
 
+/// A scenario of the demo pack, and the trace and score of one run of it on the demo agent.
+fn real_run() -> (
+    windtunnel_sdk::model::Scenario,
+    windtunnel_sdk::model::Trace,
+    windtunnel_sdk::model::Score,
+) {
+    use windtunnel::runner::{RunConfig, Sweep, run_sweep};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let pack = windtunnel::pack::Pack::demo();
+    let scenario = pack.scenarios[0].clone();
+    let cfg = RunConfig::new(
+        windtunnel::runtime::builtin_agent("demo").expect("demo agent"),
+        dir.path(),
+    );
+    let sweep = Sweep::new(&cfg);
+    run_sweep(std::slice::from_ref(&scenario), &cfg, &sweep).expect("one run");
+    let (trace, score, _) = windtunnel::store::load_runs(&[dir.path()])
+        .expect("runs load")
+        .into_iter()
+        .next()
+        .expect("a run");
+    (scenario, trace, score.expect("a score"))
+}
+
 fn main() {
     let dir = std::env::args()
         .skip(1)
@@ -80,6 +108,21 @@ fn main() {
     let eight = ns_per_call(7, 200_000, || {
         let out = dispatcher.dispatch(point::ON_RUN_END, CallData::default(), None);
         black_box(out);
+    });
+    // The context the observer hands `on_run_end`: snapshots of a real run.
+    let (scenario, trace, score) = real_run();
+    let agent = windtunnel::runtime::builtin_agent("demo").expect("demo agent");
+    let full = ns_per_call(7, 100_000, || {
+        let data = CallData {
+            scenario: Some(std::sync::Arc::new(scenario.clone())),
+            agent: Some(std::sync::Arc::new(agent.clone())),
+            run_id: Some(std::sync::Arc::from(trace.run_id.as_str())),
+            session_id: Some(std::sync::Arc::from(trace.session_id.as_str())),
+            trace: Some(std::sync::Arc::new(trace.clone())),
+            score: Some(std::sync::Arc::new(score.clone())),
+            ..CallData::default()
+        };
+        black_box(dispatcher.dispatch(point::ON_RUN_END, data, None));
     });
     let none = ns_per_call(7, 2_000_000, || {
         let out = dispatcher.dispatch(black_box(point::ON_PACK_END), CallData::default(), None);
@@ -105,6 +148,7 @@ fn main() {
     });
 
     println!("wt   dispatch, 8 no-op plugin hooks, deadlines on: {eight:>9.1} ns");
+    println!("wt   the same with the real context (snapshots):   {full:>9.1} ns");
     println!("wt   dispatch, point with no active hook:          {none:>9.1} ns");
     println!("     (diagnostic: the 8 calls inline, no hand-off:  {inline:>9.1} ns)");
     println!("wt   vet + dlopen + instantiate one plugin:        {load:>9.3} ms");

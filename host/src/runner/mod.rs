@@ -411,9 +411,9 @@ pub fn run_sweep_on(
         .collect();
     let total: usize = states.iter().map(|s| s.run_count() as usize).sum();
     let workers = cfg.jobs.clamp(1, total.max(1));
-    // Hook workers may spin between points only when a core is left over by the lanes.
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    crate::dispatch::set_spare_core(cores > workers);
+    // Hook workers may spin between points only when a core is left over by the lanes and
+    // by whatever else the machine is running.
+    crate::dispatch::set_spare_core(spare_core(workers));
     let lanes: Vec<sweep::Lane> = (0..workers)
         .map(|index| sweep::Lane {
             observer: cfg
@@ -450,6 +450,17 @@ pub fn planned_runs(scenarios: &[Scenario], runs: Option<u32>, shard: Option<Sha
                 .count()
         })
         .sum()
+}
+
+/// Whether a core is idle beyond `workers` busy lanes: the CPU count less the lanes and the
+/// machine's one-minute load average.
+fn spare_core(workers: usize) -> bool {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    let mut load = [0f64; 1];
+    // SAFETY: `getloadavg` writes at most `nelem` (1) values into the buffer it is given.
+    let read = unsafe { libc::getloadavg(load.as_mut_ptr(), 1) };
+    let load = if read == 1 { load[0] } else { cores };
+    cores - load - workers as f64 >= 1.0
 }
 
 /// A stem's 64-bit key: the taken-stems set stays small (8 bytes a run). A false clash
