@@ -452,6 +452,9 @@ impl Dispatcher {
             }
             Some(slot) => {
                 retire(&worker);
+                // An isolated hook's process is killed now; its worker, already told the
+                // call was abandoned, reaps it and calls nothing more.
+                self.hooks[slot].abandon();
                 let name = &self.hooks[slot].name;
                 self.ledger.quarantine(slot);
                 let msg = format!(
@@ -499,6 +502,15 @@ impl Dispatcher {
                 out.ok |= 1 << r.slot;
                 health.consecutive = 0;
                 health.first_error = None;
+            }
+            Err(e) if r.fatal => {
+                if self.ledger.quarantine(r.slot) {
+                    let mut msg =
+                        format!("hook:{name}: {e}; disabled for the rest of this invocation");
+                    cut_text(&mut msg, self.caps.warning_bytes);
+                    tracing::debug!("{msg}");
+                    out.warnings.push(msg);
+                }
             }
             Err(e) => {
                 health.consecutive += 1;
