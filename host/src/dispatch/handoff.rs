@@ -324,8 +324,11 @@ pub(super) fn wait(
     session: Option<&dyn Session>,
     converse_timeout: Duration,
     worker: &Thread,
+    spin: bool,
 ) -> Option<usize> {
-    let spin_until = Instant::now() + SPIN;
+    // Spinning only pays when the worker answers within microseconds; a call into another
+    // process (an isolated hook) needs the cores the spin would take.
+    let spin_until = Instant::now() + if spin { SPIN } else { Duration::ZERO };
     let mut spins = 0u32;
     // The call in progress and when this thread first saw it.
     let mut observed = (0u64, Instant::now());
