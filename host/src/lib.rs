@@ -6,6 +6,7 @@
 //!   place that maps errors to exit codes ([`exit`]).
 //! - [`plugin`] — finding, vetting and loading hook plugins (`cdylib`s built against the SDK).
 //! - [`registry`] — built-in hooks plus plugins, and `--hook NAME` resolution.
+//! - [`isolate`] — running a plugin hook in a child process (`--isolate-hooks`).
 //! - [`pack`], [`runtime`], [`runner`], [`score`], [`store`], [`report`] — the evaluation
 //!   core: scenarios, the agents they drive, the run loop, the four scorer layers, files on
 //!   disk and the reports over them.
@@ -19,6 +20,7 @@ pub mod events;
 pub mod exit;
 pub mod hooks;
 pub mod interrupt;
+pub mod isolate;
 pub mod limits;
 pub mod mcp;
 pub mod pack;

@@ -2,7 +2,9 @@
 //! and the resolution of `--hook NAME` flags into [`ActiveHook`]s.
 //!
 //! Discovery runs no plugin code. Only hooks that are activated get their library loaded,
-//! so a broken plugin nobody asked for changes nothing.
+//! so a broken plugin nobody asked for changes nothing. An activated plugin hook is loaded
+//! either here or, isolated, by a child process of its own ([`crate::isolate`]); both are an
+//! [`ActiveHook`], called the same way.
 
 use std::{
     collections::HashMap,
@@ -18,7 +20,10 @@ use abi_stable::{
 use serde::Serialize;
 use windtunnel_abi::{FfiContext, FfiContext_TO, FfiHookBox, point};
 
-use crate::plugin::{self, Inspected, LoadedLibrary, Refusal};
+use crate::{
+    isolate::{Isolated, Isolation},
+    plugin::{self, Inspected, LoadedLibrary, Refusal},
+};
 
 /// A hook compiled into `wt`, written against the same SDK API as plugins.
 pub struct BuiltIn {
@@ -153,6 +158,10 @@ pub enum ActivationError {
         "hooks `{0}` and `{1}` cannot be active together: their settings prefixes {2} and {3} overlap"
     )]
     PrefixCollision(String, String, String, String),
+    #[error("--isolate-hook {0}: no --hook {0} is active")]
+    IsolateInactive(String),
+    #[error("--isolate-hook {0}: `{0}` is built into wt; only plugin hooks run isolated")]
+    IsolateBuiltIn(String),
 }
 
 impl Registry {
@@ -260,9 +269,22 @@ impl Registry {
         }
     }
 
-    /// Resolves `--hook` flags, in flag order, loading the plugins they name. Each library
-    /// is loaded once even when several of its hooks are active.
+    /// Resolves `--hook` flags, in flag order, loading the plugins they name into this
+    /// process. Each library is loaded once even when several of its hooks are active.
     pub fn activate(&self, names: &[String]) -> Result<Vec<ActiveHook>, ActivationError> {
+        self.activate_with(names, &Isolation::none())
+    }
+
+    /// Like [`Registry::activate`], with the plugin hooks that `isolation` names each loaded
+    /// by a child process of its own (after the same vetting) instead of into this process.
+    pub fn activate_with(
+        &self,
+        names: &[String],
+        isolation: &Isolation,
+    ) -> Result<Vec<ActiveHook>, ActivationError> {
+        if let Some(stray) = isolation.hooks.iter().find(|h| !names.contains(h)) {
+            return Err(ActivationError::IsolateInactive(stray.clone()));
+        }
         let mut chosen: Vec<&Entry> = Vec::new();
         for name in names {
             if chosen.iter().any(|e| e.claims.contains(name)) {
@@ -300,10 +322,30 @@ impl Registry {
                 source_path: entry.source.to_string(),
                 refusal,
             };
-            let (factory, sha256): (Factory, _) = match &entry.kind {
+            let (factory, sha256, first): (Factory, _, _) = match &entry.kind {
+                EntryKind::BuiltIn(_) if isolation.hooks.contains(&name) => {
+                    return Err(ActivationError::IsolateBuiltIn(name));
+                }
                 EntryKind::BuiltIn(new) => {
                     let new = *new;
-                    (Arc::new(move || Ok(new())), None)
+                    (Arc::new(move || Ok(Instance::InProcess(new()))), None, None)
+                }
+                EntryKind::Plugin(inspected) if isolation.applies(&name) => {
+                    // One child per instance: this one now, one more per lane later.
+                    let spawn = isolation.spawn.clone();
+                    let (path, hook_name) = (inspected.path.clone(), name.clone());
+                    // Instance 0 is built below; the factory builds lane 1's, lane 2's, …
+                    let instances = std::sync::atomic::AtomicUsize::new(1);
+                    let factory: Factory = Arc::new(move || {
+                        let n = instances.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        Isolated::spawn(&spawn, &path, &hook_name, n)
+                            .map(|(child, _)| Instance::Isolated(child))
+                            .map_err(|e| Refusal::Isolated(e.to_string()))
+                    });
+                    let (child, ready) =
+                        Isolated::spawn(&isolation.spawn, &inspected.path, &name, 0)
+                            .map_err(|e| refused(Refusal::Isolated(e.to_string())))?;
+                    (factory, Some(ready.sha256), Some(Instance::Isolated(child)))
                 }
                 EntryKind::Plugin(inspected) => {
                     let lib = match libraries.get(&inspected.path) {
@@ -316,11 +358,16 @@ impl Registry {
                     };
                     let sha256 = Some(lib.sha256.clone());
                     let hook_name = name.clone();
-                    (Arc::new(move || lib.new_hook(&hook_name)), sha256)
+                    let factory: Factory =
+                        Arc::new(move || lib.new_hook(&hook_name).map(Instance::InProcess));
+                    (factory, sha256, None)
                 }
                 EntryKind::Refused => unreachable!("refused entries are never chosen"),
             };
-            let hook = factory().map_err(refused)?;
+            let hook = match first {
+                Some(hook) => hook,
+                None => factory().map_err(refused)?,
+            };
             let sdk_version = entry.sdk_version.clone().unwrap_or_default();
             active.push(ActiveHook {
                 name,
@@ -418,7 +465,7 @@ pub fn hook_secrets(name: &str) -> crate::secrets::Redactor {
 }
 
 /// Builds a fresh instance of a hook (its `Default` value).
-type Factory = Arc<dyn Fn() -> Result<FfiHookBox, Refusal> + Send + Sync>;
+type Factory = Arc<dyn Fn() -> Result<Instance, Refusal> + Send + Sync>;
 
 /// An activated hook, ready to call.
 pub struct ActiveHook {
@@ -429,7 +476,7 @@ pub struct ActiveHook {
     pub points: u32,
     /// SHA-256 of the plugin library; `None` for built-ins.
     pub sha256: Option<String>,
-    hook: FfiHookBox,
+    hook: Instance,
     factory: Factory,
     /// Built against SDK 1.0.x, whose types refuse fields a newer `wt` adds.
     sdk_1_0: bool,
@@ -439,12 +486,32 @@ fn built_on_sdk_1_0(sdk_version: &str) -> bool {
     semver::Version::parse(sdk_version).is_ok_and(|v| v.major == 1 && v.minor == 0)
 }
 
+/// Where a hook instance lives.
+enum Instance {
+    InProcess(FfiHookBox),
+    Isolated(Isolated),
+}
+
+/// A failed hook call.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CallError {
+    /// The hook returned an error, or panicked and the SDK caught it. The instance can be
+    /// called again.
+    #[error("{0}")]
+    Failed(String),
+    /// The instance is gone for good (its isolated process died or broke the protocol); the
+    /// message names the cause. Calling it again fails the same way.
+    #[error("{0}")]
+    Fatal(String),
+}
+
 impl fmt::Debug for ActiveHook {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ActiveHook")
             .field("name", &self.name)
             .field("source", &self.source)
             .field("points", &self.points)
+            .field("isolated", &self.is_isolated())
             .finish_non_exhaustive()
     }
 }
@@ -484,9 +551,23 @@ impl ActiveHook {
             sdk_version: windtunnel_sdk::SDK_VERSION.to_owned(),
             points: b.points,
             sha256: None,
-            hook: new(),
-            factory: Arc::new(move || Ok(new())),
+            hook: Instance::InProcess(new()),
+            factory: Arc::new(move || Ok(Instance::InProcess(new()))),
             sdk_1_0: false,
+        }
+    }
+
+    /// Does the instance live in a child process of its own?
+    pub fn is_isolated(&self) -> bool {
+        matches!(self.hook, Instance::Isolated(_))
+    }
+
+    /// Gives up on a call that overran its deadline: an isolated instance's process is
+    /// killed now (its call then returns); an in-process call cannot be stopped and is left
+    /// to its thread.
+    pub fn abandon(&self) {
+        if let Instance::Isolated(child) = &self.hook {
+            child.abandon();
         }
     }
 
@@ -515,13 +596,19 @@ impl ActiveHook {
         self.points & point::bit(point) != 0
     }
 
-    /// Calls the hook at `point`. Panics inside the hook come back as `Err`.
-    pub fn call(&self, point: u32, host: &dyn HostServices) -> Result<String, String> {
-        let adapter = FfiHost(host);
-        let ctx = FfiContext_TO::from_ptr(&adapter, TD_Opaque);
-        match self.hook.on_event(point, ctx) {
-            RResult::ROk(v) => Ok(v.into()),
-            RResult::RErr(e) => Err(e.into()),
+    /// Calls the hook at `point`. Panics inside the hook come back as
+    /// [`CallError::Failed`]; a dead isolated process as [`CallError::Fatal`].
+    pub fn call(&self, point: u32, host: &dyn HostServices) -> Result<String, CallError> {
+        match &self.hook {
+            Instance::InProcess(hook) => {
+                let adapter = FfiHost(host);
+                let ctx = FfiContext_TO::from_ptr(&adapter, TD_Opaque);
+                match hook.on_event(point, ctx) {
+                    RResult::ROk(v) => Ok(v.into()),
+                    RResult::RErr(e) => Err(CallError::Failed(e.into())),
+                }
+            }
+            Instance::Isolated(child) => child.call(point, host),
         }
     }
 

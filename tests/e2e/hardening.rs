@@ -336,7 +336,7 @@ fn i04_sigterm_cuts_in_flight_turns_after_the_grace_period_and_writes_everything
         .args(["--hook", "turn_a", "--plugin-dir"])
         .arg(&plugins)
         .env("WT_GRACE_S", "1")
-        .env("WT_TURNLOG", &log)
+        .env("WT_TURN_A_LOG", &log)
         .command()
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -1229,10 +1229,11 @@ fn i20_turn_hooks_and_guards_report_consistently_and_denials_are_events() {
         let mut wt = Wt::new(dir.path())
             .args(["run", "--jobs", "1", "--out", out, "--plugin-dir"])
             .arg(&plugins)
-            .args(extra)
-            .env("WT_TURNLOG", &log);
+            .args(extra);
         for h in hooks {
-            wt = wt.args(["--hook", h]);
+            wt = wt
+                .args(["--hook", h])
+                .env(&format!("WT_{}_LOG", h.to_ascii_uppercase()), &log);
         }
         for (k, v) in env {
             wt = wt.env(k, v);

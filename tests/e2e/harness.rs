@@ -356,6 +356,77 @@ pub fn dead_port() -> u16 {
     l.local_addr().unwrap().port()
 }
 
+/// Where `wt` loads plugin hooks in a test: into itself, or each in a child process of its
+/// own (`--isolate-hooks`). Contract tests run in both, through [`both_modes!`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    InProcess,
+    Isolated,
+}
+
+impl Mode {
+    /// The `wt run` flags of this mode.
+    pub fn args(self) -> &'static [&'static str] {
+        match self {
+            Mode::InProcess => &[],
+            Mode::Isolated => &["--isolate-hooks"],
+        }
+    }
+}
+
+/// `both_modes!(some_test);` turns `fn some_test(mode: Mode)` into two tests,
+/// `some_test::in_process` and `some_test::isolated`.
+macro_rules! both_modes {
+    ($($test:ident),+ $(,)?) => {$(
+        mod $test {
+            #[test]
+            fn in_process() {
+                super::$test($crate::harness::Mode::InProcess)
+            }
+            #[test]
+            fn isolated() {
+                super::$test($crate::harness::Mode::Isolated)
+            }
+        }
+    )+};
+}
+pub(crate) use both_modes;
+
+/// Processes whose command line mentions `needle` (e.g. a test's own plugin directory,
+/// which every hook process it started names in its arguments).
+pub fn processes_mentioning(needle: &Path) -> Vec<u32> {
+    let needle = needle.as_os_str().as_encoded_bytes();
+    std::fs::read_dir("/proc")
+        .map(|d| {
+            d.filter_map(|e| {
+                let e = e.ok()?;
+                let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+                let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+                cmdline
+                    .windows(needle.len())
+                    .any(|w| w == needle)
+                    .then_some(pid)
+            })
+            .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Waits (up to 10 s) until no process mentions `needle`, and says which still do.
+pub fn no_process_left(needle: &Path) -> Result<(), Vec<u32>> {
+    let started = std::time::Instant::now();
+    loop {
+        let left = processes_mentioning(needle);
+        if left.is_empty() {
+            return Ok(());
+        }
+        if started.elapsed() > std::time::Duration::from_secs(10) {
+            return Err(left);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// The Python of a venv with the official MCP SDK (`tests/agents/requirements.txt`), for the
 /// scripted agents under `tests/agents/`: `<target>/py-agents`, built once per test process
 /// when missing (`.ci/run` builds it first). A venv that cannot be built fails the calling

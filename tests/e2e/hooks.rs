@@ -1,7 +1,8 @@
 //! Lifecycle hooks through the real `wt run`: call counts and order, context members,
 //! `converse` confinement, flag order, pairing on transport failure, containment of
 //! panicking and hanging hooks, `debrief`, state probes, `wt doctor` and `wt triage`, and
-//! byte-identity when no hook is active.
+//! byte-identity when no hook is active. Every contract a plugin hook relies on is tested
+//! twice: with the hook in `wt`'s process and isolated in its own (`both_modes!`).
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -10,7 +11,9 @@ use std::{
 
 use serde_json::{Value, json};
 
-use crate::harness::{Run, TestServer, files, plugin_dir, run, workspace, wt};
+use crate::harness::{
+    Mode, Run, TestServer, both_modes, files, no_process_left, plugin_dir, run, workspace, wt,
+};
 
 const CLOCK: &str = "2026-11-30T06:00:00Z";
 
@@ -53,8 +56,16 @@ fn trace_files(dir: &Path) -> BTreeMap<String, Value> {
         .collect()
 }
 
-#[test]
-fn recorder_sees_each_point_the_right_number_of_times_with_the_right_members() {
+both_modes!(
+    recorder_sees_each_point_the_right_number_of_times_with_the_right_members,
+    hooks_fire_in_flag_order,
+    a_run_that_fails_in_transport_still_pairs_its_calls_and_cannot_converse,
+    panicking_and_hanging_hooks_change_no_verdict_score_or_exit_code,
+    acme_state_probe_reports_the_leaky_agent_and_stays_quiet_on_the_clean_one,
+    acme_reads_an_agent_state_directory_when_configured,
+);
+
+fn recorder_sees_each_point_the_right_number_of_times_with_the_right_members(mode: Mode) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = plugin_dir(tmp.path(), &["wt_test_recorder"]);
     let pack = two_scenario_pack(tmp.path());
@@ -65,6 +76,7 @@ fn recorder_sees_each_point_the_right_number_of_times_with_the_right_members() {
             "run", "--runs", "3", "--jobs", "1", "--hook", "recorder", "--pack",
         ])
         .arg(&pack)
+        .args(mode.args())
         .arg("--plugin-dir")
         .arg(&dir)
         .arg("--out")
@@ -183,8 +195,7 @@ fn recorder_sees_each_point_the_right_number_of_times_with_the_right_members() {
     }
 }
 
-#[test]
-fn hooks_fire_in_flag_order() {
+fn hooks_fire_in_flag_order(mode: Mode) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = plugin_dir(tmp.path(), &["wt_test_recorder"]);
     let log = tmp.path().join("calls.jsonl");
@@ -200,6 +211,8 @@ fn hooks_fire_in_flag_order() {
         ])
         .args(["--hook", "tape", "--hook", "recorder", "--plugin-dir"])
         .arg(&dir)
+        .args(mode.args())
+        .env("WT_TAPE_LOG", &log)
         .env("WT_RECORDER_LOG", &log));
     assert_eq!(r.code, 0, "{r}");
     let hooks: Vec<String> = log_lines(&log)
@@ -231,8 +244,7 @@ fn hooks_fire_in_flag_order() {
     );
 }
 
-#[test]
-fn a_run_that_fails_in_transport_still_pairs_its_calls_and_cannot_converse() {
+fn a_run_that_fails_in_transport_still_pairs_its_calls_and_cannot_converse(mode: Mode) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = plugin_dir(tmp.path(), &["wt_test_recorder"]);
     let log = tmp.path().join("calls.jsonl");
@@ -250,6 +262,7 @@ fn a_run_that_fails_in_transport_still_pairs_its_calls_and_cannot_converse() {
         ])
         .args(["--hook", "recorder", "--plugin-dir"])
         .arg(&dir)
+        .args(mode.args())
         .env("WT_RECORDER_LOG", &log));
     assert_eq!(r.code, 3, "{r}");
     let calls = log_lines(&log);
@@ -281,13 +294,21 @@ fn a_run_that_fails_in_transport_still_pairs_its_calls_and_cannot_converse() {
     );
 }
 
-fn pinned(tmp: &Path, out: &str, agent: &str, hooks: &[&str], dir: &Path) -> (Run, PathBuf) {
+fn pinned(
+    tmp: &Path,
+    out: &str,
+    agent: &str,
+    hooks: &[&str],
+    dir: &Path,
+    mode: Mode,
+) -> (Run, PathBuf) {
     let out = tmp.join(out);
     let mut cmd = wt(tmp);
     cmd.args([
         "run", "--jobs", "1", "--seed", "7", "--agent", agent, "--out",
     ])
     .arg(&out)
+    .args(mode.args())
     .env("WT_FIXED_CLOCK", CLOCK);
     for h in hooks {
         cmd.args(["--hook", h]);
@@ -298,11 +319,10 @@ fn pinned(tmp: &Path, out: &str, agent: &str, hooks: &[&str], dir: &Path) -> (Ru
     (run(&mut cmd), out)
 }
 
-#[test]
-fn panicking_and_hanging_hooks_change_no_verdict_score_or_exit_code() {
+fn panicking_and_hanging_hooks_change_no_verdict_score_or_exit_code(mode: Mode) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = plugin_dir(tmp.path(), &["wt_test_panicky", "wt_test_hang"]);
-    let (base, base_out) = pinned(tmp.path(), "base", "demo-forbidden-tool", &[], &dir);
+    let (base, base_out) = pinned(tmp.path(), "base", "demo-forbidden-tool", &[], &dir, mode);
     assert_eq!(base.code, 1, "{base}");
     let (panicky, panicky_out) = pinned(
         tmp.path(),
@@ -310,6 +330,7 @@ fn panicking_and_hanging_hooks_change_no_verdict_score_or_exit_code() {
         "demo-forbidden-tool",
         &["panicky"],
         &dir,
+        mode,
     );
     let (hang, hang_out) = {
         let out = tmp.path().join("hang");
@@ -329,6 +350,7 @@ fn panicking_and_hanging_hooks_change_no_verdict_score_or_exit_code() {
             .arg(&out)
             .arg("--plugin-dir")
             .arg(&dir)
+            .args(mode.args())
             .env("WT_FIXED_CLOCK", CLOCK)
             .env("WT_HOOK_TIMEOUT_S", "1"));
         (r, out)
@@ -383,19 +405,29 @@ fn panicking_and_hanging_hooks_change_no_verdict_score_or_exit_code() {
         .count();
     assert_eq!(timeouts, 1, "{hang}");
     assert_eq!(trace_files(&hang_out).len(), 6);
+    // Isolated, the hung hook's process was killed: nothing of this test is left running.
+    assert_eq!(no_process_left(&dir), Ok(()), "{hang}");
 }
 
 #[test]
 fn debrief_writes_its_artifact_and_leaves_trace_and_score_untouched() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = plugin_dir(tmp.path(), &[]);
-    let (base, base_out) = pinned(tmp.path(), "base", "demo-forbidden-tool", &[], &dir);
+    let (base, base_out) = pinned(
+        tmp.path(),
+        "base",
+        "demo-forbidden-tool",
+        &[],
+        &dir,
+        Mode::InProcess,
+    );
     let (with, with_out) = pinned(
         tmp.path(),
         "with",
         "demo-forbidden-tool",
         &["debrief"],
         &dir,
+        Mode::InProcess,
     );
     assert_eq!((base.code, with.code), (1, 1), "{with}");
     let base_files = files(&base_out);
@@ -463,7 +495,14 @@ fn debrief_writes_its_artifact_and_leaves_trace_and_score_untouched() {
     }
     assert_eq!(debriefs, 6);
     // Passing runs are not debriefed unless WT_DEBRIEF_ON=all.
-    let (ok, ok_out) = pinned(tmp.path(), "ok", "demo", &["debrief"], &dir);
+    let (ok, ok_out) = pinned(
+        tmp.path(),
+        "ok",
+        "demo",
+        &["debrief"],
+        &dir,
+        Mode::InProcess,
+    );
     assert_eq!(ok.code, 0, "{ok}");
     assert_eq!(json_files(&ok_out, ".debrief.json").len(), 0);
 }
@@ -568,8 +607,7 @@ fn no_hook_means_byte_identical_output_even_with_good_and_broken_plugins_install
     assert_eq!(plain, with);
 }
 
-#[test]
-fn acme_state_probe_reports_the_leaky_agent_and_stays_quiet_on_the_clean_one() {
+fn acme_state_probe_reports_the_leaky_agent_and_stays_quiet_on_the_clean_one(mode: Mode) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = plugin_dir(tmp.path(), &["acme_state_probe"]);
     let (leaky, out) = pinned(
@@ -578,6 +616,7 @@ fn acme_state_probe_reports_the_leaky_agent_and_stays_quiet_on_the_clean_one() {
         "demo-leaky",
         &["acme_state_probe"],
         &dir,
+        mode,
     );
     assert_eq!(leaky.code, 0, "hooks never gate: {leaky}");
     let violations = json_files(&out, ".acme_state_probe.violation.json");
@@ -606,7 +645,14 @@ fn acme_state_probe_reports_the_leaky_agent_and_stays_quiet_on_the_clean_one() {
         .count();
     assert_eq!(warned, violations.len());
 
-    let (clean, out) = pinned(tmp.path(), "clean", "demo", &["acme_state_probe"], &dir);
+    let (clean, out) = pinned(
+        tmp.path(),
+        "clean",
+        "demo",
+        &["acme_state_probe"],
+        &dir,
+        mode,
+    );
     assert_eq!(clean.code, 0, "{clean}");
     assert!(json_files(&out, ".violation.json").is_empty(), "{clean}");
     assert!(!clean.stderr.contains("hook:acme_state_probe"), "{clean}");
@@ -631,6 +677,7 @@ fn acme_state_probe_reports_the_leaky_agent_and_stays_quiet_on_the_clean_one() {
         .arg(tmp.path().join("file-baseline"))
         .arg("--plugin-dir")
         .arg(&dir)
+        .args(mode.args())
         .env("WT_ACME_STATE_PROBE_BASELINE", &baseline));
     assert_eq!(r.code, 0, "{r}");
     let v = json_files(&tmp.path().join("file-baseline"), ".violation.json");
@@ -641,8 +688,7 @@ fn acme_state_probe_reports_the_leaky_agent_and_stays_quiet_on_the_clean_one() {
     );
 }
 
-#[test]
-fn acme_reads_an_agent_state_directory_when_configured() {
+fn acme_reads_an_agent_state_directory_when_configured(mode: Mode) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = plugin_dir(tmp.path(), &["acme_state_probe"]);
     let state = tmp.path().join("agent-state");
@@ -661,6 +707,7 @@ fn acme_reads_an_agent_state_directory_when_configured() {
             "--plugin-dir",
         ])
         .arg(&dir)
+        .args(mode.args())
         .arg("--out")
         .arg(tmp.path().join(out))
         .env("WT_ACME_STATE_PROBE_DIR", &state);
@@ -712,8 +759,9 @@ fn triage_places_failures_on_the_ladder_with_debrief_excerpts() {
         "demo-forbidden-tool",
         &["debrief"],
         &dir,
+        Mode::InProcess,
     );
-    let (_, slow) = pinned(tmp.path(), "slow", "demo-slow", &[], &dir);
+    let (_, slow) = pinned(tmp.path(), "slow", "demo-slow", &[], &dir, Mode::InProcess);
     let r = run(wt(tmp.path())
         .args(["triage", "--json"])
         .arg(&out)

@@ -41,7 +41,10 @@ fn a_panicking_hook_becomes_an_error_and_the_host_lives_on() {
         .expect("panicky loads");
     let host = FakeHost::default();
 
-    let err = hooks[0].call(point::ON_RUN_START, &host).unwrap_err();
+    let err = hooks[0]
+        .call(point::ON_RUN_START, &host)
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains("panicky hook exploded in on_run_start"),
         "{err}"
@@ -51,7 +54,10 @@ fn a_panicking_hook_becomes_an_error_and_the_host_lives_on() {
         "{err}"
     );
     // The instance is poisoned: later calls fail cleanly instead of running on torn state.
-    let err = hooks[0].call(point::ON_RUN_END, &host).unwrap_err();
+    let err = hooks[0]
+        .call(point::ON_RUN_END, &host)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("disabled after an earlier panic"), "{err}");
     // Still alive: a fresh instance from the same (already loaded) library works the same.
     let again = reg.activate(&["panicky".to_string()]).unwrap();
@@ -59,6 +65,7 @@ fn a_panicking_hook_becomes_an_error_and_the_host_lives_on() {
         again[0]
             .call(point::ON_PROVISIONED, &host)
             .unwrap_err()
+            .to_string()
             .contains("on_provisioned")
     );
 }

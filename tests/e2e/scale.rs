@@ -167,7 +167,8 @@ fn lanes_keep_every_ordering_contract() {
         .arg("--plugin-dir")
         .arg(&plugins)
         .env("WT_RECORDER_LOG", &log)
-        .env("WT_TURNLOG", &turnlog)
+        .env("WT_TURN_A_LOG", &turnlog)
+        .env("WT_TURN_B_LOG", &turnlog)
         .run();
     assert_eq!(r.code, 0, "{r}");
     assert!(

@@ -1,10 +1,12 @@
-//! Turn hooks, guards and the event journal through the real `wt run`.
+//! Turn hooks, guards and the event journal through the real `wt run`. The turn-hook and
+//! guard contracts are tested with the hooks in `wt`'s process and isolated in their own
+//! (`both_modes!`).
 
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::harness::{Run, plugin_dir, run, wt};
+use crate::harness::{Mode, Run, both_modes, plugin_dir, run, wt};
 
 const OBSERVERS: [&str; 4] = ["turn_a", "turn_b", "turn_c", "turn_d"];
 
@@ -14,8 +16,16 @@ struct Sweep {
     log: Vec<String>,
 }
 
-/// `wt run` of the two-turn `escalate-human` scenario with the given hooks.
-fn sweep(tmp: &Path, name: &str, hooks: &[&str], extra: &[&str], env: &[(&str, &str)]) -> Sweep {
+/// `wt run` of the two-turn `escalate-human` scenario with the given hooks, each logging to
+/// the same file.
+fn sweep(
+    tmp: &Path,
+    name: &str,
+    hooks: &[&str],
+    extra: &[&str],
+    env: &[(&str, &str)],
+    mode: Mode,
+) -> Sweep {
     let dir = plugin_dir(tmp, &["wt_test_turns"]);
     let out = tmp.join(name);
     let log = tmp.join(format!("{name}.log"));
@@ -34,10 +44,12 @@ fn sweep(tmp: &Path, name: &str, hooks: &[&str], extra: &[&str], env: &[(&str, &
     .arg("--out")
     .arg(&out)
     .args(extra)
-    .env("WT_TURNLOG", &log)
-    .env("WT_TURNLOG_JOURNAL_DIR", &out);
+    .args(mode.args());
     for h in hooks {
-        cmd.args(["--hook", h]);
+        let prefix = format!("WT_{}_", h.to_ascii_uppercase());
+        cmd.args(["--hook", h])
+            .env(format!("{prefix}LOG"), &log)
+            .env(format!("{prefix}JOURNAL_DIR"), &out);
     }
     for (k, v) in env {
         cmd.env(k, v);
@@ -103,10 +115,19 @@ fn turn_lines(log: &[String], turn: u32) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn observers_begin_in_order_before_turn_started_and_finish_in_reverse_after_the_terminal() {
+both_modes!(
+    observers_begin_in_order_before_turn_started_and_finish_in_reverse_after_the_terminal,
+    a_panicking_finish_does_not_stop_the_others_and_a_panicking_begin_does_not_stop_the_turn,
+    a_guard_denial_stops_the_turn_before_it_starts_and_errors_the_run,
+    the_policy_revision_is_required_with_a_guard_and_refused_without_one,
+    events_stream_live_to_stdout_and_match_the_journal,
+);
+
+fn observers_begin_in_order_before_turn_started_and_finish_in_reverse_after_the_terminal(
+    mode: Mode,
+) {
     let tmp = tempfile::tempdir().unwrap();
-    let s = sweep(tmp.path(), "order", &OBSERVERS, &[], &[]);
+    let s = sweep(tmp.path(), "order", &OBSERVERS, &[], &[], mode);
     assert_eq!(s.run.code, 0, "{}", s.run);
     for turn in [0, 1] {
         assert_eq!(
@@ -133,8 +154,9 @@ fn observers_begin_in_order_before_turn_started_and_finish_in_reverse_after_the_
     assert_eq!(names.last(), Some(&"TurnDone"));
 }
 
-#[test]
-fn a_panicking_finish_does_not_stop_the_others_and_a_panicking_begin_does_not_stop_the_turn() {
+fn a_panicking_finish_does_not_stop_the_others_and_a_panicking_begin_does_not_stop_the_turn(
+    mode: Mode,
+) {
     let tmp = tempfile::tempdir().unwrap();
     let c = sweep(
         tmp.path(),
@@ -142,6 +164,7 @@ fn a_panicking_finish_does_not_stop_the_others_and_a_panicking_begin_does_not_st
         &OBSERVERS,
         &[],
         &[("WT_TURN_C_PANIC", "finish")],
+        mode,
     );
     assert_eq!(c.run.code, 0, "{}", c.run);
     let finishes: Vec<String> = finish_lines(&c.log, 0);
@@ -197,6 +220,7 @@ fn a_panicking_finish_does_not_stop_the_others_and_a_panicking_begin_does_not_st
         &OBSERVERS,
         &[],
         &[("WT_TURN_B_PANIC", "begin")],
+        mode,
     );
     assert_eq!(b.run.code, 0, "{}", b.run);
     let finishes: Vec<String> = finish_lines(&b.log, 0);
@@ -257,8 +281,7 @@ fn assert_denied(s: &Sweep, kind: &str) -> Value {
     score.clone()
 }
 
-#[test]
-fn a_guard_denial_stops_the_turn_before_it_starts_and_errors_the_run() {
+fn a_guard_denial_stops_the_turn_before_it_starts_and_errors_the_run(mode: Mode) {
     let tmp = tempfile::tempdir().unwrap();
     let rev = ["--policy-revision", "policy-2026-11"];
     let s = sweep(
@@ -267,6 +290,7 @@ fn a_guard_denial_stops_the_turn_before_it_starts_and_errors_the_run() {
         &["turn_a", "guard_deny", "turn_b"],
         &rev,
         &[],
+        mode,
     );
     let score = assert_denied(&s, "denied");
     let t = &traces(&s.out)[0];
@@ -286,6 +310,7 @@ fn a_guard_denial_stops_the_turn_before_it_starts_and_errors_the_run() {
         &["turn_a", "guard_panic", "turn_b"],
         &rev,
         &[],
+        mode,
     );
     assert_denied(&s, "panic");
     assert!(
@@ -301,14 +326,14 @@ fn a_guard_denial_stops_the_turn_before_it_starts_and_errors_the_run() {
         &["turn_a", "guard_hang", "turn_b"],
         &rev,
         &[("WT_HOOK_TIMEOUT_S", "1")],
+        mode,
     );
     assert_denied(&s, "timeout");
 }
 
-#[test]
-fn the_policy_revision_is_required_with_a_guard_and_refused_without_one() {
+fn the_policy_revision_is_required_with_a_guard_and_refused_without_one(mode: Mode) {
     let tmp = tempfile::tempdir().unwrap();
-    let s = sweep(tmp.path(), "missing", &["guard_deny"], &[], &[]);
+    let s = sweep(tmp.path(), "missing", &["guard_deny"], &[], &[], mode);
     assert_eq!(s.run.code, 2, "{}", s.run);
     assert!(
         s.run
@@ -324,6 +349,7 @@ fn the_policy_revision_is_required_with_a_guard_and_refused_without_one() {
         &["turn_a"],
         &["--policy-revision", "p1"],
         &[],
+        mode,
     );
     assert_eq!(s.run.code, 2, "{}", s.run);
     assert!(
@@ -476,10 +502,16 @@ fn a_sweep_killed_with_sigkill_leaves_a_journal_whose_every_line_parses() {
     }
 }
 
-#[test]
-fn events_stream_live_to_stdout_and_match_the_journal() {
+fn events_stream_live_to_stdout_and_match_the_journal(mode: Mode) {
     let tmp = tempfile::tempdir().unwrap();
-    let s = sweep(tmp.path(), "live", &["turn_a"], &["--events", "-"], &[]);
+    let s = sweep(
+        tmp.path(),
+        "live",
+        &["turn_a"],
+        &["--events", "-"],
+        &[],
+        mode,
+    );
     assert_eq!(s.run.code, 0, "{}", s.run);
     let journal_text: String = {
         let path = std::fs::read_dir(&s.out)

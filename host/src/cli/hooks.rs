@@ -1,12 +1,16 @@
 //! `wt hooks …`: list, check and install hook plugins.
 
-use std::{io::Write, path::PathBuf};
+use std::{
+    io::Write,
+    path::{Path, PathBuf},
+};
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
 
 use crate::{
     exit::{self, CodedError},
+    isolate::{self, Isolation, SpawnOptions},
     plugin::{self, Refusal},
     registry::{EntryView, Registry},
 };
@@ -42,6 +46,86 @@ impl PluginDirArgs {
     }
 }
 
+/// Which plugin hooks run in a child process of their own.
+#[derive(Debug, Clone, Args)]
+pub struct IsolationArgs {
+    /// Run every plugin hook in a child process of its own: a crash, abort, exit, memory
+    /// blow-up or hang costs that hook (quarantined, one warning), not the sweep.
+    #[arg(
+        long,
+        env = "WT_ISOLATE_HOOKS",
+        value_parser = clap::builder::FalseyValueParser::new(),
+    )]
+    pub isolate_hooks: bool,
+    /// Run this plugin hook in a child process of its own (repeatable; the variable takes
+    /// a comma-separated list).
+    #[arg(
+        long = "isolate-hook",
+        value_name = "NAME",
+        env = "WT_ISOLATE_HOOK",
+        value_delimiter = ','
+    )]
+    pub isolate_hook: Vec<String>,
+    /// Address-space limit of each isolated hook's process, in MiB.
+    #[arg(
+        long,
+        value_name = "MIB",
+        env = "WT_HOOK_MEMORY_LIMIT_MB",
+        default_value_t = isolate::DEFAULT_MEMORY_LIMIT_MIB,
+        value_parser = clap::value_parser!(u64).range(64..),
+    )]
+    pub hook_memory_limit: u64,
+}
+
+impl Default for IsolationArgs {
+    fn default() -> Self {
+        IsolationArgs {
+            isolate_hooks: false,
+            isolate_hook: Vec::new(),
+            hook_memory_limit: isolate::DEFAULT_MEMORY_LIMIT_MIB,
+        }
+    }
+}
+
+impl IsolationArgs {
+    /// The hooks named by `--isolate-hook` (an empty `WT_ISOLATE_HOOK`, or an empty item in
+    /// its list, names none).
+    fn named(&self) -> Vec<String> {
+        self.isolate_hook
+            .iter()
+            .map(|n| n.trim())
+            .filter(|n| !n.is_empty())
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// The isolation in force; an isolated hook's output goes to `<log_dir>/<ts>.<hook>.log`
+    /// (nowhere but memory without a log dir).
+    pub fn isolation(&self, log_dir: Option<&Path>) -> anyhow::Result<Isolation> {
+        let deadlines = crate::deadlines::Deadlines::from_env().map_err(CodedError::usage)?;
+        let log = match log_dir {
+            None => None,
+            Some(dir) => {
+                let clock = crate::clock::Clock::from_env()
+                    .map_err(|e| CodedError::usage(e.to_string()))?;
+                Some((dir.to_path_buf(), crate::clock::compact(clock.now())))
+            }
+        };
+        Ok(Isolation {
+            all: self.isolate_hooks,
+            hooks: self.named(),
+            spawn: SpawnOptions {
+                memory_limit_mib: self.hook_memory_limit,
+                log,
+                // Loading is not a hook call: a short call deadline must not refuse a
+                // plugin that loads slowly on a busy machine.
+                start_timeout: deadlines.dispatch.max(isolate::MIN_START_TIMEOUT),
+                ..SpawnOptions::default()
+            },
+        })
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct ListArgs {
     #[command(flatten)]
@@ -62,6 +146,10 @@ pub struct CheckArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Load each hook in a child process, as `wt run --isolate-hooks` would, instead of
+    /// into this one: a plugin that crashes while loading is reported, not fatal.
+    #[arg(long)]
+    pub isolated: bool,
 }
 
 #[derive(Debug, Args)]
@@ -78,26 +166,38 @@ pub struct PlanArgs {
     pub hooks: Vec<String>,
     #[command(flatten)]
     pub dirs: PluginDirArgs,
+    #[command(flatten)]
+    pub isolation: IsolationArgs,
 }
 
-/// Resolves `--hook` flags against the plugin directories, loading the named plugins; the
-/// errors are one line each and exit 2.
+/// Resolves `--hook` flags against the plugin directories, loading the named plugins (the
+/// isolated ones each in a child process that logs beside `log_dir`); the errors are one
+/// line each and exit 2.
 pub fn activate(
     names: &[String],
     dirs: &PluginDirArgs,
+    isolation: &IsolationArgs,
+    log_dir: Option<&Path>,
 ) -> anyhow::Result<Vec<crate::registry::ActiveHook>> {
     if names.is_empty() {
+        if let Some(name) = isolation.named().first() {
+            return Err(CodedError::usage(
+                crate::registry::ActivationError::IsolateInactive(name.clone()).to_string(),
+            )
+            .into());
+        }
         return Ok(Vec::new());
     }
+    let isolation = isolation.isolation(log_dir)?;
     let registry = Registry::discover(&dirs.dirs()?);
     registry
-        .activate(names)
+        .activate_with(names, &isolation)
         .map_err(|e| CodedError::usage(e.to_string()).into())
 }
 
 fn plan(args: PlanArgs) -> anyhow::Result<u8> {
     let deadlines = crate::deadlines::Deadlines::from_env().map_err(CodedError::usage)?;
-    let active = activate(&args.hooks, &args.dirs)?;
+    let active = activate(&args.hooks, &args.dirs, &args.isolation, None)?;
     let mut out = std::io::stdout().lock();
     for h in &active {
         let role = if h.declares(windtunnel_abi::point::GUARD_CHECK) {
@@ -105,9 +205,17 @@ fn plan(args: PlanArgs) -> anyhow::Result<u8> {
         } else {
             "observer"
         };
+        let mode = if h.is_isolated() {
+            format!(
+                "isolated: own process, {} MiB",
+                args.isolation.hook_memory_limit
+            )
+        } else {
+            "in-process".to_owned()
+        };
         writeln!(
             out,
-            "hook {}  ({}, {}, {role})",
+            "hook {}  ({}, {}, {role}, {mode})",
             h.name,
             h.source,
             crate::registry::env_prefix(&h.name) + "*"
@@ -178,8 +286,17 @@ fn list(args: ListArgs) -> anyhow::Result<u8> {
 }
 
 /// Checks each file as `wt run --hook` would use it: every pre-load check, then loading it
-/// and instantiating each hook it exports.
+/// and instantiating each hook it exports (in a child process with `--isolated`).
 fn check(args: CheckArgs) -> anyhow::Result<u8> {
+    let isolation = if args.isolated {
+        IsolationArgs {
+            isolate_hooks: true,
+            ..IsolationArgs::default()
+        }
+        .isolation(None)?
+    } else {
+        Isolation::none()
+    };
     let registry = Registry::from_files(&args.files, false);
     let mut views = Vec::new();
     let mut refused = false;
@@ -191,7 +308,7 @@ fn check(args: CheckArgs) -> anyhow::Result<u8> {
         let mut view = EntryView::from(entry);
         if entry.is_ok() {
             let name = entry.name.clone().unwrap_or_default();
-            if let Err(err) = registry.activate(std::slice::from_ref(&name)) {
+            if let Err(err) = registry.activate_with(std::slice::from_ref(&name), &isolation) {
                 view.status = match err {
                     crate::registry::ActivationError::Refused { refusal, .. } => {
                         format!("refused: {refusal}")

@@ -29,7 +29,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run a pack of scenarios against an agent and write traces and scores.
-    Run(run::RunArgs),
+    Run(Box<run::RunArgs>),
     /// Summarize one or more run directories (table, JSON, JUnit, Markdown or HTML).
     Report(report::ReportArgs),
     /// Compare two sets of run directories (BASE and NEW): per-scenario verdicts with
@@ -48,6 +48,9 @@ pub enum Command {
     /// Benchmark floor: write files atomically, nothing else (used by bench/sweep.sh).
     #[command(hide = true)]
     BenchFloor(bench_floor::BenchFloorArgs),
+    /// An isolated hook's process (started by `wt` itself; speaks a binary protocol).
+    #[command(hide = true, name = "hook-child")]
+    HookChild(crate::isolate::child::ChildArgs),
 }
 
 /// The run directories a reading command works on: those given, else `runs`. Each must
@@ -73,7 +76,7 @@ pub fn main() -> ExitCode {
     init_logging();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Run(args) => run::run(args),
+        Command::Run(args) => run::run(*args),
         Command::Report(args) => report::run(args),
         Command::Compare(args) => compare::run(args),
         Command::Rescore(args) => rescore::run(args),
@@ -81,6 +84,7 @@ pub fn main() -> ExitCode {
         Command::Doctor(args) => doctor::run(args),
         Command::Triage(args) => triage::run(args),
         Command::BenchFloor(args) => bench_floor::run(args),
+        Command::HookChild(args) => crate::isolate::child::run(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

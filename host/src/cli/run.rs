@@ -72,6 +72,8 @@ pub struct RunArgs {
     pub hooks: Vec<String>,
     #[command(flatten, next_help_heading = "Hooks")]
     pub plugin_dirs: crate::cli::hooks::PluginDirArgs,
+    #[command(flatten, next_help_heading = "Hooks")]
+    pub isolation: crate::cli::hooks::IsolationArgs,
     /// The policy revision stamped into every trace; required when a guard is active,
     /// refused when none is.
     #[arg(long, value_name = "REV", help_heading = "Hooks")]
@@ -93,7 +95,12 @@ struct Hooks {
 fn hooks(args: &RunArgs, stop: &Arc<Interrupt>, lanes: usize) -> anyhow::Result<Hooks> {
     let deadlines = Deadlines::from_env().map_err(CodedError::usage)?;
     let caps = HookCaps::from_env().map_err(CodedError::usage)?;
-    let active = crate::cli::hooks::activate(&args.hooks, &args.plugin_dirs)?;
+    let active = crate::cli::hooks::activate(
+        &args.hooks,
+        &args.plugin_dirs,
+        &args.isolation,
+        Some(&args.out),
+    )?;
     if active.len() > Dispatcher::MAX_HOOKS {
         return Err(CodedError::usage(format!(
             "{} hooks activated; at most {} can be active at once",

@@ -17,7 +17,10 @@ use std::{
 use serde_json::Value;
 
 use super::{ConverseError, Session, services::WorkerServices, snapshot::Snapshot};
-use crate::{limits::HookCaps, registry::ActiveHook};
+use crate::{
+    limits::HookCaps,
+    registry::{ActiveHook, CallError},
+};
 
 /// Set in [`Shared::current`] by the waiting thread when it gives up on the call in
 /// progress. The worker clears `current` when its call returns; one compare-and-swap on that
@@ -88,6 +91,8 @@ pub(super) struct CallRecord {
     pub(super) artifacts: Vec<(Option<String>, Value)>,
     pub(super) conversed: bool,
     pub(super) converse_timed_out: bool,
+    /// The instance is gone ([`CallError::Fatal`]): quarantine it now, with one line.
+    pub(super) fatal: bool,
 }
 
 pub(super) struct Job {
@@ -266,7 +271,11 @@ fn run_job(shared: &Arc<Shared>, job: &Job) {
             timed_out: AtomicBool::new(false),
             sdk_1_0: hook.reads_sdk_1_0(),
         };
-        let result = hook.call(job.point, &services);
+        let (result, fatal) = match hook.call(job.point, &services) {
+            Ok(v) => (Ok(v), false),
+            Err(CallError::Failed(e)) => (Err(e), false),
+            Err(CallError::Fatal(e)) => (Err(e), true),
+        };
         if shared
             .current
             .compare_exchange(tag, 0, Ordering::AcqRel, Ordering::Acquire)
@@ -294,6 +303,7 @@ fn run_job(shared: &Arc<Shared>, job: &Job) {
             artifacts,
             conversed,
             converse_timed_out: services.timed_out.load(Ordering::Acquire),
+            fatal,
         });
     }
 }
@@ -314,8 +324,11 @@ pub(super) fn wait(
     session: Option<&dyn Session>,
     converse_timeout: Duration,
     worker: &Thread,
+    spin: bool,
 ) -> Option<usize> {
-    let spin_until = Instant::now() + SPIN;
+    // Spinning only pays when the worker answers within microseconds; a call into another
+    // process (an isolated hook) needs the cores the spin would take.
+    let spin_until = Instant::now() + if spin { SPIN } else { Duration::ZERO };
     let mut spins = 0u32;
     // The call in progress and when this thread first saw it.
     let mut observed = (0u64, Instant::now());

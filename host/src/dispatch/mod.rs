@@ -142,6 +142,8 @@ pub struct Dispatcher {
     hooks: Arc<[Arc<ActiveHook>]>,
     /// Per point, the bitmask of hooks that declared it.
     by_point: [u64; 10],
+    /// The hooks that live in processes of their own.
+    isolated: u64,
     deadlines: Deadlines,
     caps: HookCaps,
     /// The values of the hooks' secret settings (`WT_<HOOK>_API_KEY`, …): never let through
@@ -183,9 +185,15 @@ impl Dispatcher {
         for h in hooks.iter() {
             redactor.extend(&crate::registry::hook_secrets(&h.name));
         }
+        let isolated = hooks
+            .iter()
+            .enumerate()
+            .filter(|(_, h)| h.is_isolated())
+            .fold(0u64, |m, (i, _)| m | (1 << i));
         Dispatcher {
             hooks,
             by_point,
+            isolated,
             deadlines,
             caps: HookCaps::default(),
             redactor: Arc::new(redactor),
@@ -220,6 +228,7 @@ impl Dispatcher {
         Ok(Dispatcher {
             hooks,
             by_point: self.by_point,
+            isolated: self.isolated,
             deadlines: self.deadlines,
             caps: self.caps,
             redactor: self.redactor.clone(),
@@ -413,6 +422,7 @@ impl Dispatcher {
             session,
             self.deadlines.converse,
             &worker.thread,
+            order & self.isolated == 0,
         );
         #[cfg(test)]
         if hung.is_some() {
@@ -452,6 +462,9 @@ impl Dispatcher {
             }
             Some(slot) => {
                 retire(&worker);
+                // An isolated hook's process is killed now; its worker, already told the
+                // call was abandoned, reaps it and calls nothing more.
+                self.hooks[slot].abandon();
                 let name = &self.hooks[slot].name;
                 self.ledger.quarantine(slot);
                 let msg = format!(
@@ -499,6 +512,15 @@ impl Dispatcher {
                 out.ok |= 1 << r.slot;
                 health.consecutive = 0;
                 health.first_error = None;
+            }
+            Err(e) if r.fatal => {
+                if self.ledger.quarantine(r.slot) {
+                    let mut msg =
+                        format!("hook:{name}: {e}; disabled for the rest of this invocation");
+                    cut_text(&mut msg, self.caps.warning_bytes);
+                    tracing::debug!("{msg}");
+                    out.warnings.push(msg);
+                }
             }
             Err(e) => {
                 health.consecutive += 1;

@@ -368,7 +368,8 @@ impl RunObserver for HookObserver {
     fn finish_turn(&self, open: TurnOpen, result: &TurnResult) -> Vec<String> {
         let mask = open.begun.iter().fold(0u64, |m, s| m | (1u64 << s));
         if mask == 0 {
-            return open.warnings;
+            // The begin's warnings are the runner's already (it records them at begin).
+            return Vec::new();
         }
         let mut data = Self::turn_data(&result.call);
         data.extra.push((

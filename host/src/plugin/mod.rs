@@ -82,6 +82,9 @@ pub enum Refusal {
     Init(String),
     #[error("descriptor disagrees with the metadata record: {0}")]
     Mismatch(String),
+    /// Refused, or died, in the child process that loads an isolated hook.
+    #[error("{0}")]
+    Isolated(String),
 }
 
 /// The plugin directories in search order: `--plugin-dir` flags, then `WT_PLUGIN_PATH`,

@@ -1,5 +1,6 @@
 //! Eight hooks that do nothing at `on_run_end`, one that does nothing at every lifecycle
-//! point, and four turn observers that do nothing: the benchmarks' subjects.
+//! point, four turn observers that do nothing, and one that reads the trace and the score:
+//! the benchmarks' subjects.
 
 use windtunnel_sdk::{Context, Hook, Result, TurnCall, TurnResult, export_hooks, hook};
 
@@ -81,7 +82,23 @@ turn_noop!(
     TurnNoop3 = "tnoop3"
 );
 
+/// Reads the full context at `on_run_end` — the trace and the score, as JSON — and does
+/// nothing with it: the isolation benchmark's "full context" subject.
+#[derive(Default)]
+pub struct Reader;
+
+#[hook]
+impl Hook for Reader {
+    const NAME: &'static str = "reader";
+    fn on_run_end(&mut self, ctx: &Context<'_>) -> Result {
+        let trace = ctx.raw("trace").map_or(0, |t| t.len());
+        let score = ctx.raw("score").map_or(0, |s| s.len());
+        std::hint::black_box(trace + score);
+        Ok(())
+    }
+}
+
 export_hooks!(
     Noop0, Noop1, Noop2, Noop3, Noop4, Noop5, Noop6, Noop7, NoopAll, TurnNoop0, TurnNoop1,
-    TurnNoop2, TurnNoop3
+    TurnNoop2, TurnNoop3, Reader
 );

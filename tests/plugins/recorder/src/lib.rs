@@ -1,7 +1,9 @@
-//! Records every call it gets as one JSON line in the file named by `WT_RECORDER_LOG`:
-//! the hook, the point, which context members were present (of every member the SDK
-//! knows), the run id, and whether `converse` was allowed. The library exports the same
-//! recorder twice, as `recorder` and `tape`, to test activation order.
+//! Records every call it gets as one JSON line in the file named by `WT_<NAME>_LOG`
+//! (`WT_RECORDER_LOG`, `WT_TAPE_LOG`: each hook reads only its own settings, as an isolated
+//! hook must): the hook, the point, which context members were present (of every member the SDK
+//! knows), the run id, and whether
+//! `converse` was allowed. The library exports the same recorder twice, as `recorder` and
+//! `tape`, to test activation order.
 
 use std::io::Write;
 
@@ -25,7 +27,7 @@ fn record(hook: &str, point: &str, ctx: &Context<'_>) -> Result {
         "scenario": ctx.scenario().map(|s| s.id.clone()),
         "converse": converse,
     });
-    if let Ok(path) = std::env::var("WT_RECORDER_LOG") {
+    if let Ok(path) = std::env::var(format!("WT_{}_LOG", hook.to_ascii_uppercase())) {
         let mut f = std::fs::OpenOptions::new()
             .create(true)
             .append(true)

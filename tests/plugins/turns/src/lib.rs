@@ -1,10 +1,10 @@
-//! Turn hooks for the test suite. Every call appends a line to the file named by
-//! `WT_TURNLOG`:
+//! Turn hooks for the test suite. Every call appends a line to the file named by the hook's
+//! own `WT_<NAME>_LOG` (each hook reads only its own settings, as an isolated hook must):
 //!
 //! - observers `turn_a` … `turn_d`: `<name> begin <run8> <turn> started=<yes|no>` and
 //!   `<name> finish <run8> <turn> <outcome> terminal=<yes|no>`, where `terminal` says whether
 //!   the turn's terminal event was already in the journal (`*.events.jsonl` in
-//!   `WT_TURNLOG_JOURNAL_DIR`) when the finish ran. `WT_<NAME>_PANIC=begin|finish` makes
+//!   `WT_<NAME>_JOURNAL_DIR`) when the finish ran. `WT_<NAME>_PANIC=begin|finish` makes
 //!   that observer panic there (after logging). A finish of a denied turn also logs
 //!   `<name> denial <run8> <turn> <guard>/<code>`, as the turn result carries it.
 //! - guards: `guard_deny` denies turn `WT_GUARD_DENY_TURN` (default 0) with code
@@ -17,8 +17,12 @@ use windtunnel_sdk::{
     Context, GuardDecision, Hook, Result, TurnCall, TurnResult, export_hooks, hook,
 };
 
-fn log(line: String) {
-    let Ok(path) = std::env::var("WT_TURNLOG") else {
+fn setting(name: &str, key: &str) -> Option<String> {
+    std::env::var(format!("WT_{}_{key}", name.to_ascii_uppercase())).ok()
+}
+
+fn log(name: &str, line: String) {
+    let Some(path) = setting(name, "LOG") else {
         return;
     };
     if let Ok(mut f) = std::fs::OpenOptions::new()
@@ -36,12 +40,12 @@ fn short(run: &str) -> &str {
 }
 
 fn panics_at(name: &str, at: &str) -> bool {
-    std::env::var(format!("WT_{}_PANIC", name.to_ascii_uppercase())).is_ok_and(|v| v == at)
+    setting(name, "PANIC").is_some_and(|v| v == at)
 }
 
 /// Is an event of (run, turn) among `names` already in the journal?
-fn in_journal(run: &str, turn: u32, names: &[&str]) -> bool {
-    let Ok(dir) = std::env::var("WT_TURNLOG_JOURNAL_DIR") else {
+fn in_journal(hook: &str, run: &str, turn: u32, names: &[&str]) -> bool {
+    let Some(dir) = setting(hook, "JOURNAL_DIR") else {
         return false;
     };
     let Ok(entries) = std::fs::read_dir(dir) else {
@@ -77,8 +81,8 @@ macro_rules! observer {
             const NAME: &'static str = $name;
 
             fn turn_begin(&mut self, call: &TurnCall, _ctx: &Context<'_>) -> Result {
-                let started = in_journal(&call.run_id, call.turn, &["TurnStarted"]);
-                log(format!(
+                let started = in_journal($name, &call.run_id, call.turn, &["TurnStarted"]);
+                log($name, format!(
                     "{} begin {} {} started={}",
                     $name,
                     short(&call.run_id),
@@ -93,11 +97,12 @@ macro_rules! observer {
 
             fn turn_finish(&mut self, result: &TurnResult, _ctx: &Context<'_>) -> Result {
                 let seen = in_journal(
+                    $name,
                     &result.call.run_id,
                     result.call.turn,
                     &["TurnDone", "TurnFailed", "TurnInterrupted"],
                 );
-                log(format!(
+                log($name, format!(
                     "{} finish {} {} {:?} terminal={}",
                     $name,
                     short(&result.call.run_id),
@@ -106,7 +111,7 @@ macro_rules! observer {
                     if seen { "yes" } else { "no" }
                 ));
                 if let Some(d) = &result.denial {
-                    log(format!(
+                    log($name, format!(
                         "{} denial {} {} {}/{}",
                         $name,
                         short(&result.call.run_id),
@@ -139,11 +144,10 @@ impl Hook for GuardDeny {
     const NAME: &'static str = "guard_deny";
 
     fn guard_check(&mut self, call: &TurnCall, _ctx: &Context<'_>) -> Result<GuardDecision> {
-        log(format!(
-            "guard_deny check {} {}",
-            short(&call.run_id),
-            call.turn
-        ));
+        log(
+            Self::NAME,
+            format!("guard_deny check {} {}", short(&call.run_id), call.turn),
+        );
         let deny_turn: u32 = std::env::var("WT_GUARD_DENY_TURN")
             .ok()
             .and_then(|t| t.parse().ok())
@@ -164,11 +168,10 @@ impl Hook for GuardPanic {
     const NAME: &'static str = "guard_panic";
 
     fn guard_check(&mut self, call: &TurnCall, _ctx: &Context<'_>) -> Result<GuardDecision> {
-        log(format!(
-            "guard_panic check {} {}",
-            short(&call.run_id),
-            call.turn
-        ));
+        log(
+            Self::NAME,
+            format!("guard_panic check {} {}", short(&call.run_id), call.turn),
+        );
         panic!("guard_panic exploded")
     }
 }
@@ -181,11 +184,10 @@ impl Hook for GuardHang {
     const NAME: &'static str = "guard_hang";
 
     fn guard_check(&mut self, call: &TurnCall, _ctx: &Context<'_>) -> Result<GuardDecision> {
-        log(format!(
-            "guard_hang check {} {}",
-            short(&call.run_id),
-            call.turn
-        ));
+        log(
+            Self::NAME,
+            format!("guard_hang check {} {}", short(&call.run_id), call.turn),
+        );
         loop {
             std::thread::park();
         }

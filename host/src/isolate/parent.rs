@@ -1,0 +1,568 @@
+//! `wt`'s side of an isolated hook: one child process per hook instance, spoken to over its
+//! stdin and stdout, its stderr (where the child also sends its stdout) drained into a
+//! bounded log.
+//!
+//! A call writes the point, then answers the child's member and service requests through
+//! the [`HostServices`] the dispatcher passed, exactly as the FFI context would, until the
+//! child returns. Anything else — end of file, a broken pipe, a tag the parent does not
+//! expect, a frame over the limit, bytes that do not decode — ends the child: it is killed
+//! if still alive, reaped, and the call fails with [`CallError::Fatal`] naming the cause
+//! (`killed by SIGSEGV`, `exited with status 0`, …). Every later call fails the same way
+//! without touching a process.
+//!
+//! This side never decides what a failure means for the sweep (the dispatcher does), never
+//! reads a frame past the limit, and never signals a process it has already reaped: the pid
+//! lives in a lock that the reaper empties before it waits, and a kill happens only under
+//! that lock.
+
+use std::{
+    collections::VecDeque,
+    ffi::OsString,
+    io::{BufReader, Read, Write},
+    os::unix::process::{CommandExt, ExitStatusExt},
+    path::{Path, PathBuf},
+    process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio},
+    sync::{Arc, Condvar, Mutex, MutexGuard, mpsc},
+    time::{Duration, Instant},
+};
+
+use windtunnel_abi::point;
+
+use super::{
+    LOG_LIMIT, SpawnOptions,
+    protocol::{self, CHILD_FRAME_LIMIT, FrameError, tag},
+};
+use crate::registry::{CallError, HostServices, env_prefix};
+
+/// The hidden subcommand the child runs.
+pub const CHILD_SUBCOMMAND: &str = "hook-child";
+
+/// How long a child that closed its pipe gets to finish exiting before it is killed (so its
+/// own exit status, not our SIGKILL, is what the warning names).
+const EXIT_GRACE: Duration = Duration::from_secs(2);
+
+/// How long a crash waits for the child's last output to be drained, to quote it.
+const OUTPUT_GRACE: Duration = Duration::from_millis(500);
+
+/// How much of the child's most recent output is kept in memory.
+const TAIL: usize = 4096;
+
+/// Why a hook process could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum SpawnError {
+    #[error("cannot start its isolated process: {0}")]
+    Spawn(std::io::Error),
+    /// The child vetted or loaded the plugin and refused it (the same refusal `wt` would
+    /// give in-process).
+    #[error("{0}")]
+    Refused(String),
+    #[error("its isolated process {0} before it was ready")]
+    Died(String),
+}
+
+/// A hook instance living in a child process.
+pub struct Isolated {
+    /// The child's pid, which is also its process group; `None` once it is being reaped.
+    pid: Mutex<Option<i32>>,
+    state: Mutex<State>,
+    output: Arc<Output>,
+    memory_limit_mib: u64,
+}
+
+struct State {
+    child: Child,
+    to_child: Option<ChildStdin>,
+    from_child: BufReader<ChildStdout>,
+    /// Frame buffers kept between calls, so a call allocates nothing.
+    body: Vec<u8>,
+    out: Vec<u8>,
+    /// Why the child is gone, once it is.
+    dead: Option<String>,
+}
+
+/// What a child says when it has loaded the plugin and built the hook.
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct Ready {
+    pub protocol: u32,
+    pub sha256: String,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The child's environment: nothing of `wt`'s but the hook's own `WT_<NAME>_*` settings and
+/// what the dynamic loader needs to find the plugin's own dependencies.
+pub fn child_env(hook: &str) -> Vec<(OsString, OsString)> {
+    let prefix = env_prefix(hook);
+    std::env::vars_os()
+        .filter(|(k, _)| {
+            k.to_str()
+                .is_some_and(|k| k.starts_with(&prefix) || k == "LD_LIBRARY_PATH")
+        })
+        .collect()
+}
+
+impl Isolated {
+    /// Starts a child that vets and loads `plugin` and builds the hook `hook`, and waits
+    /// (at most `opts.start_timeout`) until it is ready. `instance` numbers the hook's
+    /// instances (0, then one per further lane); it only names the log.
+    pub fn spawn(
+        opts: &SpawnOptions,
+        plugin: &Path,
+        hook: &str,
+        instance: usize,
+    ) -> Result<(Isolated, Ready), SpawnError> {
+        let mut cmd = Command::new(&opts.program);
+        cmd.arg(CHILD_SUBCOMMAND)
+            .arg("--plugin")
+            .arg(plugin)
+            .arg("--hook")
+            .arg(hook)
+            .arg("--memory-limit-mib")
+            .arg(opts.memory_limit_mib.to_string())
+            .arg("--parent-pid")
+            .arg(std::process::id().to_string())
+            .env_clear()
+            .envs(child_env(hook))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            // Its own process group: a kill reaches whatever the plugin started, and a
+            // terminal's Ctrl-C reaches only `wt`, which finishes the run and then ends it.
+            .process_group(0);
+        let mut child = cmd.spawn().map_err(SpawnError::Spawn)?;
+        let pid = child.id() as i32;
+        let (Some(to_child), Some(from_child), Some(stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            kill_group(pid);
+            let _ = child.wait();
+            return Err(SpawnError::Spawn(std::io::Error::other("no pipes")));
+        };
+        let output = Arc::new(Output::default());
+        let log = opts.log.as_ref().map(|(dir, stem)| {
+            let name = match instance {
+                0 => format!("{stem}.{hook}.log"),
+                n => format!("{stem}.{hook}.lane{n}.log"),
+            };
+            (dir.clone(), name)
+        });
+        {
+            let output = output.clone();
+            std::thread::Builder::new()
+                .name(format!("wt-hook-log-{hook}"))
+                .spawn(move || drain(stderr, log, &output))
+                .map_err(SpawnError::Spawn)?;
+        }
+        let isolated = Isolated {
+            pid: Mutex::new(Some(pid)),
+            state: Mutex::new(State {
+                child,
+                to_child: Some(to_child),
+                from_child: BufReader::with_capacity(64 << 10, from_child),
+                body: Vec::new(),
+                out: Vec::new(),
+                dead: None,
+            }),
+            output,
+            memory_limit_mib: opts.memory_limit_mib,
+        };
+
+        // A plugin constructor that hangs, or a child that writes half a frame and stops,
+        // must not hang `wt`: past the start timeout the child is killed, which ends the read.
+        let (disarm, armed) = mpsc::channel::<()>();
+        let timeout = opts.start_timeout;
+        let watchdog = std::thread::spawn(move || {
+            let fired = armed.recv_timeout(timeout) == Err(mpsc::RecvTimeoutError::Timeout);
+            if fired {
+                kill_group(pid);
+            }
+            fired
+        });
+        let mut st = lock(&isolated.state);
+        let State {
+            from_child, body, ..
+        } = &mut *st;
+        let first = protocol::read_frame(
+            from_child,
+            &[tag::READY, tag::REFUSED],
+            CHILD_FRAME_LIMIT,
+            body,
+        );
+        drop(disarm);
+        let fired = watchdog.join().unwrap_or(false);
+        let ready = match first {
+            Ok(tag::READY) => serde_json::from_slice::<Ready>(body)
+                .ok()
+                .filter(|r| r.protocol == protocol::VERSION)
+                .ok_or(FrameError::Malformed("unreadable ready frame")),
+            Ok(_) => {
+                let refusal = String::from_utf8_lossy(body).into_owned();
+                isolated.reap(&mut st, EXIT_GRACE);
+                return Err(SpawnError::Refused(refusal));
+            }
+            Err(e) => Err(e),
+        };
+        match ready {
+            Ok(ready) => {
+                drop(st);
+                Ok((isolated, ready))
+            }
+            Err(_) if fired => {
+                isolated.reap(&mut st, Duration::ZERO);
+                Err(SpawnError::Died(format!(
+                    "did not load the plugin within {}; killed",
+                    crate::deadlines::human(timeout)
+                )))
+            }
+            Err(e) => {
+                let (what, detail) = isolated.bury(&mut st, e);
+                Err(SpawnError::Died(format!("{what}{detail}")))
+            }
+        }
+    }
+
+    /// Calls the hook at `point` in the child, serving its requests from `host`.
+    pub fn call(&self, point: u32, host: &dyn HostServices) -> Result<String, CallError> {
+        let mut st = lock(&self.state);
+        if let Some(cause) = &st.dead {
+            return Err(CallError::Fatal(cause.clone()));
+        }
+        match exchange(&mut st, point, host) {
+            Ok(result) => result.map_err(CallError::Failed),
+            Err(e) => {
+                let (what, detail) = self.bury(&mut st, e);
+                let cause = format!("isolated process {what} in {}{detail}", point::name(point));
+                st.dead = Some(cause.clone());
+                Err(CallError::Fatal(cause))
+            }
+        }
+    }
+
+    /// Kills the child now (a call overran its deadline). The call waiting on it then sees
+    /// the pipe close, reaps the child and returns.
+    pub fn abandon(&self) {
+        if let Some(pid) = *lock(&self.pid) {
+            kill_group(pid);
+        }
+    }
+
+    /// Ends a child that broke the protocol or went away: reaps it (killing it first if it
+    /// broke the protocol, or if it does not finish exiting) and says what happened, in
+    /// `wt`'s own words: a crash the Rust runtime explained in its output (an allocation
+    /// over the memory limit, a panic during a panic) is named, and the log is pointed to.
+    /// The child's own text is never quoted: its output stays in its log.
+    fn bury(&self, st: &mut State, e: FrameError) -> (String, String) {
+        if e.is_violation() {
+            self.reap(st, Duration::ZERO);
+            return (format!("{e}; killed"), String::new());
+        }
+        let status = self.reap(st, EXIT_GRACE);
+        let mut detail = String::new();
+        let tail = self.output.tail(OUTPUT_GRACE);
+        if status.signal().is_some() || status.code() != Some(0) {
+            if let Some(why) = diagnose(&tail, self.memory_limit_mib) {
+                detail = format!(" ({why})");
+            }
+        }
+        if let Some(path) = lock(&self.output.log_path).as_ref() {
+            detail.push_str(&format!("; its output is in {}", path.display()));
+        }
+        (describe(status), detail)
+    }
+
+    fn reap(&self, st: &mut State, grace: Duration) -> ExitStatus {
+        reap(&self.pid, st, grace)
+    }
+}
+
+/// Reaps the child, killing its process group if it has not exited within `grace`.
+fn reap(pid: &Mutex<Option<i32>>, st: &mut State, grace: Duration) -> ExitStatus {
+    // From here on nobody else may signal this pid: once reaped it can belong to anyone.
+    let Some(pid) = lock(pid).take() else {
+        return ExitStatus::from_raw(0);
+    };
+    st.to_child = None;
+    let until = Instant::now() + grace;
+    let mut nap = Duration::from_micros(200);
+    while !has_exited(pid) && Instant::now() < until {
+        std::thread::sleep(nap);
+        nap = (nap * 2).min(Duration::from_millis(20));
+    }
+    // Exited or not, the child is not reaped yet, so its pid (the group's id) is still
+    // ours: kill the group, which also ends whatever the plugin left running in it.
+    kill_group(pid);
+    st.child
+        .wait()
+        .unwrap_or_else(|_| ExitStatus::from_raw(libc::SIGKILL))
+}
+
+/// Has the child exited? Asks without reaping it, so the pid stays ours.
+fn has_exited(pid: i32) -> bool {
+    // SAFETY: `info` is a plain C struct that waitid fills; WNOWAIT leaves the child
+    // waitable, so `Child::wait` still reaps it later.
+    unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        let rc = libc::waitid(
+            libc::P_PID,
+            pid as libc::id_t,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        );
+        rc != 0 || info.si_pid() != 0
+    }
+}
+
+impl Drop for Isolated {
+    fn drop(&mut self) {
+        // Closing its stdin tells a healthy child to exit; one that does not is killed.
+        let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        reap(&self.pid, st, Duration::from_millis(100));
+    }
+}
+
+/// One call: the point out, then the child's requests answered until it returns.
+fn exchange(
+    st: &mut State,
+    point: u32,
+    host: &dyn HostServices,
+) -> Result<Result<String, String>, FrameError> {
+    let State {
+        to_child,
+        from_child,
+        body,
+        out,
+        ..
+    } = st;
+    let to_child = to_child.as_mut().ok_or(FrameError::Eof)?;
+    protocol::write_frame(to_child, tag::CALL, &[&point.to_le_bytes()], out)?;
+    let result = loop {
+        match protocol::read_frame(
+            from_child,
+            &[tag::GET, tag::SERVICE, tag::RETURN],
+            CHILD_FRAME_LIMIT,
+            body,
+        )? {
+            tag::GET => {
+                let name = protocol::utf8(body)?;
+                match host.member(&name) {
+                    Some(json) => protocol::write_frame(
+                        to_child,
+                        tag::MEMBER,
+                        &[b"\x01", json.as_bytes()],
+                        out,
+                    )?,
+                    None => protocol::write_frame(to_child, tag::MEMBER, &[b"\x00"], out)?,
+                }
+            }
+            tag::SERVICE => {
+                let (op, arg) = protocol::decode_service(body)?;
+                let reply = host.call(&op, &arg);
+                protocol::write_frame(to_child, tag::REPLY, &protocol::result_parts(&reply), out)?;
+            }
+            _ => break protocol::decode_result(body)?,
+        }
+    };
+    // One large artifact must not pin its buffer for the rest of the sweep.
+    if body.capacity() > 1 << 20 {
+        *body = Vec::new();
+    }
+    Ok(result)
+}
+
+/// `killed by SIGSEGV`, `exited with status 3`.
+pub fn describe(status: ExitStatus) -> String {
+    match (status.signal(), status.code()) {
+        (Some(sig), _) => format!("killed by {}", signal_name(sig)),
+        (None, Some(code)) => format!("exited with status {code}"),
+        _ => status.to_string(),
+    }
+}
+
+fn signal_name(sig: i32) -> String {
+    let name = match sig {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGILL => "SIGILL",
+        libc::SIGTRAP => "SIGTRAP",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGUSR1 => "SIGUSR1",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGUSR2 => "SIGUSR2",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGALRM => "SIGALRM",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGXCPU => "SIGXCPU",
+        libc::SIGXFSZ => "SIGXFSZ",
+        libc::SIGSYS => "SIGSYS",
+        _ => return format!("signal {sig}"),
+    };
+    name.to_owned()
+}
+
+fn kill_group(pid: i32) {
+    // SAFETY: kill(2) has no memory-safety preconditions. Callers hold the pid lock or own
+    // the unreaped child, so `pid` still names our child's process group.
+    unsafe {
+        libc::kill(-pid, libc::SIGKILL);
+    }
+}
+
+/// The child's output as it arrives: the last [`TAIL`] bytes in memory, and everything up
+/// to [`LOG_LIMIT`] in the log file.
+#[derive(Default)]
+struct Output {
+    tail: Mutex<(VecDeque<u8>, bool)>,
+    finished: Condvar,
+    /// The log file, once the child wrote something to it.
+    log_path: Mutex<Option<PathBuf>>,
+}
+
+impl Output {
+    /// The child's last output, once it has ended (waiting at most `grace` for that).
+    fn tail(&self, grace: Duration) -> String {
+        let guard = lock(&self.tail);
+        let (guard, _) = self
+            .finished
+            .wait_timeout_while(guard, grace, |(_, done)| !*done)
+            .unwrap_or_else(|e| e.into_inner());
+        let bytes: Vec<u8> = guard.0.iter().copied().collect();
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+}
+
+/// What the Rust runtime said before it aborted the child, in `wt`'s words.
+fn diagnose(tail: &str, memory_limit_mib: u64) -> Option<String> {
+    if let Some(at) = tail.rfind("memory allocation of ") {
+        let bytes: String = tail[at + 21..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .take(20)
+            .collect();
+        return Some(format!(
+            "an allocation of {bytes} bytes failed; memory limit {memory_limit_mib} MiB"
+        ));
+    }
+    [
+        "panic in a destructor",
+        "non-unwinding panic",
+        "panicked while processing panic",
+    ]
+    .iter()
+    .any(|m| tail.contains(m))
+    .then(|| "a panic while unwinding a panic".to_owned())
+}
+
+fn drain(mut from: impl Read, log: Option<(PathBuf, String)>, output: &Output) {
+    let mut file: Option<std::fs::File> = None;
+    let mut open_failed = false;
+    let mut written = 0u64;
+    let mut dropped = 0u64;
+    let mut chunk = [0u8; 8192];
+    loop {
+        let n = match from.read(&mut chunk) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let bytes = &chunk[..n];
+        {
+            let mut tail = lock(&output.tail);
+            tail.0.extend(bytes);
+            let excess = tail.0.len().saturating_sub(TAIL);
+            tail.0.drain(..excess);
+        }
+        if file.is_none() && !open_failed {
+            file = log.as_ref().and_then(|(dir, name)| {
+                std::fs::create_dir_all(dir).ok()?;
+                let path = dir.join(name);
+                let f = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&path)
+                    .ok()?;
+                *lock(&output.log_path) = Some(path);
+                Some(f)
+            });
+            open_failed = file.is_none();
+        }
+        if let Some(f) = file.as_mut() {
+            let room = LOG_LIMIT.saturating_sub(written).min(n as u64) as usize;
+            if f.write_all(&bytes[..room]).is_ok() {
+                written += room as u64;
+            }
+            dropped += (n - room) as u64;
+        }
+    }
+    if let (Some(f), true) = (file.as_mut(), dropped > 0) {
+        let _ = writeln!(
+            f,
+            "\n[wt: {dropped} more bytes of output dropped: the log is limited to {} MiB]",
+            LOG_LIMIT >> 20
+        );
+    }
+    lock(&output.tail).1 = true;
+    output.finished.notify_all();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_statuses_read_as_causes() {
+        assert_eq!(
+            describe(ExitStatus::from_raw(libc::SIGSEGV)),
+            "killed by SIGSEGV"
+        );
+        assert_eq!(
+            describe(ExitStatus::from_raw(3 << 8)),
+            "exited with status 3"
+        );
+        assert_eq!(describe(ExitStatus::from_raw(0)), "exited with status 0");
+        assert_eq!(describe(ExitStatus::from_raw(64)), "killed by signal 64");
+    }
+
+    #[test]
+    fn the_log_is_bounded_and_says_how_much_it_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let output = Output::default();
+        let big = vec![b'x'; (LOG_LIMIT as usize) + 1000];
+        let mut input = big.clone();
+        input.extend_from_slice(b"\nmemory allocation of 123 bytes failed\n");
+        drain(
+            &input[..],
+            Some((dir.path().to_path_buf(), "h.log".into())),
+            &output,
+        );
+        let log = std::fs::read_to_string(dir.path().join("h.log")).unwrap();
+        assert!(log.len() < LOG_LIMIT as usize + 200);
+        assert!(
+            log.ends_with("[wt: 1039 more bytes of output dropped: the log is limited to 1 MiB]\n"),
+            "{}",
+            &log[log.len() - 100..]
+        );
+        assert_eq!(
+            diagnose(&output.tail(Duration::ZERO), 64).as_deref(),
+            Some("an allocation of 123 bytes failed; memory limit 64 MiB")
+        );
+        assert_eq!(
+            diagnose("thread caused non-unwinding panic. aborting.\n", 64).as_deref(),
+            Some("a panic while unwinding a panic")
+        );
+        assert_eq!(diagnose("anything else\n", 64), None);
+    }
+
+    #[test]
+    fn the_child_sees_only_its_own_settings() {
+        // Built from the real environment, so checked by shape rather than by setting one.
+        for (k, _) in child_env("acme") {
+            let k = k.to_string_lossy().into_owned();
+            assert!(k.starts_with("WT_ACME_") || k == "LD_LIBRARY_PATH", "{k}");
+        }
+    }
+}
