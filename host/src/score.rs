@@ -199,13 +199,13 @@ fn constraint(s: &Scenario, trace: &Trace) -> LayerResult {
             ));
         }
     }
-    if let Some(max) = exp.max_steps {
-        if calls.len() > max as usize {
-            problems.push(format!(
-                "{} tool calls in the run, at most {max} allowed",
-                calls.len()
-            ));
-        }
+    if let Some(max) = exp.max_steps
+        && calls.len() > max as usize
+    {
+        problems.push(format!(
+            "{} tool calls in the run, at most {max} allowed",
+            calls.len()
+        ));
     }
     if let Some(max) = exp.max_steps_per_turn {
         let mut per_turn: BTreeMap<u32, usize> = BTreeMap::new();

@@ -97,14 +97,14 @@ pub const RESERVED_LABELS: [&str; 2] = ["score", "pack"];
 /// Checks a hook name and an artifact label for use in a file name.
 pub fn check_artifact_names(hook: &str, label: Option<&str>) -> Result<(), StoreError> {
     for (what, name) in [("hook name", Some(hook)), ("artifact label", label)] {
-        if let Some(name) = name {
-            if !is_slug(name) {
-                return Err(StoreError::BadName {
-                    what,
-                    name: name.to_owned(),
-                    why: "use 1-64 characters of a-z, 0-9, `_` and `-`",
-                });
-            }
+        if let Some(name) = name
+            && !is_slug(name)
+        {
+            return Err(StoreError::BadName {
+                what,
+                name: name.to_owned(),
+                why: "use 1-64 characters of a-z, 0-9, `_` and `-`",
+            });
         }
     }
     if let Some(l) = label.filter(|l| RESERVED_LABELS.contains(l)) {

@@ -279,10 +279,8 @@ pub fn triage_with(runs: &[LoadedRun], debriefs: bool) -> Vec<Cluster> {
             debriefs: Vec::new(),
         });
         c.runs.push(trace.run_id.clone());
-        if debriefs {
-            if let Some(d) = debrief_excerpt(run) {
-                c.debriefs.push(d);
-            }
+        if debriefs && let Some(d) = debrief_excerpt(run) {
+            c.debriefs.push(d);
         }
     }
     let mut out: Vec<Cluster> = clusters.into_values().collect();

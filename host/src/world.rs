@@ -74,18 +74,18 @@ impl World {
     /// Does `check` hold? `Err` says why not, in words a person can act on.
     pub fn check(&self, check: &WorldCheck) -> Result<(), String> {
         let found = self.get(&check.path);
-        if let Some(exists) = check.exists {
-            if exists != found.is_some() {
-                return Err(if exists {
-                    format!("`{}` should exist but is absent", check.path)
-                } else {
-                    format!(
-                        "`{}` should be absent but is {}",
-                        check.path,
-                        show(found.unwrap_or(&Value::Null))
-                    )
-                });
-            }
+        if let Some(exists) = check.exists
+            && exists != found.is_some()
+        {
+            return Err(if exists {
+                format!("`{}` should exist but is absent", check.path)
+            } else {
+                format!(
+                    "`{}` should be absent but is {}",
+                    check.path,
+                    show(found.unwrap_or(&Value::Null))
+                )
+            });
         }
         if let Some(expected) = &check.equals {
             match found {

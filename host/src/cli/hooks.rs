@@ -357,15 +357,16 @@ fn install(args: InstallArgs) -> anyhow::Result<u8> {
     // Another installed library must not already provide these names.
     let installed = Registry::discover(std::slice::from_ref(&dir));
     for e in installed.entries.iter() {
-        if let crate::registry::Source::Plugin(p) = &e.source {
-            if p != &dest && e.name.as_ref().is_some_and(|n| names.contains(n)) {
-                return Err(CodedError::usage(format!(
-                    "hook `{}` is already installed from {}; remove that file first",
-                    e.name.as_deref().unwrap_or_default(),
-                    p.display()
-                ))
-                .into());
-            }
+        if let crate::registry::Source::Plugin(p) = &e.source
+            && p != &dest
+            && e.name.as_ref().is_some_and(|n| names.contains(n))
+        {
+            return Err(CodedError::usage(format!(
+                "hook `{}` is already installed from {}; remove that file first",
+                e.name.as_deref().unwrap_or_default(),
+                p.display()
+            ))
+            .into());
         }
     }
 

@@ -533,10 +533,10 @@ impl Progress for CliProgress {
             }
             Event::ScenarioStarted { .. } => {}
         }
-        if self.done.load(Ordering::Relaxed) >= self.total {
-            if let Some(bar) = &self.bar {
-                bar.finish_and_clear();
-            }
+        if self.done.load(Ordering::Relaxed) >= self.total
+            && let Some(bar) = &self.bar
+        {
+            bar.finish_and_clear();
         }
     }
 }

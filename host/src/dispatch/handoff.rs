@@ -207,7 +207,7 @@ fn worker_loop(shared: &Arc<Shared>) {
                 return;
             }
             spins = spins.wrapping_add(1);
-            if spins % 64 == 0 && Instant::now() > spin_until {
+            if spins.is_multiple_of(64) && Instant::now() > spin_until {
                 // Announce the park, then look again: a submission that raced the store
                 // either is seen here or sees the flag and unparks us.
                 shared.worker_parked.store(true, Ordering::SeqCst);
@@ -337,7 +337,7 @@ pub(super) fn wait(
             return None;
         }
         spins = spins.wrapping_add(1);
-        if spins % 64 != 0 {
+        if !spins.is_multiple_of(64) {
             std::hint::spin_loop();
             continue;
         }

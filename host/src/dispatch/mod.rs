@@ -493,11 +493,11 @@ impl Dispatcher {
             if !self.redactor.is_empty() {
                 self.redactor.scrub_value(&mut payload);
             }
-            if r.conversed {
-                if let Value::Object(map) = &mut payload {
-                    map.insert("tools_disabled".into(), Value::Bool(false));
-                    map.insert("timed_out".into(), Value::Bool(r.converse_timed_out));
-                }
+            if r.conversed
+                && let Value::Object(map) = &mut payload
+            {
+                map.insert("tools_disabled".into(), Value::Bool(false));
+                map.insert("timed_out".into(), Value::Bool(r.converse_timed_out));
             }
             out.artifacts.push(Artifact {
                 hook: name.clone(),

@@ -136,12 +136,12 @@ impl WorkerServices<'_> {
             Some(l) => format!("{}.{l}", self.hook),
             None => self.hook.to_owned(),
         };
-        if let Some(names) = &self.job.data.data.artifact_names {
-            if !lock(names).insert(name.clone()) {
-                return Err(format!(
-                    "an artifact named `{name}` was already written here; give each artifact its own label"
-                ));
-            }
+        if let Some(names) = &self.job.data.data.artifact_names
+            && !lock(names).insert(name.clone())
+        {
+            return Err(format!(
+                "an artifact named `{name}` was already written here; give each artifact its own label"
+            ));
         }
         let payload = v.get("payload").cloned().unwrap_or(Value::Null);
         lock(&self.artifacts).push((label, payload));

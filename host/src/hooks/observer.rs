@@ -350,11 +350,11 @@ impl RunObserver for HookObserver {
         // the begins that come after it.
         for slot in 0..d.hooks().len() {
             let bit = 1u64 << slot;
-            if guards & bit != 0 {
-                if let Some(denial) = self.check(slot, call, &mut open.warnings) {
-                    open.denial = Some(denial);
-                    return open;
-                }
+            if guards & bit != 0
+                && let Some(denial) = self.check(slot, call, &mut open.warnings)
+            {
+                open.denial = Some(denial);
+                return open;
             }
             if begins & bit != 0 {
                 let out = d.dispatch_to(bit, false, point::TURN_BEGIN, Self::turn_data(call), None);

@@ -261,10 +261,10 @@ impl Isolated {
         let status = self.reap(st, EXIT_GRACE);
         let mut detail = String::new();
         let tail = self.output.tail(OUTPUT_GRACE);
-        if status.signal().is_some() || status.code() != Some(0) {
-            if let Some(why) = diagnose(&tail, self.memory_limit_mib) {
-                detail = format!(" ({why})");
-            }
+        if (status.signal().is_some() || status.code() != Some(0))
+            && let Some(why) = diagnose(&tail, self.memory_limit_mib)
+        {
+            detail = format!(" ({why})");
         }
         if let Some(path) = lock(&self.output.log_path).as_ref() {
             detail.push_str(&format!("; its output is in {}", path.display()));

@@ -290,10 +290,10 @@ pub fn redactor(agent: &AgentConfig) -> Redactor {
         }
     }
     for name in agent.env_passthrough.iter().flatten() {
-        if crate::secrets::is_secret_name(name) {
-            if let Ok(value) = std::env::var(name) {
-                r.add(&value);
-            }
+        if crate::secrets::is_secret_name(name)
+            && let Ok(value) = std::env::var(name)
+        {
+            r.add(&value);
         }
     }
     r
@@ -563,12 +563,12 @@ pub fn validate_agent(agent: &AgentConfig) -> Result<(), String> {
     if agent.max_steps == 0 {
         return Err("`max_steps` must be at least 1".into());
     }
-    if let Some(n) = agent.max_response_bytes {
-        if !(1024..=MAX_RESPONSE_BYTES_LIMIT).contains(&n) {
-            return Err(format!(
-                "`max_response_bytes` = {n} is out of range: at least 1024 and at most {MAX_RESPONSE_BYTES_LIMIT}"
-            ));
-        }
+    if let Some(n) = agent.max_response_bytes
+        && !(1024..=MAX_RESPONSE_BYTES_LIMIT).contains(&n)
+    {
+        return Err(format!(
+            "`max_response_bytes` = {n} is out of range: at least 1024 and at most {MAX_RESPONSE_BYTES_LIMIT}"
+        ));
     }
     if agent.retries.is_some_and(|r| r > MAX_RETRIES) {
         return Err(format!("`retries` must be at most {MAX_RETRIES}"));

@@ -437,16 +437,16 @@ fn closed_early(e: &(dyn std::error::Error + 'static)) -> bool {
     use std::io::ErrorKind;
     let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(c) = cause {
-        if let Some(io) = c.downcast_ref::<std::io::Error>() {
-            if matches!(
+        if let Some(io) = c.downcast_ref::<std::io::Error>()
+            && matches!(
                 io.kind(),
                 ErrorKind::ConnectionReset
                     | ErrorKind::ConnectionAborted
                     | ErrorKind::BrokenPipe
                     | ErrorKind::UnexpectedEof
-            ) {
-                return true;
-            }
+            )
+        {
+            return true;
         }
         let text = c.to_string();
         if text.contains("connection closed before message completed")

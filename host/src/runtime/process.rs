@@ -125,12 +125,12 @@ pub fn validate(agent: &AgentConfig) -> Result<(), String> {
     if agent.mcp == Some(false) && used.contains(&"mcp_config") {
         return Err("`command` uses {mcp_config} but `mcp = false`".into());
     }
-    if let Some(f) = &agent.reply_field {
-        if f.trim().is_empty() || f.split('.').any(str::is_empty) {
-            return Err(format!(
-                "`reply_field` = {f:?} is not a dotted path (e.g. \"result\" or \"message.text\")"
-            ));
-        }
+    if let Some(f) = &agent.reply_field
+        && (f.trim().is_empty() || f.split('.').any(str::is_empty))
+    {
+        return Err(format!(
+            "`reply_field` = {f:?} is not a dotted path (e.g. \"result\" or \"message.text\")"
+        ));
     }
     for (name, value) in agent.env.iter().flatten() {
         check_env_name(name).map_err(|why| format!("`env`: {why}"))?;
@@ -143,10 +143,10 @@ pub fn validate(agent: &AgentConfig) -> Result<(), String> {
     for name in agent.env_passthrough.iter().flatten() {
         check_env_name(name).map_err(|why| format!("`env_passthrough`: {why}"))?;
     }
-    if let Some(d) = &agent.state_dir {
-        if d.trim().is_empty() {
-            return Err("`state_dir` must not be empty".into());
-        }
+    if let Some(d) = &agent.state_dir
+        && d.trim().is_empty()
+    {
+        return Err("`state_dir` must not be empty".into());
     }
     Ok(())
 }
@@ -1079,10 +1079,10 @@ fn session_line(line: &str, turn: u32) -> Option<Result<String, (TurnErrorKind, 
         // Other types (progress, logs) are allowed and ignored.
         return None;
     }
-    if let Some(t) = v.get("turn") {
-        if t.as_u64() != Some(u64::from(turn)) {
-            return protocol(format!("answered turn {t}, expected {turn}"));
-        }
+    if let Some(t) = v.get("turn")
+        && t.as_u64() != Some(u64::from(turn))
+    {
+        return protocol(format!("answered turn {t}, expected {turn}"));
     }
     match kind {
         "reply" => match v.get("text") {
@@ -1208,12 +1208,13 @@ fn state_listing(dir: &std::path::Path) -> Value {
                 .display()
                 .to_string();
             let mut entry = json!({"bytes": meta.len()});
-            if meta.is_file() && meta.len() <= STATE_MAX_HASHED {
-                if let Ok(bytes) = std::fs::read(&path) {
-                    let hash = sha2::Sha256::digest(&bytes);
-                    entry["sha256"] =
-                        json!(hash.iter().map(|b| format!("{b:02x}")).collect::<String>());
-                }
+            if meta.is_file()
+                && meta.len() <= STATE_MAX_HASHED
+                && let Ok(bytes) = std::fs::read(&path)
+            {
+                let hash = sha2::Sha256::digest(&bytes);
+                entry["sha256"] =
+                    json!(hash.iter().map(|b| format!("{b:02x}")).collect::<String>());
             }
             files.insert(rel, entry);
         }

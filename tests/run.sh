@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The whole test suite, on a fresh machine with a Rust toolchain and python3: first what the
+# suite needs beside Rust, then `cargo test --workspace` with any arguments given
+# (e.g. `bash tests/run.sh --locked`).
+#
+# - Chromium, for the HTML report tests (tests/e2e/reports.rs renders pages headless):
+#   Debian's `chromium`, installed with apt-get when missing (as root). Those tests never skip:
+#   without a browser they fail, saying how to install one.
+# - The MCP test agents' Python venv (target/py-agents, from tests/agents/requirements.txt):
+#   third-party MCP clients on the official Python SDK. The suite builds it itself when
+#   missing; building it here keeps pip out of the tests' time and makes a PyPI problem an
+#   early, plain error.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ ! -x /usr/bin/chromium ]; then
+    echo "== installing chromium (apt-get)"
+    log=$(mktemp)
+    if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } >"$log" 2>&1 \
+        || [ ! -x /usr/bin/chromium ]; then
+        cat "$log" >&2
+        echo "error: could not install chromium (apt-get install -y chromium, as root); the HTML report tests need it" >&2
+        exit 1
+    fi
+    rm -f "$log"
+fi
+
+if ! target/py-agents/bin/python -c "import mcp" 2>/dev/null; then
+    echo "== the e2e agents' Python venv (tests/agents/requirements.txt)"
+    rm -rf target/py-agents
+    python3 -m venv target/py-agents
+    target/py-agents/bin/python -m pip install -q -r tests/agents/requirements.txt
+fi
+
+echo "== cargo test --workspace $*"
+cargo test --workspace "$@"
