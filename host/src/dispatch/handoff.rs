@@ -47,8 +47,10 @@ pub fn set_spare_core(spare: bool) {
 /// Parking costs a futex wake and a context switch on the next job (microseconds, and much
 /// more on a loaded machine); a sweep's points come in a steady rhythm — the turn between
 /// `on_run_start` and `on_run_scored`, the file writes between one run's end and the next
-/// one's start — so when the recent gaps were short and a core is idle, the worker spins
-/// through them instead.
+/// one's start — so while most recent gaps were shorter than [`MAX_SPIN`] and a core is
+/// idle, the worker spins through them (an occasional long gap, a page fault or a slow
+/// write, does not end that). Against a real agent, whose turns take seconds, most gaps are
+/// long and the worker parks after [`SPIN`].
 struct Rhythm {
     recent: [Duration; 4],
     at: usize,
@@ -57,7 +59,7 @@ struct Rhythm {
 impl Rhythm {
     fn new() -> Self {
         Rhythm {
-            recent: [MAX_SPIN; 4],
+            recent: [Duration::ZERO; 4],
             at: 0,
         }
     }
@@ -68,11 +70,11 @@ impl Rhythm {
     }
 
     fn budget(&self) -> Duration {
-        let longest = self.recent.iter().copied().max().unwrap_or(MAX_SPIN);
-        if !SPARE_CORE.load(Ordering::Relaxed) || longest >= MAX_SPIN {
-            SPIN
+        let short = self.recent.iter().filter(|g| **g < MAX_SPIN).count();
+        if SPARE_CORE.load(Ordering::Relaxed) && short * 2 > self.recent.len() {
+            MAX_SPIN
         } else {
-            (longest + longest / 2).clamp(SPIN, MAX_SPIN)
+            SPIN
         }
     }
 }
@@ -230,7 +232,10 @@ fn worker_loop(shared: &Arc<Shared>) {
         if shared.abandoned.load(Ordering::Acquire) {
             return;
         }
-        shared.done.store(job.seq, Ordering::SeqCst);
+        // Let go of the snapshot before saying done: the runner takes its trace and score
+        // back without a copy when nobody else holds them.
+        drop(job);
+        shared.done.store(seen, Ordering::SeqCst);
         if shared.runner_parked.load(Ordering::SeqCst) {
             shared.wake_runner();
         }

@@ -34,13 +34,7 @@ pub struct HookObserver {
     names: Arc<ArtifactNames>,
     /// Lanes 1, 2, …; lane 0 is this observer.
     lanes: Vec<Arc<HookObserver>>,
-    /// The trace and score snapshots of the run at `on_run_scored`, reused at `on_run_end`
-    /// (the runner changes neither in between).
-    last_run: Mutex<Option<RunSnapshot>>,
 }
-
-/// A run's id with its trace and score snapshots.
-type RunSnapshot = (String, Arc<Trace>, Arc<Score>);
 
 /// What every lane's observer shares: the artifact names written so far, per run (by run
 /// id), per scenario (by id), and for the pack — each scope's files are named after them,
@@ -89,7 +83,6 @@ impl HookObserver {
             dispatcher,
             names: Arc::default(),
             lanes: Vec::new(),
-            last_run: Mutex::new(None),
         }
     }
 
@@ -101,8 +94,7 @@ impl HookObserver {
                 dispatcher: Arc::new(self.dispatcher.for_lane()?),
                 names: self.names.clone(),
                 lanes: Vec::new(),
-                last_run: Mutex::new(None),
-            }));
+                }));
         }
         Ok(())
     }
@@ -133,25 +125,16 @@ impl HookObserver {
         &self,
         scenario: &Scenario,
         agent: &AgentConfig,
-        trace: &Trace,
-        score: &Score,
+        trace: &Arc<Trace>,
+        score: &Arc<Score>,
     ) -> CallData {
-        let (trace_snap, score_snap) = {
-            let mut last = self.last_run.lock().unwrap_or_else(|e| e.into_inner());
-            match &*last {
-                Some((run, t, s)) if *run == trace.run_id => (t.clone(), s.clone()),
-                _ => {
-                    let (t, s) = (Arc::new(trace.clone()), Arc::new(score.clone()));
-                    *last = Some((trace.run_id.clone(), t.clone(), s.clone()));
-                    (t, s)
-                }
-            }
-        };
         CallData {
             run_id: Some(Arc::from(trace.run_id.as_str())),
             session_id: Some(Arc::from(trace.session_id.as_str())),
-            trace: Some(trace_snap),
-            score: Some(score_snap),
+            // Shared, not copied: the runner takes the trace back once the run's points
+            // are dispatched.
+            trace: Some(trace.clone()),
+            score: Some(score.clone()),
             ..self.run_data(scenario, agent, &trace.run_id)
         }
     }
@@ -260,8 +243,8 @@ impl RunObserver for HookObserver {
         &self,
         scenario: &Scenario,
         agent: &AgentConfig,
-        trace: &Trace,
-        score: &Score,
+        trace: &Arc<Trace>,
+        score: &Arc<Score>,
         session: &dyn Session,
     ) -> RunHookOutput {
         self.fire(
@@ -275,8 +258,8 @@ impl RunObserver for HookObserver {
         &self,
         scenario: &Scenario,
         agent: &AgentConfig,
-        trace: &Trace,
-        score: &Score,
+        trace: &Arc<Trace>,
+        score: &Arc<Score>,
         session: &dyn Session,
     ) -> RunHookOutput {
         let out = self.fire(
@@ -285,7 +268,6 @@ impl RunObserver for HookObserver {
             Some(session),
         );
         forget(&self.names.run, &trace.run_id);
-        *self.last_run.lock().unwrap_or_else(|e| e.into_inner()) = None;
         out
     }
 

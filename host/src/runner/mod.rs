@@ -87,8 +87,8 @@ pub trait RunObserver: Send + Sync {
         &self,
         scenario: &Scenario,
         agent: &AgentConfig,
-        trace: &Trace,
-        score: &Score,
+        trace: &Arc<Trace>,
+        score: &Arc<Score>,
         session: &dyn Session,
     ) -> RunHookOutput {
         RunHookOutput::default()
@@ -97,8 +97,8 @@ pub trait RunObserver: Send + Sync {
         &self,
         scenario: &Scenario,
         agent: &AgentConfig,
-        trace: &Trace,
-        score: &Score,
+        trace: &Arc<Trace>,
+        score: &Arc<Score>,
         session: &dyn Session,
     ) -> RunHookOutput {
         RunHookOutput::default()
@@ -453,14 +453,66 @@ pub fn planned_runs(scenarios: &[Scenario], runs: Option<u32>, shard: Option<Sha
 }
 
 /// Whether a core is idle beyond `workers` busy lanes: the CPU count less the lanes and the
-/// machine's one-minute load average.
+/// threads other processes have running right now (`/proc/loadavg`'s runnable count less
+/// this process's own). The load average would count this very process's last sweep: a
+/// benchmark or a CI job running sweeps back to back would never find a core to spare.
 fn spare_core(workers: usize) -> bool {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
-    let mut load = [0f64; 1];
-    // SAFETY: `getloadavg` writes at most `nelem` (1) values into the buffer it is given.
-    let read = unsafe { libc::getloadavg(load.as_mut_ptr(), 1) };
-    let load = if read == 1 { load[0] } else { cores };
-    cores - load - workers as f64 >= 1.0
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // The fewest seen over a few samples: a thread that wakes for a moment is no load.
+    let sample = || Some(runnable_on_machine()?.saturating_sub(runnable_here()?));
+    let busy = match (0..5)
+        .map(|i| {
+            if i > 0 {
+                std::thread::sleep(std::time::Duration::from_micros(400));
+            }
+            sample()
+        })
+        .collect::<Option<Vec<usize>>>()
+        .and_then(|seen| seen.into_iter().min())
+    {
+        Some(busy) => busy,
+        None => {
+            let mut load = [0f64; 1];
+            // SAFETY: `getloadavg` writes at most `nelem` (1) values into the buffer it is given.
+            let read = unsafe { libc::getloadavg(load.as_mut_ptr(), 1) };
+            if read == 1 { load[0].round() as usize } else { cores }
+        }
+    };
+    cores.saturating_sub(busy).saturating_sub(workers) >= 1
+}
+
+/// A small kernel file's text (at most 512 bytes).
+fn proc_text(path: &std::path::Path) -> Option<String> {
+    use std::io::Read;
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .ok()?
+        .take(512)
+        .read_to_string(&mut text)
+        .ok()?;
+    Some(text)
+}
+
+/// Threads runnable on the machine at this instant (Linux): `/proc/loadavg`'s fourth field
+/// is `running/total`.
+fn runnable_on_machine() -> Option<usize> {
+    let text = proc_text("/proc/loadavg".as_ref())?;
+    let field = text.split_whitespace().nth(3)?;
+    field.split_once('/')?.0.parse().ok()
+}
+
+/// This process's threads that are runnable at this instant (Linux).
+fn runnable_here() -> Option<usize> {
+    let mut running = 0;
+    for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+        // "tid (comm) S ...": the state follows the last parenthesis (comm may hold any).
+        let Some(stat) = proc_text(&task.path().join("stat")) else {
+            continue;
+        };
+        let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next());
+        running += usize::from(state == Some("R"));
+    }
+    Some(running)
 }
 
 /// A stem's 64-bit key: the taken-stems set stays small (8 bytes a run). A false clash
@@ -539,8 +591,8 @@ mod tests {
             &self,
             _: &Scenario,
             _: &AgentConfig,
-            t: &Trace,
-            _: &Score,
+            t: &Arc<Trace>,
+            _: &Arc<Score>,
             session: &dyn Session,
         ) -> RunHookOutput {
             let reply = session.converse(
@@ -565,8 +617,8 @@ mod tests {
             &self,
             _: &Scenario,
             _: &AgentConfig,
-            t: &Trace,
-            _: &Score,
+            t: &Arc<Trace>,
+            _: &Arc<Score>,
             _: &dyn Session,
         ) -> RunHookOutput {
             self.log

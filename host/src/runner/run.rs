@@ -141,8 +141,16 @@ impl<'s, 'a> RunRunner<'s, 'a> {
         if score.verdict == Verdict::Error {
             session.unusable = Some(score.error.clone().unwrap_or_default());
         }
-        let scored_out = observer.on_run_scored(scenario, &cfg.agent, &trace, &score, &session);
-        let end_out = observer.on_run_end(scenario, &cfg.agent, &trace, &score, &session);
+        // Hooks read the trace and score where they are (no copy per run); the runner takes
+        // them back once both points returned. A hook abandoned past its deadline may still
+        // hold them: then the runner goes on with copies.
+        let (shared_trace, shared_score) = (Arc::new(trace), Arc::new(score));
+        let scored_out =
+            observer.on_run_scored(scenario, &cfg.agent, &shared_trace, &shared_score, &session);
+        let end_out =
+            observer.on_run_end(scenario, &cfg.agent, &shared_trace, &shared_score, &session);
+        let mut trace = Arc::unwrap_or_clone(shared_trace);
+        let score = Arc::unwrap_or_clone(shared_score);
         // The run is over for the agent too: its world closes and what the runtime started
         // for it stops. A turn cut when wt stopped may still hold the handle; the runtime's
         // own drop cleans up then.
