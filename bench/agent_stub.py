@@ -1,16 +1,23 @@
 """A local agent for benchmarks: answers after a fixed delay (default 50 ms), as
 - an `http`-runtime service (GET /health, POST /reset, POST /inject, GET /state), and
-- an OpenAI-compatible chat-completions endpoint (POST /v1/chat/completions).
-Replies never mention a refund, so a scenario that requires one fails (and `debrief` talks).
+- an OpenAI-compatible chat-completions endpoint (POST /v1/chat/completions),
+and counts the answers it gave (GET /count), so a benchmark can check that a client really
+made its calls. Replies never mention a refund, so a scenario that requires one fails (and
+`debrief` talks). Any other path is a 404.
 
 Usage: python3 bench/agent_stub.py PORT [DELAY_S]   (prints "ready" when listening)
 """
+import itertools
 import json
 import sys
+import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 DELAY = float(sys.argv[2]) if len(sys.argv) > 2 else 0.05
+ANSWERS = 0
+LOCK = threading.Lock()
+IDS = itertools.count()
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -31,18 +38,39 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def do_GET(self):
-        self.reply(200, {"ok": True} if self.path == "/health" else {"sessions": []})
+        if self.path == "/health":
+            return self.reply(200, {"ok": True})
+        if self.path == "/count":
+            return self.reply(200, {"answers": ANSWERS})
+        self.reply(200, {"sessions": []})
 
     def do_POST(self):
+        global ANSWERS
         length = int(self.headers.get("Content-Length", 0))
         body = json.loads(self.rfile.read(length) or b"{}")
         if self.path == "/reset":
             return self.reply(200, {})
+        if self.path not in ("/inject", "/v1/chat/completions"):
+            return self.reply(404, {"error": {"message": f"no such endpoint: {self.path}"}})
         time.sleep(DELAY)
+        with LOCK:
+            ANSWERS += 1
         text = "Order 1234 has shipped."
         if self.path == "/inject":
             return self.reply(200, {"reply": text, "session_id": body.get("session_id")})
-        self.reply(200, {"choices": [{"message": {"role": "assistant", "content": text}}]})
+        # A complete chat.completion object: strict clients (the openai package) need it all.
+        self.reply(200, {
+            "id": f"chatcmpl-{next(IDS)}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model", "m"),
+            "choices": [{
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "finish_reason": "stop",
+            }],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 6, "total_tokens": 16},
+        })
 
 
 class Server(ThreadingHTTPServer):

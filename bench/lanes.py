@@ -6,9 +6,12 @@ is (model calls x 50 ms) / jobs. Optionally inspect_ai on the same stub (skipped
 `inspect_ai` package is absent).
 
 Usage: python3 bench/lanes.py [RUNS] [JOBS,...]    (after bench/lanes.sh built wt)
+SAMPLES (default 1000) sets the side-by-side's sample count.
 """
+import json
 import os
 import socket
+import urllib.request
 import subprocess
 import sys
 import tempfile
@@ -19,6 +22,7 @@ wt = os.path.join(root, "target", "release", "wt")
 runs = int(sys.argv[1]) if len(sys.argv) > 1 else 640
 jobs_list = [int(j) for j in (sys.argv[2] if len(sys.argv) > 2 else "1,8,32").split(",")]
 delay = 0.05
+samples = int(os.environ.get("SAMPLES", "1000"))
 
 
 def free_port():
@@ -47,6 +51,8 @@ def write(name, text):
 
 write("pack/pack.toml", 'name = "lanes"\n')
 write("pack/scenarios/ask.toml", f'id = "ask"\nruns = {runs}\nturns = ["Where is order 1234?"]\n')
+write("side/pack.toml", 'name = "side"\n')
+write("side/scenarios/ask.toml", f'id = "ask"\nruns = {samples}\nturns = ["Where is order 1234?"]\n')
 write("failing/pack.toml", 'name = "failing"\n')
 write(
     "failing/scenarios/refund.toml",
@@ -63,6 +69,12 @@ agents = {
         f'label = "m"\nruntime = "openai"\nmodel = "m"\nendpoint = "{base}/v1"\n',
     ),
 }
+
+
+def answers():
+    """How many model answers the stub has given so far."""
+    with urllib.request.urlopen(f"{base}/count") as r:
+        return json.load(r)["answers"]
 
 
 def sweep(agent, jobs, pack, hooks=()):
@@ -82,7 +94,9 @@ for agent in ("http", "openai"):
         (" + debrief", "failing", ("--hook", "debrief"), 2),
     ):
         for jobs in jobs_list:
+            before = answers()
             wall = sweep(agent, jobs, pack, hooks)
+            assert answers() - before == runs * calls, "every run made its model calls"
             ideal = runs * calls * delay / jobs
             print(f"  {agent:<6}{label:<10} --jobs {jobs:<3} {wall:7.2f} s  "
                   f"ideal {ideal:6.2f} s  efficiency {ideal / wall:.2f}")
@@ -108,34 +122,42 @@ from inspect_ai.solver import generate
 @task
 def ask():
     samples = [Sample(id=i, input="Where is order 1234?", target="shipped")
-               for i in range({runs})]
+               for i in range({samples})]
     return Task(dataset=samples, solver=generate(), scorer=includes())
 ''')
     env = dict(os.environ, OPENAI_BASE_URL=f"{base}/v1", OPENAI_API_KEY="x")
-    print(f"side by side with inspect_ai, {runs} one-turn samples on the same stub:")
-    one = write("inspect_one.py", open(script).read().replace(f"range({runs})", "range(1)"))
+    print(f"side by side with inspect_ai, {samples} one-turn samples on the same stub:")
+    one = write("inspect_one.py", open(script).read().replace(f"range({samples})", "range(1)"))
     t = time.perf_counter()
     subprocess.run(
         [inspect_python, "-m", "inspect_ai", "eval", os.path.basename(one), "--model",
-         "openai/m", "--log-dir", os.path.join(work, "inspect"), "--display", "none"],
+         "openai/m", "-M", "responses_api=false", "--log-dir", os.path.join(work, "inspect"),
+         "--display", "none"],
         env=env, capture_output=True, cwd=work,
     )
     startup = time.perf_counter() - t
     print(f"  (inspect_ai's start-up, one sample: {startup:.2f} s; included below)")
     for jobs in jobs_list:
+        before = answers()
         t = time.perf_counter()
+        # The chat-completions API (inspect's openai provider defaults to the Responses API,
+        # which this stub, like most OpenAI-compatible servers, does not serve).
         done = subprocess.run(
             [inspect_python, "-m", "inspect_ai", "eval", os.path.basename(script), "--model",
-             "openai/m", "--max-connections", str(jobs), "--log-dir",
-             os.path.join(work, "inspect"), "--display", "none"],
+             "openai/m", "-M", "responses_api=false", "--max-connections", str(jobs),
+             "--log-dir", os.path.join(work, "inspect"), "--display", "none"],
             env=env, capture_output=True, text=True, cwd=work,
         )
         inspect_wall = time.perf_counter() - t
-        if done.returncode != 0:
-            print(f"  inspect_ai failed ({done.returncode}): "
+        made = answers() - before
+        if done.returncode != 0 or made != samples:
+            # inspect exits 0 even when its eval errored: the stub's count is the proof.
+            print(f"  inspect_ai failed (exit {done.returncode}, {made} of {samples} calls made): "
                   f"{(done.stderr or done.stdout).strip()[-300:]}")
             break
-        wt_wall = sweep("openai", jobs, "pack")
+        before = answers()
+        wt_wall = sweep("openai", jobs, "side")
+        assert answers() - before == samples, "wt made every call"
         print(f"  --max-connections = --jobs = {jobs:<3} inspect_ai {inspect_wall:6.2f} s, "
               f"wt {wt_wall:6.2f} s, ratio inspect_ai / wt {inspect_wall / wt_wall:.2f}")
 

@@ -6,6 +6,7 @@
 #
 #   bench/sweep.sh            # 10,000 runs
 #   RUNS=2000 bench/sweep.sh
+#   JOBS="1 8" bench/sweep.sh             # --jobs values to measure (default: 1 and 8)
 #   BENCH_DIR=/mnt/fresh bench/sweep.sh   # where to write (default: $TMPDIR)
 #
 # Numbers are only stable on a filesystem without many recent deletions: ext4 makes inode
@@ -16,6 +17,7 @@
 set -euo pipefail
 
 RUNS=${RUNS:-10000}
+JOBS=${JOBS:-1 8}
 REPS=${REPS:-3}
 root=$(cd "$(dirname "$0")/.." && pwd)
 target=${CARGO_TARGET_DIR:-$root/target}
@@ -42,7 +44,7 @@ measure() {
 }
 
 sweep() {
-    measure "$wt" run --pack "$work/pack" --runs "$1" --jobs 1 --seed 1 --out "$2"
+    measure "$wt" run --pack "$work/pack" --runs "$1" --jobs "${3:-1}" --seed 1 --out "$2"
 }
 
 # File sizes of one run (all runs of this scenario have the same sizes).
@@ -58,27 +60,32 @@ journal_line_bytes=$(cat "$probe20"/*.events.jsonl 2>/dev/null | awk '{s+=length
 trace_bytes=$(find "$probe" -name '*.json' ! -name '*.*.json' -printf '%s\n' | awk '{s+=$1} END {printf "%d", s/NR}')
 score_bytes=$(find "$probe" -name '*.score.json' -printf '%s\n' | awk '{s+=$1} END {printf "%d", s/NR}')
 
-best_sweep=999999 best_floor=999999 best_floor_j=999999 rss_full=0
+best_floor=999999 best_floor_j=999999 rss_full=0
+declare -A best_sweep
 for _ in $(seq "$REPS"); do
     read -r f_s _ < <(measure "$wt" bench-floor --out "$(fresh_dir)" --count "$RUNS" \
         --trace-bytes "$trace_bytes" --score-bytes "$score_bytes")
     read -r fj_s _ < <(measure "$wt" bench-floor --out "$(fresh_dir)" --count "$RUNS" \
         --trace-bytes "$trace_bytes" --score-bytes "$score_bytes" \
         --journal-lines "$journal_lines" --journal-line-bytes "$journal_line_bytes")
-    out=$(fresh_dir)
-    read -r s_s s_kb < <(sweep "$RUNS" "$out")
-    n=$(find "$out" -name '*.json' | wc -l)
-    [ "$n" -eq $((RUNS * 2)) ] || { echo "expected $((RUNS * 2)) files, found $n" >&2; exit 1; }
     best_floor=$(awk -v a="$best_floor" -v b="$f_s" 'BEGIN {print (b < a ? b : a)}')
     best_floor_j=$(awk -v a="$best_floor_j" -v b="$fj_s" 'BEGIN {print (b < a ? b : a)}')
-    best_sweep=$(awk -v a="$best_sweep" -v b="$s_s" 'BEGIN {print (b < a ? b : a)}')
-    rss_full=$s_kb
+    for jobs in $JOBS; do
+        out=$(fresh_dir)
+        read -r s_s s_kb < <(sweep "$RUNS" "$out" "$jobs")
+        n=$(find "$out" -name '*.json' | wc -l)
+        [ "$n" -eq $((RUNS * 2)) ] || { echo "expected $((RUNS * 2)) files, found $n" >&2; exit 1; }
+        best_sweep[$jobs]=$(awk -v a="${best_sweep[$jobs]:-999999}" -v b="$s_s" 'BEGIN {print (b < a ? b : a)}')
+        [ "$jobs" = 1 ] && rss_full=$s_kb
+    done
 done
 read -r _ rss_tenth < <(sweep $((RUNS / 10)) "$(fresh_dir)")
 
 echo "runs:            $RUNS (one turn each; trace $trace_bytes B, score $score_bytes B)"
 echo "journal:         $journal_lines lines of ~$journal_line_bytes B, one write each"
 echo "floor wall time: ${best_floor}s (traces + scores), ${best_floor_j}s (+ journal) (best of $REPS)"
-echo "sweep wall time: ${best_sweep}s (best of $REPS)"
-awk -v s="$best_sweep" -v f="$best_floor" -v j="$best_floor_j" 'BEGIN {printf "ratio:           %.2fx the floor of traces + scores; %.2fx the floor with the journal (target <= 1.3x)\n", (f > 0 ? s / f : 0), (j > 0 ? s / j : 0)}'
-echo "peak RSS:        ${rss_tenth} KiB at $((RUNS / 10)) runs, ${rss_full} KiB at $RUNS runs"
+for jobs in $JOBS; do
+    b=${best_sweep[$jobs]}
+    awk -v s="$b" -v f="$best_floor" -v j="$best_floor_j" -v jobs="$jobs" -v reps="$REPS" 'BEGIN {printf "sweep --jobs %-3s %ss (best of %s): %.2fx the floor of traces + scores; %.2fx the floor with the journal (target <= 1.3x)\n", jobs, s, reps, (f > 0 ? s / f : 0), (j > 0 ? s / j : 0)}'
+done
+echo "peak RSS (--jobs 1): ${rss_tenth} KiB at $((RUNS / 10)) runs, ${rss_full} KiB at $RUNS runs"

@@ -109,17 +109,22 @@ fn main() {
         let out = dispatcher.dispatch(point::ON_RUN_END, CallData::default(), None);
         black_box(out);
     });
-    // The context the observer hands `on_run_end`: snapshots of a real run.
+    // The context the observer hands `on_run_end`: a real run's snapshots, shared as the
+    // observer shares them (the scenario and agent built once per sweep, the trace and score
+    // lent by the runner), and the run's artifact-name registry.
     let (scenario, trace, score) = real_run();
     let agent = windtunnel::runtime::builtin_agent("demo").expect("demo agent");
+    let (scenario, agent) = (std::sync::Arc::new(scenario), std::sync::Arc::new(agent));
+    let (trace, score) = (std::sync::Arc::new(trace), std::sync::Arc::new(score));
     let full = ns_per_call(7, 100_000, || {
         let data = CallData {
-            scenario: Some(std::sync::Arc::new(scenario.clone())),
-            agent: Some(std::sync::Arc::new(agent.clone())),
+            scenario: Some(scenario.clone()),
+            agent: Some(agent.clone()),
             run_id: Some(std::sync::Arc::from(trace.run_id.as_str())),
             session_id: Some(std::sync::Arc::from(trace.session_id.as_str())),
-            trace: Some(std::sync::Arc::new(trace.clone())),
-            score: Some(std::sync::Arc::new(score.clone())),
+            trace: Some(trace.clone()),
+            score: Some(score.clone()),
+            artifact_names: Some(Default::default()),
             ..CallData::default()
         };
         black_box(dispatcher.dispatch(point::ON_RUN_END, data, None));

@@ -43,6 +43,11 @@ pub fn set_spare_core(spare: bool) {
     SPARE_CORE.store(spare, Ordering::Relaxed);
 }
 
+/// Whether this sweep found a core to spare (see [`set_spare_core`]).
+pub fn spare_core() -> bool {
+    SPARE_CORE.load(Ordering::Relaxed)
+}
+
 /// How long a worker spins before parking, learned from the gaps between its last jobs.
 /// Parking costs a futex wake and a context switch on the next job (microseconds, and much
 /// more on a loaded machine); a sweep's points come in a steady rhythm — the turn between

@@ -34,7 +34,7 @@ use std::{
 use serde_json::Value;
 use windtunnel_abi::point;
 
-pub use handoff::set_spare_core;
+pub use handoff::{set_spare_core, spare_core};
 pub use snapshot::CallData;
 
 use handoff::{CallRecord, Job, Worker, lock, retire, wait};

@@ -17,9 +17,14 @@ use std::{
     io::{self, BufReader},
     os::fd::FromRawFd,
     path::PathBuf,
+    time::Duration,
 };
 
 use super::protocol::{self, FrameError, PARENT_FRAME_LIMIT, tag};
+
+/// How long the child polls for the parent's answer to a member read or a service before
+/// its read sleeps (when the parent said a core is free).
+const ANSWER_SPIN: Duration = Duration::from_micros(200);
 use crate::registry::{ActivationError, CallError, HostServices, Registry};
 
 /// Arguments of `wt hook-child` (set by the parent; not a user interface).
@@ -42,7 +47,7 @@ pub fn run(args: ChildArgs) -> anyhow::Result<u8> {
     limit_address_space(args.memory_limit_mib)?;
     let host = PipeHost {
         pipes: RefCell::new(Pipes {
-            reader: BufReader::with_capacity(64 << 10, input),
+            reader: BufReader::with_capacity(64 << 10, protocol::Eager::new(input)),
             writer: output,
             body: Vec::new(),
             out: Vec::new(),
@@ -73,8 +78,15 @@ pub fn run(args: ChildArgs) -> anyhow::Result<u8> {
         let point = {
             let mut p = host.pipes.borrow_mut();
             let Pipes { reader, body, .. } = &mut *p;
+            // The next call may be seconds away: wait for it asleep.
+            reader.get_mut().spin = Duration::ZERO;
             match protocol::read_frame(reader, &[tag::CALL], PARENT_FRAME_LIMIT, body) {
-                Ok(_) => protocol::decode_point(body)?,
+                Ok(_) => {
+                    let (point, spin) = protocol::decode_call(body)?;
+                    // Answers to this call's requests come within microseconds.
+                    reader.get_mut().spin = if spin { ANSWER_SPIN } else { Duration::ZERO };
+                    point
+                }
                 Err(FrameError::Eof) => return Ok(crate::exit::SUCCESS),
                 Err(e) => return Err(e.into()),
             }
@@ -87,7 +99,7 @@ pub fn run(args: ChildArgs) -> anyhow::Result<u8> {
 }
 
 struct Pipes {
-    reader: BufReader<File>,
+    reader: BufReader<protocol::Eager<File>>,
     writer: File,
     body: Vec<u8>,
     out: Vec<u8>,
