@@ -94,7 +94,7 @@ impl HookObserver {
                 dispatcher: Arc::new(self.dispatcher.for_lane()?),
                 names: self.names.clone(),
                 lanes: Vec::new(),
-                }));
+            }));
         }
         Ok(())
     }

@@ -345,7 +345,12 @@ fn exchange(
     // process wake-ups.
     let spin = crate::dispatch::spare_core();
     from_child.get_mut().spin = if spin { SPIN } else { Duration::ZERO };
-    protocol::write_frame(to_child, tag::CALL, &[&protocol::call_body(point, spin)], out)?;
+    protocol::write_frame(
+        to_child,
+        tag::CALL,
+        &[&protocol::call_body(point, spin)],
+        out,
+    )?;
     let result = loop {
         match protocol::read_frame(
             from_child,

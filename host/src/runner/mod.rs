@@ -475,7 +475,11 @@ fn spare_core(workers: usize) -> bool {
             let mut load = [0f64; 1];
             // SAFETY: `getloadavg` writes at most `nelem` (1) values into the buffer it is given.
             let read = unsafe { libc::getloadavg(load.as_mut_ptr(), 1) };
-            if read == 1 { load[0].round() as usize } else { cores }
+            if read == 1 {
+                load[0].round() as usize
+            } else {
+                cores
+            }
         }
     };
     cores.saturating_sub(busy).saturating_sub(workers) >= 1
@@ -509,7 +513,9 @@ fn runnable_here() -> Option<usize> {
         let Some(stat) = proc_text(&task.path().join("stat")) else {
             continue;
         };
-        let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next());
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next());
         running += usize::from(state == Some("R"));
     }
     Some(running)
