@@ -21,11 +21,11 @@ use std::{
 };
 
 use super::protocol::{self, FrameError, PARENT_FRAME_LIMIT, tag};
+use crate::registry::{ActivationError, CallError, HostServices, Registry};
 
 /// How long the child polls for the parent's answer to a member read or a service before
 /// its read sleeps (when the parent said a core is free).
 const ANSWER_SPIN: Duration = Duration::from_micros(200);
-use crate::registry::{ActivationError, CallError, HostServices, Registry};
 
 /// Arguments of `wt hook-child` (set by the parent; not a user interface).
 #[derive(Debug, Clone, clap::Args)]

@@ -229,7 +229,6 @@ pub fn decode_service(body: &[u8]) -> Result<(String, String), FrameError> {
     Ok((utf8(op)?, utf8(arg)?))
 }
 
-/// Decodes a call frame's body.
 /// A call frame's body: the point, and whether the child may spin for its answers.
 pub fn call_body(point: u32, spin: bool) -> [u8; 5] {
     let p = point.to_le_bytes();
@@ -256,6 +255,38 @@ mod tests {
         let mut out = Vec::new();
         write_frame(&mut out, tag, parts, &mut Vec::new()).unwrap();
         out
+    }
+
+    #[test]
+    fn call_frames_carry_the_point_and_the_spin_flag_and_nothing_else() {
+        assert_eq!(decode_call(&call_body(7, true)).unwrap(), (7, true));
+        assert_eq!(
+            decode_call(&call_body(u32::MAX, false)).unwrap(),
+            (u32::MAX, false)
+        );
+        // Only bit 0 is the flag; a 4-byte (or any other length) body is malformed.
+        assert_eq!(decode_call(&[1, 0, 0, 0, 2]).unwrap(), (1, false));
+        for body in [&[1u8, 0, 0, 0][..], &[1, 0, 0, 0, 1, 0][..], &[][..]] {
+            assert!(matches!(decode_call(body), Err(FrameError::Malformed(_))));
+        }
+    }
+
+    #[test]
+    fn an_eager_reader_reads_what_is_there_and_waits_for_what_is_not() {
+        let (mut r, mut w) = std::io::pipe().unwrap();
+        w.write_all(b"ab").unwrap();
+        let mut eager = Eager::new(&mut r);
+        eager.spin = Duration::from_micros(200);
+        let mut buf = [0u8; 4];
+        assert_eq!(eager.read(&mut buf).unwrap(), 2);
+        // Nothing ready: the spin runs out, then the read blocks until data comes.
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            w.write_all(b"c").unwrap();
+        });
+        assert_eq!(eager.read(&mut buf).unwrap(), 1);
+        assert_eq!(buf[0], b'c');
+        writer.join().unwrap();
     }
 
     #[test]
