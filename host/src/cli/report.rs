@@ -60,7 +60,8 @@ pub fn run(args: ReportArgs) -> anyhow::Result<u8> {
 /// Loads `dirs` through the one loader, prints its warnings on stderr and builds the model.
 /// No runs at all (and no scenario that could not run) is a usage error.
 pub fn load_report(dirs: &[PathBuf]) -> anyhow::Result<Report> {
-    let loaded = load::load(dirs)?;
+    // Runs in summary: a report counts and clusters them, and reads again the few it shows.
+    let loaded = load::load_keeping(dirs, load::Keep::Summary)?;
     for w in &loaded.warnings {
         crate::cli::term::err_line(&format!("warning: {w}"));
     }

@@ -18,7 +18,7 @@ use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use windtunnel_sdk::model::HookProvenance;
 
 use super::compare::{Change, Comparison, SideStats};
-use super::load::{MAX_SIDECAR_BYTES, read_bounded};
+use super::load::{self, MAX_SIDECAR_BYTES, read_bounded};
 use super::table::{failing_layers, pack_line, pct};
 use super::{LoadedRun, Report, ScenarioSummary};
 use crate::triage::{self, Cluster, Rung};
@@ -259,7 +259,9 @@ fn verdict_of(run: &LoadedRun) -> &'static str {
 }
 
 fn run_details(run: &LoadedRun, base: Option<&Path>, open: bool) -> Markup {
-    let t = &run.trace;
+    // Reports hold runs in summary; the few shown in detail are read again whole.
+    let whole = load::reread(run);
+    let t = whole.as_ref().unwrap_or(&run.trace);
     let verdict = verdict_of(run);
     let debrief = triage::debrief_excerpt(run);
     html! {

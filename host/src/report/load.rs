@@ -150,6 +150,22 @@ impl Loaded {
 
 /// Reads every run directory in `dirs` (see the module docs for the rules).
 pub fn load<P: AsRef<Path>>(dirs: &[P]) -> Result<Loaded, StoreError> {
+    load_keeping(dirs, Keep::Whole)
+}
+
+/// How much of each trace the loader holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Keep {
+    /// Every field (`wt rescore` and `wt triage` judge runs from them).
+    Whole,
+    /// What reports count and cluster by ([`summarize`]): a report of a big sweep holds
+    /// every run at once, and a run's texts, tool payloads and world states are most of its
+    /// size. The runs a report shows in detail are read again whole ([`reread`]).
+    Summary,
+}
+
+/// Like [`load`], holding each trace as `keep` says.
+pub fn load_keeping<P: AsRef<Path>>(dirs: &[P], keep: Keep) -> Result<Loaded, StoreError> {
     let mut out = Loaded::default();
     let mut seen_dirs = HashSet::new();
     let mut seen_runs = HashSet::new();
@@ -162,9 +178,12 @@ pub fn load<P: AsRef<Path>>(dirs: &[P]) -> Result<Loaded, StoreError> {
         }
         let listing = list_dir(dir)?;
         for path in &listing.traces {
-            let Some(run) = load_run(path, &listing, &mut out.warnings) else {
+            let Some(mut run) = load_run(path, &listing, &mut out.warnings) else {
                 continue;
             };
+            if keep == Keep::Summary {
+                summarize(&mut run.trace);
+            }
             if seen_runs.insert(identity(&run.trace)) {
                 out.runs.push(run);
             } else {
@@ -292,6 +311,36 @@ fn load_run(path: &Path, listing: &Listing, warnings: &mut Vec<String>) -> Optio
         score_problem,
         artifacts: listing.artifacts.get(stem).cloned().unwrap_or_default(),
     })
+}
+
+/// Drops what no count, aggregate or cluster reads: the surface, turn texts, tool-call
+/// arguments and results, world states, warnings and agent processes. Kept: ids, agent,
+/// times, errors and denial, hooks, each turn's index, latency and error, and each tool
+/// call's name, place and error.
+pub fn summarize(t: &mut Trace) {
+    t.surface = Default::default();
+    for turn in &mut t.turns {
+        turn.input = String::new();
+        turn.reply = None;
+        turn.retries = Vec::new();
+    }
+    for call in &mut t.evidence.tool_calls {
+        call.arguments = serde_json::Value::Null;
+        call.result = serde_json::Value::Null;
+    }
+    t.evidence.tool_calls.shrink_to_fit();
+    t.world = None;
+    t.worker_warnings = Vec::new();
+    t.processes = Vec::new();
+}
+
+/// The whole trace of `run`, read again from its file (a report loaded with
+/// [`Keep::Summary`] shows a run in detail). `None` when the file is gone, unreadable or now
+/// holds another run.
+pub fn reread(run: &LoadedRun) -> Option<Trace> {
+    let bytes = read_bounded(&run.path, MAX_TRACE_BYTES).ok()?;
+    let trace: Trace = serde_json::from_slice(&bytes).ok()?;
+    (trace.run_id == run.trace.run_id).then_some(trace)
 }
 
 /// Why a file from a runs directory was not read.
@@ -644,6 +693,56 @@ mod tests {
         };
         store::write_json(&dir.join(format!("{stem}.json")), &trace).unwrap();
         store::write_json(&dir.join(format!("{stem}.score.json")), &score).unwrap();
+    }
+
+    /// A real sweep of the demo pack on an agent that calls tools and fails: the reports of
+    /// its runs held whole and held in summary are the same, and a run shown in detail is
+    /// read back whole.
+    #[test]
+    fn a_report_from_summaries_is_the_report_from_whole_traces() {
+        use crate::runner::{RunConfig, Sweep, run_sweep};
+        let dir = tempfile::tempdir().unwrap();
+        for agent in ["demo-forbidden-tool", "demo"] {
+            let cfg = RunConfig::new(crate::runtime::builtin_agent(agent).unwrap(), dir.path());
+            let sweep = Sweep::new(&cfg);
+            run_sweep(&crate::pack::Pack::demo().scenarios, &cfg, &sweep).unwrap();
+        }
+        let whole = load(&[dir.path()]).unwrap();
+        let summary = load_keeping(&[dir.path()], Keep::Summary).unwrap();
+        assert_eq!(whole.runs.len(), 12);
+        assert!(whole.runs.iter().any(|r| r.trace.world.is_some()));
+        assert!(
+            whole
+                .runs
+                .iter()
+                .any(|r| !r.trace.evidence.tool_calls.is_empty())
+        );
+        for r in &summary.runs {
+            assert!(r.trace.world.is_none() && r.trace.turns.iter().all(|t| t.reply.is_none()));
+            assert!(
+                r.trace
+                    .evidence
+                    .tool_calls
+                    .iter()
+                    .all(|c| c.arguments.is_null())
+            );
+        }
+        let clusters = |runs: &[LoadedRun]| {
+            serde_json::to_string(&crate::triage::triage_with(runs, false)).unwrap()
+        };
+        assert_eq!(clusters(&whole.runs), clusters(&summary.runs));
+        let (whole_runs, summary_runs) = (whole.runs.clone(), summary.runs.clone());
+        assert_eq!(
+            crate::report::Report::new(whole).to_json(),
+            crate::report::Report::new(summary).to_json()
+        );
+        for (w, s) in whole_runs.iter().zip(&summary_runs) {
+            assert_eq!(reread(s).as_ref(), Some(&w.trace));
+        }
+        // A file that now holds another run is not read back as this one.
+        let (a, b) = (&summary_runs[0], &summary_runs[1]);
+        std::fs::copy(&b.path, &a.path).unwrap();
+        assert_eq!(reread(a), None);
     }
 
     #[test]
