@@ -328,7 +328,6 @@ pub fn summarize(t: &mut Trace) {
         call.arguments = serde_json::Value::Null;
         call.result = serde_json::Value::Null;
     }
-    t.evidence.tool_calls.shrink_to_fit();
     t.world = None;
     t.worker_warnings = Vec::new();
     t.processes = Vec::new();
