@@ -32,5 +32,11 @@ if ! target/py-agents/bin/python -c "import mcp" 2>/dev/null; then
     target/py-agents/bin/python -m pip install -q -r tests/agents/requirements.txt
 fi
 
+# Every package of the lock file, for every platform: the hook-crate tests run cargo
+# --offline with a copy of it (the harness fetches too; here a registry problem is an early,
+# plain error).
+echo "== cargo fetch --locked"
+cargo fetch --locked
+
 echo "== cargo test --workspace $*"
 cargo test --workspace "$@"

@@ -62,6 +62,28 @@ pub fn cargo() -> Command {
     cmd
 }
 
+/// Downloads every package of the workspace's lock file, for every platform, into cargo's
+/// registry cache, once per process. Steps that run cargo `--offline` with a copy of that
+/// lock file (the SDK's `cargo package`, the scaffolded and compatibility hook crates) need
+/// it: `cargo metadata` reads the manifest of every locked package, also of those a Linux
+/// build never compiles (`redox_syscall`, `windows-*`), and a fresh cargo home has none of
+/// them. Online and `--locked`: it resolves nothing anew.
+pub fn registry_cache_filled() {
+    static FETCHED: OnceLock<()> = OnceLock::new();
+    FETCHED.get_or_init(|| {
+        let out = cargo()
+            .args(["fetch", "--locked"])
+            .output()
+            .expect("run cargo fetch");
+        assert!(
+            out.status.success(),
+            "cargo fetch --locked failed (the hook-crate tests need every locked package \
+             in cargo's registry cache):\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    });
+}
+
 fn cargo_ok(args: &[&str]) {
     let status = cargo().args(args).status().expect("run cargo");
     assert!(status.success(), "cargo {args:?} failed");

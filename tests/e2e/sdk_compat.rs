@@ -18,7 +18,9 @@
 //!
 //! Each plugin crate is built once per test process in a workspace of its own (two crates
 //! named `windtunnel-sdk` cannot share one) that reuses this workspace's lock file and
-//! target directory, so only the SDK crates and the plugin compile, offline.
+//! target directory, so only the SDK crates and the plugin compile, offline — after the
+//! harness has fetched every package of that lock file once ([`registry_cache_filled`]),
+//! so nothing depends on what the machine's cargo cache happened to hold.
 
 use std::{
     collections::BTreeMap,
@@ -31,7 +33,8 @@ use windtunnel::registry::{HostServices, Registry};
 use windtunnel_abi::point;
 
 use crate::harness::{
-    cargo, cargo_profile, files, plugin_dir, profile_dir, run, set_mode, target_dir, workspace, wt,
+    cargo, cargo_profile, files, plugin_dir, profile_dir, registry_cache_filled, run, set_mode,
+    target_dir, workspace, wt,
 };
 
 /// Writes `bytes` to `path` unless it already holds them, so that cargo's mtime-based
@@ -104,6 +107,7 @@ fn toml_string(s: &str) -> String {
 pub fn packaged_sdk() -> &'static PackagedSdk {
     static SDK: OnceLock<PackagedSdk> = OnceLock::new();
     SDK.get_or_init(|| {
+        registry_cache_filled();
         let out = cargo()
             .args(["package", "--no-verify", "--offline", "--allow-dirty", "-q"])
             .args([
@@ -153,6 +157,7 @@ pub fn packaged_sdk() -> &'static PackagedSdk {
 /// SDK crates and the hook compile); `patch` is appended to its manifest first, once.
 /// Returns cargo's output; fails the test when cargo fails.
 pub fn cargo_in_hook_crate(dir: &Path, patch: &str, args: &[&str]) -> std::process::Output {
+    registry_cache_filled();
     let manifest = dir.join("Cargo.toml");
     let text = std::fs::read_to_string(&manifest).unwrap();
     if !text.contains("[patch.crates-io]") {
