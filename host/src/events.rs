@@ -17,12 +17,12 @@ use std::{
     fs::File,
     io::Write,
     path::{Path, PathBuf},
-    sync::Mutex,
+    sync::{Arc, Mutex},
 };
 
 use serde::Serialize;
 use serde_json::Value;
-use windtunnel_sdk::model::TurnErrorKind;
+use windtunnel_sdk::model::{Score, Trace, TurnErrorKind};
 
 /// Version of the event schema.
 pub const EVENTS_SCHEMA_VERSION: u32 = 1;
@@ -117,6 +117,13 @@ pub enum Event {
         scenarios: usize,
         exit_code: u8,
     },
+    /// A warning for the person watching (a hook's, a teardown's, a lane's): live only, never
+    /// in the journal; run warnings are in the run's trace, scenario warnings in the
+    /// scenario's outcome.
+    #[serde(skip)]
+    Warning {
+        message: String,
+    },
 }
 
 impl Event {
@@ -138,7 +145,13 @@ impl Event {
             Event::RunEnded { .. } => "RunEnded",
             Event::ScenarioEnded { .. } => "ScenarioEnded",
             Event::SweepEnded { .. } => "SweepEnded",
+            Event::Warning { .. } => "Warning",
         }
+    }
+
+    /// Whether the event goes into the journal (every event but [`Event::Warning`]).
+    pub fn durable(&self) -> bool {
+        !matches!(self, Event::Warning { .. })
     }
 }
 
@@ -186,15 +199,60 @@ pub enum JournalError {
     },
 }
 
+/// A run as it was written, handed to sinks with its `RunEnded` event (never serialized).
+#[derive(Clone, Copy)]
+pub struct RunWritten<'a> {
+    pub trace: &'a Trace,
+    pub score: &'a Score,
+}
+
+/// One event as every sink sees it.
+pub struct Emitted<'a> {
+    pub sweep_id: &'a str,
+    pub scope: &'a Scope,
+    pub cause: &'a Cause,
+    pub event: &'a Event,
+    /// The journal line, newline included (`None` for live-only events).
+    pub line: Option<&'a [u8]>,
+    /// With `RunEnded`: the run's trace and score as written.
+    pub run: Option<RunWritten<'a>>,
+}
+
+/// A consumer of the sweep's event stream: the terminal progress, the JUnit aggregator, the
+/// live `--events` copy, a library caller's own. Called for every event, in `seq` order,
+/// one event at a time (never from two threads at once), after the event is in the journal.
+/// A sink must be quick: the lanes wait for it.
+pub trait Sink: Send + Sync {
+    fn event(&self, e: &Emitted<'_>);
+}
+
+/// The live copy of the journal (`wt run --events -|FILE`): the same bytes, line by line.
+pub struct LiveLines(Mutex<Box<dyn Write + Send>>);
+
+impl LiveLines {
+    pub fn new(out: Box<dyn Write + Send>) -> Self {
+        LiveLines(Mutex::new(out))
+    }
+}
+
+impl Sink for LiveLines {
+    fn event(&self, e: &Emitted<'_>) {
+        if let Some(line) = e.line {
+            let mut out = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            // A closed pipe on the live stream must not stop the sweep.
+            let _ = out.write_all(line).and_then(|()| out.flush());
+        }
+    }
+}
+
 struct Inner {
     file: File,
-    live: Option<Box<dyn Write + Send>>,
     seq: u64,
     /// The first write error; later events are still attempted.
     failed: Option<String>,
 }
 
-/// The sweep's journal.
+/// The sweep's journal: the durable first stage of its [`Stream`].
 pub struct Journal {
     path: PathBuf,
     sweep_id: String,
@@ -203,26 +261,25 @@ pub struct Journal {
 }
 
 impl Journal {
-    /// Creates `<dir>/<sweep.stem>.events.jsonl` — a new file, never one that exists and
-    /// never through a symlink — and an optional live sink. When the stem is taken in `dir`
-    /// (another sweep, or a pinned sweep run twice into one directory), `sweep.stem` becomes
-    /// the first free `<stem>-N`.
+    /// Creates `<dir>/<stem>.events.jsonl` — a new file, never one that exists and never
+    /// through a symlink. When the stem is taken in `dir` (another sweep, or a pinned sweep
+    /// run twice into one directory), `stem` becomes the first free `<stem>-N`.
     pub fn create(
         dir: &Path,
-        sweep: &mut crate::runner::Sweep,
-        live: Option<Box<dyn Write + Send>>,
+        stem: &mut String,
+        sweep_id: &str,
         now: Box<dyn Fn() -> String + Send + Sync>,
     ) -> Result<Journal, JournalError> {
         use std::os::unix::fs::OpenOptionsExt;
-        let base = sweep.stem.clone();
+        let base = stem.clone();
         let mut n = 0u32;
         let (path, file) = loop {
-            let stem = if n == 0 {
+            let candidate = if n == 0 {
                 base.clone()
             } else {
                 format!("{base}-{n}")
             };
-            let path = dir.join(format!("{stem}.events.jsonl"));
+            let path = dir.join(format!("{candidate}.events.jsonl"));
             let opened = std::fs::OpenOptions::new()
                 .append(true)
                 .create_new(true)
@@ -230,7 +287,7 @@ impl Journal {
                 .open(&path);
             match opened {
                 Ok(file) => {
-                    sweep.stem = stem;
+                    *stem = candidate;
                     break (path, file);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n < 10_000 => n += 1,
@@ -239,11 +296,10 @@ impl Journal {
         };
         Ok(Journal {
             path,
-            sweep_id: sweep.id.clone(),
+            sweep_id: sweep_id.to_owned(),
             now,
             inner: Mutex::new(Inner {
                 file,
-                live,
                 seq: 0,
                 failed: None,
             }),
@@ -254,13 +310,28 @@ impl Journal {
         &self.path
     }
 
-    /// Writes one event durably (to the file, then the live sink) and returns its sequence
-    /// number. Returns after the line is in the file, so whoever publishes a terminal event
-    /// can rely on it being there.
+    /// Writes one event durably and returns its sequence number.
     pub fn publish(&self, scope: &Scope, cause: &Cause, event: &Event) -> u64 {
-        let ts = (self.now)();
+        self.publish_then(scope, cause, event, |_| ())
+    }
+
+    /// Writes a durable event's line to the file (a live-only event gets none), then calls
+    /// `then` with the line while still holding the journal: whoever publishes a terminal
+    /// event can rely on it being in the file, and what `then` delivers follows `seq` order.
+    fn publish_then(
+        &self,
+        scope: &Scope,
+        cause: &Cause,
+        event: &Event,
+        then: impl FnOnce(Option<&[u8]>),
+    ) -> u64 {
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let seq = inner.seq;
+        if !event.durable() {
+            then(None);
+            return seq;
+        }
+        let ts = (self.now)();
         let line = Line {
             v: EVENTS_SCHEMA_VERSION,
             seq,
@@ -276,6 +347,7 @@ impl Journal {
                 inner
                     .failed
                     .get_or_insert(format!("event {}: {e}", event.name()));
+                then(None);
                 return seq;
             }
         };
@@ -288,10 +360,7 @@ impl Journal {
                 .failed
                 .get_or_insert(format!("{}: {e}", self.path.display()));
         }
-        if let Some(live) = inner.live.as_mut() {
-            // A closed pipe on the live stream must not stop the sweep.
-            let _ = live.write_all(&bytes).and_then(|()| live.flush());
-        }
+        then(Some(&bytes));
         seq
     }
 
@@ -302,6 +371,41 @@ impl Journal {
             .unwrap_or_else(|e| e.into_inner())
             .failed
             .clone()
+    }
+}
+
+/// A sweep's event stream: every event once, into the journal first, then to each sink in
+/// order. The runner is its only author.
+pub struct Stream {
+    journal: Journal,
+    sinks: Vec<Arc<dyn Sink>>,
+}
+
+impl Stream {
+    pub fn new(journal: Journal, sinks: Vec<Arc<dyn Sink>>) -> Self {
+        Stream { journal, sinks }
+    }
+
+    pub fn journal(&self) -> &Journal {
+        &self.journal
+    }
+
+    /// Emits one event: durable in the journal when this returns, and seen by every sink.
+    pub fn emit(&self, scope: &Scope, cause: &Cause, event: &Event, run: Option<RunWritten<'_>>) {
+        let sweep_id = self.journal.sweep_id.as_str();
+        self.journal.publish_then(scope, cause, event, |line| {
+            let e = Emitted {
+                sweep_id,
+                scope,
+                cause,
+                event,
+                line,
+                run,
+            };
+            for sink in &self.sinks {
+                sink.event(&e);
+            }
+        });
     }
 }
 
@@ -324,16 +428,11 @@ mod tests {
     #[test]
     fn lines_carry_ids_sequence_and_cause() {
         let dir = tempfile::tempdir().unwrap();
-        let mut sweep = crate::runner::Sweep {
-            id: "sw-1".into(),
-            ts: "20261130T000000Z".into(),
-            stem: "20261130T000000Z_sw-1".into(),
-            started_at: "2026-11-30T00:00:00Z".into(),
-        };
+        let mut stem = "20261130T000000Z_sw-1".to_owned();
         let j = Journal::create(
             dir.path(),
-            &mut sweep,
-            None,
+            &mut stem,
+            "sw-1",
             Box::new(|| "2026-11-30T00:00:00Z".into()),
         )
         .unwrap();
@@ -357,21 +456,18 @@ mod tests {
             &Event::TurnDone { latency_ms: 3 },
         );
         // A second sweep with the same stem gets its own file; a planted symlink is refused.
-        let mut again = sweep.clone();
-        let j2 = Journal::create(dir.path(), &mut again, None, Box::new(String::new)).unwrap();
-        assert_eq!(again.stem, "20261130T000000Z_sw-1-1");
+        let mut again = stem.clone();
+        let j2 = Journal::create(dir.path(), &mut again, "sw-1", Box::new(String::new)).unwrap();
+        assert_eq!(again, "20261130T000000Z_sw-1-1");
         assert_ne!(j2.path(), j.path());
-        let mut planted = crate::runner::Sweep {
-            stem: "planted".into(),
-            ..sweep.clone()
-        };
+        let mut planted = "planted".to_owned();
         std::os::unix::fs::symlink(
             dir.path().join("elsewhere"),
             dir.path().join("planted.events.jsonl"),
         )
         .unwrap();
-        Journal::create(dir.path(), &mut planted, None, Box::new(String::new)).unwrap();
-        assert_eq!(planted.stem, "planted-1");
+        Journal::create(dir.path(), &mut planted, "sw-1", Box::new(String::new)).unwrap();
+        assert_eq!(planted, "planted-1");
         assert!(!dir.path().join("elsewhere").exists());
         let lines = read_journal(j.path()).unwrap();
         assert_eq!(lines.len(), 2);
@@ -388,6 +484,66 @@ mod tests {
         assert_eq!(
             j.path().file_name().unwrap(),
             "20261130T000000Z_sw-1.events.jsonl"
+        );
+    }
+
+    /// Collects what a sink is handed.
+    #[derive(Default)]
+    struct Collect(Mutex<Vec<(String, Option<Vec<u8>>)>>);
+    impl Sink for Collect {
+        fn event(&self, e: &Emitted<'_>) {
+            self.0
+                .lock()
+                .unwrap()
+                .push((e.event.name().to_owned(), e.line.map(<[u8]>::to_vec)));
+        }
+    }
+
+    #[test]
+    fn every_sink_sees_every_event_once_in_journal_order_and_warnings_stay_live() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut stem = "s".to_owned();
+        let journal = Journal::create(dir.path(), &mut stem, "sw", Box::new(String::new)).unwrap();
+        let path = journal.path().to_owned();
+        let (a, b) = (Arc::new(Collect::default()), Arc::new(Collect::default()));
+        let stream = Stream::new(journal, vec![a.clone(), b.clone()]);
+        let scope = Scope::default();
+        std::thread::scope(|s| {
+            for t in 0..4 {
+                let (stream, scope) = (&stream, &scope);
+                s.spawn(move || {
+                    for i in 0..50 {
+                        let event = if i % 10 == 0 {
+                            Event::Warning {
+                                message: format!("w{t}"),
+                            }
+                        } else {
+                            Event::RunStarted { run_index: i }
+                        };
+                        stream.emit(scope, &Cause::Scenario, &event, None);
+                    }
+                });
+            }
+        });
+        let (a, b) = (a.0.lock().unwrap(), b.0.lock().unwrap());
+        assert_eq!(a.len(), 200);
+        assert_eq!(*a, *b, "two sinks saw different streams");
+        // The durable lines, in the order the sinks saw them, are the journal, byte for byte.
+        let lines: Vec<u8> = a.iter().filter_map(|(_, l)| l.clone()).flatten().collect();
+        assert_eq!(lines, std::fs::read(&path).unwrap());
+        let journal = read_journal(&path).unwrap();
+        assert_eq!(journal.len(), 180);
+        assert!(journal.iter().all(|l| l["event"] == "RunStarted"));
+        assert!(
+            journal
+                .iter()
+                .enumerate()
+                .all(|(i, l)| l["seq"] == i as u64)
+        );
+        assert!(
+            a.iter()
+                .filter(|(n, _)| n == "Warning")
+                .all(|(_, l)| l.is_none())
         );
     }
 }

@@ -562,6 +562,56 @@ fn bad_packs_are_rejected_naming_file_and_problem() {
 }
 
 #[test]
+fn a_library_sweep_writes_the_same_files_and_journal_as_wt_run() {
+    use windtunnel::clock::{Clock, Ids};
+    use windtunnel::runner::{RunConfig, Sweep, run_sweep};
+
+    let dir = tmp();
+    let cli = dir.path().join("cli");
+    let r = Wt::new(dir.path())
+        .args(["run", "--agent", "demo-forbidden-tool", "--jobs", "1"])
+        .args(["--seed", "7", "--out"])
+        .arg(&cli)
+        .env("WT_FIXED_CLOCK", "2026-11-30T05:15:00Z")
+        .run();
+    assert_eq!(r.code, 1, "{r}");
+
+    let lib = dir.path().join("lib");
+    let pack = windtunnel::pack::Pack::demo();
+    let agent = windtunnel::runtime::builtin_agent("demo-forbidden-tool").unwrap();
+    let mut cfg = RunConfig::new(agent, &lib);
+    cfg.clock = Clock::fixed("2026-11-30T05:15:00Z").unwrap();
+    cfg.ids = Ids::seeded(7);
+    cfg.pack_name = pack.manifest.name.clone();
+    let sweep = Sweep::new(&cfg);
+    let result = run_sweep(&pack.scenarios, &cfg, &sweep).unwrap();
+    assert_eq!(result.exit_code(), 1);
+    assert_eq!(result.journal_error, None);
+
+    let (a, b) = (files(&cli), files(&lib));
+    assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());
+    for (name, bytes) in &a {
+        assert!(
+            bytes == &b[name],
+            "{name} differs between wt run and run_sweep"
+        );
+    }
+    // The journal is the whole story, from SweepStarted to SweepEnded with the exit code.
+    let journal = &a[result.journal.file_name().unwrap().to_str().unwrap()];
+    let lines: Vec<Value> = String::from_utf8_lossy(journal)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.first().unwrap()["event"], "SweepStarted");
+    assert_eq!(lines.first().unwrap()["pack"], "demo");
+    let last = lines.last().unwrap();
+    assert_eq!(
+        (&last["event"], &last["exit_code"]),
+        (&json!("SweepEnded"), &json!(1))
+    );
+}
+
+#[test]
 fn pinned_clock_and_seed_give_byte_identical_sweeps() {
     let dir = tmp();
     let sweep = |out: &str, seed: &str| {

@@ -16,15 +16,14 @@ use crate::cli::term;
 use crate::clock::{Clock, Ids};
 use crate::deadlines::Deadlines;
 use crate::dispatch::Dispatcher;
-use crate::events::{self, Journal, Scope};
+use crate::events::{self, Emitted, LiveLines, Sink};
 use crate::exit::CodedError;
 use crate::hooks::observer::HookObserver;
 use crate::interrupt::{self, Interrupt, SweepGuard};
 use crate::limits::HookCaps;
 use crate::pack::Pack;
-use crate::report::Report;
-use crate::runner::{self, Event, NoopObserver, Progress, RunConfig, RunObserver, Shard, Sweep};
-use crate::store::StoredRun;
+use crate::report::SweepRuns;
+use crate::runner::{self, NoopObserver, RunConfig, RunObserver, Shard, Sweep};
 use crate::{runtime, store};
 
 /// Options of `wt run`.
@@ -214,49 +213,34 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
     let live = journal_sink(&args.events)?;
     let total = planned as u64;
     let ids = args.seed.map_or_else(Ids::random, Ids::seeded);
-    let mut sweep = Sweep::start(&clock, &ids);
-    store::ensure_dir(&args.out)?;
-    let journal = Journal::create(
-        &args.out,
-        &mut sweep,
-        live,
-        Box::new(move || clock.now_rfc3339()),
-    )?;
+    let sweep = Sweep::start(&clock, &ids);
     if let Err(e) = interrupt::install(stop.clone(), grace) {
         tracing::warn!("cannot handle Ctrl-C, SIGTERM and SIGHUP: {e}");
     }
-    let progress = Arc::new(CliProgress::new(total, args.junit.is_some()));
-    let cfg = RunConfig {
-        agent,
-        out_dir: args.out.clone(),
-        runs: args.runs,
-        jobs,
-        clock,
-        ids,
-        observer,
-        progress: progress.clone(),
-        policy_revision: args.policy_revision.clone(),
-        hooks: hooks.provenance.clone(),
-        journal: Some(Arc::new(journal)),
-        stop: stop.clone(),
-        shard: args.shard,
-    };
+    // The consumers of the sweep's event stream: the journal is the runner's own; the live
+    // copy, the terminal and JUnit are ours.
+    let mut cfg = RunConfig::new(agent, args.out.clone());
+    if let Some(live) = live {
+        cfg.sinks.push(Arc::new(LiveLines::new(live)));
+    }
+    cfg.sinks.push(Arc::new(CliProgress::new(total)));
+    let junit = args.junit.as_ref().map(|_| Arc::new(SweepRuns::default()));
+    if let Some(j) = &junit {
+        cfg.sinks.push(j.clone());
+    }
+    cfg.pack_name = pack.manifest.name.clone();
+    cfg.runs = args.runs;
+    cfg.jobs = jobs;
+    cfg.clock = clock;
+    cfg.ids = ids;
+    cfg.observer = observer;
+    cfg.policy_revision = args.policy_revision.clone();
+    cfg.hooks = hooks.provenance.clone();
+    cfg.stop = stop.clone();
+    cfg.shard = args.shard;
     // From here until the summary, an exit that does not come through this function is an
     // aborted sweep, never a pass.
     let guard = SweepGuard::enter();
-    cfg.publish(
-        &Scope::default(),
-        &events::Cause::Scenario,
-        events::Event::SweepStarted {
-            pack: pack.manifest.name.clone(),
-            agent: cfg.agent.label.clone(),
-            scenarios: pack.scenarios.len(),
-            hooks: args.hooks.clone(),
-            policy_revision: cfg.policy_revision.clone(),
-            jobs,
-            shard: args.shard.map(|s| format!("{}/{}", s.index, s.count)),
-        },
-    );
     term::err_line(&format!(
         "wt: {} scenario(s), {total} run(s) of pack {} on agent `{}` → {}",
         pack.scenarios.len(),
@@ -265,70 +249,15 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
         args.out.display()
     ));
     let result = runner::run_sweep_on(rt.as_ref(), &pack.scenarios, &cfg, &sweep)?;
-    // Pack-level point: every scenario's aggregate, provisioned or not.
-    if let Some(observer) = &hooks.observer {
-        let out = observer.on_pack_end(result.aggregates());
-        for w in &out.warnings {
-            term::err_line(&format!("warning: {w}"));
-        }
-        let mut written = std::collections::HashSet::new();
-        for a in out.artifacts {
-            let path = store::scoped_artifact_path(
-                &args.out,
-                &sweep.stem,
-                &a.hook,
-                None,
-                a.label.as_deref(),
-            )
-            .and_then(|p| {
-                if written.insert(p.clone()) {
-                    store::write_json(&p, &a.payload).map(|()| p)
-                } else {
-                    Err(store::StoreError::Exists { path: p })
-                }
-            });
-            if let Err(e) = path {
-                term::err_line(&format!(
-                    "warning: hook:{}: artifact not written: {e}",
-                    a.hook
-                ));
-            }
-        }
-    }
-    cfg.publish(
-        &Scope::default(),
-        &events::Cause::Scenario,
-        events::Event::SweepEnded {
-            scenarios: result.scenarios.len(),
-            exit_code: result.exit_code(),
-        },
-    );
-    if let Some(e) = cfg.journal.as_ref().and_then(|j| j.error()) {
+    if let Some(e) = &result.journal_error {
         term::err_line(&format!("warning: event journal incomplete: {e}"));
     }
     print_summary(&pack.scenarios, &result, &args);
-    if let Some(path) = &args.junit {
+    if let (Some(path), Some(junit)) = (&args.junit, &junit) {
         // This sweep's own runs, as they were scored, and the scenarios it could not run:
         // nothing else in --out counts.
-        let runs = progress.take_runs();
-        let unable = result
-            .scenarios
-            .iter()
-            .filter_map(|s| {
-                let a = &s.aggregate;
-                Some(crate::report::ScenarioError {
-                    sweep_id: sweep.id.clone(),
-                    scenario_id: a.scenario_id.clone(),
-                    runs: a.runs,
-                    error: a.error.clone()?,
-                })
-            })
-            .collect();
-        store::write_atomic(
-            path,
-            Report::from_sweep(&runs, unable).to_junit().as_bytes(),
-        )
-        .with_context(|| format!("write JUnit report {}", path.display()))?;
+        store::write_atomic(path, junit.report().to_junit().as_bytes())
+            .with_context(|| format!("write JUnit report {}", path.display()))?;
     }
     drop(guard);
     if stop.requested() {
@@ -393,18 +322,18 @@ fn print_summary(scenarios: &[Scenario], result: &runner::SweepResult, args: &Ru
     ));
 }
 
-/// Progress on stderr: a bar on a terminal, plain counter lines otherwise.
+/// Progress on stderr, from the sweep's event stream: a bar on a terminal, plain counter
+/// lines otherwise; every run that did not pass, every scenario that could not run, every
+/// warning.
 struct CliProgress {
     bar: Option<ProgressBar>,
     done: AtomicU64,
     total: u64,
     last_line: Mutex<Instant>,
-    /// This sweep's runs, slimmed to what a JUnit report needs (`--junit`).
-    runs: Option<Mutex<Vec<StoredRun>>>,
 }
 
 impl CliProgress {
-    fn new(total: u64, keep_runs: bool) -> Self {
+    fn new(total: u64) -> Self {
         let bar = std::io::stderr().is_terminal().then(|| {
             let bar = ProgressBar::new(total);
             bar.set_style(
@@ -418,7 +347,6 @@ impl CliProgress {
             done: AtomicU64::new(0),
             total,
             last_line: Mutex::new(Instant::now() - Duration::from_secs(1)),
-            runs: keep_runs.then(|| Mutex::new(Vec::new())),
         }
     }
 
@@ -427,39 +355,6 @@ impl CliProgress {
             Some(bar) => bar.println(term::sanitize(&line)),
             None => term::err_line(&line),
         }
-    }
-
-    fn take_runs(&self) -> Vec<StoredRun> {
-        self.runs
-            .as_ref()
-            .map(|r| std::mem::take(&mut *r.lock().unwrap_or_else(PoisonError::into_inner)))
-            .unwrap_or_default()
-    }
-
-    fn keep(&self, trace: &Trace, score: &windtunnel_sdk::model::Score, stem: &str) {
-        let Some(runs) = &self.runs else { return };
-        // What a report row needs; the texts stay on disk.
-        let slim = Trace {
-            turns: trace
-                .turns
-                .iter()
-                .map(|t| windtunnel_sdk::model::TurnRecord {
-                    index: t.index,
-                    latency_ms: t.latency_ms,
-                    ..Default::default()
-                })
-                .collect(),
-            surface: Default::default(),
-            evidence: Default::default(),
-            world: None,
-            worker_warnings: Vec::new(),
-            hooks: None,
-            ..trace.clone()
-        };
-        let path = PathBuf::from(format!("{stem}.json"));
-        runs.lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push((slim, Some(score.clone()), path));
     }
 
     /// Whether a plain progress line for a passing run is due (at most one per 200 ms).
@@ -475,63 +370,67 @@ impl CliProgress {
             false
         }
     }
+
+    fn run_done(&self, scenario: &str, trace: &Trace, score: &windtunnel_sdk::model::Score) {
+        let run_index = trace.run_index;
+        let n = self.done.fetch_add(1, Ordering::Relaxed) + 1;
+        match &self.bar {
+            Some(bar) => {
+                bar.inc(1);
+                if score.verdict != Verdict::Pass {
+                    let why = score
+                        .error
+                        .clone()
+                        .unwrap_or_else(|| score.failed_layers().join(", "));
+                    self.line(format!("{} {scenario} #{run_index}: {why}", score.verdict));
+                }
+            }
+            None => {
+                let why = match (&score.error, score.verdict) {
+                    (Some(e), _) => format!(": {e}"),
+                    (None, Verdict::Fail) => {
+                        format!(": {} failed", score.failed_layers().join(", "))
+                    }
+                    _ => String::new(),
+                };
+                // Every non-pass, the last run, and passes at most every 200 ms.
+                if score.verdict != Verdict::Pass || n == self.total || self.due() {
+                    self.line(format!(
+                        "[{n}/{}] {scenario} #{run_index} {}{why}",
+                        self.total, score.verdict
+                    ));
+                }
+            }
+        }
+    }
 }
 
-impl Progress for CliProgress {
-    fn event(&self, event: &Event<'_>) {
-        match event {
-            Event::RunDone {
-                scenario,
-                run_index,
-                score,
-                trace,
-                stem,
-            } => {
-                self.keep(trace, score, stem);
-                let n = self.done.fetch_add(1, Ordering::Relaxed) + 1;
-                match &self.bar {
-                    Some(bar) => {
-                        bar.inc(1);
-                        if score.verdict != Verdict::Pass {
-                            let why = score
-                                .error
-                                .clone()
-                                .unwrap_or_else(|| score.failed_layers().join(", "));
-                            self.line(format!("{} {scenario} #{run_index}: {why}", score.verdict));
-                        }
-                    }
-                    None => {
-                        let why = match (&score.error, score.verdict) {
-                            (Some(e), _) => format!(": {e}"),
-                            (None, Verdict::Fail) => {
-                                format!(": {} failed", score.failed_layers().join(", "))
-                            }
-                            _ => String::new(),
-                        };
-                        // Every non-pass, the last run, and passes at most every 200 ms.
-                        if score.verdict != Verdict::Pass || n == self.total || self.due() {
-                            self.line(format!(
-                                "[{n}/{}] {scenario} #{run_index} {}{why}",
-                                self.total, score.verdict
-                            ));
-                        }
-                    }
+impl Sink for CliProgress {
+    fn event(&self, e: &Emitted<'_>) {
+        let scenario = e.scope.scenario_id.as_deref();
+        match (e.event, e.run) {
+            (events::Event::RunEnded { .. }, Some(run)) => {
+                self.run_done(scenario.unwrap_or_default(), run.trace, run.score);
+            }
+            (
+                events::Event::ScenarioEnded {
+                    runs,
+                    error: Some(error),
+                    ..
+                },
+                _,
+            ) => {
+                self.done.fetch_add(u64::from(*runs), Ordering::Relaxed);
+                if let Some(bar) = &self.bar {
+                    bar.inc(u64::from(*runs));
                 }
+                self.line(format!("ERROR {}: {error}", scenario.unwrap_or_default()));
             }
-            Event::ScenarioEnded { aggregate } => {
-                if let Some(e) = &aggregate.error {
-                    self.done
-                        .fetch_add(u64::from(aggregate.runs), Ordering::Relaxed);
-                    if let Some(bar) = &self.bar {
-                        bar.inc(u64::from(aggregate.runs));
-                    }
-                    self.line(format!("ERROR {}: {e}", aggregate.scenario_id));
-                }
-            }
-            Event::Warning { scenario, message } => {
-                self.line(format!("warning: {scenario}: {message}"));
-            }
-            Event::ScenarioStarted { .. } => {}
+            (events::Event::Warning { message }, _) => match scenario {
+                Some(scenario) => self.line(format!("warning: {scenario}: {message}")),
+                None => self.line(format!("warning: {message}")),
+            },
+            _ => {}
         }
         if self.done.load(Ordering::Relaxed) >= self.total
             && let Some(bar) = &self.bar

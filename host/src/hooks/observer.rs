@@ -152,19 +152,6 @@ impl HookObserver {
         output(self.dispatcher.dispatch(point, data(), session))
     }
 
-    /// `on_pack_end`, fired by the CLI after the sweep with every scenario's aggregate.
-    pub fn on_pack_end(&self, aggregates: Vec<AggregateResult>) -> RunHookOutput {
-        self.fire(
-            point::ON_PACK_END,
-            || CallData {
-                aggregates: Some(Arc::new(aggregates)),
-                artifact_names: Some(self.names.pack.clone()),
-                ..CallData::default()
-            },
-            None,
-        )
-    }
-
     fn turn_data(call: &TurnCall) -> CallData {
         CallData {
             run_id: Some(Arc::from(call.run_id.as_str())),
@@ -212,6 +199,18 @@ fn output(out: DispatchOutput) -> RunHookOutput {
 }
 
 impl RunObserver for HookObserver {
+    fn on_pack_end(&self, aggregates: &[AggregateResult]) -> RunHookOutput {
+        self.fire(
+            point::ON_PACK_END,
+            || CallData {
+                aggregates: Some(Arc::new(aggregates.to_vec())),
+                artifact_names: Some(self.names.pack.clone()),
+                ..CallData::default()
+            },
+            None,
+        )
+    }
+
     fn on_provisioned(&self, scenario: &Scenario, agent: &AgentConfig) -> RunHookOutput {
         self.fire(
             point::ON_PROVISIONED,

@@ -3,11 +3,78 @@
 //! one errored test case carrying its reason.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Mutex, PoisonError};
 
 use quick_junit::{NonSuccessKind, TestCase, TestCaseStatus, TestSuite};
-use windtunnel_sdk::model::Verdict;
+use windtunnel_sdk::model::{Trace, TurnRecord, Verdict};
 
-use super::Report;
+use super::{Report, ScenarioError};
+use crate::events::{Emitted, Event, Sink};
+use crate::store::StoredRun;
+
+/// The JUnit aggregator of `wt run --junit`: a sink of the sweep's event stream that keeps
+/// this sweep's own runs, slimmed to what a report row needs (the texts stay on disk), and
+/// the scenarios it could not run. Nothing else in the runs directory counts.
+#[derive(Default)]
+pub struct SweepRuns {
+    seen: Mutex<(Vec<StoredRun>, Vec<ScenarioError>)>,
+}
+
+impl SweepRuns {
+    /// The report over what the stream delivered so far.
+    pub fn report(&self) -> Report {
+        let seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        Report::from_sweep(&seen.0, seen.1.clone())
+    }
+}
+
+impl Sink for SweepRuns {
+    fn event(&self, e: &Emitted<'_>) {
+        match (e.event, e.run) {
+            (Event::RunEnded { stem }, Some(run)) => {
+                let trace = run.trace;
+                let slim = Trace {
+                    turns: trace
+                        .turns
+                        .iter()
+                        .map(|t| TurnRecord {
+                            index: t.index,
+                            latency_ms: t.latency_ms,
+                            ..Default::default()
+                        })
+                        .collect(),
+                    surface: Default::default(),
+                    evidence: Default::default(),
+                    world: None,
+                    worker_warnings: Vec::new(),
+                    hooks: None,
+                    ..trace.clone()
+                };
+                let path = PathBuf::from(format!("{stem}.json"));
+                let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+                seen.0.push((slim, Some(run.score.clone()), path));
+            }
+            (
+                Event::ScenarioEnded {
+                    runs,
+                    error: Some(error),
+                    ..
+                },
+                _,
+            ) => {
+                let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+                seen.1.push(ScenarioError {
+                    sweep_id: e.sweep_id.to_owned(),
+                    scenario_id: e.scope.scenario_id.clone().unwrap_or_default(),
+                    runs: *runs,
+                    error: error.clone(),
+                });
+            }
+            _ => {}
+        }
+    }
+}
 
 impl Report {
     pub fn to_junit(&self) -> String {

@@ -24,6 +24,7 @@ use windtunnel_sdk::model::{AggregateResult, SCHEMA_VERSION, Verdict};
 
 use crate::score::Aggregator;
 use crate::store::StoredRun;
+pub use junit::SweepRuns;
 pub use load::{Loaded, LoadedRun, ScenarioError, Sweep, SweepStatus};
 
 /// Confidence level of the intervals `wt report` shows.

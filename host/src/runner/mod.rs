@@ -29,7 +29,7 @@ use windtunnel_sdk::model::{
 use windtunnel_sdk::turn::{TurnCall, TurnResult};
 
 use crate::dispatch::Session;
-use crate::events::{self, Journal, Scope};
+use crate::events::{self, Journal, Scope, Sink, Stream};
 use crate::interrupt::Interrupt;
 
 use crate::clock::{self, Clock, Ids};
@@ -111,6 +111,11 @@ pub trait RunObserver: Send + Sync {
     ) -> RunHookOutput {
         RunHookOutput::default()
     }
+    /// Once per sweep, after every scenario ended, with every scenario's aggregate (those
+    /// that could not run too). Artifacts are pack-scoped.
+    fn on_pack_end(&self, aggregates: &[AggregateResult]) -> RunHookOutput {
+        RunHookOutput::default()
+    }
     /// Guards check and observers begin, in activation order, before `TurnStarted`. For a
     /// converse turn (`call.cause` is a hook's converse) only guards are consulted, and not
     /// the conversing hook itself.
@@ -138,41 +143,6 @@ pub trait RunObserver: Send + Sync {
 pub struct NoopObserver;
 impl RunObserver for NoopObserver {}
 
-/// What the runner reports while it works (the CLI's progress display).
-#[derive(Debug)]
-pub enum Event<'a> {
-    ScenarioStarted {
-        scenario: &'a str,
-        runs: u32,
-    },
-    RunDone {
-        scenario: &'a str,
-        run_index: u32,
-        stem: &'a str,
-        trace: &'a Trace,
-        score: &'a Score,
-    },
-    ScenarioEnded {
-        aggregate: &'a AggregateResult,
-    },
-    Warning {
-        scenario: &'a str,
-        message: &'a str,
-    },
-}
-
-/// Receives [`Event`]s, from several threads.
-pub trait Progress: Send + Sync {
-    fn event(&self, event: &Event<'_>);
-}
-
-/// Ignores events.
-#[derive(Debug, Default)]
-pub struct NoProgress;
-impl Progress for NoProgress {
-    fn event(&self, _: &Event<'_>) {}
-}
-
 /// How to run a sweep.
 pub struct RunConfig {
     pub agent: AgentConfig,
@@ -184,13 +154,16 @@ pub struct RunConfig {
     pub clock: Clock,
     pub ids: Ids,
     pub observer: Arc<dyn RunObserver>,
-    pub progress: Arc<dyn Progress>,
+    /// The consumers of the sweep's event stream besides its journal, which the runner
+    /// always writes (`<out_dir>/<sweep stem>.events.jsonl`): the terminal, JUnit, the live
+    /// `--events` copy ([`events::LiveLines`]), a caller's own.
+    pub sinks: Vec<Arc<dyn Sink>>,
+    /// The pack's name, for `SweepStarted`.
+    pub pack_name: String,
     /// Copied into every trace; `None` leaves the field absent.
     pub policy_revision: Option<String>,
     /// Provenance of the active hooks, copied into every trace; `None` when none are active.
     pub hooks: Option<Vec<HookProvenance>>,
-    /// The durable event journal (and live stream), when the caller keeps one.
-    pub journal: Option<Arc<Journal>>,
     /// Requested (Ctrl-C, SIGTERM, SIGHUP): no new run starts; runs in flight are written,
     /// hooks stay paired, scenarios not yet started are reported as not run. Cut: turns in
     /// flight end at once as interrupted.
@@ -237,7 +210,7 @@ impl Shard {
 }
 
 impl RunConfig {
-    /// Defaults: no hooks, no progress, system clock, random ids, one job.
+    /// Defaults: no hooks, no sinks, system clock, random ids, one job.
     pub fn new(agent: AgentConfig, out_dir: impl Into<PathBuf>) -> Self {
         RunConfig {
             agent,
@@ -247,19 +220,12 @@ impl RunConfig {
             clock: Clock::System,
             ids: Ids::random(),
             observer: Arc::new(NoopObserver),
-            progress: Arc::new(NoProgress),
+            sinks: Vec::new(),
+            pack_name: "scenarios".into(),
             policy_revision: None,
             hooks: None,
-            journal: None,
             stop: Interrupt::new(),
             shard: None,
-        }
-    }
-
-    /// Publishes an event to the journal, if there is one.
-    pub fn publish(&self, scope: &Scope, cause: &events::Cause, event: events::Event) {
-        if let Some(j) = &self.journal {
-            j.publish(scope, cause, &event);
         }
     }
 
@@ -320,10 +286,14 @@ pub struct ScenarioOutcome {
 /// All scenarios' results, in pack order (also those that failed to provision).
 #[derive(Clone, Debug)]
 pub struct SweepResult {
+    /// The sweep as it ran: its stem is the one its journal claimed.
     pub sweep: Sweep,
     pub scenarios: Vec<ScenarioOutcome>,
     /// The sweep was cancelled before it finished.
     pub interrupted: bool,
+    /// The journal's path, and its first write error if it could not be written whole.
+    pub journal: PathBuf,
+    pub journal_error: Option<String>,
 }
 
 impl SweepResult {
@@ -366,6 +336,8 @@ pub enum RunnerError {
     },
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error(transparent)]
+    Journal(#[from] events::JournalError),
 }
 
 /// Runs `scenarios` and writes every run's files to `cfg.out_dir`.
@@ -382,6 +354,11 @@ pub fn run_sweep(
 }
 
 /// [`run_sweep`] on a given runtime (tests, embedders with their own runtime).
+///
+/// The runner tells the whole story of the sweep, once, through its event stream: the
+/// journal first, then `cfg.sinks` — `SweepStarted`, every scenario, run and turn,
+/// `on_pack_end` and its pack-scoped artifacts, `SweepEnded`. A library caller gets the same
+/// files as `wt run`.
 pub fn run_sweep_on(
     runtime: &dyn Runtime,
     scenarios: &[Scenario],
@@ -389,6 +366,97 @@ pub fn run_sweep_on(
     sweep: &Sweep,
 ) -> Result<SweepResult, RunnerError> {
     store::ensure_dir(&cfg.out_dir)?;
+    let mut sweep = sweep.clone();
+    let clock = cfg.clock;
+    let journal = Journal::create(
+        &cfg.out_dir,
+        &mut sweep.stem,
+        &sweep.id,
+        Box::new(move || clock.now_rfc3339()),
+    )?;
+    let stream = Stream::new(journal, cfg.sinks.clone());
+    let sweep_scope = Scope::default();
+    let cause = events::Cause::Scenario;
+    stream.emit(
+        &sweep_scope,
+        &cause,
+        &events::Event::SweepStarted {
+            pack: cfg.pack_name.clone(),
+            agent: cfg.agent.label.clone(),
+            scenarios: scenarios.len(),
+            hooks: cfg.hooks.iter().flatten().map(|h| h.name.clone()).collect(),
+            policy_revision: cfg.policy_revision.clone(),
+            jobs: cfg.jobs,
+            shard: cfg.shard.map(|s| format!("{}/{}", s.index, s.count)),
+        },
+        None,
+    );
+    let (scenarios, interrupted) = run_scenarios(runtime, scenarios, cfg, &sweep, &stream)?;
+    // Pack-level point: every scenario's aggregate, provisioned or not.
+    let aggregates: Vec<AggregateResult> = scenarios.iter().map(|s| s.aggregate.clone()).collect();
+    let pack_end = cfg.observer.on_pack_end(&aggregates);
+    let warn = |message: String| {
+        stream.emit(
+            &sweep_scope,
+            &cause,
+            &events::Event::Warning { message },
+            None,
+        );
+    };
+    for w in pack_end.warnings {
+        warn(w);
+    }
+    let mut written = std::collections::HashSet::new();
+    for a in pack_end.artifacts {
+        let path = store::scoped_artifact_path(
+            &cfg.out_dir,
+            &sweep.stem,
+            &a.hook,
+            None,
+            a.label.as_deref(),
+        )
+        .and_then(|p| {
+            if written.insert(p.clone()) {
+                store::write_json(&p, &a.payload).map(|()| p)
+            } else {
+                Err(StoreError::Exists { path: p })
+            }
+        });
+        if let Err(e) = path {
+            warn(format!("hook:{}: artifact not written: {e}", a.hook));
+        }
+    }
+    let result = SweepResult {
+        sweep,
+        scenarios,
+        interrupted,
+        journal: stream.journal().path().to_owned(),
+        journal_error: None,
+    };
+    stream.emit(
+        &sweep_scope,
+        &cause,
+        &events::Event::SweepEnded {
+            scenarios: result.scenarios.len(),
+            exit_code: result.exit_code(),
+        },
+        None,
+    );
+    Ok(SweepResult {
+        journal_error: stream.journal().error(),
+        ..result
+    })
+}
+
+/// The scenarios of a sweep on a pool of lanes; their outcomes in pack order, and whether
+/// the sweep was stopped.
+fn run_scenarios(
+    runtime: &dyn Runtime,
+    scenarios: &[Scenario],
+    cfg: &RunConfig,
+    sweep: &Sweep,
+    stream: &Stream,
+) -> Result<(Vec<ScenarioOutcome>, bool), RunnerError> {
     // Stems already in the directory count as taken: a sweep never overwrites a trace.
     let taken = store::trace_files(&cfg.out_dir)?
         .iter()
@@ -405,7 +473,7 @@ pub fn run_sweep_on(
         .map(|s| (s, sweep::indices(cfg, s)))
         .filter(|(_, indices)| !indices.is_empty())
         .map(|(s, indices)| {
-            let runner = scenario::ScenarioRunner::new(cfg, sweep, s, runtime, &stems);
+            let runner = scenario::ScenarioRunner::new(cfg, sweep, stream, s, runtime, &stems);
             sweep::ScenarioState::new(runner, indices, cap)
         })
         .collect();
@@ -432,11 +500,7 @@ pub fn run_sweep_on(
     for state in states {
         out.push(state.into_outcome()?);
     }
-    Ok(SweepResult {
-        sweep: sweep.clone(),
-        scenarios: out,
-        interrupted: cfg.cancelled(),
-    })
+    Ok((out, cfg.cancelled()))
 }
 
 /// How many runs a sweep of `scenarios` makes (with `runs` overriding each scenario's

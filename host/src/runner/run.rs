@@ -11,10 +11,10 @@ use std::sync::{Arc, Mutex};
 
 use windtunnel_sdk::model::{AgentRef, SCHEMA_VERSION, Score, Trace, Verdict, WorldObservation};
 
+use super::lock;
 use super::scenario::{Handle, ScenarioRunner};
 use super::session::SessionConverse;
 use super::sweep::Lane;
-use super::{Event, lock};
 use crate::clock;
 use crate::dispatch::Artifact;
 use crate::events::{self, Scope};
@@ -79,11 +79,7 @@ impl<'s, 'a> RunRunner<'s, 'a> {
             turn: None,
             step: None,
         };
-        cfg.publish(
-            &scope,
-            &events::Cause::Scenario,
-            events::Event::RunStarted { run_index: index },
-        );
+        sc.publish(&scope, events::Event::RunStarted { run_index: index });
         let before = lock(&world).state().clone();
         let mut session = SessionConverse {
             sc,
@@ -125,9 +121,8 @@ impl<'s, 'a> RunRunner<'s, 'a> {
         }
         trace.ended_at = cfg.clock.now_rfc3339();
         let score = score::score(scenario, &trace);
-        cfg.publish(
+        sc.publish(
             &scope,
-            &events::Cause::Scenario,
             events::Event::RunScored {
                 verdict: score.verdict.to_string(),
                 failed_layers: score
@@ -183,18 +178,15 @@ impl<'s, 'a> RunRunner<'s, 'a> {
                 ..score
             }
         };
-        cfg.publish(
+        sc.stream.emit(
             &scope,
             &events::Cause::Scenario,
-            events::Event::RunEnded { stem: stem.clone() },
+            &events::Event::RunEnded { stem },
+            Some(events::RunWritten {
+                trace: &trace,
+                score: &score,
+            }),
         );
-        cfg.progress.event(&Event::RunDone {
-            scenario: &scenario.id,
-            run_index: index,
-            stem: &stem,
-            trace: &trace,
-            score: &score,
-        });
         lock(agg).add(&trace, Some(&score));
         Ok(score)
     }

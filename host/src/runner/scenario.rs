@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 use windtunnel_sdk::model::{AggregateResult, Scenario, Surface};
 
 use super::sweep::{Lane, ScenarioState};
-use super::{Event, RunConfig, RunHookOutput, ScenarioOutcome, Sweep, lock, stem_key};
-use crate::events::{self, Scope};
+use super::{RunConfig, RunHookOutput, ScenarioOutcome, Sweep, lock, stem_key};
+use crate::events::{self, Scope, Stream};
 use crate::runtime::{self, AgentHandle, Runtime};
 use crate::score::Aggregator;
 use crate::store::{self, StoreError};
@@ -35,6 +35,8 @@ pub(super) struct ScenarioRunner<'a> {
     /// The scenario's surface, built once, copied into each run's trace.
     pub surface: Surface,
     pub sweep: &'a Sweep,
+    /// The sweep's event stream: every event of the scenario goes through it once.
+    pub stream: &'a Stream,
     pub scenario: &'a Scenario,
     runtime: &'a dyn Runtime,
     /// Keys of the stems taken (see [`stem_key`]).
@@ -45,6 +47,7 @@ impl<'a> ScenarioRunner<'a> {
     pub fn new(
         cfg: &'a RunConfig,
         sweep: &'a Sweep,
+        stream: &'a Stream,
         scenario: &'a Scenario,
         runtime: &'a dyn Runtime,
         stems: &'a Mutex<HashSet<u64>>,
@@ -53,18 +56,32 @@ impl<'a> ScenarioRunner<'a> {
             cfg,
             surface: runtime::surface(&cfg.agent, scenario),
             sweep,
+            stream,
             scenario,
             runtime,
             stems,
         }
     }
 
-    /// A warning on the console (and, for run warnings, in the trace by the caller).
+    /// A warning for the stream's live consumers (run warnings go into the trace too, by
+    /// the caller).
     pub fn warn(&self, message: &str) {
-        self.cfg.progress.event(&Event::Warning {
-            scenario: &self.scenario.id,
-            message,
-        });
+        self.publish(
+            &self.scope(),
+            events::Event::Warning {
+                message: message.to_owned(),
+            },
+        );
+    }
+
+    /// Emits a scenario-caused event (not a hook's converse) on the sweep's stream.
+    pub fn publish(&self, scope: &Scope, event: events::Event) {
+        self.emit(scope, &events::Cause::Scenario, event);
+    }
+
+    /// Emits an event on the sweep's stream.
+    pub fn emit(&self, scope: &Scope, cause: &events::Cause, event: events::Event) {
+        self.stream.emit(scope, cause, &event, None);
     }
 
     fn scope(&self) -> Scope {
@@ -79,15 +96,7 @@ impl<'a> ScenarioRunner<'a> {
     pub fn setup(&self, lane: &Lane, state: &ScenarioState<'_>) -> Result<Handle, Unable> {
         let (cfg, scenario) = (self.cfg, self.scenario);
         let runs = state_runs(state);
-        cfg.progress.event(&Event::ScenarioStarted {
-            scenario: &scenario.id,
-            runs,
-        });
-        cfg.publish(
-            &self.scope(),
-            &events::Cause::Scenario,
-            events::Event::ScenarioStarted { runs },
-        );
+        self.publish(&self.scope(), events::Event::ScenarioStarted { runs });
         let mut warnings = Vec::new();
         if cfg.cancelled() {
             return Err(Unable {
@@ -156,15 +165,7 @@ impl<'a> ScenarioRunner<'a> {
 
     /// A scenario no lane reached before the sweep was stopped: reported as not run.
     pub fn never_reached(&self, runs: u32) -> Result<ScenarioOutcome, StoreError> {
-        self.cfg.progress.event(&Event::ScenarioStarted {
-            scenario: &self.scenario.id,
-            runs,
-        });
-        self.cfg.publish(
-            &self.scope(),
-            &events::Cause::Scenario,
-            events::Event::ScenarioStarted { runs },
-        );
+        self.publish(&self.scope(), events::Event::ScenarioStarted { runs });
         let agg = Aggregator::new(&self.scenario.id);
         self.unable(
             agg,
@@ -201,12 +202,8 @@ impl<'a> ScenarioRunner<'a> {
     }
 
     fn scenario_ended(&self, a: &AggregateResult) {
-        self.cfg
-            .progress
-            .event(&Event::ScenarioEnded { aggregate: a });
-        self.cfg.publish(
+        self.publish(
             &self.scope(),
-            &events::Cause::Scenario,
             events::Event::ScenarioEnded {
                 runs: a.runs,
                 passed: a.passed,

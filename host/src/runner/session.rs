@@ -67,11 +67,11 @@ impl Session for SessionConverse<'_, '_> {
                 self.sc.warn(w);
             }
             if let Some(denial) = &open.denial {
-                publish_denial(cfg, &scope, &cause, denial);
+                publish_denial(self.sc, &scope, &cause, denial);
                 return Err(ConverseError::Failed(denial_text(denial)));
             }
         }
-        cfg.publish(
+        self.sc.emit(
             &scope,
             &cause,
             events::Event::TurnStarted {
@@ -88,7 +88,7 @@ impl Session for SessionConverse<'_, '_> {
             index,
             timeout,
         );
-        let outcome = publish_terminal(cfg, &scope, &cause, &reply, watch.elapsed_ms());
+        let outcome = publish_terminal(self.sc, &scope, &cause, &reply, watch.elapsed_ms());
         match (reply.error, reply.text) {
             // Whatever arrives after the deadline is dropped with the reply; nothing of it
             // is recorded.

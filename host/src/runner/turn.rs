@@ -61,7 +61,7 @@ impl TurnRunner<'_, '_> {
                 trace.worker_warnings.push(w);
             }
             if let Some(denial) = open.denial.clone() {
-                publish_denial(cfg, &scope, &events::Cause::Scenario, &denial);
+                publish_denial(sc, &scope, &events::Cause::Scenario, &denial);
                 trace.error = Some(denial_text(&denial));
                 trace.denial = Some(denial.clone());
                 let finished = finish(
@@ -76,7 +76,7 @@ impl TurnRunner<'_, '_> {
                 self.warnings(trace, finished);
                 break;
             }
-            cfg.publish(
+            sc.emit(
                 &scope,
                 &events::Cause::Scenario,
                 events::Event::TurnStarted {
@@ -95,7 +95,7 @@ impl TurnRunner<'_, '_> {
             );
             let latency_ms = watch.elapsed_ms();
             let outcome =
-                publish_terminal(cfg, &scope, &events::Cause::Scenario, &reply, latency_ms);
+                publish_terminal(sc, &scope, &events::Cause::Scenario, &reply, latency_ms);
             let failed = reply.error.is_some();
             let finished = finish(
                 cfg,
@@ -145,8 +145,13 @@ pub(super) fn denial_text(d: &Denial) -> String {
 }
 
 /// Journals a denial: which guard, its code and kind, and the policy revision in force.
-pub(super) fn publish_denial(cfg: &RunConfig, scope: &Scope, cause: &events::Cause, d: &Denial) {
-    cfg.publish(
+pub(super) fn publish_denial(
+    sc: &ScenarioRunner<'_>,
+    scope: &Scope,
+    cause: &events::Cause,
+    d: &Denial,
+) {
+    sc.emit(
         scope,
         cause,
         events::Event::TurnDenied {
@@ -154,7 +159,7 @@ pub(super) fn publish_denial(cfg: &RunConfig, scope: &Scope, cause: &events::Cau
             code: d.code.clone(),
             kind: d.kind.clone(),
             message: d.message.clone(),
-            policy_revision: cfg.policy_revision.clone(),
+            policy_revision: sc.cfg.policy_revision.clone(),
         },
     );
 }
@@ -198,14 +203,14 @@ pub(super) fn outcome(reply: &Reply) -> Outcome {
 /// Journals a sent turn: its steps, its retries, then its terminal event (durable before
 /// any finish runs). Returns the turn's outcome.
 pub(super) fn publish_terminal(
-    cfg: &RunConfig,
+    sc: &ScenarioRunner<'_>,
     scope: &Scope,
     cause: &events::Cause,
     reply: &Reply,
     latency_ms: u64,
 ) -> Outcome {
     for w in &reply.waits {
-        cfg.publish(
+        sc.emit(
             scope,
             cause,
             events::Event::RequestWaited {
@@ -215,7 +220,7 @@ pub(super) fn publish_terminal(
         );
     }
     for r in &reply.retries {
-        cfg.publish(
+        sc.emit(
             scope,
             cause,
             events::Event::RequestRetried {
@@ -226,7 +231,7 @@ pub(super) fn publish_terminal(
         );
     }
     for call in &reply.tool_calls {
-        cfg.publish(
+        sc.emit(
             &Scope {
                 step: Some(call.step),
                 ..scope.clone()
@@ -250,7 +255,7 @@ pub(super) fn publish_terminal(
         },
         None => events::Event::TurnDone { latency_ms },
     };
-    cfg.publish(scope, cause, event);
+    sc.emit(scope, cause, event);
     outcome
 }
 
