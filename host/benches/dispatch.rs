@@ -19,9 +19,9 @@ use std::{
 
 use windtunnel::{
     deadlines::Deadlines,
-    dispatch::{CallData, Dispatcher},
-    plugin,
-    registry::Registry,
+    hooks::dispatch::{CallData, Dispatcher},
+    hooks::plugin,
+    hooks::registry::Registry,
 };
 use windtunnel_abi::point;
 
@@ -80,7 +80,7 @@ fn real_run() -> (
     );
     let sweep = Sweep::new(&cfg);
     run_sweep(std::slice::from_ref(&scenario), &cfg, &sweep).expect("one run");
-    let (trace, score, _) = windtunnel::store::load_runs(&[dir.path()])
+    let (trace, score, _) = windtunnel::report::load_runs(&[dir.path()])
         .expect("runs load")
         .into_iter()
         .next()
@@ -137,7 +137,7 @@ fn main() {
 
     // Diagnostic: the same 8 calls made inline on this thread (no hand-off, no deadline).
     struct Nothing;
-    impl windtunnel::registry::HostServices for Nothing {
+    impl windtunnel::hooks::registry::HostServices for Nothing {
         fn member(&self, _: &str) -> Option<String> {
             None
         }

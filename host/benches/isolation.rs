@@ -18,10 +18,10 @@ use std::{
 
 use windtunnel::{
     deadlines::Deadlines,
-    dispatch::{CallData, Dispatcher},
-    isolate::{Isolated, Isolation, SpawnOptions},
-    plugin,
-    registry::Registry,
+    hooks::dispatch::{CallData, Dispatcher},
+    hooks::isolate::{Isolated, Isolation, SpawnOptions},
+    hooks::plugin,
+    hooks::registry::Registry,
 };
 use windtunnel_abi::point;
 use windtunnel_sdk::model::{Score, Trace};
@@ -183,17 +183,17 @@ fn main() {
         let a = run(&in_process);
         // Without a spare core both sides sleep between frames; with one (a sweep whose
         // lanes leave a core idle) they poll briefly first.
-        windtunnel::dispatch::set_spare_core(false);
+        windtunnel::hooks::dispatch::set_spare_core(false);
         let b = run(&isolated);
-        windtunnel::dispatch::set_spare_core(true);
+        windtunnel::hooks::dispatch::set_spare_core(true);
         let c = run(&isolated);
-        windtunnel::dispatch::set_spare_core(false);
+        windtunnel::hooks::dispatch::set_spare_core(false);
         rows.push((label, a, b, c));
     }
     let rtt = pipe_round_trip();
     // Diagnostic: the isolated call made directly on this thread (no dispatcher hand-off).
     struct Nothing;
-    impl windtunnel::registry::HostServices for Nothing {
+    impl windtunnel::hooks::registry::HostServices for Nothing {
         fn member(&self, _: &str) -> Option<String> {
             None
         }

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use windtunnel::interrupt::Interrupt;
-use windtunnel::mcp::{self, Inbox, Lane, ToolSet};
 use windtunnel::runtime::TurnCtx;
+use windtunnel::runtime::mcp::{self, Inbox, Lane, ToolSet};
 use windtunnel::world::World;
 use windtunnel_sdk::model::{ToolEffect, ToolSpec};
 

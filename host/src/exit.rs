@@ -16,6 +16,22 @@ pub const ABORTED: u8 = 4;
 /// Interrupted (Ctrl-C, SIGTERM or SIGHUP).
 pub const INTERRUPTED: u8 = 130;
 
+/// The exit code for a set of scenario aggregates (ERROR wins over FAIL).
+pub fn of_aggregates<'a>(
+    aggs: impl IntoIterator<Item = &'a windtunnel_sdk::model::AggregateResult>,
+) -> u8 {
+    let mut code = SUCCESS;
+    for a in aggs {
+        if a.errored > 0 || a.error.is_some() {
+            return RUN_ERROR;
+        }
+        if a.failed > 0 {
+            code = RUN_FAILED;
+        }
+    }
+    code
+}
+
 /// An error that carries the exit code it should end the process with.
 #[derive(Debug, thiserror::Error)]
 #[error("{message}")]

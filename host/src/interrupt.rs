@@ -16,7 +16,7 @@
 //!   a pass.
 
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Default grace period between the first signal and the cut.
@@ -120,6 +120,26 @@ pub fn signal_name(signal: i32) -> &'static str {
 
 static SWEEP_ACTIVE: AtomicBool = AtomicBool::new(false);
 
+/// What must be undone on every way out of a sweep, registered by the modules that create
+/// it (the store's temporary files, the process runtime's process groups): this module
+/// sits below them and reaches them only through these callbacks.
+static AT_STOP: [OnceLock<fn()>; 8] = [const { OnceLock::new() }; 8];
+
+/// Registers `clean` to run when a sweep ends (its [`SweepGuard`] drops) and on `wt`'s
+/// abrupt exits (a second signal, an `exit()` in the middle of a sweep). Call it once per
+/// callback. `clean` must never block: it may run in an exit handler.
+pub fn at_stop(clean: fn()) {
+    if !AT_STOP.iter().any(|slot| slot.set(clean).is_ok()) {
+        tracing::warn!("no room for another clean-up at exit");
+    }
+}
+
+fn run_at_stop() {
+    for clean in AT_STOP.iter().filter_map(OnceLock::get) {
+        clean();
+    }
+}
+
 /// Marks the sweep as in progress until the guard drops: meanwhile any process exit ends
 /// with [`crate::exit::ABORTED`].
 pub struct SweepGuard(());
@@ -144,7 +164,7 @@ impl Drop for SweepGuard {
         SWEEP_ACTIVE.store(false, Ordering::SeqCst);
         // A turn abandoned at a cut may still own an agent process group; the sweep is
         // over, and nothing it started may outlive it.
-        crate::runtime::process::kill_all();
+        run_at_stop();
     }
 }
 
@@ -152,8 +172,7 @@ extern "C" fn on_exit() {
     if !SWEEP_ACTIVE.load(Ordering::SeqCst) {
         return;
     }
-    crate::store::remove_temp_files();
-    crate::runtime::process::kill_all();
+    run_at_stop();
     let msg = b"error: the process was asked to exit in the middle of the sweep (a hook or the agent runtime called exit); the sweep did not finish\n";
     // SAFETY: writing a static buffer to fd 2 and `_exit` are async-signal-safe and need no
     // state; `_exit` skips the remaining exit handlers, which could otherwise pick the status.
@@ -166,9 +185,9 @@ extern "C" fn on_exit() {
 /// Stops at once (a second signal): removes temporary files and exits 130 without running
 /// exit handlers.
 pub fn exit_now() -> ! {
-    crate::store::remove_temp_files();
-    // Agent processes live in process groups of their own: they would outlive `wt`.
-    crate::runtime::process::kill_all();
+    // Temporary files, and agent processes, which live in process groups of their own and
+    // would outlive `wt`.
+    run_at_stop();
     // SAFETY: `_exit` ends the process; nothing is left to run.
     unsafe { libc::_exit(i32::from(crate::exit::INTERRUPTED)) }
 }
@@ -183,13 +202,13 @@ pub fn install(interrupt: Arc<Interrupt>, grace: Duration) -> std::io::Result<()
         .spawn(move || {
             for signal in signals.forever() {
                 if !interrupt.request(signal) {
-                    crate::cli::term::err_line(&format!(
+                    crate::term::err_line(&format!(
                         "{}: stopping now",
                         signal_name(signal)
                     ));
                     exit_now();
                 }
-                crate::cli::term::err_line(&format!(
+                crate::term::err_line(&format!(
                     "{}: finishing the runs in flight (at most {}), then stopping; send it again to stop at once",
                     signal_name(signal),
                     crate::deadlines::human(grace)

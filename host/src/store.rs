@@ -2,7 +2,7 @@
 //! `<stem>.score.json` score sidecars and hook artifacts beside them.
 //!
 //! - [`is_sidecar`] is THE sidecar rule; every walker goes through the reading side's one
-//!   loader ([`crate::report::load`], also behind [`load_runs`]), which applies it, so a
+//!   loader ([`crate::report::load`], also behind `report::load_runs`), which applies it, so a
 //!   sidecar is never mistaken for a trace.
 //! - Every write is atomic: a temporary file (`.wt-tmp-*`) in the target directory, then a
 //!   rename, so a killed sweep leaves only whole files (no fsync: whole files on a crash of
@@ -167,6 +167,8 @@ pub fn scoped_artifact_path(
 static IN_FLIGHT: Mutex<Option<HashSet<PathBuf>>> = Mutex::new(None);
 
 fn track(path: &Path) {
+    static AT_STOP: std::sync::Once = std::sync::Once::new();
+    AT_STOP.call_once(|| crate::interrupt::at_stop(remove_temp_files));
     let mut set = IN_FLIGHT.lock().unwrap_or_else(|e| e.into_inner());
     set.get_or_insert_with(HashSet::new).insert(path.to_owned());
 }
@@ -285,22 +287,6 @@ pub fn ensure_dir(dir: &Path) -> Result<(), StoreError> {
 
 /// One stored run.
 pub type StoredRun = (Trace, Option<Score>, PathBuf);
-
-/// Every run in `dirs` as read by the reading side's one loader
-/// ([`crate::report::load::load`]: sidecar rule, foreign and oversized files skipped, runs
-/// deduplicated by `run_id`), ordered by scenario and run index. Skipped files are logged at
-/// `warn` level; commands that show them to the user call the loader itself.
-pub fn load_runs<P: AsRef<Path>>(dirs: &[P]) -> Result<Vec<StoredRun>, StoreError> {
-    let loaded = crate::report::load::load(dirs)?;
-    for w in &loaded.warnings {
-        tracing::warn!("{w}");
-    }
-    Ok(loaded
-        .runs
-        .into_iter()
-        .map(|r| (r.trace, r.score, r.path))
-        .collect())
-}
 
 /// The entries of a runs directory that any walker may look at, sorted by name: hidden
 /// files (among them the `.wt-tmp-*` temp files a killed sweep leaves) and names that are

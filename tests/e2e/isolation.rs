@@ -16,9 +16,9 @@ use std::{
 use serde_json::Value;
 use windtunnel::{
     deadlines::Deadlines,
-    dispatch::{CallData, Dispatcher},
-    isolate::{Isolation, SpawnOptions},
-    registry::Registry,
+    hooks::dispatch::{CallData, Dispatcher},
+    hooks::isolate::{Isolation, SpawnOptions},
+    hooks::registry::Registry,
 };
 use windtunnel_abi::point;
 
@@ -405,9 +405,10 @@ fn a_hook_process_that_never_gets_ready_is_killed_at_the_start_timeout() {
         start_timeout: Duration::from_millis(500),
         ..SpawnOptions::default()
     };
-    let err = windtunnel::isolate::Isolated::spawn(&opts, &tmp.path().join("lib.so"), "x", 0)
-        .err()
-        .expect("never ready");
+    let err =
+        windtunnel::hooks::isolate::Isolated::spawn(&opts, &tmp.path().join("lib.so"), "x", 0)
+            .err()
+            .expect("never ready");
     assert_eq!(
         err.to_string(),
         "its isolated process did not load the plugin within 500ms; killed before it was ready"

@@ -4,7 +4,7 @@
 
 use std::{cell::RefCell, collections::HashMap};
 
-use windtunnel::registry::{HostServices, Registry};
+use windtunnel::hooks::registry::{HostServices, Registry};
 use windtunnel_abi::point;
 
 use crate::harness::plugin_dir;

@@ -699,7 +699,7 @@ fn sidecars_of_every_kind_leave_exactly_one_trace_per_run() {
     .unwrap();
     let before = files(&runs);
 
-    let loaded = windtunnel::store::load_runs(&[&runs]).unwrap();
+    let loaded = windtunnel::report::load_runs(&[&runs]).unwrap();
     assert_eq!(loaded.len(), 6);
     assert!(loaded.iter().all(|(_, score, _)| score.is_some()));
 

@@ -29,7 +29,7 @@ use std::{
 };
 
 use serde_json::{Map, Value, json};
-use windtunnel::registry::{HostServices, Registry};
+use windtunnel::hooks::registry::{HostServices, Registry};
 use windtunnel_abi::point;
 
 use crate::harness::{

@@ -83,7 +83,7 @@ pub fn run(args: CompareArgs) -> anyhow::Result<u8> {
     };
     args.output.emit(&text)?;
     if args.format != Format::Table {
-        crate::cli::term::err_line(&c.summary);
+        crate::term::err_line(&c.summary);
     }
     Ok(if args.gate { c.gate } else { exit::SUCCESS })
 }

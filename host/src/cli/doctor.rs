@@ -18,10 +18,10 @@ use serde_json::{Value, json};
 use windtunnel_sdk::model::Scenario;
 
 use crate::{
-    cli::term,
     clock::Ids,
     exit::{self, CodedError},
     runtime::{self, AgentHandle, TurnCtx},
+    term,
     world::World,
 };
 

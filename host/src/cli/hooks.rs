@@ -10,9 +10,9 @@ use clap::{Args, Subcommand};
 
 use crate::{
     exit::{self, CodedError},
-    isolate::{self, Isolation, SpawnOptions},
-    plugin::{self, Refusal},
-    registry::{EntryView, Registry},
+    hooks::isolate::{self, Isolation, SpawnOptions},
+    hooks::plugin::{self, Refusal},
+    hooks::registry::{EntryView, Registry},
 };
 
 #[derive(Debug, Subcommand)]
@@ -178,11 +178,11 @@ pub fn activate(
     dirs: &PluginDirArgs,
     isolation: &IsolationArgs,
     log_dir: Option<&Path>,
-) -> anyhow::Result<Vec<crate::registry::ActiveHook>> {
+) -> anyhow::Result<Vec<crate::hooks::registry::ActiveHook>> {
     if names.is_empty() {
         if let Some(name) = isolation.named().first() {
             return Err(CodedError::usage(
-                crate::registry::ActivationError::IsolateInactive(name.clone()).to_string(),
+                crate::hooks::registry::ActivationError::IsolateInactive(name.clone()).to_string(),
             )
             .into());
         }
@@ -218,7 +218,7 @@ fn plan(args: PlanArgs) -> anyhow::Result<u8> {
             "hook {}  ({}, {}, {role}, {mode})",
             h.name,
             h.source,
-            crate::registry::env_prefix(&h.name) + "*"
+            crate::hooks::registry::env_prefix(&h.name) + "*"
         )?;
     }
     for point in windtunnel_abi::point::ALL {
@@ -277,7 +277,7 @@ fn list(args: ListArgs) -> anyhow::Result<u8> {
     }
     print_views(&views, args.json)?;
     if !args.json && !args.all && !registry.foreign.is_empty() {
-        crate::cli::term::err_line(&format!(
+        crate::term::err_line(&format!(
             "({} shared libraries that are not Wind Tunnel plugins were skipped; --all lists them)",
             registry.foreign.len()
         ));
@@ -303,14 +303,14 @@ fn check(args: CheckArgs) -> anyhow::Result<u8> {
     for entry in registry
         .entries
         .iter()
-        .filter(|e| e.source != crate::registry::Source::BuiltIn)
+        .filter(|e| e.source != crate::hooks::registry::Source::BuiltIn)
     {
         let mut view = EntryView::from(entry);
         if entry.is_ok() {
             let name = entry.name.clone().unwrap_or_default();
             if let Err(err) = registry.activate_with(std::slice::from_ref(&name), &isolation) {
                 view.status = match err {
-                    crate::registry::ActivationError::Refused { refusal, .. } => {
+                    crate::hooks::registry::ActivationError::Refused { refusal, .. } => {
                         format!("refused: {refusal}")
                     }
                     other => format!("refused: {other}"),
@@ -330,7 +330,7 @@ fn install(args: InstallArgs) -> anyhow::Result<u8> {
     let entries: Vec<_> = registry
         .entries
         .iter()
-        .filter(|e| e.source != crate::registry::Source::BuiltIn)
+        .filter(|e| e.source != crate::hooks::registry::Source::BuiltIn)
         .collect();
     for e in &entries {
         if let Err(refusal) = &e.status {
@@ -357,7 +357,7 @@ fn install(args: InstallArgs) -> anyhow::Result<u8> {
     // Another installed library must not already provide these names.
     let installed = Registry::discover(std::slice::from_ref(&dir));
     for e in installed.entries.iter() {
-        if let crate::registry::Source::Plugin(p) = &e.source
+        if let crate::hooks::registry::Source::Plugin(p) = &e.source
             && p != &dest
             && e.name.as_ref().is_some_and(|n| names.contains(n))
         {
@@ -382,7 +382,7 @@ fn install(args: InstallArgs) -> anyhow::Result<u8> {
     set_mode(tmp.path(), 0o755)?;
     tmp.persist(&dest)
         .with_context(|| format!("failed to install {}", dest.display()))?;
-    crate::cli::term::err_line(&format!(
+    crate::term::err_line(&format!(
         "installed {} ({}) to {}",
         names.join(", "),
         file.display(),

@@ -18,7 +18,7 @@ use windtunnel_sdk::{SDK_VERSION, model::is_slug};
 
 use crate::{
     exit::{self, CodedError},
-    registry::{self, env_prefix},
+    hooks::registry::{self, env_prefix},
 };
 
 #[derive(Debug, Args)]

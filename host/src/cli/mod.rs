@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::exit;
+use crate::{exit, term};
 
 pub mod bench_floor;
 pub mod compare;
@@ -15,7 +15,6 @@ pub mod hooks_new;
 pub mod report;
 pub mod rescore;
 pub mod run;
-pub mod term;
 pub mod triage;
 
 /// Wind Tunnel: evaluate AI agents against packs of scenarios.
@@ -50,7 +49,7 @@ pub enum Command {
     BenchFloor(bench_floor::BenchFloorArgs),
     /// An isolated hook's process (started by `wt` itself; speaks a binary protocol).
     #[command(hide = true, name = "hook-child")]
-    HookChild(crate::isolate::child::ChildArgs),
+    HookChild(crate::hooks::isolate::child::ChildArgs),
 }
 
 /// The run directories a reading command works on: those given, else `runs`. Each must
@@ -84,7 +83,7 @@ pub fn main() -> ExitCode {
         Command::Doctor(args) => doctor::run(args),
         Command::Triage(args) => triage::run(args),
         Command::BenchFloor(args) => bench_floor::run(args),
-        Command::HookChild(args) => crate::isolate::child::run(args),
+        Command::HookChild(args) => crate::hooks::isolate::child::run(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

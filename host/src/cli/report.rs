@@ -63,10 +63,10 @@ pub fn load_report(dirs: &[PathBuf]) -> anyhow::Result<Report> {
     // Runs in summary: a report counts and clusters them, and reads again the few it shows.
     let loaded = load::load_keeping(dirs, load::Keep::Summary)?;
     for w in &loaded.warnings {
-        crate::cli::term::err_line(&format!("warning: {w}"));
+        crate::term::err_line(&format!("warning: {w}"));
     }
     if !loaded.duplicates.is_empty() {
-        crate::cli::term::err_line(&format!(
+        crate::term::err_line(&format!(
             "note: {} trace file(s) repeat a run_id already read; each run is counted once",
             loaded.duplicates.len()
         ));

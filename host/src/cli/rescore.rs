@@ -3,9 +3,9 @@
 
 use std::path::PathBuf;
 
-use crate::cli::term;
 use crate::exit::{self, CodedError};
 use crate::pack::Pack;
+use crate::term;
 use crate::{score, store};
 
 /// Options of `wt rescore`.
@@ -33,7 +33,7 @@ pub fn run(args: RescoreArgs) -> anyhow::Result<u8> {
     }
     let loaded = crate::report::load::load(&[&args.dir])?;
     for w in &loaded.warnings {
-        crate::cli::term::err_line(&format!("warning: {w}"));
+        crate::term::err_line(&format!("warning: {w}"));
     }
     for d in &loaded.duplicates {
         term::err_line(&format!(

@@ -12,18 +12,19 @@ use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use windtunnel_sdk::model::{LAYERS, Scenario, Trace, Verdict};
 
-use crate::cli::term;
 use crate::clock::{Clock, Ids};
 use crate::deadlines::Deadlines;
-use crate::dispatch::Dispatcher;
 use crate::events::{self, Emitted, LiveLines, Sink};
 use crate::exit::CodedError;
+use crate::hooks::dispatch::Dispatcher;
 use crate::hooks::observer::HookObserver;
+use crate::hooks::{NoopObserver, RunObserver};
 use crate::interrupt::{self, Interrupt, SweepGuard};
 use crate::limits::HookCaps;
 use crate::pack::Pack;
 use crate::report::SweepRuns;
-use crate::runner::{self, NoopObserver, RunConfig, RunObserver, Shard, Sweep};
+use crate::runner::{self, RunConfig, Shard, Sweep};
+use crate::term;
 use crate::{runtime, store};
 
 /// Options of `wt run`.

@@ -1,9 +1,10 @@
 //! `wt triage [DIR]...`: failing runs, clustered and placed on the wiring → harness →
-//! steering → model ladder (see [`crate::triage`]).
+//! steering → model ladder (see [`crate::report::triage`]).
 
 use std::{io::Write, path::PathBuf};
 
-use crate::{exit, triage};
+use crate::exit;
+use crate::report::triage;
 
 #[derive(Debug, clap::Args)]
 pub struct TriageArgs {
@@ -19,7 +20,7 @@ pub fn run(args: TriageArgs) -> anyhow::Result<u8> {
     let dirs = super::run_dirs(args.dirs)?;
     let loaded = crate::report::load::load(&dirs)?;
     for w in &loaded.warnings {
-        crate::cli::term::err_line(&format!("warning: {w}"));
+        crate::term::err_line(&format!("warning: {w}"));
     }
     let clusters = triage::triage(&loaded.runs);
     let mut out = std::io::stdout().lock();

@@ -11,7 +11,7 @@ use windtunnel_sdk::{
     model::{Score, Trace},
 };
 
-use crate::registry::BuiltIn;
+use crate::hooks::registry::BuiltIn;
 
 /// Version of the debrief artifact schema.
 pub const SCHEMA_VERSION: u32 = 2;

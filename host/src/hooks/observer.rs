@@ -17,8 +17,8 @@ use windtunnel_sdk::{
 };
 
 use crate::{
-    dispatch::{Artifact, CallData, DispatchOutput, Dispatcher, Session},
-    runner::{RunHookOutput, RunObserver, TurnOpen},
+    hooks::dispatch::{Artifact, CallData, DispatchOutput, Dispatcher, Session},
+    hooks::{RunHookOutput, RunObserver, TurnOpen},
 };
 
 /// Schema version stamped into artifacts that carry none.

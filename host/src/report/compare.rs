@@ -212,7 +212,7 @@ fn reasons(r: &Report) -> BTreeMap<&str, BTreeMap<(String, String), u32>> {
     for row in &r.runs {
         let per = out.entry(&row.scenario_id).or_default();
         for (layer, detail) in &row.failures {
-            *per.entry((layer.clone(), crate::triage::normalize(detail)))
+            *per.entry((layer.clone(), super::triage::normalize(detail)))
                 .or_default() += 1;
         }
     }

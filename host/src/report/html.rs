@@ -20,8 +20,8 @@ use windtunnel_sdk::model::HookProvenance;
 use super::compare::{Change, Comparison, SideStats};
 use super::load::{self, MAX_SIDECAR_BYTES, read_bounded};
 use super::table::{failing_layers, pack_line, pct};
+use super::triage::{self, Cluster, Rung};
 use super::{LoadedRun, Report, ScenarioSummary};
-use crate::triage::{self, Cluster, Rung};
 
 /// Most runs shown with full details on one page.
 pub const MAX_DETAILED_RUNS: usize = 100;

@@ -16,16 +16,34 @@ pub mod junit;
 pub mod load;
 pub mod stats;
 pub mod table;
+pub mod triage;
 
 use std::collections::BTreeMap;
+use std::path::Path;
 
 use serde::Serialize;
 use windtunnel_sdk::model::{AggregateResult, SCHEMA_VERSION, Verdict};
 
 use crate::score::Aggregator;
-use crate::store::StoredRun;
+use crate::store::{StoreError, StoredRun};
 pub use junit::SweepRuns;
 pub use load::{Loaded, LoadedRun, ScenarioError, Sweep, SweepStatus};
+
+/// Every run in `dirs` as read by the reading side's one loader
+/// ([`load::load`]: sidecar rule, foreign and oversized files skipped, runs
+/// deduplicated by `run_id`), ordered by scenario and run index. Skipped files are logged at
+/// `warn` level; commands that show them to the user call the loader itself.
+pub fn load_runs<P: AsRef<Path>>(dirs: &[P]) -> Result<Vec<StoredRun>, StoreError> {
+    let loaded = load::load(dirs)?;
+    for w in &loaded.warnings {
+        tracing::warn!("{w}");
+    }
+    Ok(loaded
+        .runs
+        .into_iter()
+        .map(|r| (r.trace, r.score, r.path))
+        .collect())
+}
 
 /// Confidence level of the intervals `wt report` shows.
 pub const REPORT_ALPHA: f64 = 0.05;
@@ -276,7 +294,7 @@ pub fn gate_code<'a>(aggs: impl IntoIterator<Item = &'a AggregateResult>, partia
     if partial {
         return crate::exit::RUN_ERROR;
     }
-    crate::runner::exit_code(aggs)
+    crate::exit::of_aggregates(aggs)
 }
 
 fn row(run: &LoadedRun) -> RunRow {

@@ -23,13 +23,10 @@
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use windtunnel_sdk::model::{
-    AgentConfig, AggregateResult, Denial, HookProvenance, Scenario, Score, Trace,
-};
-use windtunnel_sdk::turn::{TurnCall, TurnResult};
+use windtunnel_sdk::model::{AgentConfig, AggregateResult, HookProvenance, Scenario, Score};
 
-use crate::dispatch::Session;
 use crate::events::{self, Journal, Scope, Sink, Stream};
+use crate::hooks::{NoopObserver, RunObserver};
 use crate::interrupt::Interrupt;
 
 use crate::clock::{self, Clock, Ids};
@@ -41,107 +38,6 @@ mod scenario;
 mod session;
 mod sweep;
 mod turn;
-
-/// What a hook point returns: warnings (run scope: into `trace.worker_warnings`) and
-/// artifacts (run scope: beside the trace; scenario scope: at the runs-directory root).
-#[derive(Debug, Default)]
-pub struct RunHookOutput {
-    pub warnings: Vec<String>,
-    pub artifacts: Vec<Artifact>,
-}
-
-/// A hook artifact, written as `<stem>.<hook>.json` or `<stem>.<hook>.<label>.json`.
-pub use crate::dispatch::Artifact;
-
-/// What the turn hooks decided before a turn starts.
-#[derive(Debug, Default)]
-pub struct TurnOpen {
-    /// Set when a guard denied the turn: it must not start.
-    pub denial: Option<Denial>,
-    pub warnings: Vec<String>,
-    /// Which observers began (their finishes are owed), opaque to the runner.
-    pub begun: Vec<usize>,
-}
-
-/// The seam lifecycle hooks plug into. Per run the order is: reset → mint session → capture
-/// surface → `on_run_start` → inject (turn hooks around each turn) → evidence → trace →
-/// score → `on_run_scored` → `on_run_end` → write. A run that errors still goes through
-/// scored and end (pairing). `on_provisioned` / `on_scenario_end` pair per scenario that
-/// provisioned.
-#[expect(unused_variables, reason = "default no-op implementations")]
-pub trait RunObserver: Send + Sync {
-    fn on_provisioned(&self, scenario: &Scenario, agent: &AgentConfig) -> RunHookOutput {
-        RunHookOutput::default()
-    }
-    fn on_run_start(
-        &self,
-        scenario: &Scenario,
-        agent: &AgentConfig,
-        run_id: &str,
-        session_id: &str,
-        session: &dyn Session,
-    ) -> RunHookOutput {
-        RunHookOutput::default()
-    }
-    fn on_run_scored(
-        &self,
-        scenario: &Scenario,
-        agent: &AgentConfig,
-        trace: &Arc<Trace>,
-        score: &Arc<Score>,
-        session: &dyn Session,
-    ) -> RunHookOutput {
-        RunHookOutput::default()
-    }
-    fn on_run_end(
-        &self,
-        scenario: &Scenario,
-        agent: &AgentConfig,
-        trace: &Arc<Trace>,
-        score: &Arc<Score>,
-        session: &dyn Session,
-    ) -> RunHookOutput {
-        RunHookOutput::default()
-    }
-    fn on_scenario_end(
-        &self,
-        scenario: &Scenario,
-        agent: &AgentConfig,
-        aggregate: &AggregateResult,
-    ) -> RunHookOutput {
-        RunHookOutput::default()
-    }
-    /// Once per sweep, after every scenario ended, with every scenario's aggregate (those
-    /// that could not run too). Artifacts are pack-scoped.
-    fn on_pack_end(&self, aggregates: &[AggregateResult]) -> RunHookOutput {
-        RunHookOutput::default()
-    }
-    /// Guards check and observers begin, in activation order, before `TurnStarted`. For a
-    /// converse turn (`call.cause` is a hook's converse) only guards are consulted, and not
-    /// the conversing hook itself.
-    fn begin_turn(&self, call: &TurnCall) -> TurnOpen {
-        TurnOpen::default()
-    }
-    /// Observers that began finish, in reverse order, after the terminal event is durable.
-    fn finish_turn(&self, open: TurnOpen, result: &TurnResult) -> Vec<String> {
-        vec![]
-    }
-    /// Whether any turn hook or guard is active (skips building turn snapshots otherwise).
-    fn wants_turns(&self) -> bool {
-        false
-    }
-    /// The observer of lane `lane` (a worker of the sweep; lanes run in parallel). `None`:
-    /// this observer serves every lane itself and may be called from several threads at
-    /// once. The lanes of one sweep are numbered from 0; lane 0 may be `self`.
-    fn lane(&self, lane: usize) -> Option<Arc<dyn RunObserver>> {
-        None
-    }
-}
-
-/// The observer used when no hooks are active.
-#[derive(Debug, Default)]
-pub struct NoopObserver;
-impl RunObserver for NoopObserver {}
 
 /// How to run a sweep.
 pub struct RunConfig {
@@ -307,22 +203,8 @@ impl SweepResult {
         if self.interrupted {
             return crate::exit::INTERRUPTED;
         }
-        exit_code(self.scenarios.iter().map(|s| &s.aggregate))
+        crate::exit::of_aggregates(self.scenarios.iter().map(|s| &s.aggregate))
     }
-}
-
-/// The exit code for a set of aggregates (ERROR wins over FAIL).
-pub fn exit_code<'a>(aggs: impl IntoIterator<Item = &'a AggregateResult>) -> u8 {
-    let mut code = crate::exit::SUCCESS;
-    for a in aggs {
-        if a.errored > 0 || a.error.is_some() {
-            return crate::exit::RUN_ERROR;
-        }
-        if a.failed > 0 {
-            code = crate::exit::RUN_FAILED;
-        }
-    }
-    code
 }
 
 /// Why a sweep stopped.
@@ -481,7 +363,7 @@ fn run_scenarios(
     let workers = cfg.jobs.clamp(1, total.max(1));
     // Hook workers may spin between points only when a core is left over by the lanes and
     // by whatever else the machine is running.
-    crate::dispatch::set_spare_core(spare_core(workers));
+    crate::hooks::dispatch::set_spare_core(spare_core(workers));
     let lanes: Vec<sweep::Lane> = (0..workers)
         .map(|index| sweep::Lane {
             observer: cfg
@@ -627,6 +509,10 @@ mod tests {
     use serde_json::Value;
 
     use super::*;
+    use windtunnel_sdk::model::Trace;
+
+    use crate::hooks::dispatch::Session;
+    use crate::hooks::{Artifact, RunHookOutput};
     use crate::pack::Pack;
     use crate::runtime::{AgentHandle, TurnCtx};
 
@@ -742,7 +628,7 @@ mod tests {
                 "scenario_end"
             ]
         );
-        let runs = store::load_runs(&[dir.path()]).unwrap();
+        let runs = crate::report::load_runs(&[dir.path()]).unwrap();
         assert_eq!(runs.len(), 2);
         // The leaky agent remembers the first run's session in the second run.
         let second = runs.iter().find(|(t, _, _)| t.run_index == 1).unwrap();
@@ -784,7 +670,7 @@ mod tests {
         let sweep = Sweep::new(&cfg);
         let r = run_sweep_on(&Panicky, &pack.scenarios, &cfg, &sweep).unwrap();
         assert_eq!(r.exit_code(), 3);
-        let runs = store::load_runs(&[dir.path()]).unwrap();
+        let runs = crate::report::load_runs(&[dir.path()]).unwrap();
         assert_eq!(runs.len(), 6);
         let score = runs[0].1.as_ref().unwrap();
         assert_eq!(

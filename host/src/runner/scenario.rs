@@ -10,8 +10,9 @@ use std::sync::{Arc, Mutex};
 use windtunnel_sdk::model::{AggregateResult, Scenario, Surface};
 
 use super::sweep::{Lane, ScenarioState};
-use super::{RunConfig, RunHookOutput, ScenarioOutcome, Sweep, lock, stem_key};
+use super::{RunConfig, ScenarioOutcome, Sweep, lock, stem_key};
 use crate::events::{self, Scope, Stream};
+use crate::hooks::RunHookOutput;
 use crate::runtime::{self, AgentHandle, Runtime};
 use crate::score::Aggregator;
 use crate::store::{self, StoreError};

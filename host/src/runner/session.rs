@@ -13,11 +13,11 @@ use serde_json::Value;
 use windtunnel_sdk::model::TurnErrorKind;
 use windtunnel_sdk::turn::{Cause as TurnCause, Outcome, TurnCall};
 
-use super::RunObserver;
 use super::scenario::{Handle, ScenarioRunner};
 use super::turn::{denial_text, publish_denial, publish_terminal, send};
-use crate::dispatch::{ConverseError, Session};
 use crate::events::{self, Scope};
+use crate::hooks::RunObserver;
+use crate::hooks::dispatch::{ConverseError, Session};
 use crate::world::World;
 
 pub(super) struct SessionConverse<'s, 'a> {

@@ -19,7 +19,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use windtunnel_sdk::model::Scenario;
 
 use super::scenario::{Handle, ScenarioRunner, Unable};
-use super::{RunConfig, RunObserver, ScenarioOutcome, lock};
+use super::{RunConfig, ScenarioOutcome, lock};
+use crate::hooks::RunObserver;
 use crate::score::Aggregator;
 use crate::store::StoreError;
 

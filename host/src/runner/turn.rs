@@ -12,8 +12,9 @@ use windtunnel_sdk::model::{Denial, Trace, TurnErrorKind, TurnRecord};
 use windtunnel_sdk::turn::{Cause as TurnCause, Outcome, TurnCall, TurnResult};
 
 use super::scenario::{Handle, ScenarioRunner};
-use super::{RunConfig, RunObserver, TurnOpen, lock};
+use super::{RunConfig, lock};
 use crate::events::{self, Scope};
+use crate::hooks::{RunObserver, TurnOpen};
 use crate::interrupt::Interrupt;
 use crate::limits::{MAX_STORED_TEXT_BYTES, cut_text, cut_value};
 use crate::runtime::{self, Reply, TurnCtx};

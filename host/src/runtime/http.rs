@@ -4,7 +4,7 @@
 //! agent config's `endpoint`.
 //!
 //! Unless the agent config says `mcp = false`, each run gets its own MCP endpoint on the
-//! fixture world ([`crate::mcp`]), sent with every inject as `mcp_url`: the tools the service
+//! fixture world ([`crate::runtime::mcp`]), sent with every inject as `mcp_url`: the tools the service
 //! calls there act on the run's world and are recorded by `wt`. Tool calls the service
 //! reports in its inject response are recorded too, after them, as the service reported them.
 
@@ -17,7 +17,7 @@ use windtunnel_sdk::model::{AgentConfig, Scenario, ToolCall, TurnErrorKind};
 
 use super::net::{Log, Net, Request};
 use super::{AgentHandle, Reply, RunEnd, RunInfo, Runtime, RuntimeError, TurnCtx, TurnError};
-use crate::mcp::{self, Inbox, McpRun, ToolSet};
+use crate::runtime::mcp::{self, Inbox, McpRun, ToolSet};
 
 /// The environment variable that overrides the inject endpoint.
 pub const INJECT_URL_ENV: &str = "WT_INJECT_URL";

@@ -5,7 +5,7 @@
 //! the harness), `http` (an agent service behind an inject endpoint; see
 //! `docs/http-runtime-protocol.md`) and `process` (a local agent process; see
 //! `docs/process-runtime.md`). The last two reach the fixture world over MCP
-//! ([`crate::mcp`]).
+//! ([`crate::runtime::mcp`]).
 //!
 //! Runtimes report what happened; they never score.
 
@@ -25,6 +25,7 @@ use crate::world::World;
 
 pub mod demo;
 pub mod http;
+pub mod mcp;
 pub(crate) mod net;
 pub mod openai;
 pub mod process;

@@ -6,7 +6,7 @@
 //! - One-shot mode (`command` with `{input}`): one process per turn; the reply is its stdout
 //!   (or a field of the JSON it prints).
 //!
-//! The agent acts on the run's fixture world over MCP ([`crate::mcp`]): `WT_MCP_URL` in its
+//! The agent acts on the run's fixture world over MCP ([`crate::runtime::mcp`]): `WT_MCP_URL` in its
 //! environment, or `{mcp_config}` on its command line. Its environment is explicit: a few
 //! base variables, `env_passthrough`, `env`, and `wt`'s own `WT_*` — nothing else of `wt`'s.
 //!
@@ -32,7 +32,7 @@ use serde_json::{Value, json};
 use windtunnel_sdk::model::{AgentConfig, AgentProcess, Scenario, ToolCall, TurnErrorKind};
 
 use super::{AgentHandle, Reply, RunEnd, RunInfo, Runtime, RuntimeError, TurnCtx};
-use crate::mcp::{self, Inbox, McpRun, ToolSet};
+use crate::runtime::mcp::{self, Inbox, McpRun, ToolSet};
 
 /// Variables copied from `wt`'s environment to every agent process, when set.
 pub const BASE_ENV: [&str; 7] = ["PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "TZ"];
@@ -52,6 +52,14 @@ const PLACEHOLDERS: [&str; 5] = ["input", "mcp_config", "session_id", "turn", "r
 
 /// Process groups alive right now, killed on `wt`'s abrupt exit paths ([`kill_all`]).
 static LIVE: Mutex<Vec<i32>> = Mutex::new(Vec::new());
+
+/// The live process groups, to add one: [`kill_all`] then runs on every way out of a sweep.
+fn live_groups() -> std::sync::MutexGuard<'static, Vec<i32>> {
+    static AT_STOP: std::sync::Once = std::sync::Once::new();
+    AT_STOP.call_once(|| crate::interrupt::at_stop(kill_all));
+    LIVE.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 
 /// Kills every agent process group still alive. For exit paths that skip the normal
 /// teardown (a second Ctrl-C, an `exit()` in the middle of a sweep); never blocks.
@@ -348,9 +356,7 @@ impl Proc {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0);
-        let mut live = LIVE
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut live = live_groups();
         let mut child = cmd.spawn()?;
         let pgid = i32::try_from(child.id()).unwrap_or(i32::MAX);
         live.push(pgid);

@@ -21,7 +21,7 @@ use std::{
 };
 
 use super::protocol::{self, FrameError, PARENT_FRAME_LIMIT, tag};
-use crate::registry::{ActivationError, CallError, HostServices, Registry};
+use crate::hooks::registry::{ActivationError, CallError, HostServices, Registry};
 
 /// How long the child polls for the parent's answer to a member read or a service before
 /// its read sleeps (when the parent said a core is free).

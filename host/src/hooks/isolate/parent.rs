@@ -32,7 +32,7 @@ use super::{
     LOG_LIMIT, SpawnOptions,
     protocol::{self, CHILD_FRAME_LIMIT, FrameError, tag},
 };
-use crate::registry::{CallError, HostServices, env_prefix};
+use crate::hooks::registry::{CallError, HostServices, env_prefix};
 
 /// The hidden subcommand the child runs.
 pub const CHILD_SUBCOMMAND: &str = "hook-child";
@@ -343,7 +343,7 @@ fn exchange(
     // With a core to spare, both sides wait for each other's frames spinning a little
     // before they sleep: a member read is then a round trip of microseconds, not two
     // process wake-ups.
-    let spin = crate::dispatch::spare_core();
+    let spin = crate::hooks::dispatch::spare_core();
     from_child.get_mut().spin = if spin { SPIN } else { Duration::ZERO };
     protocol::write_frame(
         to_child,

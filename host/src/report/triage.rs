@@ -18,8 +18,8 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use windtunnel_sdk::model::{Score, Trace, Verdict};
 
-use crate::report::LoadedRun;
-use crate::report::load::{MAX_SIDECAR_BYTES, read_bounded};
+use super::LoadedRun;
+use super::load::{MAX_SIDECAR_BYTES, read_bounded};
 
 /// The rungs, in the order a failure is attributed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]

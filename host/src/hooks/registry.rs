@@ -3,7 +3,7 @@
 //!
 //! Discovery runs no plugin code. Only hooks that are activated get their library loaded,
 //! so a broken plugin nobody asked for changes nothing. An activated plugin hook is loaded
-//! either here or, isolated, by a child process of its own ([`crate::isolate`]); both are an
+//! either here or, isolated, by a child process of its own ([`crate::hooks::isolate`]); both are an
 //! [`ActiveHook`], called the same way.
 
 use std::{
@@ -21,8 +21,8 @@ use serde::Serialize;
 use windtunnel_abi::{FfiContext, FfiContext_TO, FfiHookBox, point};
 
 use crate::{
-    isolate::{Isolated, Isolation},
-    plugin::{self, Inspected, LoadedLibrary, Refusal},
+    hooks::isolate::{Isolated, Isolation},
+    hooks::plugin::{self, Inspected, LoadedLibrary, Refusal},
 };
 
 /// A hook compiled into `wt`, written against the same SDK API as plugins.

@@ -42,9 +42,9 @@ use snapshot::Snapshot;
 
 use crate::{
     deadlines::{Deadlines, human},
+    hooks::registry::ActiveHook,
     interrupt::{CUT_HOOK_DEADLINE, Interrupt},
     limits::{HookCaps, cut_text},
-    registry::ActiveHook,
 };
 
 /// Consecutive failures after which a hook is quarantined.
@@ -183,7 +183,7 @@ impl Dispatcher {
             .collect();
         let mut redactor = crate::secrets::Redactor::new();
         for h in hooks.iter() {
-            redactor.extend(&crate::registry::hook_secrets(&h.name));
+            redactor.extend(&crate::hooks::registry::hook_secrets(&h.name));
         }
         let isolated = hooks
             .iter()
@@ -569,7 +569,7 @@ mod tests {
     use windtunnel_sdk::{Context, Hook, Result as HookResult, hook};
 
     use super::*;
-    use crate::registry::BuiltIn;
+    use crate::hooks::registry::BuiltIn;
 
     static LOG: StdMutex<Vec<String>> = StdMutex::new(Vec::new());
 

@@ -4,13 +4,13 @@
 //!
 //! - [`protocol`] — the frames on the pipes: the same JSON the FFI layer carries.
 //! - [`parent`] — `wt`'s side: spawning a child, one call at a time, turning every way a
-//!   child can die or misbehave into one fatal [`crate::registry::CallError`], killing it
+//!   child can die or misbehave into one fatal [`crate::hooks::registry::CallError`], killing it
 //!   at a deadline.
 //! - [`child`] — the hidden `wt hook-child` subcommand: vets and loads the plugin exactly as
 //!   `wt` would in-process, then serves calls, proxying members and services back.
 //!
 //! The dispatcher never sees any of this: an isolated hook is an
-//! [`crate::registry::ActiveHook`] like any other. This module must not decide anything the
+//! [`crate::hooks::registry::ActiveHook`] like any other. This module must not decide anything the
 //! in-process path decides (vetting, deadlines, quarantine, warnings): it only moves calls
 //! across a process boundary and reports a dead child.
 

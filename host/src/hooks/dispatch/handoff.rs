@@ -18,8 +18,8 @@ use serde_json::Value;
 
 use super::{ConverseError, Session, services::WorkerServices, snapshot::Snapshot};
 use crate::{
+    hooks::registry::{ActiveHook, CallError},
     limits::HookCaps,
-    registry::{ActiveHook, CallError},
 };
 
 /// Set in [`Shared::current`] by the waiting thread when it gives up on the call in

@@ -20,7 +20,7 @@ use super::{
     ConverseError,
     handoff::{Job, SessionRequest, Shared, lock},
 };
-use crate::{limits::cut_text, registry::HostServices};
+use crate::{hooks::registry::HostServices, limits::cut_text};
 
 /// The host side of a hook's context, on the worker thread.
 pub(super) struct WorkerServices<'a> {
