@@ -16,13 +16,10 @@ use serde_json::Value;
 /// Longest text `wt` stores from a runtime, per field, in bytes.
 pub const MAX_STORED_TEXT_BYTES: usize = 256 * 1024;
 
-/// Default cap on one hook artifact's JSON, in bytes.
-pub const DEFAULT_MAX_ARTIFACT_BYTES: usize = 16 << 20;
-/// Default cap on one hook warning, in bytes.
-pub const DEFAULT_MAX_WARNING_BYTES: usize = 4 * 1024;
-
-pub const MAX_ARTIFACT_ENV: &str = "WT_HOOK_MAX_ARTIFACT_BYTES";
-pub const MAX_WARNING_ENV: &str = "WT_HOOK_MAX_WARNING_BYTES";
+/// Hook caps and their variables: the SDK's rules, which the test kit applies too.
+pub use windtunnel_sdk::rules::{
+    DEFAULT_MAX_ARTIFACT_BYTES, DEFAULT_MAX_WARNING_BYTES, MAX_ARTIFACT_ENV, MAX_WARNING_ENV,
+};
 
 /// What hooks may hand back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

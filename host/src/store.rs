@@ -89,10 +89,9 @@ pub fn score_path(dir: &Path, stem: &str) -> PathBuf {
     dir.join(format!("{stem}.score.json"))
 }
 
-/// Labels no artifact may carry: they would make its file look like one of `wt`'s own
-/// (`<stem>.<hook>.score.json` next to score sidecars, `….pack.json` next to pack-scoped
-/// artifacts).
-pub const RESERVED_LABELS: [&str; 2] = ["score", "pack"];
+/// Labels no artifact may carry (the SDK's rule): they would make its file look like one of
+/// `wt`'s own.
+pub use windtunnel_sdk::rules::RESERVED_LABELS;
 
 /// Checks a hook name and an artifact label for use in a file name.
 pub fn check_artifact_names(hook: &str, label: Option<&str>) -> Result<(), StoreError> {

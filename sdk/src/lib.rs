@@ -111,6 +111,7 @@ pub mod export;
 pub mod hook;
 pub mod member;
 pub mod model;
+pub mod rules;
 pub mod state_probe;
 // Documented even without the feature, so `cargo doc` shows the kit.
 #[cfg(any(feature = "testing", doc))]

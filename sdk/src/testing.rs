@@ -60,9 +60,10 @@
 
 use std::{
     cell::RefCell,
-    collections::{BTreeMap, VecDeque},
+    collections::{BTreeMap, HashSet, VecDeque},
     fmt,
     marker::PhantomData,
+    rc::Rc,
 };
 
 use abi_stable::{
@@ -80,8 +81,9 @@ use crate::{
     model::{
         AgentConfig, AgentRef, AggregateResult, Evidence, LatencyStats, LayerResult, Scenario,
         Score, Surface, ToolCall, ToolEffect, ToolSpec, Trace, TurnRecord, Verdict, WorldCheck,
-        WorldObservation, is_slug,
+        WorldObservation,
     },
+    rules,
     turn::{Cause, GuardDecision, Outcome, TurnCall, TurnResult},
 };
 
@@ -131,6 +133,8 @@ pub struct TestContext {
     converse_fn: RefCell<Option<ConverseFn>>,
     state: Option<Value>,
     artifacts: RefCell<Vec<Artifact>>,
+    /// The artifact names written in this context's scope (a run, a scenario, the pack).
+    artifact_names: Rc<RefCell<HashSet<String>>>,
     warnings: RefCell<Vec<String>>,
     conversed: RefCell<Vec<String>>,
 }
@@ -165,9 +169,16 @@ impl TestContext {
             converse_fn: RefCell::new(None),
             state: None,
             artifacts: RefCell::new(Vec::new()),
+            artifact_names: Rc::default(),
             warnings: RefCell::new(Vec::new()),
             conversed: RefCell::new(Vec::new()),
         }
+    }
+
+    /// This context writes artifacts in the scope of `other`: a name `other` wrote is taken.
+    fn same_scope_as(mut self, other: &TestContext) -> Self {
+        self.artifact_names = other.artifact_names.clone();
+        self
     }
 
     /// Sets the [`scenario`](crate::Context::scenario) member.
@@ -242,6 +253,7 @@ impl TestContext {
     pub fn with<R>(&self, f: impl FnOnce(&Context<'_>) -> R) -> R {
         let host = Host {
             ctx: self,
+            hook: "hook",
             point: self.at,
             run_id: None,
             extra: Vec::new(),
@@ -268,6 +280,8 @@ impl TestContext {
 /// The host side of one call: the test context plus what the point adds.
 struct Host<'a> {
     ctx: &'a TestContext,
+    /// The hook's name (its artifacts are named after it).
+    hook: &'a str,
     point: u32,
     run_id: Option<String>,
     extra: Vec<(&'static str, String)>,
@@ -286,55 +300,41 @@ impl Access for Host<'_> {
             .or_else(|| self.ctx.members.get(name).cloned())
     }
 
-    // Mirrors what `wt` does for each service, messages included.
+    // What `wt` does for each service, by the same rules (crate::rules), messages included.
     fn call(&self, op: &str, arg: &str) -> Result<String, String> {
-        let here = if self.point == 0 {
-            "outside a hook point".to_owned()
-        } else {
-            point::name(self.point).to_owned()
-        };
+        rules::service_allowed(self.point, op)?;
         match op {
             op::WARN => {
-                self.ctx.warnings.borrow_mut().push(arg.to_owned());
+                let text = rules::cut_warning(arg, rules::DEFAULT_MAX_WARNING_BYTES);
+                self.ctx.warnings.borrow_mut().push(text);
                 Ok("null".into())
             }
             op::EMIT_ARTIFACT => {
-                if matches!(
-                    self.point,
-                    point::TURN_BEGIN | point::TURN_FINISH | point::GUARD_CHECK
-                ) {
-                    // `wt` would accept the call and write nothing; failing here tells the
-                    // author before their data goes missing.
-                    return Err(format!(
-                        "wt writes no artifacts emitted at {here}; keep what you need and \
-                         emit it at on_run_end"
-                    ));
-                }
-                let v: Value =
-                    serde_json::from_str(arg).map_err(|e| format!("artifact is not JSON: {e}"))?;
-                let label = match v.get("label") {
-                    None | Some(Value::Null) => None,
-                    Some(Value::String(l)) if is_slug(l) => Some(l.clone()),
-                    Some(other) => {
-                        return Err(format!(
-                            "artifact label {other} is not a slug ([a-z0-9_-]+, at most 64 characters)"
-                        ));
-                    }
-                };
+                let checked =
+                    rules::check_artifact(self.hook, arg, rules::DEFAULT_MAX_ARTIFACT_BYTES)
+                        .and_then(|a| {
+                            if self.ctx.artifact_names.borrow_mut().insert(a.name.clone()) {
+                                Ok(a)
+                            } else {
+                                Err(rules::artifact_written_twice(&a.name))
+                            }
+                        });
+                let a = checked.inspect_err(|e| {
+                    // `wt` records the refusal as a warning too.
+                    self.ctx
+                        .warnings
+                        .borrow_mut()
+                        .push(format!("artifact refused: {e}"));
+                })?;
                 self.ctx.artifacts.borrow_mut().push(Artifact {
                     point: point_name(self.point),
                     run_id: self.run_id.clone(),
-                    label,
-                    payload: v.get("payload").cloned().unwrap_or(Value::Null),
+                    label: a.label,
+                    payload: a.payload,
                 });
                 Ok("null".into())
             }
             op::CONVERSE => {
-                if self.point != point::ON_RUN_SCORED {
-                    return Err(format!(
-                        "converse is valid only during on_run_scored, not {here}"
-                    ));
-                }
                 self.ctx.conversed.borrow_mut().push(arg.to_owned());
                 let scripted = self.ctx.replies.borrow_mut().pop_front();
                 let reply = match scripted {
@@ -349,23 +349,11 @@ impl Access for Host<'_> {
                 }?;
                 Ok(to_json(&reply))
             }
-            op::PROBE_STATE => {
-                if !matches!(
-                    self.point,
-                    point::ON_RUN_START | point::ON_RUN_SCORED | point::ON_RUN_END
-                ) {
-                    return Err(format!(
-                        "probe_state is valid only at run points, not {here}"
-                    ));
-                }
-                match &self.ctx.state {
-                    Some(state) => Ok(to_json(state)),
-                    None => {
-                        Err("this runtime has no state probe (TestContext::probe_state)".into())
-                    }
-                }
-            }
-            other => Err(format!("unknown host service `{other}`")),
+            op::PROBE_STATE => match &self.ctx.state {
+                Some(state) => Ok(to_json(state)),
+                None => Err("this runtime has no state probe (TestContext::probe_state)".into()),
+            },
+            other => Err(format!("this wt offers no host service `{other}`")),
         }
     }
 }
@@ -484,6 +472,7 @@ impl<H: Hook> HookTester<H> {
     pub fn call(&mut self, point: u32, ctx: &TestContext) -> Result<(), CallError> {
         let host = Host {
             ctx,
+            hook: H::NAME,
             point,
             run_id: ctx
                 .members
@@ -522,6 +511,7 @@ impl<H: Hook> HookTester<H> {
     fn turn_host<'a>(ctx: &'a TestContext, point: u32, call: &TurnCall) -> Host<'a> {
         Host {
             ctx,
+            hook: H::NAME,
             point,
             run_id: Some(call.run_id.clone()),
             extra: vec![
@@ -576,7 +566,8 @@ impl<H: Hook> HookTester<H> {
                     None => ctx,
                 }
             };
-            self.record(&mut log, point::ON_PROVISIONED, None, &base());
+            let provisioned = base();
+            self.record(&mut log, point::ON_PROVISIONED, None, &provisioned);
             let mut agg = Aggregator::new(&plan.scenario.id);
             for (trace, mut score) in plan.materialize() {
                 let run = Some(trace.run_id.clone());
@@ -597,7 +588,8 @@ impl<H: Hook> HookTester<H> {
             let ctx = TestContext::new()
                 .scenario(plan.scenario.clone())
                 .agent(plan.agent.clone())
-                .aggregate(aggregate.clone());
+                .aggregate(aggregate.clone())
+                .same_scope_as(&provisioned);
             self.record(&mut log, point::ON_SCENARIO_END, None, &ctx);
             aggregates.push(aggregate);
         }
@@ -713,6 +705,7 @@ impl<H: Hook> HookTester<H> {
         }
         let host = Host {
             ctx,
+            hook: H::NAME,
             point,
             run_id: run_id.clone(),
             extra: Vec::new(),
@@ -1323,8 +1316,8 @@ mod tests {
         assert_eq!(log.points(), ["turn_begin"]);
         assert_eq!(
             log.errors()[0].to_string(),
-            "turn_begin: wt writes no artifacts emitted at turn_begin; keep what you need and \
-             emit it at on_run_end"
+            "turn_begin: artifacts are written at run, scenario and pack points, not at \
+             turn_begin; keep what the turn saw and emit it at on_run_end"
         );
     }
 

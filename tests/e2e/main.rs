@@ -9,6 +9,7 @@ mod loader;
 mod plugins_cli;
 mod process;
 mod reports;
+mod rules;
 mod runner;
 mod scale;
 mod sdk_compat;

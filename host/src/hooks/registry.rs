@@ -19,6 +19,7 @@ use abi_stable::{
 };
 use serde::Serialize;
 use windtunnel_abi::{FfiContext, FfiContext_TO, FfiHookBox, point};
+use windtunnel_sdk::rules;
 
 use crate::{
     hooks::isolate::{Isolated, Isolation},
@@ -36,16 +37,6 @@ pub struct BuiltIn {
 pub fn builtins() -> Vec<BuiltIn> {
     vec![crate::hooks::debrief::builtin()]
 }
-
-/// Names no hook may take because their `WT_<NAME>_` prefix is `wt`'s own.
-const RESERVED: [&str; 13] = [
-    "hook", "hooks", "plugin", "inject", "fixed", "log", "events", "policy", "grace", "isolate",
-    "mcp", "run", "session",
-];
-
-/// Names no hook may take because its artifacts would take the names of `wt`'s own files:
-/// `<stem>.score.json` is the score sidecar, `….pack.json` marks pack-scoped artifacts.
-const RESERVED_FOR_FILES: [&str; 2] = ["score", "pack"];
 
 /// Where a hook comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -385,18 +376,9 @@ impl Registry {
     }
 }
 
+/// Why no hook may be named `name` (the SDK's rule, [`rules::reserved_name`]).
 pub(crate) fn reserved(name: &str) -> Option<String> {
-    if RESERVED_FOR_FILES.contains(&name) {
-        return Some(format!(
-            "its artifacts would be named like wt's own `.{name}.json` files"
-        ));
-    }
-    RESERVED.contains(&name).then(|| {
-        format!(
-            "its settings prefix {} belongs to wt itself",
-            env_prefix(name)
-        )
-    })
+    rules::reserved_name(name)
 }
 
 fn has_metadata(path: &Path) -> bool {
@@ -406,7 +388,7 @@ fn has_metadata(path: &Path) -> bool {
 /// The environment prefix of a hook's settings: `WT_` + the name upper-cased with `-` as
 /// `_` + `_`.
 pub fn env_prefix(name: &str) -> String {
-    format!("WT_{}_", name.to_ascii_uppercase().replace('-', "_"))
+    rules::settings_prefix(name)
 }
 
 /// Two active hooks may not have prefixes where one starts the other: `WT_FOO_BAR_X` would

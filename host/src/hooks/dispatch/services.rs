@@ -13,14 +13,14 @@ use std::{
 };
 
 use serde_json::Value;
-use windtunnel_abi::{op, point};
-use windtunnel_sdk::model::is_slug;
+use windtunnel_abi::op;
+use windtunnel_sdk::rules;
 
 use super::{
     ConverseError,
     handoff::{Job, SessionRequest, Shared, lock},
 };
-use crate::{hooks::registry::HostServices, limits::cut_text};
+use crate::hooks::registry::HostServices;
 
 /// The host side of a hook's context, on the worker thread.
 pub(super) struct WorkerServices<'a> {
@@ -41,34 +41,17 @@ impl HostServices for WorkerServices<'_> {
     }
 
     fn call(&self, op: &str, arg: &str) -> Result<String, String> {
+        rules::service_allowed(self.job.point, op)?;
         match op {
             op::WARN => {
-                let mut text = arg.to_owned();
-                cut_text(&mut text, self.job.caps.warning_bytes);
+                let text = rules::cut_warning(arg, self.job.caps.warning_bytes);
                 lock(&self.warnings).push(format!("hook:{}: {text}", self.hook));
                 Ok("null".into())
-            }
-            op::EMIT_ARTIFACT
-                if matches!(
-                    self.job.point,
-                    point::TURN_BEGIN | point::TURN_FINISH | point::GUARD_CHECK
-                ) =>
-            {
-                Err(format!(
-                    "artifacts are written at run, scenario and pack points, not at {}; keep what the turn saw and emit it at on_run_end",
-                    point::name(self.job.point)
-                ))
             }
             op::EMIT_ARTIFACT => self.emit_artifact(arg).inspect_err(|e| {
                 lock(&self.warnings).push(format!("hook:{}: artifact refused: {e}", self.hook));
             }),
             op::CONVERSE => {
-                if self.job.point != point::ON_RUN_SCORED {
-                    return Err(format!(
-                        "converse is valid only during on_run_scored, not {}",
-                        point::name(self.job.point)
-                    ));
-                }
                 if !self.job.has_session {
                     return Err("the run's session is unusable; converse is unavailable".into());
                 }
@@ -87,15 +70,6 @@ impl HostServices for WorkerServices<'_> {
                 }
             }
             op::PROBE_STATE => {
-                if !matches!(
-                    self.job.point,
-                    point::ON_RUN_START | point::ON_RUN_SCORED | point::ON_RUN_END
-                ) {
-                    return Err(format!(
-                        "probe_state is valid only at run points, not {}",
-                        point::name(self.job.point)
-                    ));
-                }
                 if !self.job.has_session {
                     return Err("the run's session is unusable; probe_state is unavailable".into());
                 }
@@ -110,41 +84,16 @@ impl HostServices for WorkerServices<'_> {
 }
 
 impl WorkerServices<'_> {
+    /// Checks the artifact by the SDK's rules ([`rules::check_artifact`]) and claims its
+    /// name in the call's scope.
     fn emit_artifact(&self, arg: &str) -> Result<String, String> {
-        let max = self.job.caps.artifact_bytes;
-        if arg.len() > max {
-            return Err(format!(
-                "{} bytes is more than the {max} bytes an artifact may have ({})",
-                arg.len(),
-                crate::limits::MAX_ARTIFACT_ENV
-            ));
-        }
-        let v: Value =
-            serde_json::from_str(arg).map_err(|e| format!("artifact is not JSON: {e}"))?;
-        let label = match v.get("label") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(l)) if is_slug(l) => Some(l.clone()),
-            Some(other) => {
-                return Err(format!(
-                    "artifact label {other} is not a slug ([a-z0-9_-]+, at most 64 characters)"
-                ));
-            }
-        };
-        crate::store::check_artifact_names(self.hook, label.as_deref())
-            .map_err(|e| e.to_string())?;
-        let name = match &label {
-            Some(l) => format!("{}.{l}", self.hook),
-            None => self.hook.to_owned(),
-        };
+        let a = rules::check_artifact(self.hook, arg, self.job.caps.artifact_bytes)?;
         if let Some(names) = &self.job.data.data.artifact_names
-            && !lock(names).insert(name.clone())
+            && !lock(names).insert(a.name.clone())
         {
-            return Err(format!(
-                "an artifact named `{name}` was already written here; give each artifact its own label"
-            ));
+            return Err(rules::artifact_written_twice(&a.name));
         }
-        let payload = v.get("payload").cloned().unwrap_or(Value::Null);
-        lock(&self.artifacts).push((label, payload));
+        lock(&self.artifacts).push((a.label, a.payload));
         Ok("null".into())
     }
 
