@@ -4,7 +4,7 @@
 //!
 //! ```toml
 //! [dev-dependencies]
-//! windtunnel-sdk = { version = "1.1", features = ["testing"] }
+//! windtunnel-sdk = { version = "1.2", features = ["testing"] }
 //! ```
 //!
 //! Three tools, from the smallest to the whole sweep:
