@@ -8,6 +8,8 @@ Usage: python3 bench/hook_sweep.py [RUNS] [REPEATS] [CASE]   (after bench/hook_s
   CASE turns:     four no-op turn observers (a two-turn scenario)
 BENCH_DIR picks where runs go (default: the system temp dir); use a tmpfs such as /dev/shm to
 keep the file system out of a cost measured in microseconds.
+WT_BASELINE=/path/to/wt (with WT_BASELINE_PLUGINS, the directory of its no-op plugin) adds another
+build of wt, alternated with this one in the same sitting: the before and after of a change.
 """
 import os
 import resource
@@ -32,7 +34,7 @@ else:
 units = int(runs) * per_run
 
 
-def sweep(with_hooks):
+def sweep(with_hooks, wt=wt, plugins=plugins):
     out = tempfile.mkdtemp(prefix="wt-bench-", dir=os.environ.get("BENCH_DIR"))
     cmd = [wt, "run", "--jobs", "1", "--runs", runs, "--filter", scenario, "--out", out]
     if with_hooks:
@@ -48,11 +50,16 @@ def sweep(with_hooks):
     return wall, cpu
 
 
-base, with_ = [], []
+baseline = os.environ.get("WT_BASELINE")
+baseline_plugins = os.environ.get("WT_BASELINE_PLUGINS", os.path.dirname(baseline or ""))
+base, with_, old_base, old_with = [], [], [], []
 sweep(False)
 for _ in range(repeats):
     base.append(sweep(False))
     with_.append(sweep(True))
+    if baseline:
+        old_base.append(sweep(False, baseline, baseline_plugins))
+        old_with.append(sweep(True, baseline, baseline_plugins))
 bw, bc = statistics.median(w for w, _ in base), statistics.median(c for _, c in base)
 ww, wc = statistics.median(w for w, _ in with_), statistics.median(c for _, c in with_)
 label = "1 no-op hook at every lifecycle point" if case != "turns" else "4 no-op turn observers"
@@ -61,3 +68,10 @@ print(f"  without hooks: {bw:.3f} s wall ({bw / units * 1e6:.1f} us/{unit}), {bc
 print(f"  with {label}: {ww:.3f} s wall ({ww / units * 1e6:.1f} us/{unit}), {wc:.3f} s CPU")
 print(f"  cost: {(ww - bw) / units * 1e6:.1f} us wall and {(wc - bc) / units * 1e6:.1f} us CPU per {unit}")
 print(f"  ratio with/without (wall): {ww / bw:.3f}")
+if baseline:
+    obw, obc = statistics.median(w for w, _ in old_base), statistics.median(c for _, c in old_base)
+    oww, owc = statistics.median(w for w, _ in old_with), statistics.median(c for _, c in old_with)
+    print(f"baseline {baseline}, alternated with the above:")
+    print(f"  without hooks: {obw:.3f} s wall, {obc:.3f} s CPU; this wt / baseline: {bw / obw:.3f} wall, {bc / obc:.3f} CPU")
+    print(f"  with {label}: {oww:.3f} s wall, {owc:.3f} s CPU; this wt / baseline: {ww / oww:.3f} wall, {wc / owc:.3f} CPU")
+    print(f"  baseline cost: {(oww - obw) / units * 1e6:.1f} us wall and {(owc - obc) / units * 1e6:.1f} us CPU per {unit}")

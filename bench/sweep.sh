@@ -8,6 +8,8 @@
 #   RUNS=2000 bench/sweep.sh
 #   JOBS="1 8" bench/sweep.sh             # --jobs values to measure (default: 1 and 8)
 #   BENCH_DIR=/mnt/fresh bench/sweep.sh   # where to write (default: $TMPDIR)
+#   BASELINE=/tmp/before/wt bench/sweep.sh   # also another build of wt, alternated with this
+#                                          # one in the same sitting (before/after a change)
 #
 # Numbers are only stable on a filesystem without many recent deletions: ext4 makes inode
 # allocation slow for a while after mass deletions (`recently_deleted`), which randomly
@@ -44,7 +46,7 @@ measure() {
 }
 
 sweep() {
-    measure "$wt" run --pack "$work/pack" --runs "$1" --jobs "${3:-1}" --seed 1 --out "$2"
+    measure "${4:-$wt}" run --pack "$work/pack" --runs "$1" --jobs "${3:-1}" --seed 1 --out "$2"
 }
 
 # File sizes of one run (all runs of this scenario have the same sizes).
@@ -61,7 +63,7 @@ trace_bytes=$(find "$probe" -name '*.json' ! -name '*.*.json' -printf '%s\n' | a
 score_bytes=$(find "$probe" -name '*.score.json' -printf '%s\n' | awk '{s+=$1} END {printf "%d", s/NR}')
 
 best_floor=999999 best_floor_j=999999 rss_full=0
-declare -A best_sweep
+declare -A best_sweep best_base
 for _ in $(seq "$REPS"); do
     read -r f_s _ < <(measure "$wt" bench-floor --out "$(fresh_dir)" --count "$RUNS" \
         --trace-bytes "$trace_bytes" --score-bytes "$score_bytes")
@@ -77,6 +79,10 @@ for _ in $(seq "$REPS"); do
         [ "$n" -eq $((RUNS * 2)) ] || { echo "expected $((RUNS * 2)) files, found $n" >&2; exit 1; }
         best_sweep[$jobs]=$(awk -v a="${best_sweep[$jobs]:-999999}" -v b="$s_s" 'BEGIN {print (b < a ? b : a)}')
         [ "$jobs" = 1 ] && rss_full=$s_kb
+        if [ -n "${BASELINE:-}" ]; then
+            read -r b_s _ < <(sweep "$RUNS" "$(fresh_dir)" "$jobs" "$BASELINE")
+            best_base[$jobs]=$(awk -v a="${best_base[$jobs]:-999999}" -v b="$b_s" 'BEGIN {print (b < a ? b : a)}')
+        fi
     done
 done
 read -r _ rss_tenth < <(sweep $((RUNS / 10)) "$(fresh_dir)")
@@ -88,4 +94,9 @@ for jobs in $JOBS; do
     b=${best_sweep[$jobs]}
     awk -v s="$b" -v f="$best_floor" -v j="$best_floor_j" -v jobs="$jobs" -v reps="$REPS" 'BEGIN {printf "sweep --jobs %-3s %ss (best of %s): %.2fx the floor of traces + scores; %.2fx the floor with the journal (target <= 1.3x)\n", jobs, s, reps, (f > 0 ? s / f : 0), (j > 0 ? s / j : 0)}'
 done
+if [ -n "${BASELINE:-}" ]; then
+    for jobs in $JOBS; do
+        awk -v s="${best_sweep[$jobs]}" -v b="${best_base[$jobs]}" -v jobs="$jobs" -v reps="$REPS" 'BEGIN {printf "baseline --jobs %-3s %ss (best of %s): this wt takes %.3fx the baseline'"'"'s time\n", jobs, b, reps, (b > 0 ? s / b : 0)}'
+    done
+fi
 echo "peak RSS (--jobs 1): ${rss_tenth} KiB at $((RUNS / 10)) runs, ${rss_full} KiB at $RUNS runs"
