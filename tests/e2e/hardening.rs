@@ -5,20 +5,15 @@
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
 use crate::harness::{
-    Run, TestServer, Wt, files, journal, plugin_dir, scores, traces, workspace, write_pack,
+    CLOCK, Run, TestServer, Wt, events, files, journal, plugin_dir, scores, tmp, traces,
+    wait_for_journal_event, worker_warnings, workspace, write_pack,
 };
-
-const CLOCK: &str = "2026-11-30T06:00:00Z";
-
-fn tmp() -> tempfile::TempDir {
-    tempfile::tempdir().expect("tempdir")
-}
 
 /// Every file under `dir`, recursively, by path.
 fn tree(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
@@ -65,61 +60,6 @@ fn agent_file(dir: &Path, name: &str, toml: &str) -> PathBuf {
     let p = dir.join(name);
     std::fs::write(&p, toml).unwrap();
     p
-}
-
-fn events<'a>(lines: &'a [Value], name: &str) -> Vec<&'a Value> {
-    lines.iter().filter(|l| l["event"] == name).collect()
-}
-
-/// Waits for a child at most `limit`; kills it and fails the test on overrun.
-fn wait_for(mut child: Child, limit: Duration) -> Run {
-    let start = Instant::now();
-    loop {
-        if let Some(_status) = child.try_wait().unwrap() {
-            return Run::from(child.wait_with_output().unwrap());
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!("wt did not finish within {limit:?}: {}", Run::from(out));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn signal(child: &Child, sig: &str) {
-    let ok = std::process::Command::new("kill")
-        .args([&format!("-{sig}"), &child.id().to_string()])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "kill -{sig}");
-}
-
-/// Waits until the sweep's journal under `out` shows `event`.
-fn wait_for_event(out: &Path, event: &str) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline {
-        if out.is_dir() && !events(&journal_lossy(out), event).is_empty() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(25));
-    }
-    panic!("no {event} in the journal under {}", out.display());
-}
-
-/// Like [`journal`], skipping a last line still being written.
-fn journal_lossy(out: &Path) -> Vec<Value> {
-    files(out)
-        .into_iter()
-        .filter(|(n, _)| n.ends_with(".events.jsonl"))
-        .flat_map(|(_, b)| {
-            String::from_utf8_lossy(&b)
-                .lines()
-                .filter_map(|l| serde_json::from_str(l).ok())
-                .collect::<Vec<Value>>()
-        })
-        .collect()
 }
 
 /// Every `.json` file under `out` parses and no temporary file is left.
@@ -330,22 +270,18 @@ fn i04_sigterm_cuts_in_flight_turns_after_the_grace_period_and_writes_everything
     let plugins = plugin_dir(dir.path(), &["wt_test_turns"]);
     let log = dir.path().join("turns.log");
     let out = dir.path().join("runs");
-    let child = Wt::new(dir.path())
+    let wt = Wt::new(dir.path())
         .args(["run", "--jobs", "1", "--junit", "junit.xml", "--agent"])
         .arg(&agent)
         .args(["--hook", "turn_a", "--plugin-dir"])
         .arg(&plugins)
         .env("WT_GRACE_S", "1")
         .env("WT_TURN_A_LOG", &log)
-        .command()
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_for_event(&out, "TurnStarted");
+        .start();
+    wait_for_journal_event(&out, "TurnStarted");
     let sent = Instant::now();
-    signal(&child, "TERM");
-    let r = wait_for(child, Duration::from_secs(20));
+    wt.signal("TERM");
+    let r = wt.finish_within(Duration::from_secs(20));
     let took = sent.elapsed();
     assert_eq!(r.code, 130, "{r}");
     assert!(took < Duration::from_secs(8), "took {took:?} after SIGTERM");
@@ -378,18 +314,14 @@ fn i04_sighup_stops_a_cooperative_runtime_like_ctrl_c() {
         "label = \"slow\"\nruntime = \"demo\"\nfault = \"slow\"\nturn_timeout_s = 600\n",
     );
     let out = dir.path().join("runs");
-    let child = Wt::new(dir.path())
+    let wt = Wt::new(dir.path())
         .args(["run", "--jobs", "1", "--junit", "junit.xml", "--agent"])
         .arg(&agent)
         .env("WT_GRACE_S", "0.5")
-        .command()
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_for_event(&out, "TurnStarted");
-    signal(&child, "HUP");
-    let r = wait_for(child, Duration::from_secs(20));
+        .start();
+    wait_for_journal_event(&out, "TurnStarted");
+    wt.signal("HUP");
+    let r = wt.finish_within(Duration::from_secs(20));
     assert_eq!(r.code, 130, "{r}");
     assert!(
         r.stderr.contains("SIGHUP") && r.stderr.contains("runs passed"),
@@ -415,21 +347,18 @@ fn i04_a_second_signal_stops_at_once_leaving_only_whole_files() {
         ),
     );
     let out = dir.path().join("runs");
-    let child = Wt::new(dir.path())
+    let wt = Wt::new(dir.path())
         .args(["run", "--agent"])
         .arg(&agent)
         .env("WT_GRACE_S", "60")
-        .command()
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_for_event(&out, "TurnStarted");
-    signal(&child, "TERM");
-    std::thread::sleep(Duration::from_millis(300));
+        .start();
+    wait_for_journal_event(&out, "TurnStarted");
+    wt.signal("TERM");
+    // The second signal is one only once `wt` has taken the first.
+    wt.wait_for_stderr("SIGTERM: finishing the runs in flight");
     let sent = Instant::now();
-    signal(&child, "TERM");
-    let r = wait_for(child, Duration::from_secs(10));
+    wt.signal("TERM");
+    let r = wt.finish_within(Duration::from_secs(10));
     assert_eq!(r.code, 130, "{r}");
     assert!(sent.elapsed() < Duration::from_secs(5));
     assert!(r.stderr.contains("stopping now"), "{r}");
@@ -479,16 +408,12 @@ fn i06_fifos_symlinks_and_huge_files_in_a_plugin_dir_neither_hang_nor_exhaust_wt
     drop(sparse);
 
     let run = |args: &[&str]| {
-        let child = Wt::new(dir.path())
+        Wt::new(dir.path())
             .args(args)
             .arg("--plugin-dir")
             .arg(&plugins)
-            .command()
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        wait_for(child, Duration::from_secs(30))
+            .start()
+            .finish_within(Duration::from_secs(30))
     };
     let list = run(&["hooks", "list"]);
     assert_eq!(list.code, 0, "{list}");
@@ -517,15 +442,11 @@ fn i06_fifos_symlinks_and_huge_files_in_a_plugin_dir_neither_hang_nor_exhaust_wt
     ]);
     assert_eq!(r.code, 0, "{r}");
     for f in ["fifo.so", "zero.so", "sparse.so"] {
-        let child = Wt::new(dir.path())
+        let r = Wt::new(dir.path())
             .args(["hooks", "check"])
             .arg(plugins.join(f))
-            .command()
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let r = wait_for(child, Duration::from_secs(30));
+            .start()
+            .finish_within(Duration::from_secs(30));
         assert_eq!(r.code, 2, "{f}: {r}");
     }
     // A plugin directory that does not exist is refused, not ignored.
@@ -647,12 +568,7 @@ fn i07_response_bodies_stored_texts_artifacts_and_warnings_are_bounded() {
     assert_eq!(r.code, 0, "{r}");
     let out = dir.path().join("hooks");
     let t = &traces(&out)[0];
-    let warnings: Vec<&str> = t["worker_warnings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|w| w.as_str().unwrap())
-        .collect();
+    let warnings = worker_warnings(t);
     let long = warnings
         .iter()
         .find(|w| w.contains("wwww"))

@@ -1,6 +1,8 @@
 //! The suite's one harness: the workspace's binaries and plugins built from source once per
-//! test process (cargo is a no-op when they are fresh), `wt` run in a sandbox, tiny local
-//! HTTP servers, and readers for what a sweep leaves on disk.
+//! test process (cargo is a no-op when they are fresh), `wt` run in a sandbox or in the
+//! background, tiny local HTTP servers, readers for what a sweep leaves on disk, and waits
+//! on observable state (a journal line, a file, a line on stderr) — never a fixed sleep
+//! hoping a sweep has got somewhere.
 //!
 //! Every `wt` the suite starts runs with no inherited `WT_*` variable, with its working
 //! directory, `HOME` and `XDG_DATA_HOME` inside the test's own temp dir, so neither the
@@ -8,9 +10,26 @@
 //! passed to that child (`Wt::env`), never set on the test process.
 
 use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// The same fixed clock (`WT_FIXED_CLOCK`) for every pinned sweep of the suite.
+pub const CLOCK: &str = "2026-11-30T06:00:00Z";
+
+/// How long a test waits for a sweep to reach a state before it fails: generous, since a
+/// loaded machine starts `wt`, Python agents and hook processes slowly.
+pub const PATIENCE: Duration = Duration::from_secs(60);
+
+/// A fresh temporary directory for one test, removed when dropped.
+pub fn tmp() -> tempfile::TempDir {
+    tempfile::tempdir().expect("tempdir")
+}
 
 /// The workspace root.
 pub fn workspace() -> PathBuf {
@@ -217,6 +236,126 @@ impl Wt {
     pub fn run(mut self) -> Run {
         run(&mut self.cmd)
     }
+
+    /// Starts the command in the background, to be watched, signalled and finished.
+    pub fn start(self) -> Running {
+        Running::start(self.cmd)
+    }
+}
+
+/// Sends `sig` (`TERM`, `INT`, `HUP`, `KILL`, …) to process `pid`, as `kill -SIG` does.
+pub fn signal(pid: u32, sig: &str) {
+    let sent = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status()
+        .expect("run kill");
+    assert!(sent.success(), "kill -{sig} {pid}");
+}
+
+/// A `wt` started in the background, its stderr read line by line as it comes, so that a
+/// test can wait for what `wt` says (e.g. its answer to a signal) before acting again.
+/// Dropped before it is finished (a test that failed half-way), it kills the process.
+pub struct Running {
+    child: Option<Child>,
+    stderr: Arc<Mutex<String>>,
+    reader: Option<JoinHandle<()>>,
+}
+
+impl Running {
+    /// Spawns `cmd` with its stdout and stderr piped.
+    pub fn start(mut cmd: Command) -> Running {
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn wt");
+        let pipe = child.stderr.take().expect("stderr is piped");
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let sink = stderr.clone();
+        let reader = std::thread::spawn(move || {
+            let mut pipe = BufReader::new(pipe);
+            let mut line = Vec::new();
+            while pipe.read_until(b'\n', &mut line).is_ok_and(|n| n > 0) {
+                sink.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&line));
+                line.clear();
+            }
+        });
+        Running {
+            child: Some(child),
+            stderr,
+            reader: Some(reader),
+        }
+    }
+
+    fn child(&mut self) -> &mut Child {
+        self.child.as_mut().expect("not finished yet")
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("not finished yet").id()
+    }
+
+    /// Sends `sig` to the process (see [`signal`]).
+    pub fn signal(&self, sig: &str) {
+        signal(self.pid(), sig);
+    }
+
+    /// Waits (up to [`PATIENCE`]) until a line of stderr holds `needle`.
+    pub fn wait_for_stderr(&self, needle: &str) {
+        let said = || {
+            self.stderr
+                .lock()
+                .unwrap()
+                .lines()
+                .any(|l| l.contains(needle))
+        };
+        if !poll_until(PATIENCE, said) {
+            panic!(
+                "waited {PATIENCE:?} for {needle:?} on wt's stderr; it said:\n{}",
+                self.stderr.lock().unwrap()
+            );
+        }
+    }
+
+    /// Waits for the process to exit, however long it takes, and returns what it said.
+    pub fn finish(mut self) -> Run {
+        let out = self
+            .child
+            .take()
+            .expect("not finished yet")
+            .wait_with_output()
+            .expect("wait for wt");
+        if let Some(reader) = self.reader.take() {
+            reader.join().expect("the stderr reader");
+        }
+        Run {
+            stderr: self.stderr.lock().unwrap().clone(),
+            ..Run::from(out)
+        }
+    }
+
+    /// Waits at most `limit` for the process to exit; kills it and fails the test on
+    /// overrun.
+    pub fn finish_within(mut self, limit: Duration) -> Run {
+        let child = self.child();
+        if !poll_until(limit, || child.try_wait().expect("wait for wt").is_some()) {
+            let _ = child.kill();
+            panic!("wt did not finish within {limit:?}: {}", self.finish());
+        }
+        self.finish()
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
 }
 
 /// A private plugin directory (mode 0700) holding copies of the named plugin crates.
@@ -248,7 +387,7 @@ pub fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
 }
 
 /// Trace files (`*.json` whose stem has no dot) in `dir`.
-pub fn traces(dir: &Path) -> Vec<serde_json::Value> {
+pub fn traces(dir: &Path) -> Vec<Value> {
     files(dir)
         .into_iter()
         .filter(|(n, _)| n.ends_with(".json") && !n.trim_end_matches(".json").contains('.'))
@@ -256,8 +395,24 @@ pub fn traces(dir: &Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// Trace files in `dir`, by name only, sorted: safe to call while a sweep writes there.
+pub fn trace_paths(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let n = p.file_name().unwrap().to_string_lossy();
+            !n.starts_with('.')
+                && n.ends_with(".json")
+                && !n.trim_end_matches(".json").contains('.')
+        })
+        .collect();
+    v.sort();
+    v
+}
+
 /// Score sidecars in `dir`.
-pub fn scores(dir: &Path) -> Vec<serde_json::Value> {
+pub fn scores(dir: &Path) -> Vec<Value> {
     files(dir)
         .into_iter()
         .filter(|(n, _)| n.ends_with(".score.json"))
@@ -266,7 +421,7 @@ pub fn scores(dir: &Path) -> Vec<serde_json::Value> {
 }
 
 /// Every event journal (`*.events.jsonl`) in `dir`, each line parsed, in file order.
-pub fn journal(dir: &Path) -> Vec<serde_json::Value> {
+pub fn journal(dir: &Path) -> Vec<Value> {
     files(dir)
         .into_iter()
         .filter(|(n, _)| n.ends_with(".events.jsonl"))
@@ -277,6 +432,77 @@ pub fn journal(dir: &Path) -> Vec<serde_json::Value> {
                 .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{n}: {e}")))
                 .collect::<Vec<_>>()
         })
+        .collect()
+}
+
+/// JSON files in `dir` whose names end with `suffix`, parsed, by name.
+pub fn json_files(dir: &Path, suffix: &str) -> BTreeMap<String, Value> {
+    files(dir)
+        .into_iter()
+        .filter(|(n, _)| n.ends_with(suffix))
+        .map(|(n, b)| {
+            let v = serde_json::from_slice(&b).unwrap_or_else(|e| panic!("{n}: {e}"));
+            (n, v)
+        })
+        .collect()
+}
+
+/// The journal lines of `event` (`RunStarted`, `TurnDone`, …), in the order given.
+pub fn events<'a>(lines: &'a [Value], event: &str) -> Vec<&'a Value> {
+    lines.iter().filter(|l| l["event"] == event).collect()
+}
+
+/// The event journal a sweep writing into `dir` has created, if it has yet.
+pub fn find_journal(dir: &Path) -> Option<PathBuf> {
+    std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.to_string_lossy().ends_with(".events.jsonl"))
+}
+
+/// The event journal of the sweep that wrote `dir`.
+pub fn journal_file(dir: &Path) -> PathBuf {
+    find_journal(dir).unwrap_or_else(|| panic!("no event journal in {}", dir.display()))
+}
+
+/// The journal lines in `dir` while a sweep may still be writing there: nothing when no
+/// journal exists yet, and a last line still being written is skipped.
+pub fn journal_so_far(dir: &Path) -> Vec<Value> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.to_string_lossy().ends_with(".events.jsonl"))
+        .filter_map(|p| std::fs::read(p).ok())
+        .flat_map(|b| {
+            String::from_utf8_lossy(&b)
+                .lines()
+                .filter_map(|l| serde_json::from_str(l).ok())
+                .collect::<Vec<Value>>()
+        })
+        .collect()
+}
+
+/// Waits (up to [`PATIENCE`]) until the journal of the sweep writing into `dir` holds an
+/// `event` line: the way to know a sweep has got somewhere (`RunStarted`, `TurnStarted`).
+pub fn wait_for_journal_event(dir: &Path, event: &str) {
+    wait_for(
+        &format!("a {event} event in the journal under {}", dir.display()),
+        PATIENCE,
+        || !events(&journal_so_far(dir), event).is_empty(),
+    );
+}
+
+/// The warnings a trace holds from its worker (hooks, runtimes), as text.
+pub fn worker_warnings(trace: &Value) -> Vec<&str> {
+    trace["worker_warnings"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no worker_warnings in {trace}"))
+        .iter()
+        .map(|w| w.as_str().unwrap())
         .collect()
 }
 
@@ -436,17 +662,38 @@ pub fn processes_mentioning(needle: &Path) -> Vec<u32> {
 
 /// Waits (up to 10 s) until no process mentions `needle`, and says which still do.
 pub fn no_process_left(needle: &Path) -> Result<(), Vec<u32>> {
-    let started = std::time::Instant::now();
-    loop {
-        let left = processes_mentioning(needle);
-        if left.is_empty() {
-            return Ok(());
-        }
-        if started.elapsed() > std::time::Duration::from_secs(10) {
-            return Err(left);
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
+    let mut left = Vec::new();
+    if poll_until(Duration::from_secs(10), || {
+        left = processes_mentioning(needle);
+        left.is_empty()
+    }) {
+        Ok(())
+    } else {
+        Err(left)
     }
+}
+
+/// Asks `ready` every 20 ms until it holds or `deadline` has passed; says whether it held.
+/// The one sleep of the suite's waits: a back-off between looks at some state.
+pub fn poll_until(deadline: Duration, mut ready: impl FnMut() -> bool) -> bool {
+    let started = Instant::now();
+    loop {
+        if ready() {
+            return true;
+        }
+        if started.elapsed() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits until `ready` holds; past `deadline`, fails the test naming `what` it waited for.
+pub fn wait_for(what: &str, deadline: Duration, ready: impl FnMut() -> bool) {
+    assert!(
+        poll_until(deadline, ready),
+        "waited {deadline:?} for {what}, in vain"
+    );
 }
 
 /// The Python of a venv with the official MCP SDK (`tests/agents/requirements.txt`), for the

@@ -7,15 +7,18 @@
 use std::{
     collections::{BTreeMap, BTreeSet},
     path::{Path, PathBuf},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
 };
 
 use serde_json::{Value, json};
 
 use crate::harness::{
-    Mode, Run, TestServer, both_modes, files, no_process_left, plugin_dir, run, workspace, wt,
+    CLOCK, Mode, PATIENCE, Run, TestServer, both_modes, files, json_files, no_process_left,
+    plugin_dir, run, wait_for, worker_warnings, workspace, wt,
 };
-
-const CLOCK: &str = "2026-11-30T06:00:00Z";
 
 /// A pack holding two of the demo scenarios.
 pub fn two_scenario_pack(root: &Path) -> PathBuf {
@@ -37,14 +40,6 @@ fn log_lines(path: &Path) -> Vec<Value> {
         .unwrap_or_default()
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
-fn json_files(dir: &Path, suffix: &str) -> BTreeMap<String, Value> {
-    files(dir)
-        .into_iter()
-        .filter(|(n, _)| n.ends_with(suffix))
-        .map(|(n, b)| (n, serde_json::from_slice(&b).unwrap()))
         .collect()
 }
 
@@ -389,13 +384,8 @@ fn panicking_and_hanging_hooks_change_no_verdict_score_or_exit_code(mode: Mode) 
     );
     let warnings: Vec<String> = trace_files(&panicky_out)
         .values()
-        .flat_map(|t| {
-            t["worker_warnings"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|w| w.as_str().unwrap().to_owned())
-        })
+        .flat_map(worker_warnings)
+        .map(str::to_owned)
         .collect();
     assert!(warnings.is_empty(), "{warnings:?}");
     // The hanging hook: abandoned once, quarantined, and the sweep finished.
@@ -509,7 +499,9 @@ fn debrief_writes_its_artifact_and_leaves_trace_and_score_untouched() {
 
 #[test]
 fn a_debrief_reply_past_the_converse_deadline_is_recorded_as_timed_out_and_dropped() {
-    let server = TestServer::start(|req| {
+    let late_reply_sent = Arc::new(AtomicBool::new(false));
+    let sent = late_reply_sent.clone();
+    let server = TestServer::start(move |req| {
         let body: Value = serde_json::from_str(&req.body).unwrap_or(Value::Null);
         let last = body["messages"]
             .as_array()
@@ -517,7 +509,9 @@ fn a_debrief_reply_past_the_converse_deadline_is_recorded_as_timed_out_and_dropp
             .unwrap_or(Value::Null);
         let text = last["content"].as_str().unwrap_or_default().to_owned();
         let reply = if text.contains("This run has been scored") {
+            // The slow model: the reply comes well past the 0.5 s converse deadline.
             std::thread::sleep(std::time::Duration::from_secs(2));
+            sent.store(true, Ordering::SeqCst);
             "LATE-DEBRIEF-REPLY-MARKER"
         } else {
             "Your order is on its way."
@@ -563,7 +557,12 @@ fn a_debrief_reply_past_the_converse_deadline_is_recorded_as_timed_out_and_dropp
         art["error"].as_str().unwrap().contains("timed out"),
         "{art}"
     );
-    std::thread::sleep(std::time::Duration::from_secs(2));
+    // Once the late reply is out, nothing of it may reach a file.
+    wait_for(
+        "the server to send the late debrief reply",
+        PATIENCE,
+        || late_reply_sent.load(Ordering::SeqCst),
+    );
     for (name, bytes) in files(&out) {
         assert!(
             !String::from_utf8_lossy(&bytes).contains("LATE-DEBRIEF-REPLY-MARKER"),

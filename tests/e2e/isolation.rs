@@ -10,7 +10,7 @@
 use std::{
     collections::BTreeMap,
     path::{Path, PathBuf},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use serde_json::Value;
@@ -23,11 +23,9 @@ use windtunnel::{
 use windtunnel_abi::point;
 
 use crate::harness::{
-    Run, files, no_process_left, plugin_dir, processes_mentioning, run, set_mode, traces, wt,
-    wt_bin,
+    CLOCK, PATIENCE, Run, files, no_process_left, plugin_dir, processes_mentioning, run, set_mode,
+    traces, wait_for, worker_warnings, wt, wt_bin,
 };
-
-const CLOCK: &str = "2026-11-30T07:00:00Z";
 
 struct Sweep {
     run: Run,
@@ -105,9 +103,9 @@ fn traces_without(out: &Path, hook: &str) -> Vec<Value> {
 fn hook_warnings_in_traces(out: &Path, hook: &str) -> Vec<String> {
     traces(out)
         .iter()
-        .flat_map(|t| t["worker_warnings"].as_array().unwrap().clone())
-        .map(|w| w.as_str().unwrap().to_owned())
+        .flat_map(worker_warnings)
         .filter(|w| w.starts_with(&format!("hook:{hook}:")))
+        .map(str::to_owned)
         .collect()
 }
 
@@ -366,14 +364,9 @@ fn a_hook_process_does_not_outlive_a_killed_wt() {
         .spawn()
         .unwrap();
     // Wait until the hook is spinning in its process, then kill `wt` outright.
-    let started = Instant::now();
-    while !notes.exists() {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "the hook never ran"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for("the hook to run (its notes file)", PATIENCE, || {
+        notes.exists()
+    });
     assert_eq!(
         processes_mentioning(&dir).len(),
         2,
@@ -486,15 +479,14 @@ fn a_hung_hook_process_is_killed_and_reaped_at_the_deadline() {
         out.warnings
     );
     // Gone from the process table altogether (killed, and reaped by us: no zombie).
-    let started = Instant::now();
-    while proc_dir.exists() {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "the hung hook process {} is still there",
+    wait_for(
+        &format!(
+            "the hung hook process {} to leave the process table",
             pids[0]
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+        ),
+        Duration::from_secs(10),
+        || !proc_dir.exists(),
+    );
     // Quarantined: the next dispatch calls nothing.
     let out = d.dispatch(point::ON_RUN_END, CallData::default(), None);
     assert!(out.warnings.is_empty() && out.returns.is_empty());

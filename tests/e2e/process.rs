@@ -8,7 +8,10 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
-use crate::harness::{TestServer, Wt, agent_python, scores, traces, workspace, write_pack};
+use crate::harness::{
+    PATIENCE, TestServer, Wt, agent_python, poll_until, scores, tmp, traces, wait_for,
+    wait_for_journal_event, workspace, write_pack,
+};
 
 /// A pack with one scenario judged on its reply alone (no world, no tools).
 fn reply_pack(dir: &Path, contains: &str) -> PathBuf {
@@ -41,10 +44,6 @@ fn run_pack(dir: &Path, pack: &Path, agent: &Path) -> crate::harness::Run {
         .arg("--agent")
         .arg(agent)
         .run()
-}
-
-fn tmp() -> tempfile::TempDir {
-    tempfile::tempdir().expect("tempdir")
 }
 
 fn agent_script() -> String {
@@ -274,14 +273,12 @@ fn a_crashing_agent_is_error_with_its_stderr_tail_and_its_environment_is_explici
 /// Processes of `pgid` still running once the kills sent to them have landed (SIGKILL is
 /// delivered asynchronously; zombies are dead and do not count). Waits at most 10 s.
 fn left_in_group(pgid: i64) -> Vec<String> {
-    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
-        let alive = alive_in_group(pgid);
-        if alive.is_empty() || std::time::Instant::now() > until {
-            return alive;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let mut alive = Vec::new();
+    poll_until(std::time::Duration::from_secs(10), || {
+        alive = alive_in_group(pgid);
+        alive.is_empty()
+    });
+    alive
 }
 
 /// Processes of `pgid` that are running right now (zombies are dead and do not count).
@@ -776,8 +773,9 @@ fn a_session_agent_that_ignores_the_end_of_its_input_is_killed_after_the_grace()
     assert_eq!(t["processes"][0]["exit"], "killed by wt (end of run)");
 }
 
-/// Starts `wt run` on a hanging agent, waits until the agent recorded its group, sends
-/// SIGINT `signals` times, and checks that wt exits 130 leaving nothing of the group.
+/// Starts `wt run` on a hanging agent, waits until the agent recorded its group and its
+/// turn began, sends SIGINT `signals` times, and checks that wt exits 130 leaving nothing
+/// of the group.
 fn interrupt_hanging_agent(signals: usize) {
     let dir = tmp();
     let pids = dir.path().join("pids.json");
@@ -787,37 +785,30 @@ fn interrupt_hanging_agent(signals: usize) {
         &["--policy", "hang", "--pids", pids.to_str().unwrap()],
         "turn_timeout_s = 120.0",
     );
-    let child = order_status(dir.path(), &agent)
+    let wt = order_status(dir.path(), &agent)
         .env("WT_GRACE_S", "0.5")
-        .command()
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let started = std::time::Instant::now();
-    while !pids.exists() && started.elapsed() < std::time::Duration::from_secs(60) {
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    // The agent has started its grandchild; let its turn begin.
-    std::thread::sleep(std::time::Duration::from_millis(500));
-    let recorded: Value = serde_json::from_str(&std::fs::read_to_string(&pids).unwrap()).unwrap();
+        .start();
+    // The agent writes the file as it starts its grandchild: wait for all of it.
+    let mut recorded = Value::Null;
+    wait_for("the agent to record its process group", PATIENCE, || {
+        recorded = std::fs::read_to_string(&pids)
+            .ok()
+            .and_then(|text| serde_json::from_str(&text).ok())
+            .unwrap_or(Value::Null);
+        recorded["pgid"].is_i64()
+    });
+    wait_for_journal_event(&dir.path().join("runs"), "TurnStarted");
     let pgid = recorded["pgid"].as_i64().unwrap();
     assert!(!alive_in_group(pgid).is_empty(), "the agent runs");
-    for _ in 0..signals {
-        let sent = std::process::Command::new("kill")
-            .args(["-INT", &child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(sent.success());
-        std::thread::sleep(std::time::Duration::from_millis(100));
+    for n in 0..signals {
+        if n > 0 {
+            // A second signal is one only once `wt` has taken the first.
+            wt.wait_for_stderr("SIGINT: finishing the runs in flight");
+        }
+        wt.signal("INT");
     }
-    let out = child.wait_with_output().unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(130),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let r = wt.finish();
+    assert_eq!(r.code, 130, "{r}");
     let left = left_in_group(pgid);
     assert!(left.is_empty(), "still running in group {pgid}: {left:?}");
 }

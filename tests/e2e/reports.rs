@@ -8,11 +8,9 @@ use std::process::Command;
 
 use serde_json::Value;
 
-use crate::harness::{Run, Wt, dead_port, files};
-
-fn tmp() -> tempfile::TempDir {
-    tempfile::tempdir().expect("tempdir")
-}
+use crate::harness::{
+    PATIENCE, Run, Wt, dead_port, files, journal_file, signal, tmp, trace_paths, wait_for,
+};
 
 /// `wt run` into `dir/<out>` with extra arguments; returns the run directory.
 fn sweep(dir: &Path, out: &str, args: &[&str], code: i32) -> PathBuf {
@@ -43,30 +41,6 @@ fn warnings(stderr: &str) -> Vec<&str> {
         .lines()
         .filter(|l| l.starts_with("warning: "))
         .collect()
-}
-
-fn journal(dir: &Path) -> PathBuf {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.to_string_lossy().ends_with(".events.jsonl"))
-        .expect("a journal")
-}
-
-/// Trace files in `dir`, by name only: safe to call while a sweep writes there.
-fn trace_paths(dir: &Path) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| {
-            let n = p.file_name().unwrap().to_string_lossy();
-            !n.starts_with('.')
-                && n.ends_with(".json")
-                && !n.trim_end_matches(".json").contains('.')
-        })
-        .collect();
-    v.sort();
-    v
 }
 
 // ---- the loader (issue 8, items 12 and 4) -------------------------------------------------
@@ -262,7 +236,7 @@ fn a_sweep_without_sweep_ended_is_incomplete_and_never_gates_green() {
     assert_eq!(ok.code, 0, "{ok}");
     assert!(warnings(&ok.stderr).is_empty(), "{}", ok.stderr);
     // Killed before the end: the journal's last lines never made it.
-    let j = journal(&runs);
+    let j = journal_file(&runs);
     let text = std::fs::read_to_string(&j).unwrap();
     let cut: String = text
         .lines()
@@ -299,7 +273,7 @@ fn a_sweep_without_sweep_ended_is_incomplete_and_never_gates_green() {
 
 /// Starts a long sweep of passing runs, waits for its first trace, then sends `signal`
 /// (`KILL` or `INT`). Every run written passes: only the sweep's end can fail the gate.
-fn cut_sweep(dir: &Path, out: &str, signal: &str) -> PathBuf {
+fn cut_sweep(dir: &Path, out: &str, sig: &str) -> PathBuf {
     let mut child = Wt::new(dir)
         .args([
             "run",
@@ -316,16 +290,10 @@ fn cut_sweep(dir: &Path, out: &str, signal: &str) -> PathBuf {
         .spawn()
         .unwrap();
     let runs = dir.join(out);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while !runs.is_dir() || trace_paths(&runs).is_empty() {
-        assert!(std::time::Instant::now() < deadline, "no trace was written");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    let sent = Command::new("kill")
-        .args([format!("-{signal}"), child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(sent.success());
+    wait_for("a first trace", PATIENCE, || {
+        runs.is_dir() && !trace_paths(&runs).is_empty()
+    });
+    signal(child.id(), sig);
     child.wait().unwrap();
     runs
 }
@@ -512,7 +480,7 @@ fn a_scenario_that_could_not_provision_gates_as_error_from_the_journal() {
 fn journals_are_told_apart_by_sweep_id_not_file_name() {
     let dir = tmp();
     let runs = sweep(dir.path(), "runs", &[], 0);
-    let j = journal(&runs);
+    let j = journal_file(&runs);
     // Any stem: the loader goes by the `.events.jsonl` suffix and the ids inside.
     let renamed = runs.join("whatever-name.events.jsonl");
     std::fs::rename(&j, &renamed).unwrap();

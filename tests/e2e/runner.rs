@@ -7,11 +7,10 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::harness::{TestServer, Wt, dead_port, files, scores, traces, workspace, write_pack};
-
-fn tmp() -> tempfile::TempDir {
-    tempfile::tempdir().expect("tempdir")
-}
+use crate::harness::{
+    PATIENCE, TestServer, Wt, dead_port, files, scores, tmp, trace_paths, traces, wait_for,
+    workspace, write_pack,
+};
 
 fn layer<'a>(score: &'a Value, name: &str) -> &'a Value {
     &score[name]
@@ -851,30 +850,17 @@ fn report_merges_directories_in_every_format() {
 #[test]
 fn ctrl_c_finishes_the_current_run_and_exits_130_with_whole_files() {
     let dir = tmp();
-    let child = Wt::new(dir.path())
+    let wt = Wt::new(dir.path())
         .args(["run", "--agent", "demo-slow", "--runs", "20", "--jobs", "1"])
-        .command()
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+        .start();
     let runs = dir.path().join("runs");
     // Wait until at least one run is on disk, then interrupt.
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while (!runs.exists() || traces(&runs).is_empty()) && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let status = std::process::Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let out = child.wait_with_output().unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(130),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    wait_for("a first trace", PATIENCE, || {
+        runs.is_dir() && !trace_paths(&runs).is_empty()
+    });
+    wt.signal("INT");
+    let r = wt.finish();
+    assert_eq!(r.code, 130, "{r}");
     let names: Vec<String> = files(&runs).into_keys().collect();
     let traces = names
         .iter()

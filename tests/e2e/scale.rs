@@ -11,13 +11,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::harness::{Run, TestServer, Wt, files, journal, plugin_dir, traces, write_pack};
-
-const CLOCK: &str = "2026-11-30T06:00:00Z";
-
-fn tmp() -> tempfile::TempDir {
-    tempfile::tempdir().expect("tempdir")
-}
+use crate::harness::{
+    CLOCK, Run, TestServer, Wt, files, journal, plugin_dir, tmp, traces, write_pack,
+};
 
 /// Counts requests in flight and remembers the most at once.
 #[derive(Default, Clone)]

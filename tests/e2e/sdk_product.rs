@@ -4,20 +4,10 @@
 //! with `windtunnel_sdk::testing`), `wt hooks check`, and runs with `wt run --hook`; from a
 //! checkout it depends on the checkout's SDK; a bad NAME is refused.
 
-use std::path::Path;
-
 use serde_json::Value;
 
-use crate::harness::{Wt, files, plugin_dir, set_mode, workspace};
+use crate::harness::{Wt, json_files, plugin_dir, set_mode, workspace};
 use crate::sdk_compat::{build_hook_crate, cargo_in_hook_crate, packaged_sdk};
-
-fn json_files(dir: &Path) -> Vec<(String, Value)> {
-    files(dir)
-        .into_iter()
-        .filter(|(n, _)| n.ends_with(".json"))
-        .map(|(n, b)| (n, serde_json::from_slice(&b).unwrap()))
-        .collect()
-}
 
 #[test]
 fn a_scaffolded_hook_builds_against_the_packaged_sdk_passes_its_test_and_check_and_runs() {
@@ -120,7 +110,7 @@ fn a_scaffolded_hook_builds_against_the_packaged_sdk_passes_its_test_and_check_a
         !r.stderr.contains("hook:acme_audit"),
         "no hook failure:\n{r}"
     );
-    let artifacts = json_files(&out);
+    let artifacts = json_files(&out, ".json");
     let of = |suffix: &str| {
         artifacts
             .iter()

@@ -6,7 +6,10 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::harness::{Mode, Run, both_modes, plugin_dir, run, wt};
+use crate::harness::{
+    Mode, PATIENCE, Run, both_modes, find_journal, journal_file, plugin_dir, run, scores, traces,
+    wait_for, worker_warnings, wt,
+};
 
 const OBSERVERS: [&str; 4] = ["turn_a", "turn_b", "turn_c", "turn_d"];
 
@@ -70,34 +73,9 @@ fn sweep(
     Sweep { run, out, log }
 }
 
+/// The sweep's one journal in `out`, every line of which must parse.
 fn journal(out: &Path) -> Vec<Value> {
-    let path = std::fs::read_dir(out)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.to_string_lossy().ends_with(".events.jsonl"))
-        .expect("a journal");
-    windtunnel::events::read_journal(&path).unwrap()
-}
-
-fn traces(out: &Path) -> Vec<Value> {
-    std::fs::read_dir(out)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| {
-            let n = p.file_name().unwrap().to_string_lossy().into_owned();
-            n.ends_with(".json") && !n.trim_end_matches(".json").contains('.')
-        })
-        .map(|p| serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap())
-        .collect()
-}
-
-fn scores(out: &Path) -> Vec<Value> {
-    std::fs::read_dir(out)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.to_string_lossy().ends_with(".score.json"))
-        .map(|p| serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap())
-        .collect()
+    windtunnel::events::read_journal(&journal_file(out)).unwrap()
 }
 
 /// The finish lines of one turn, in the order they ran.
@@ -178,12 +156,7 @@ fn a_panicking_finish_does_not_stop_the_others_and_a_panicking_begin_does_not_st
         ]
     );
     let t = &traces(&c.out)[0];
-    let warnings: Vec<&str> = t["worker_warnings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|w| w.as_str().unwrap())
-        .collect();
+    let warnings = worker_warnings(t);
     let panics: Vec<&&str> = warnings
         .iter()
         .filter(|w| w.contains("panicked at"))
@@ -470,25 +443,13 @@ fn a_sweep_killed_with_sigkill_leaves_a_journal_whose_every_line_parses() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let started = std::time::Instant::now();
-    let journal_path = loop {
-        let found = std::fs::read_dir(&out).ok().and_then(|d| {
-            d.map(|e| e.unwrap().path())
-                .find(|p| p.to_string_lossy().ends_with(".events.jsonl"))
-        });
-        if let Some(p) = found.filter(|p| {
-            std::fs::metadata(p)
-                .map(|m| m.len() > 64 * 1024)
-                .unwrap_or(false)
-        }) {
-            break p;
-        }
-        assert!(
-            started.elapsed() < std::time::Duration::from_secs(60),
-            "the sweep wrote no journal"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
+    let mut journal_path = None;
+    wait_for("a journal of more than 64 KiB", PATIENCE, || {
+        journal_path =
+            find_journal(&out).filter(|p| std::fs::metadata(p).is_ok_and(|m| m.len() > 64 * 1024));
+        journal_path.is_some()
+    });
+    let journal_path = journal_path.unwrap();
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
     let events = windtunnel::events::read_journal(&journal_path).expect("every line parses");
@@ -513,14 +474,7 @@ fn events_stream_live_to_stdout_and_match_the_journal(mode: Mode) {
         mode,
     );
     assert_eq!(s.run.code, 0, "{}", s.run);
-    let journal_text: String = {
-        let path = std::fs::read_dir(&s.out)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .find(|p| p.to_string_lossy().ends_with(".events.jsonl"))
-            .unwrap();
-        std::fs::read_to_string(path).unwrap()
-    };
+    let journal_text = std::fs::read_to_string(journal_file(&s.out)).unwrap();
     assert_eq!(s.run.stdout, journal_text);
     assert!(s.run.stdout.lines().count() > 8);
 }
