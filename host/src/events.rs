@@ -325,13 +325,14 @@ impl Journal {
         event: &Event,
         then: impl FnOnce(Option<&[u8]>),
     ) -> u64 {
+        let durable = event.durable();
+        let ts = if durable { (self.now)() } else { String::new() };
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let seq = inner.seq;
-        if !event.durable() {
+        if !durable {
             then(None);
             return seq;
         }
-        let ts = (self.now)();
         let line = Line {
             v: EVENTS_SCHEMA_VERSION,
             seq,
