@@ -23,15 +23,16 @@ fn percentiles(mut ns: Vec<u128>) -> (f64, f64) {
 }
 
 fn spec() -> Vec<ToolSpec> {
-    vec![ToolSpec {
-        name: "lookup_order".into(),
-        description: "Look up an order.".into(),
-        parameters: json!({"type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]}),
-        effect: ToolEffect::Read {
+    let mut spec = ToolSpec::new(
+        "lookup_order",
+        ToolEffect::Read {
             path: "orders".into(),
             key_arg: Some("order_id".into()),
         },
-    }]
+    );
+    spec.description = "Look up an order.".into();
+    spec.parameters = json!({"type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]});
+    vec![spec]
 }
 
 fn world() -> World {

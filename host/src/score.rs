@@ -14,24 +14,17 @@
 use std::collections::BTreeMap;
 
 use windtunnel_sdk::model::{
-    AggregateResult, LAYERS, LatencyStats, LayerResult, SCHEMA_VERSION, Scenario, Score, Trace,
-    Verdict,
+    AggregateResult, LAYERS, LatencyStats, LayerResult, Scenario, Score, Trace, Verdict,
 };
 
 use crate::world::World;
 
 fn pass(detail: impl Into<String>) -> LayerResult {
-    LayerResult {
-        passed: true,
-        detail: detail.into(),
-    }
+    LayerResult::pass(detail)
 }
 
 fn fail(problems: Vec<String>) -> LayerResult {
-    LayerResult {
-        passed: false,
-        detail: problems.join("; "),
-    }
+    LayerResult::fail(problems.join("; "))
 }
 
 /// Scores one run.
@@ -50,17 +43,13 @@ pub fn score(scenario: &Scenario, trace: &Trace) -> Score {
         (None, false) => Verdict::Fail,
     };
     let [outcome, trajectory, constraint] = layers;
-    Score {
-        schema_version: SCHEMA_VERSION,
-        run_id: trace.run_id.clone(),
-        scenario_id: trace.scenario_id.clone(),
-        verdict,
-        outcome,
-        trajectory,
-        constraint,
-        integrity,
-        error,
-    }
+    let mut score = Score::new(&trace.run_id, &trace.scenario_id, verdict);
+    score.outcome = outcome;
+    score.trajectory = trajectory;
+    score.constraint = constraint;
+    score.integrity = integrity;
+    score.error = error;
+    score
 }
 
 /// Why the run could not be judged, if it could not.
@@ -313,11 +302,7 @@ pub struct Aggregator {
 
 impl Aggregator {
     pub fn new(scenario_id: &str) -> Self {
-        let mut agg = AggregateResult {
-            schema_version: SCHEMA_VERSION,
-            scenario_id: scenario_id.to_owned(),
-            ..AggregateResult::default()
-        };
+        let mut agg = AggregateResult::new(scenario_id);
         for l in LAYERS {
             agg.layer_failures.insert(l.to_owned(), 0);
         }
@@ -366,21 +351,21 @@ fn latency_stats(v: &mut [u64]) -> LatencyStats {
     v.sort_unstable();
     let n = v.len();
     let pct = |p: usize| v[((n * p).div_ceil(100)).saturating_sub(1).min(n - 1)];
-    LatencyStats {
-        count: n as u64,
-        min_ms: v[0],
-        mean_ms: v.iter().sum::<u64>() / n as u64,
-        p50_ms: pct(50),
-        p95_ms: pct(95),
-        max_ms: v[n - 1],
-    }
+    let mut stats = LatencyStats::default();
+    stats.count = n as u64;
+    stats.min_ms = v[0];
+    stats.mean_ms = v.iter().sum::<u64>() / n as u64;
+    stats.p50_ms = pct(50);
+    stats.p95_ms = pct(95);
+    stats.max_ms = v[n - 1];
+    stats
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
-    use windtunnel_sdk::model::{ToolCall, TurnRecord, WorldObservation};
+    use windtunnel_sdk::model::{TurnRecord, WorldObservation};
 
     fn scenario() -> Scenario {
         toml::from_str(
@@ -402,37 +387,26 @@ max_steps = 2
     }
 
     fn trace(reply: &str, tools: &[&str]) -> Trace {
-        Trace {
-            run_id: "r".into(),
-            session_id: "sess".into(),
-            turns: vec![TurnRecord {
-                index: 0,
-                input: "hi".into(),
-                reply: Some(reply.into()),
-                latency_ms: 5,
-                ..TurnRecord::default()
-            }],
-            evidence: windtunnel_sdk::model::Evidence {
-                tool_calls: tools
-                    .iter()
-                    .enumerate()
-                    .map(|(i, n)| ToolCall {
-                        turn: 0,
-                        step: i as u32,
-                        name: (*n).into(),
-                        arguments: json!({}),
-                        result: json!(null),
-                        error: None,
-                        source: None,
-                    })
-                    .collect(),
-            },
-            world: Some(WorldObservation {
-                before: json!({"n": 0}),
-                after: json!({"n": 1}),
-            }),
-            ..Trace::default()
-        }
+        let mut trace = Trace::default();
+        trace.run_id = "r".into();
+        trace.session_id = "sess".into();
+        let mut turn = TurnRecord::default();
+        turn.input = "hi".into();
+        turn.reply = Some(reply.into());
+        turn.latency_ms = 5;
+        trace.turns.push(turn);
+        trace.evidence.tool_calls = tools
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                crate::runtime::tool_call(0, i as u32, n, json!({}), json!(null), None, None)
+            })
+            .collect();
+        let mut world = WorldObservation::default();
+        world.before = json!({"n": 0});
+        world.after = json!({"n": 1});
+        trace.world = Some(world);
+        trace
     }
 
     #[test]

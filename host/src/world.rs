@@ -204,12 +204,9 @@ mod tests {
     use serde_json::json;
 
     fn tool(effect: ToolEffect) -> ToolSpec {
-        ToolSpec {
-            name: "t".into(),
-            description: String::new(),
-            parameters: json!({}),
-            effect,
-        }
+        let mut spec = ToolSpec::new("t", effect);
+        spec.parameters = json!({});
+        spec
     }
 
     fn world() -> World {
@@ -276,19 +273,18 @@ mod tests {
     #[test]
     fn checks() {
         let w = world();
-        let eq = |path: &str, v| WorldCheck {
-            path: path.into(),
-            equals: Some(v),
-            exists: None,
+        let eq = |path: &str, v| {
+            let mut c = WorldCheck::default();
+            c.path = path.into();
+            c.equals = Some(v);
+            c
         };
         assert!(w.check(&eq("orders.1.status", json!("new"))).is_ok());
         let err = w.check(&eq("orders.1.status", json!("done"))).unwrap_err();
         assert!(err.contains("\"new\"") && err.contains("\"done\""), "{err}");
-        let absent = WorldCheck {
-            path: "log.0".into(),
-            equals: None,
-            exists: Some(false),
-        };
+        let mut absent = WorldCheck::default();
+        absent.path = "log.0".into();
+        absent.exists = Some(false);
         assert!(w.check(&absent).is_ok());
     }
 }

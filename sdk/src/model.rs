@@ -45,7 +45,7 @@ fn default_runs() -> u32 {
 /// assert_eq!(s.runs, 1);
 /// ```
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(not(feature = "__host"), non_exhaustive)]
+#[non_exhaustive]
 pub struct Scenario {
     /// Slug id, `[a-z0-9_-]+`; never contains a dot.
     pub id: String,
@@ -94,7 +94,7 @@ impl Scenario {
 
 /// A tool the agent may call, and what it does to the fixture world.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(not(feature = "__host"), non_exhaustive)]
+#[non_exhaustive]
 pub struct ToolSpec {
     /// The name the agent calls it by.
     pub name: String,
@@ -235,7 +235,7 @@ impl<'de> Deserialize<'de> for ToolEffect {
 /// A check on the fixture world: the value at `path` equals `equals`, or (with `exists`)
 /// is present or absent.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(not(feature = "__host"), non_exhaustive)]
+#[non_exhaustive]
 pub struct WorldCheck {
     /// A dotted path into the world.
     pub path: String,
@@ -269,7 +269,7 @@ impl WorldCheck {
 
 /// What each scorer layer checks.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(not(feature = "__host"), non_exhaustive)]
+#[non_exhaustive]
 pub struct Expectations {
     /// The outcome layer.
     #[serde(default)]
@@ -284,7 +284,7 @@ pub struct Expectations {
 
 /// Outcome layer: the final reply and the final world state.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(not(feature = "__host"), non_exhaustive)]
+#[non_exhaustive]
 pub struct OutcomeExpect {
     /// Case-insensitive substrings the final reply must contain.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -299,7 +299,7 @@ pub struct OutcomeExpect {
 
 /// Trajectory layer: which tools were called, and in which order.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(not(feature = "__host"), non_exhaustive)]
+#[non_exhaustive]
 pub struct TrajectoryExpect {
     /// Tools the agent must call.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -311,7 +311,7 @@ pub struct TrajectoryExpect {
 
 /// Constraint layer: what the agent must not do.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(not(feature = "__host"), non_exhaustive)]
+#[non_exhaustive]
 pub struct ConstraintExpect {
     /// Tools the agent must never call.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -326,7 +326,7 @@ pub struct ConstraintExpect {
 
 /// Sampling settings handed to the model.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(not(feature = "__host"), non_exhaustive)]
+#[non_exhaustive]
 pub struct Sampling {
     /// Sampling temperature.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -359,7 +359,7 @@ fn default_max_steps() -> u32 {
 /// assert_eq!(agent.turn_timeout_s, 30.0);
 /// ```
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(not(feature = "__host"), non_exhaustive)]
+#[non_exhaustive]
 pub struct AgentConfig {
     /// The agent's label in traces and reports.
     pub label: String,
@@ -468,7 +468,7 @@ impl AgentConfig {
 
 /// What the agent saw, frozen before the first inject.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(not(feature = "__host"), non_exhaustive)]
+#[non_exhaustive]
 pub struct Surface {
     /// The system prompt.
     pub soul: String,
@@ -483,7 +483,7 @@ pub struct Surface {
 
 /// Which agent a trace is about (the config minus anything secret).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(not(feature = "__host"), non_exhaustive)]
+#[non_exhaustive]
 pub struct AgentRef {
     /// The agent's label.
     pub label: String,
@@ -496,7 +496,7 @@ pub struct AgentRef {
 
 /// One injected turn and what came back.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(not(feature = "__host"), non_exhaustive)]
+#[non_exhaustive]
 pub struct TurnRecord {
     /// 0-based index of the turn within its run.
     pub index: u32,
@@ -560,7 +560,7 @@ impl std::fmt::Display for TurnErrorKind {
 
 /// A request that failed and was tried again.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(not(feature = "__host"), non_exhaustive)]
+#[non_exhaustive]
 pub struct Retry {
     /// 1 for the first retry.
     pub attempt: u32,
@@ -572,7 +572,7 @@ pub struct Retry {
 
 /// A tool call the agent made, as executed against the fixture world.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(not(feature = "__host"), non_exhaustive)]
+#[non_exhaustive]
 pub struct ToolCall {
     /// The turn it happened in.
     pub turn: u32,
@@ -595,7 +595,7 @@ pub struct ToolCall {
 
 /// How an agent process of the `process` runtime ended.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(not(feature = "__host"), non_exhaustive)]
+#[non_exhaustive]
 pub struct AgentProcess {
     /// The turn it served (one-shot mode); absent for a run's session process.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -617,7 +617,7 @@ pub struct AgentProcess {
 
 /// Evidence captured during a run.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(not(feature = "__host"), non_exhaustive)]
+#[non_exhaustive]
 pub struct Evidence {
     /// Every tool call, in order.
     pub tool_calls: Vec<ToolCall>,
@@ -625,7 +625,7 @@ pub struct Evidence {
 
 /// The fixture world before the first turn and after the last.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(not(feature = "__host"), non_exhaustive)]
+#[non_exhaustive]
 pub struct WorldObservation {
     /// Before the first turn.
     pub before: Value,
@@ -635,7 +635,7 @@ pub struct WorldObservation {
 
 /// Where an active hook came from, recorded in each trace when hooks are active.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(not(feature = "__host"), non_exhaustive)]
+#[non_exhaustive]
 pub struct HookProvenance {
     /// The hook's name.
     pub name: String,
@@ -655,7 +655,7 @@ pub struct HookProvenance {
 
 /// A turn a guard denied.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(not(feature = "__host"), non_exhaustive)]
+#[non_exhaustive]
 pub struct Denial {
     /// The turn that was denied.
     pub turn: u32,
@@ -682,7 +682,7 @@ pub struct Denial {
 /// assert_eq!(trace.turns.len(), 1);
 /// ```
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(not(feature = "__host"), non_exhaustive)]
+#[non_exhaustive]
 pub struct Trace {
     /// [`SCHEMA_VERSION`] of the writer.
     pub schema_version: u32,
@@ -792,7 +792,7 @@ impl std::fmt::Display for Verdict {
 
 /// One scorer layer's result.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(not(feature = "__host"), non_exhaustive)]
+#[non_exhaustive]
 pub struct LayerResult {
     /// Whether the layer passed.
     pub passed: bool,
@@ -831,7 +831,7 @@ pub const LAYERS: [&str; 4] = ["outcome", "trajectory", "constraint", "integrity
 /// assert_eq!(score.failed_layers(), ["constraint"]);
 /// ```
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(not(feature = "__host"), non_exhaustive)]
+#[non_exhaustive]
 pub struct Score {
     /// [`SCHEMA_VERSION`] of the writer.
     pub schema_version: u32,
@@ -896,7 +896,7 @@ impl Score {
 
 /// Latency over a scenario's turns, in milliseconds.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(not(feature = "__host"), non_exhaustive)]
+#[non_exhaustive]
 pub struct LatencyStats {
     /// How many turns were timed.
     pub count: u64,
@@ -924,7 +924,7 @@ pub struct LatencyStats {
 /// assert_eq!(agg.pass_rate(), Some(0.6));
 /// ```
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(not(feature = "__host"), non_exhaustive)]
+#[non_exhaustive]
 pub struct AggregateResult {
     /// [`SCHEMA_VERSION`] of the writer.
     pub schema_version: u32,

@@ -67,7 +67,7 @@ pub trait StateProbe: Default + Send + 'static {
 /// A baseline file: `{"kind": "wt.state-baseline", "state": …, …}`; any other JSON document
 /// is taken as the state itself.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[cfg_attr(not(feature = "__host"), non_exhaustive)]
+#[non_exhaustive]
 pub struct BaselineFile {
     /// [`BASELINE_KIND`].
     pub kind: String,

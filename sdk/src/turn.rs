@@ -119,7 +119,7 @@ pub enum Cause {
 
 /// A turn about to start.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(not(feature = "__host"), non_exhaustive)]
+#[non_exhaustive]
 pub struct TurnCall {
     /// The sweep (`wt run` invocation).
     pub sweep_id: String,
@@ -175,7 +175,7 @@ pub enum Outcome {
 
 /// A turn that ended.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(not(feature = "__host"), non_exhaustive)]
+#[non_exhaustive]
 pub struct TurnResult {
     /// The call it answers.
     pub call: TurnCall,

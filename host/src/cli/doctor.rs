@@ -59,17 +59,10 @@ enum Status {
 }
 
 fn canary_scenario() -> Scenario {
-    Scenario {
-        id: "doctor-canary".into(),
-        description: "wt doctor's reset canary".into(),
-        runs: 1,
-        tags: vec![],
-        turns: vec![],
-        world: None,
-        tools: vec![],
-        preconditions: vec![],
-        expect: Default::default(),
-    }
+    let mut s = Scenario::new("doctor-canary", Vec::<String>::new());
+    s.description = "wt doctor's reset canary".into();
+    s.runs = 1;
+    s
 }
 
 /// One turn in a run of its own: the runtime starts the run (a `process` agent gets a

@@ -138,25 +138,20 @@ mod tests {
     use windtunnel_sdk::model::{LayerResult, Verdict};
 
     fn layer(passed: bool, detail: &str) -> LayerResult {
-        LayerResult {
-            passed,
-            detail: detail.into(),
+        if passed {
+            LayerResult::pass(detail)
+        } else {
+            LayerResult::fail(detail)
         }
     }
 
     #[test]
     fn prompt_asks_environment_first_and_quotes_each_layer() {
-        let score = Score {
-            schema_version: 1,
-            run_id: "r".into(),
-            scenario_id: "s".into(),
-            verdict: Verdict::Fail,
-            outcome: layer(false, "reply lacks `refund issued`"),
-            trajectory: layer(true, "ok"),
-            constraint: layer(false, "called forbidden tool `delete_order`"),
-            integrity: layer(true, "ok"),
-            error: None,
-        };
+        let mut score = Score::new("r", "s", Verdict::Fail);
+        score.outcome = layer(false, "reply lacks `refund issued`");
+        score.trajectory = layer(true, "ok");
+        score.constraint = layer(false, "called forbidden tool `delete_order`");
+        score.integrity = layer(true, "ok");
         let p = prompt(&score);
         assert!(p.contains("Verdict: FAIL"));
         assert!(p.contains("constraint (FAILED): called forbidden tool `delete_order`"));

@@ -370,12 +370,14 @@ impl HookObserver {
     fn check(&self, slot: usize, call: &TurnCall, warnings: &mut Vec<String>) -> Option<Denial> {
         let d = &self.dispatcher;
         let guard = d.hooks()[slot].name.clone();
-        let denial = |kind: &str, code: &str, message: String| Denial {
-            turn: call.turn,
-            guard: guard.clone(),
-            code: code.to_owned(),
-            message,
-            kind: kind.to_owned(),
+        let denial = |kind: &str, code: &str, message: String| {
+            let mut d = Denial::default();
+            d.turn = call.turn;
+            d.guard = guard.clone();
+            d.code = code.to_owned();
+            d.message = message;
+            d.kind = kind.to_owned();
+            d
         };
         if d.quarantined() & (1 << slot) != 0 {
             return Some(denial(

@@ -596,14 +596,14 @@ impl ActiveHook {
 
     /// The provenance record stamped into traces.
     pub fn provenance(&self) -> windtunnel_sdk::model::HookProvenance {
-        windtunnel_sdk::model::HookProvenance {
-            name: self.name.clone(),
-            source: self.source.to_string(),
-            version: self.version.clone(),
-            sdk_version: self.sdk_version.clone(),
-            sha256: self.sha256.clone(),
-            settings: hook_settings(&self.name),
-        }
+        let mut p = windtunnel_sdk::model::HookProvenance::default();
+        p.name = self.name.clone();
+        p.source = self.source.to_string();
+        p.version = self.version.clone();
+        p.sdk_version = self.sdk_version.clone();
+        p.sha256 = self.sha256.clone();
+        p.settings = hook_settings(&self.name);
+        p
     }
 }
 

@@ -698,13 +698,11 @@ mod tests {
     #[test]
     fn trace_text_is_escaped_and_the_page_is_self_contained() {
         let mut runs = vec![run("a", 0, Verdict::Fail), run("a", 1, Verdict::Pass)];
-        runs[0].0.turns.push(windtunnel_sdk::model::TurnRecord {
-            index: 0,
-            input: "hi".into(),
-            reply: Some("<script>alert(1)</script> & \"q\"".into()),
-            latency_ms: 3,
-            ..Default::default()
-        });
+        let mut turn = windtunnel_sdk::model::TurnRecord::default();
+        turn.input = "hi".into();
+        turn.reply = Some("<script>alert(1)</script> & \"q\"".into());
+        turn.latency_ms = 3;
+        runs[0].0.turns.push(turn);
         let page = report_page(&Report::from_runs(&runs), None);
         assert!(page.contains("&lt;script&gt;alert(1)&lt;/script&gt; &amp; &quot;q&quot;"));
         assert!(!page.contains("<script"), "no script element at all");
@@ -745,10 +743,11 @@ mod tests {
             .map(|i| run(&format!("s{i:03}"), 0, Verdict::Fail))
             .collect();
         runs[0].0.turns = (0..MAX_TURNS as u32 + 3)
-            .map(|index| windtunnel_sdk::model::TurnRecord {
-                index,
-                input: "x".repeat(MAX_TEXT + 1),
-                ..Default::default()
+            .map(|index| {
+                let mut turn = windtunnel_sdk::model::TurnRecord::default();
+                turn.index = index;
+                turn.input = "x".repeat(MAX_TEXT + 1);
+                turn
             })
             .collect();
         let page = report_page(&Report::from_runs(&runs), None);

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::{Mutex, PoisonError};
 
 use quick_junit::{NonSuccessKind, TestCase, TestCaseStatus, TestSuite};
-use windtunnel_sdk::model::{Trace, TurnRecord, Verdict};
+use windtunnel_sdk::model::{TurnRecord, Verdict};
 
 use super::{Report, ScenarioError};
 use crate::events::{Emitted, Event, Sink};
@@ -33,24 +33,18 @@ impl Sink for SweepRuns {
     fn event(&self, e: &Emitted<'_>) {
         match (e.event, e.run) {
             (Event::RunEnded { stem }, Some(run)) => {
-                let trace = run.trace;
-                let slim = Trace {
-                    turns: trace
-                        .turns
-                        .iter()
-                        .map(|t| TurnRecord {
-                            index: t.index,
-                            latency_ms: t.latency_ms,
-                            ..Default::default()
-                        })
-                        .collect(),
-                    surface: Default::default(),
-                    evidence: Default::default(),
-                    world: None,
-                    worker_warnings: Vec::new(),
-                    hooks: None,
-                    ..trace.clone()
-                };
+                let mut slim = run.trace.clone();
+                for t in &mut slim.turns {
+                    let (index, latency_ms) = (t.index, t.latency_ms);
+                    *t = TurnRecord::default();
+                    t.index = index;
+                    t.latency_ms = latency_ms;
+                }
+                slim.surface = Default::default();
+                slim.evidence = Default::default();
+                slim.world = None;
+                slim.worker_warnings = Vec::new();
+                slim.hooks = None;
                 let path = PathBuf::from(format!("{stem}.json"));
                 let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
                 seen.0.push((slim, Some(run.score.clone()), path));

@@ -665,31 +665,12 @@ fn is_interesting(line: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use windtunnel_sdk::model::{LayerResult, SCHEMA_VERSION, Verdict};
+    use windtunnel_sdk::model::Verdict;
 
     fn write_run(dir: &Path, stem: &str, run_id: &str, score_for: &str) {
-        let trace = Trace {
-            schema_version: SCHEMA_VERSION,
-            run_id: run_id.into(),
-            sweep_id: "sw".into(),
-            scenario_id: "s".into(),
-            ..Trace::default()
-        };
-        let ok = LayerResult {
-            passed: true,
-            detail: String::new(),
-        };
-        let score = Score {
-            schema_version: SCHEMA_VERSION,
-            run_id: score_for.into(),
-            scenario_id: "s".into(),
-            verdict: Verdict::Pass,
-            outcome: ok.clone(),
-            trajectory: ok.clone(),
-            constraint: ok.clone(),
-            integrity: ok,
-            error: None,
-        };
+        let mut trace = Trace::new(run_id, "s");
+        trace.sweep_id = "sw".into();
+        let score = Score::new(score_for, "s", Verdict::Pass);
         store::write_json(&dir.join(format!("{stem}.json")), &trace).unwrap();
         store::write_json(&dir.join(format!("{stem}.score.json")), &score).unwrap();
     }

@@ -335,28 +335,24 @@ pub(crate) mod tests {
     use windtunnel_sdk::model::{LayerResult, Score, Trace};
 
     pub(crate) fn run(scenario: &str, index: u32, verdict: Verdict) -> StoredRun {
-        let layer = |passed: bool, detail: &str| LayerResult {
-            passed,
-            detail: detail.into(),
+        let layer = |passed: bool, detail: &str| {
+            if passed {
+                LayerResult::pass(detail)
+            } else {
+                LayerResult::fail(detail)
+            }
         };
-        let trace = Trace {
-            scenario_id: scenario.into(),
-            run_index: index,
-            run_id: format!("run-{scenario}-{index}"),
-            ..Trace::default()
-        };
+        let mut trace = Trace::default();
+        trace.scenario_id = scenario.into();
+        trace.run_index = index;
+        trace.run_id = format!("run-{scenario}-{index}");
         let failing = verdict != Verdict::Pass;
-        let score = Score {
-            schema_version: SCHEMA_VERSION,
-            run_id: trace.run_id.clone(),
-            scenario_id: scenario.into(),
-            verdict,
-            outcome: layer(true, "ok"),
-            trajectory: layer(true, "ok"),
-            constraint: layer(!failing, "forbidden tool `x` called"),
-            integrity: layer(verdict != Verdict::Error, "turn 0: timed out"),
-            error: (verdict == Verdict::Error).then(|| "turn 0: timed out".into()),
-        };
+        let mut score = Score::new(&trace.run_id, scenario, verdict);
+        score.outcome = layer(true, "ok");
+        score.trajectory = layer(true, "ok");
+        score.constraint = layer(!failing, "forbidden tool `x` called");
+        score.integrity = layer(verdict != Verdict::Error, "turn 0: timed out");
+        score.error = (verdict == Verdict::Error).then(|| "turn 0: timed out".into());
         (
             trace,
             Some(score),
@@ -412,11 +408,9 @@ pub(crate) mod tests {
         let a = &r.scenarios[0].aggregate;
         assert_eq!((a.runs, a.errored), (4, 4));
         assert_eq!(r.gate, crate::exit::RUN_ERROR);
-        let passing = [AggregateResult {
-            runs: 1,
-            passed: 1,
-            ..AggregateResult::default()
-        }];
+        let mut passing = [AggregateResult::default()];
+        passing[0].runs = 1;
+        passing[0].passed = 1;
         assert_eq!(gate_code(&passing, false), crate::exit::SUCCESS);
         assert_eq!(gate_code(&passing, true), crate::exit::RUN_ERROR);
     }

@@ -9,7 +9,7 @@ use std::collections::HashSet;
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 
-use windtunnel_sdk::model::{AgentRef, SCHEMA_VERSION, Score, Trace, Verdict, WorldObservation};
+use windtunnel_sdk::model::{Score, Trace, Verdict, WorldObservation};
 
 use super::lock;
 use super::scenario::{Handle, ScenarioRunner};
@@ -41,22 +41,15 @@ impl<'s, 'a> RunRunner<'s, 'a> {
         let ts = clock::compact(started);
         let (mut run_id, mut stem, mut attempt) = sc.claim_stem(index, &ts, 0)?;
         let world = Arc::new(Mutex::new(World::new(scenario.world.as_ref())));
-        let mut trace = Trace {
-            schema_version: SCHEMA_VERSION,
-            run_id: run_id.clone(),
-            sweep_id: sc.sweep.id.clone(),
-            scenario_id: scenario.id.clone(),
-            run_index: index,
-            agent: AgentRef {
-                label: cfg.agent.label.clone(),
-                runtime: cfg.agent.runtime.clone(),
-                model: cfg.agent.model.clone(),
-            },
-            started_at: clock::rfc3339(started),
-            policy_revision: cfg.policy_revision.clone(),
-            hooks: cfg.hooks.clone(),
-            ..Trace::default()
-        };
+        let mut trace = Trace::new(&run_id, &scenario.id);
+        trace.sweep_id = sc.sweep.id.clone();
+        trace.run_index = index;
+        trace.agent.label = cfg.agent.label.clone();
+        trace.agent.runtime = cfg.agent.runtime.clone();
+        trace.agent.model = cfg.agent.model.clone();
+        trace.started_at = clock::rfc3339(started);
+        trace.policy_revision = cfg.policy_revision.clone();
+        trace.hooks = cfg.hooks.clone();
         if let Err(e) = lock(self.handle).reset_state() {
             trace.error = Some(format!("reset failed: {e}"));
         }
@@ -109,10 +102,10 @@ impl<'s, 'a> RunRunner<'s, 'a> {
             // is ERROR then, and its world is not observed.
             match super::try_lock(&world) {
                 Some(w) => {
-                    trace.world = Some(WorldObservation {
-                        before,
-                        after: w.state().clone(),
-                    });
+                    let mut seen = WorldObservation::default();
+                    seen.before = before;
+                    seen.after = w.state().clone();
+                    trace.world = Some(seen);
                 }
                 None => trace
                     .worker_warnings
@@ -170,14 +163,8 @@ impl<'s, 'a> RunRunner<'s, 'a> {
                 other => break other?,
             }
         }
-        let score = if score.run_id == trace.run_id {
-            score
-        } else {
-            Score {
-                run_id: trace.run_id.clone(),
-                ..score
-            }
-        };
+        let mut score = score;
+        score.run_id.clone_from(&trace.run_id);
         sc.stream.emit(
             &scope,
             &events::Cause::Scenario,
@@ -203,10 +190,8 @@ impl<'s, 'a> RunRunner<'s, 'a> {
         if score.run_id == trace.run_id {
             store::write_json_new(&store::score_path(dir, stem), score)?;
         } else {
-            let renamed = Score {
-                run_id: trace.run_id.clone(),
-                ..score.clone()
-            };
+            let mut renamed = score.clone();
+            renamed.run_id.clone_from(&trace.run_id);
             store::write_json_new(&store::score_path(dir, stem), &renamed)?;
         }
         let mut written = HashSet::new();

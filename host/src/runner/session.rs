@@ -11,10 +11,10 @@ use std::time::Duration;
 
 use serde_json::Value;
 use windtunnel_sdk::model::TurnErrorKind;
-use windtunnel_sdk::turn::{Cause as TurnCause, Outcome, TurnCall};
+use windtunnel_sdk::turn::{Cause as TurnCause, Outcome};
 
 use super::scenario::{Handle, ScenarioRunner};
-use super::turn::{denial_text, publish_denial, publish_terminal, send};
+use super::turn::{denial_text, publish_denial, publish_terminal, send, turn_call};
 use crate::events::{self, Scope};
 use crate::hooks::RunObserver;
 use crate::hooks::dispatch::{ConverseError, Session};
@@ -49,19 +49,16 @@ impl Session for SessionConverse<'_, '_> {
             hook: hook.to_owned(),
         };
         if self.observer.wants_turns() {
-            let call = TurnCall {
-                sweep_id: self.sc.sweep.id.clone(),
-                scenario_id: self.sc.scenario.id.clone(),
-                run_id: self.run_id.clone(),
-                session_id: self.session_id.clone(),
-                agent: cfg.agent.label.clone(),
-                turn: index,
-                input: text.to_owned(),
-                started_at: cfg.clock.now_rfc3339(),
-                cause: TurnCause::Converse {
+            let call = turn_call(
+                self.sc,
+                &self.run_id,
+                &self.session_id,
+                index,
+                text,
+                TurnCause::Converse {
                     hook: hook.to_owned(),
                 },
-            };
+            );
             let open = self.observer.begin_turn(&call);
             for w in &open.warnings {
                 self.sc.warn(w);

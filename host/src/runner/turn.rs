@@ -42,16 +42,15 @@ impl TurnRunner<'_, '_> {
                 turn: Some(index),
                 ..self.scope.clone()
             };
-            let call = turn_hooks.then(|| TurnCall {
-                sweep_id: sc.sweep.id.clone(),
-                scenario_id: sc.scenario.id.clone(),
-                run_id: trace.run_id.clone(),
-                session_id: trace.session_id.clone(),
-                agent: cfg.agent.label.clone(),
-                turn: index,
-                input: text.clone(),
-                started_at: cfg.clock.now_rfc3339(),
-                cause: TurnCause::Scenario,
+            let call = turn_hooks.then(|| {
+                turn_call(
+                    sc,
+                    &trace.run_id,
+                    &trace.session_id,
+                    index,
+                    text,
+                    TurnCause::Scenario,
+                )
             });
             let mut open = match &call {
                 Some(call) => self.observer.begin_turn(call),
@@ -111,15 +110,15 @@ impl TurnRunner<'_, '_> {
                 Some(e) => (Some(e.message), Some(e.kind)),
                 None => (None, None),
             };
-            trace.turns.push(TurnRecord {
-                index,
-                input: text.clone(),
-                reply: reply.text,
-                latency_ms,
-                error,
-                error_kind,
-                retries: reply.retries,
-            });
+            let mut record = TurnRecord::default();
+            record.index = index;
+            record.input = text.clone();
+            record.reply = reply.text;
+            record.latency_ms = latency_ms;
+            record.error = error;
+            record.error_kind = error_kind;
+            record.retries = reply.retries;
+            trace.turns.push(record);
             trace.evidence.tool_calls.extend(reply.tool_calls);
             self.warnings(trace, finished);
             if failed {
@@ -179,15 +178,31 @@ pub(super) fn finish(
     let Some(call) = call else {
         return Vec::new();
     };
-    let result = TurnResult {
-        call,
-        ended_at: cfg.clock.now_rfc3339(),
-        outcome,
-        error_kind: error.as_ref().map(|e| e.kind),
-        error: error.map(|e| e.message),
-        denial,
-    };
+    let mut result = TurnResult::new(call, outcome);
+    result.ended_at = cfg.clock.now_rfc3339();
+    result.error_kind = error.as_ref().map(|e| e.kind);
+    result.error = error.map(|e| e.message);
+    result.denial = denial;
     observer.finish_turn(open, &result)
+}
+
+/// What turn hooks and guards are told of a turn about to start.
+pub(super) fn turn_call(
+    sc: &ScenarioRunner<'_>,
+    run_id: &str,
+    session_id: &str,
+    index: u32,
+    input: &str,
+    cause: TurnCause,
+) -> TurnCall {
+    let mut call = TurnCall::new(run_id, index, input);
+    call.sweep_id = sc.sweep.id.clone();
+    call.scenario_id = sc.scenario.id.clone();
+    call.session_id = session_id.to_owned();
+    call.agent = sc.cfg.agent.label.clone();
+    call.started_at = sc.cfg.clock.now_rfc3339();
+    call.cause = cause;
+    call
 }
 
 /// The outcome a reply stands for.

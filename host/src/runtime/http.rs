@@ -158,15 +158,15 @@ fn parse_tool_calls(turn: u32, first: usize, v: Option<&Value>) -> Result<Vec<To
                 .get("name")
                 .and_then(Value::as_str)
                 .ok_or_else(|| format!("tool_calls[{i}] has no string `name`"))?;
-            Ok(ToolCall {
+            Ok(super::tool_call(
                 turn,
-                step: (first + i) as u32,
-                name: name.to_owned(),
-                arguments: c.get("arguments").cloned().unwrap_or(json!({})),
-                result: c.get("result").cloned().unwrap_or(Value::Null),
-                error: c.get("error").and_then(Value::as_str).map(str::to_owned),
-                source: None,
-            })
+                (first + i) as u32,
+                name,
+                c.get("arguments").cloned().unwrap_or(json!({})),
+                c.get("result").cloned().unwrap_or(Value::Null),
+                c.get("error").and_then(Value::as_str).map(str::to_owned),
+                None,
+            ))
         })
         .collect()
 }

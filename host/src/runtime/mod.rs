@@ -15,8 +15,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use windtunnel_sdk::model::{
-    AgentConfig, AgentProcess, Retry, Sampling, Scenario, Surface, ToolCall, ToolSpec,
-    TurnErrorKind,
+    AgentConfig, AgentProcess, Retry, Scenario, Surface, ToolCall, ToolSpec, TurnErrorKind,
 };
 
 use crate::interrupt::Interrupt;
@@ -158,16 +157,29 @@ impl TurnCtx<'_> {
                 Err(e) => (Value::Null, Some(e)),
             },
         };
-        ToolCall {
-            turn: self.index,
-            step,
-            name: name.to_owned(),
-            arguments: args,
-            result,
-            error,
-            source: source.map(str::to_owned),
-        }
+        tool_call(self.index, step, name, args, result, error, source)
     }
+}
+
+/// A tool call as evidence.
+pub(crate) fn tool_call(
+    turn: u32,
+    step: u32,
+    name: &str,
+    arguments: Value,
+    result: Value,
+    error: Option<String>,
+    source: Option<&str>,
+) -> ToolCall {
+    let mut call = ToolCall::default();
+    call.turn = turn;
+    call.step = step;
+    call.name = name.to_owned();
+    call.arguments = arguments;
+    call.result = result;
+    call.error = error;
+    call.source = source.map(str::to_owned);
+    call
 }
 
 /// The run a handle is about to serve (see [`AgentHandle::begin_run`]).
@@ -437,16 +449,14 @@ pub fn tool_schemas(tools: &[ToolSpec]) -> Vec<Value> {
 /// What the agent sees in a scenario, frozen before the first inject. An agent that cannot
 /// reach the world is offered no tools.
 pub fn surface(agent: &AgentConfig, scenario: &Scenario) -> Surface {
-    Surface {
-        soul: agent.soul.clone(),
-        tools: if reaches_world(agent) {
-            tool_schemas(&scenario.tools)
-        } else {
-            Vec::new()
-        },
-        model: agent.model.clone(),
-        sampling: agent.sampling.clone(),
+    let mut surface = Surface::default();
+    surface.soul = agent.soul.clone();
+    if reaches_world(agent) {
+        surface.tools = tool_schemas(&scenario.tools);
     }
+    surface.model = agent.model.clone();
+    surface.sampling = agent.sampling.clone();
+    surface
 }
 
 /// The built-in agent names accepted by `--agent`.
@@ -468,36 +478,18 @@ pub fn builtin_agent(name: &str) -> Option<AgentConfig> {
         "demo-garbled" => Some("garbled"),
         _ => return None,
     };
-    Some(AgentConfig {
-        label: name.to_owned(),
-        runtime: "demo".to_owned(),
-        model: Some("demo-1".to_owned()),
-        soul: "You are the order-support agent of a small shop. Look orders up before answering, \
-               refund only damaged orders, and hand over to a human when asked."
-            .to_owned(),
-        sampling: Sampling {
-            temperature: Some(0.0),
-            ..Sampling::default()
-        },
-        endpoint: None,
-        api_key_env: None,
-        // The slow fault mode replies past this deadline; keep it short so sweeps stay quick.
-        turn_timeout_s: if fault == Some("slow") { 0.3 } else { 30.0 },
-        max_steps: 8,
-        retries: None,
-        fault: fault.map(str::to_owned),
-        max_response_bytes: None,
-        max_sessions: None,
-        max_concurrency: None,
-        requests_per_minute: None,
-        command: None,
-        env: None,
-        env_passthrough: None,
-        reply_field: None,
-        run_timeout_s: None,
-        state_dir: None,
-        mcp: None,
-    })
+    let mut agent = AgentConfig::new(name, "demo");
+    agent.model = Some("demo-1".to_owned());
+    agent.soul =
+        "You are the order-support agent of a small shop. Look orders up before answering, \
+                  refund only damaged orders, and hand over to a human when asked."
+            .to_owned();
+    agent.sampling.temperature = Some(0.0);
+    // The slow fault mode replies past this deadline; keep it short so sweeps stay quick.
+    agent.turn_timeout_s = if fault == Some("slow") { 0.3 } else { 30.0 };
+    agent.max_steps = 8;
+    agent.fault = fault.map(str::to_owned);
+    Some(agent)
 }
 
 /// Why `--agent` could not be resolved.

@@ -276,11 +276,11 @@ impl Net {
                 "retry {attempt} in {wait:?} after {}",
                 failure.error.message
             );
-            log.retries.push(Retry {
-                attempt,
-                error: failure.error.message,
-                wait_ms: millis(wait),
-            });
+            let mut retry = Retry::default();
+            retry.attempt = attempt;
+            retry.error = failure.error.message;
+            retry.wait_ms = millis(wait);
+            log.retries.push(retry);
             std::thread::sleep(wait);
         }
     }

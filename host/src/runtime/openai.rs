@@ -202,15 +202,15 @@ impl AgentHandle for OpenAiAgent {
                             s
                         }) {
                             Ok(args) => ctx.call_tool(&self.tools, step, &name, args),
-                            Err(e) => windtunnel_sdk::model::ToolCall {
-                                turn: ctx.index,
+                            Err(e) => super::tool_call(
+                                ctx.index,
                                 step,
-                                name: name.clone(),
-                                arguments: raw.clone(),
-                                result: Value::Null,
-                                error: Some(format!("arguments are not valid JSON: {e}")),
-                                source: None,
-                            },
+                                &name,
+                                raw.clone(),
+                                Value::Null,
+                                Some(format!("arguments are not valid JSON: {e}")),
+                                None,
+                            ),
                         }
                     }
                     args => ctx.call_tool(&self.tools, step, &name, args.clone()),

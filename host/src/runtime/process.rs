@@ -446,14 +446,14 @@ impl Proc {
             },
             (None, Err(e)) => (format!("cannot be waited for: {e}"), None),
         };
-        AgentProcess {
-            turn: self.turn,
-            exit,
-            status: code,
-            killed: self.killed.clone(),
-            stderr_tail: tail.text(),
-            stderr_bytes: tail.total,
-        }
+        let mut record = AgentProcess::default();
+        record.turn = self.turn;
+        record.exit = exit;
+        record.status = code;
+        record.killed = self.killed.clone();
+        record.stderr_tail = tail.text();
+        record.stderr_bytes = tail.total;
+        record
     }
 }
 

@@ -13,26 +13,33 @@ use crate::interrupt::Interrupt;
 use crate::runtime::TurnCtx;
 use crate::world::World;
 
+fn spec(name: &str, description: &str, parameters: Value, effect: ToolEffect) -> ToolSpec {
+    let mut spec = ToolSpec::new(name, effect);
+    spec.description = description.into();
+    spec.parameters = parameters;
+    spec
+}
+
 fn tools() -> Arc<ToolSet> {
     ToolSet::new(&[
-        ToolSpec {
-            name: "lookup_order".into(),
-            description: "Look up an order.".into(),
-            parameters: json!({"type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]}),
-            effect: ToolEffect::Read {
+        spec(
+            "lookup_order",
+            "Look up an order.",
+            json!({"type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]}),
+            ToolEffect::Read {
                 path: "orders".into(),
                 key_arg: Some("order_id".into()),
             },
-        },
-        ToolSpec {
-            name: "add_note".into(),
-            description: String::new(),
-            parameters: json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}),
-            effect: ToolEffect::Append {
+        ),
+        spec(
+            "add_note",
+            "",
+            json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}),
+            ToolEffect::Append {
                 path: "notes".into(),
                 value_arg: Some("text".into()),
             },
-        },
+        ),
     ])
     .unwrap()
 }
@@ -392,14 +399,16 @@ fn a_lane_closes_connections_beyond_its_cap_at_once() {
 
 #[test]
 fn schemas_that_cannot_be_served_are_refused_and_outside_refs_never_resolved() {
-    let spec = |parameters: Value| ToolSpec {
-        name: "t".into(),
-        description: String::new(),
-        parameters,
-        effect: ToolEffect::Read {
-            path: "x".into(),
-            key_arg: None,
-        },
+    let spec = |parameters: Value| {
+        spec(
+            "t",
+            "",
+            parameters,
+            ToolEffect::Read {
+                path: "x".into(),
+                key_arg: None,
+            },
+        )
     };
     let e = ToolSet::new(&[spec(json!("object"))])
         .unwrap_err()
