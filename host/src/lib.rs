@@ -5,7 +5,8 @@
 //! `host/tests/layers.rs`):
 //!
 //! 1. foundations — [`clock`], [`deadlines`], [`events`] (the event stream: journal and
-//!    sinks), [`exit`], [`limits`], [`secrets`], [`term`], [`world`];
+//!    sinks), [`exit`], [`limits`], [`secrets`], [`strict`] (reading the files people write),
+//!    [`term`], [`world`];
 //! 2. [`interrupt`] (stopping; reaches what must be undone only through callbacks the lower
 //!    modules register), [`pack`] (scenarios), [`score`] (the four layers);
 //! 3. [`store`] — files on disk;
@@ -31,5 +32,6 @@ pub mod runtime;
 pub mod score;
 pub mod secrets;
 pub mod store;
+pub mod strict;
 pub mod term;
 pub mod world;

@@ -149,6 +149,8 @@ impl Pack {
         let mut out = Vec::new();
         for (file, text) in scenarios {
             let scenario: Scenario = parse_toml(&file, &text)?;
+            crate::strict::check_effects(&text)
+                .map_err(|e| PackError::invalid(&file, e.place(), e.message))?;
             validate(&file, &scenario)?;
             if let Some(first) = seen.get(&scenario.id) {
                 return Err(PackError::DuplicateId {
@@ -226,18 +228,7 @@ pub fn matches_pattern(pattern: &str, text: &str) -> bool {
 
 fn parse_toml<T: serde::de::DeserializeOwned>(file: &str, text: &str) -> Result<T, PackError> {
     // Strict: the data model tolerates unknown fields (for hooks), a pack file must not.
-    windtunnel_sdk::model::strict::deserialize(toml::Deserializer::new(text)).map_err(|e| {
-        let place = e
-            .span()
-            .map(|span| {
-                let before = &text[..span.start.min(text.len())];
-                let line = before.matches('\n').count() + 1;
-                let col = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
-                format!("line {line}, column {col}")
-            })
-            .unwrap_or_default();
-        PackError::invalid(file, place, e.message().trim_end().to_owned())
-    })
+    crate::strict::from_toml(text).map_err(|e| PackError::invalid(file, e.place(), e.message))
 }
 
 fn validate(file: &str, s: &Scenario) -> Result<(), PackError> {

@@ -18,6 +18,7 @@ const LAYERS: &[&[&str]] = &[
         "exit",
         "limits",
         "secrets",
+        "strict",
         "term",
         "world",
     ],

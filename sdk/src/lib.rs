@@ -125,7 +125,10 @@ pub mod __private {
     pub use windtunnel_abi as abi;
 }
 
-pub use export::{Descriptor, DescriptorHook, SDK_VERSION};
+pub use export::SDK_VERSION;
+// Hidden since 1.2 (`wt` reads descriptors with types of its own); kept for 1.x callers.
+#[doc(hidden)]
+pub use export::{Descriptor, DescriptorHook};
 pub use hook::{Context, Error, Hook, MemberError, Result};
 pub use state_probe::{StateProbe, StateProbeHook};
 pub use turn::{Cause, GuardDecision, Outcome, TurnCall, TurnResult};

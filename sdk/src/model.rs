@@ -15,8 +15,9 @@
 //!   enum a `_` arm. New fields and variants then arrive in minor releases without breaking
 //!   your code.
 //!
-//! Input files are a different matter: `wt` parses packs and agent files with
-//! [`strict::deserialize`], which refuses unknown fields, so a typo never passes silently.
+//! Input files are a different matter: `wt` reads packs and agent files strictly, refusing
+//! unknown fields, so a typo never passes silently. That is `wt`'s own business; hooks
+//! only ever read the tolerant model.
 //!
 //! Every persisted document carries [`SCHEMA_VERSION`]. Fields added later are optional and
 //! skipped when absent, so files written by older versions keep parsing.
@@ -26,6 +27,10 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
+/// Hidden since 1.2, removed in 2.0: `wt` reads its input files itself
+/// (`serde_ignored`, in the host), and hooks only read the tolerant model. It still works
+/// for 1.x callers.
+#[doc(hidden)]
 pub mod strict;
 
 /// Schema version of traces, scores and aggregates written by this SDK.

@@ -522,19 +522,14 @@ pub fn resolve_agent(spec: &str) -> Result<AgentConfig, AgentError> {
             path: spec.to_owned(),
             source,
         })?;
-        let agent: AgentConfig = windtunnel_sdk::model::strict::deserialize(
-            toml::Deserializer::new(&text),
-        )
-        .map_err(|e| {
-            let line = e
-                .span()
-                .map(|s| format!("line {}: ", text[..s.start].matches('\n').count() + 1))
-                .unwrap_or_default();
-            AgentError::Invalid {
+        let agent: AgentConfig =
+            crate::strict::from_toml(&text).map_err(|e| AgentError::Invalid {
                 path: spec.to_owned(),
-                message: format!("{line}{}", e.message().trim_end()),
-            }
-        })?;
+                message: match e.at {
+                    Some((line, _)) => format!("line {line}: {}", e.message),
+                    None => e.message,
+                },
+            })?;
         validate_agent(&agent).map_err(|message| AgentError::Invalid {
             path: spec.to_owned(),
             message,

@@ -10,9 +10,32 @@ use abi_stable::{
 };
 use sha2::{Digest, Sha256};
 use windtunnel_abi::{FfiHookBox, HookLibRef};
-use windtunnel_sdk::Descriptor;
 
 use super::{Inspected, MetaHook, Metadata, Refusal, inspect::vet_metadata};
+
+/// A library's descriptor, the JSON its root module returns, as `wt` reads it: what the
+/// library says it is, checked against its metadata record. (The SDK writes it; the
+/// reading side is `wt`'s.)
+#[derive(Clone, Debug, PartialEq, serde::Deserialize)]
+pub struct Descriptor {
+    /// The SDK version the library was built against.
+    pub sdk_version: String,
+    /// The library crate's version.
+    pub library_version: String,
+    /// Whether the library unwinds on panic.
+    pub panic_unwind: bool,
+    /// `<arch>-<os>` the library was built for.
+    pub target: String,
+    /// The hooks it exports.
+    pub hooks: Vec<DescriptorHook>,
+}
+
+/// One hook in a [`Descriptor`]: its name and capability bits.
+#[derive(Clone, Debug, PartialEq, serde::Deserialize)]
+pub struct DescriptorHook {
+    pub name: String,
+    pub points: u32,
+}
 
 /// A plugin library that is mapped into this process.
 #[derive(Clone)]
