@@ -5,6 +5,15 @@
 //! [`REDACTED`]. It also blanks the password of any `scheme://user:password@host` URL in the
 //! text, known or not, since servers and proxies echo URLs back in error bodies.
 //!
+//! Text is redacted before it is cut, wherever `wt` cuts it; and since a cut made elsewhere
+//! could still split a secret, a fragment of a known secret (at least [`MIN_FRAGMENT_LEN`]
+//! bytes) at a cut edge — the start or end of a text, or just before a `…` cut marker — is
+//! redacted too.
+//!
+//! The values of secret environment variables (the agent's API key, secret-named
+//! `env_passthrough` variables) are read once and removed from `wt`'s own environment before
+//! any plugin loads ([`seal_env`]); `wt` reads them back with [`env_secret`].
+//!
 //! The runtimes' output passes through one redactor before the runner sees it (see
 //! [`crate::runtime::for_agent`]), so a new runtime cannot forget it. Secrets shorter than
 //! [`MIN_SECRET_LEN`] bytes are not searched for: blanking every `x` of a trace because a
@@ -19,6 +28,45 @@ pub const REDACTED: &str = "[redacted]";
 
 /// Secrets shorter than this are not searched for.
 pub const MIN_SECRET_LEN: usize = 4;
+
+/// A piece of a known secret this long or longer, at a cut edge, is redacted as the secret.
+pub const MIN_FRAGMENT_LEN: usize = 4;
+
+/// The values of the secret variables [`seal_env`] took out of the environment.
+static SEALED: std::sync::Mutex<Vec<(String, String)>> = std::sync::Mutex::new(Vec::new());
+
+/// Reads each variable of `names` that is set, keeps its value for [`env_secret`], and
+/// removes it from `wt`'s environment, so that no plugin loaded later (nor any process it
+/// starts) can read it there.
+///
+/// # Safety
+///
+/// Must be called before `wt` starts any thread that may read the environment (it calls
+/// `std::env::remove_var`): at the start of a subcommand, before runtimes, plugins or
+/// signal handlers exist.
+pub unsafe fn seal_env<'a>(names: impl IntoIterator<Item = &'a str>) {
+    let mut sealed = SEALED.lock().unwrap_or_else(|e| e.into_inner());
+    for name in names {
+        if name.is_empty() || name.contains(['=', '\0']) {
+            continue;
+        }
+        if let Ok(value) = std::env::var(name) {
+            sealed.retain(|(n, _)| n != name);
+            sealed.push((name.to_owned(), value));
+            // SAFETY: the caller promises no other thread reads or writes the environment.
+            unsafe { std::env::remove_var(name) };
+        }
+    }
+}
+
+/// The value of secret variable `name`: the one [`seal_env`] kept, else the environment's.
+pub fn env_secret(name: &str) -> Result<String, std::env::VarError> {
+    let sealed = SEALED.lock().unwrap_or_else(|e| e.into_inner());
+    match sealed.iter().find(|(n, _)| n == name) {
+        Some((_, v)) => Ok(v.clone()),
+        None => std::env::var(name),
+    }
+}
 
 /// Words that make a setting's value secret when they appear in its name.
 pub const SECRET_NAME_WORDS: [&str; 5] = ["KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL"];
@@ -78,7 +126,8 @@ impl Redactor {
         self.secrets.is_empty()
     }
 
-    /// `text` with every known secret and every URL password replaced by [`REDACTED`].
+    /// `text` with every known secret and every URL password replaced by [`REDACTED`], and
+    /// every fragment of a known secret at a cut edge (see the module docs).
     pub fn scrub<'a>(&self, text: &'a str) -> Cow<'a, str> {
         let mut out = scrub_url_passwords(text);
         for s in &self.secrets {
@@ -86,7 +135,81 @@ impl Redactor {
                 out = Cow::Owned(out.replace(s.as_str(), REDACTED));
             }
         }
-        out
+        match self.redact_edges(&out) {
+            Some(clean) => Cow::Owned(clean),
+            None => out,
+        }
+    }
+
+    /// `text` redacted, then cut to at most `max` characters (with `…` where it was cut).
+    pub fn excerpt(&self, text: &str, max: usize) -> String {
+        let clean = self.scrub(text);
+        match clean.char_indices().nth(max) {
+            Some((at, _)) => format!("{}…", &clean[..at]),
+            None => clean.into_owned(),
+        }
+    }
+
+    /// The longest proper piece of a known secret that `text` ends with (`prefix`) or starts
+    /// with (`!prefix`), if one is at least [`MIN_FRAGMENT_LEN`] bytes long.
+    fn fragment_at(&self, text: &str, prefix: bool) -> Option<usize> {
+        self.secrets
+            .iter()
+            .filter_map(|s| {
+                (MIN_FRAGMENT_LEN..s.len()).rev().find(|&k| {
+                    if prefix {
+                        s.is_char_boundary(k) && text.ends_with(&s[..k])
+                    } else {
+                        s.is_char_boundary(s.len() - k) && text.starts_with(&s[s.len() - k..])
+                    }
+                })
+            })
+            .max()
+    }
+
+    /// `text` with secret fragments at its edges and on either side of each `…` redacted;
+    /// `None` when there are none.
+    fn redact_edges(&self, text: &str) -> Option<String> {
+        if self.secrets.is_empty() {
+            return None;
+        }
+        let mut out = String::with_capacity(text.len());
+        let mut changed = false;
+        let mut rest = text;
+        if let Some(k) = self.fragment_at(rest, false) {
+            out.push_str(REDACTED);
+            rest = &rest[k..];
+            changed = true;
+        }
+        // Each piece ends at a cut marker or at the end of the text: an edge.
+        loop {
+            let (piece, marker) = match rest.find('…') {
+                Some(at) => (&rest[..at], Some(at)),
+                None => (rest, None),
+            };
+            match self.fragment_at(piece, true) {
+                Some(k) => {
+                    out.push_str(&piece[..piece.len() - k]);
+                    out.push_str(REDACTED);
+                    changed = true;
+                }
+                None => out.push_str(piece),
+            }
+            match marker {
+                Some(at) => {
+                    out.push('…');
+                    rest = &rest[at + '…'.len_utf8()..];
+                    // What follows a cut marker starts at an edge too.
+                    if let Some(k) = self.fragment_at(rest, false) {
+                        out.push_str(REDACTED);
+                        rest = &rest[k..];
+                        changed = true;
+                    }
+                }
+                None => break,
+            }
+        }
+        changed.then_some(out)
     }
 
     /// Scrubs `text` in place.
@@ -121,6 +244,11 @@ impl Redactor {
 
 fn looks_like_url(s: &str) -> bool {
     s.contains("://")
+}
+
+/// Whether `url` carries a password (`scheme://user:password@host…`).
+pub fn has_password(url: &str) -> bool {
+    url_credentials(url).is_some()
 }
 
 /// The user and password of a `scheme://user:password@host…` URL, as written.
@@ -246,5 +374,50 @@ mod tests {
             assert!(is_secret_name(n), "{n}");
         }
         assert!(!is_secret_name("WT_X_BASELINE"));
+    }
+
+    /// No piece of `secret` of [`MIN_FRAGMENT_LEN`] bytes or more in `text`, but for its
+    /// first piece (a key's well-known prefix).
+    fn no_piece(text: &str, secret: &str) {
+        for piece in secret.as_bytes().windows(MIN_FRAGMENT_LEN).skip(1) {
+            let piece = std::str::from_utf8(piece).unwrap();
+            assert!(!text.contains(piece), "{piece:?} of the secret in {text:?}");
+        }
+    }
+
+    #[test]
+    fn an_excerpt_is_redacted_before_it_is_cut_at_every_offset() {
+        let secret = "sk-QxYzMnoPqRsTuvWxKLMN";
+        let mut r = Redactor::new();
+        r.add(secret);
+        for at in 150..=210 {
+            let text = format!("{}Authorization: Bearer {secret} trailing", "A".repeat(at));
+            no_piece(&r.excerpt(&text, 200), secret);
+        }
+    }
+
+    #[test]
+    fn a_fragment_at_a_cut_edge_is_redacted_whoever_cut() {
+        let secret = "sk-QxYzMnoPqRsTuvWxKLMN";
+        let mut r = Redactor::new();
+        r.add(secret);
+        let text = format!("{}Bearer {secret} and more after", "A".repeat(40));
+        for cut in 0..text.len() {
+            // Cut first, redact after: at the end of a text, before and after a `…` marker,
+            // at the start of a tail.
+            let head = &text[..cut];
+            let tail = &text[cut..];
+            no_piece(&r.scrub(head), secret);
+            no_piece(
+                &r.scrub(&format!("{head}…[cut by wt: 99 bytes in all]")),
+                secret,
+            );
+            no_piece(&r.scrub(tail), secret);
+            no_piece(&r.scrub(&format!("stderr (last bytes): …{tail}")), secret);
+        }
+        // What is no piece of a secret is left alone.
+        assert_eq!(r.scrub("plain text… and more"), "plain text… and more");
+        assert_eq!(r.scrub("ends with sk-"), "ends with sk-");
+        assert_eq!(r.scrub("ends with sk-Q"), "ends with [redacted]");
     }
 }

@@ -103,6 +103,9 @@ fn send(
 pub fn run(args: DoctorArgs) -> anyhow::Result<u8> {
     let agent =
         runtime::resolve_agent(&args.agent).map_err(|e| CodedError::usage(e.to_string()))?;
+    // SAFETY: nothing but this thread runs yet: no runtime, plugin, signal handler or
+    // MCP server has been started.
+    unsafe { runtime::seal_secrets(&agent) };
     runtime::validate_agent(&agent)
         .map_err(|e| CodedError::usage(format!("agent `{}`: {e}", agent.label)))?;
     let rt = runtime::for_agent(&agent)

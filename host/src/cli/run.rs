@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
-use windtunnel_sdk::model::{LAYERS, Scenario, Trace, Verdict};
+use windtunnel_sdk::model::{AgentConfig, LAYERS, Scenario, Trace, Verdict};
 
 use crate::clock::{Clock, Ids};
 use crate::deadlines::Deadlines;
@@ -92,7 +92,12 @@ struct Hooks {
     provenance: Option<Vec<windtunnel_sdk::model::HookProvenance>>,
 }
 
-fn hooks(args: &RunArgs, stop: &Arc<Interrupt>, lanes: usize) -> anyhow::Result<Hooks> {
+fn hooks(
+    args: &RunArgs,
+    agent: &AgentConfig,
+    stop: &Arc<Interrupt>,
+    lanes: usize,
+) -> anyhow::Result<Hooks> {
     let deadlines = Deadlines::from_env().map_err(CodedError::usage)?;
     let caps = HookCaps::from_env().map_err(CodedError::usage)?;
     let active = crate::cli::hooks::activate(
@@ -142,6 +147,7 @@ fn hooks(args: &RunArgs, stop: &Arc<Interrupt>, lanes: usize) -> anyhow::Result<
     let dispatcher = Arc::new(
         Dispatcher::new(active, deadlines)
             .with_caps(caps)
+            .with_secrets(&runtime::redactor(agent))
             .with_stop(stop.clone()),
     );
     let mut observer = HookObserver::new(dispatcher);
@@ -191,6 +197,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
     let pack = load_pack(&args)?;
     let agent =
         runtime::resolve_agent(&args.agent).map_err(|e| CodedError::usage(e.to_string()))?;
+    // SAFETY: nothing but this thread runs yet: no runtime, plugin, signal handler or
+    // MCP server has been started.
+    unsafe { runtime::seal_secrets(&agent) };
     runtime::validate_agent(&agent)
         .map_err(|e| CodedError::usage(format!("agent `{}`: {e}", agent.label)))?;
     if !runtime::reaches_world(&agent) {
@@ -206,7 +215,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
         .map_or_else(|| rt.default_jobs(), |j| j as usize)
         .max(1);
     let planned = runner::planned_runs(&pack.scenarios, args.runs, args.shard);
-    let hooks = hooks(&args, &stop, jobs.min(planned).max(1))?;
+    let hooks = hooks(&args, &agent, &stop, jobs.min(planned).max(1))?;
     let observer: Arc<dyn RunObserver> = match &hooks.observer {
         Some(o) => o.clone(),
         None => Arc::new(NoopObserver),

@@ -46,6 +46,7 @@ impl HttpRuntime {
             }
         };
         super::check_endpoint(base.trim(), what)?;
+        super::check_one_credential(base.trim(), what, agent)?;
         Ok(HttpRuntime {
             agent: agent.clone(),
             base: base.trim().trim_end_matches('/').to_owned(),

@@ -273,7 +273,7 @@ pub fn api_key(agent: &AgentConfig) -> Result<Option<String>, RuntimeError> {
             "environment variable {var} (named by api_key_env) {why}"
         ))
     };
-    match std::env::var(var) {
+    match crate::secrets::env_secret(var) {
         Err(std::env::VarError::NotPresent) => Err(bad("is not set")),
         Err(std::env::VarError::NotUnicode(_)) => Err(bad("is not valid UTF-8")),
         Ok(v) if v.trim().is_empty() => Err(bad("is empty")),
@@ -282,6 +282,25 @@ pub fn api_key(agent: &AgentConfig) -> Result<Option<String>, RuntimeError> {
         }
         Ok(v) => Ok(Some(v)),
     }
+}
+
+/// Takes the agent's secret variables (its `api_key_env`, secret-named `env_passthrough`
+/// names) out of `wt`'s environment, keeping their values for the runtime alone, before any
+/// plugin loads or any process starts: see [`crate::secrets::seal_env`].
+///
+/// # Safety
+///
+/// As [`crate::secrets::seal_env`]: no other thread may be reading the environment.
+pub unsafe fn seal_secrets(agent: &AgentConfig) {
+    let names = agent.api_key_env.iter().chain(
+        agent
+            .env_passthrough
+            .iter()
+            .flatten()
+            .filter(|n| crate::secrets::is_secret_name(n)),
+    );
+    // SAFETY: passed on to the caller.
+    unsafe { crate::secrets::seal_env(names.map(String::as_str)) };
 }
 
 /// The secrets of an agent config: its API key and any password in its endpoint URLs.
@@ -304,7 +323,7 @@ pub fn redactor(agent: &AgentConfig) -> Redactor {
     }
     for name in agent.env_passthrough.iter().flatten() {
         if crate::secrets::is_secret_name(name)
-            && let Ok(value) = std::env::var(name)
+            && let Ok(value) = crate::secrets::env_secret(name)
         {
             r.add(&value);
         }
@@ -647,6 +666,23 @@ pub fn check_endpoint(url: &str, what: &str) -> Result<(), RuntimeError> {
             "{what} {shown:?} is not a URL ({e}); write it in full, e.g. http://localhost:8000/v1"
         ))),
     }
+}
+
+/// One credential per request: an endpoint URL with `user:password@` makes the HTTP client
+/// send `Authorization: Basic …`, and `api_key_env` sends `Authorization: Bearer …`; with
+/// both, the request would carry two `Authorization` headers, and which one a server reads is
+/// anyone's guess. `what` names where the URL came from.
+pub fn check_one_credential(
+    url: &str,
+    what: &str,
+    agent: &AgentConfig,
+) -> Result<(), RuntimeError> {
+    if agent.api_key_env.is_some() && crate::secrets::has_password(url) {
+        return Err(RuntimeError(format!(
+            "{what} carries a user:password and `api_key_env` names an API key: a request would carry two Authorization headers; keep one of them"
+        )));
+    }
+    Ok(())
 }
 
 /// `turn_timeout_s` as a duration (validated to be positive and at most 24 h).

@@ -43,6 +43,9 @@ pub(crate) struct Net {
     max_body: u64,
     retries: u32,
     limits: Arc<Limits>,
+    /// The agent's secrets: an error body is redacted before it is cut to an excerpt, so a
+    /// cut can never split an echoed key out of reach of the redactor.
+    redactor: Arc<crate::secrets::Redactor>,
 }
 
 /// What one request waited for before it was sent.
@@ -214,6 +217,7 @@ impl Net {
                 .unwrap_or(DEFAULT_MAX_RESPONSE_BYTES),
             retries: agent.retries.unwrap_or(DEFAULT_RETRIES),
             limits: Arc::new(limits),
+            redactor: Arc::new(super::redactor(agent)),
         })
     }
 
@@ -392,7 +396,7 @@ impl Net {
         if status.is_success() {
             return Ok(text);
         }
-        let body: String = text.trim().chars().take(ERROR_BODY_EXCERPT).collect();
+        let body = self.redactor.excerpt(text.trim(), ERROR_BODY_EXCERPT);
         let code = status.as_u16();
         let retryable = code == 429 || status.is_server_error();
         Err(Failure {

@@ -37,6 +37,7 @@ impl OpenAiRuntime {
             return Err(RuntimeError("the openai runtime needs `model`".into()));
         }
         super::check_endpoint(base.trim(), "`endpoint`")?;
+        super::check_one_credential(base.trim(), "`endpoint`", agent)?;
         let key = super::api_key(agent)?;
         let base = base.trim().trim_end_matches('/');
         let url = if base.ends_with("/chat/completions") {

@@ -209,7 +209,7 @@ impl ProcessRuntime {
         let mut passthrough: Vec<&String> = agent.env_passthrough.iter().flatten().collect();
         passthrough.extend(agent.api_key_env.as_ref());
         for name in passthrough {
-            match std::env::var(name) {
+            match crate::secrets::env_secret(name) {
                 Ok(v) => {
                     env.insert(name.clone(), v);
                 }
@@ -309,11 +309,18 @@ struct Tail {
 }
 
 impl Tail {
+    /// The tail as text, starting with `…` when earlier bytes were dropped: the redactor
+    /// treats the place after a `…` as a cut edge, where a secret may have been split.
     fn text(&self) -> String {
         let bytes: Vec<u8> = self.bytes.iter().copied().collect();
         let text = String::from_utf8_lossy(&bytes);
         // The cut may have split a character at the front: drop the replacement it made.
-        text.trim_start_matches('\u{FFFD}').to_owned()
+        let text = text.trim_start_matches('\u{FFFD}');
+        if self.total > self.bytes.len() as u64 {
+            format!("…{text}")
+        } else {
+            text.to_owned()
+        }
     }
 }
 
@@ -1325,6 +1332,7 @@ mod tests {
         let excess = t.bytes.len() - STDERR_TAIL_BYTES;
         t.bytes.drain(..excess);
         let text = t.text();
-        assert!(text.len() <= STDERR_TAIL_BYTES && text.chars().all(|c| c == 'é'));
+        let rest = text.strip_prefix('…').expect("a cut tail says so");
+        assert!(rest.len() <= STDERR_TAIL_BYTES && rest.chars().all(|c| c == 'é'));
     }
 }

@@ -146,8 +146,8 @@ pub struct Dispatcher {
     isolated: u64,
     deadlines: Deadlines,
     caps: HookCaps,
-    /// The values of the hooks' secret settings (`WT_<HOOK>_API_KEY`, …): never let through
-    /// in a warning or an artifact.
+    /// The values of the hooks' secret settings (`WT_<HOOK>_API_KEY`, …) and the agent's
+    /// secrets: never let through in a warning or an artifact.
     redactor: Arc<crate::secrets::Redactor>,
     ledger: Arc<Ledger>,
     /// Once cut, hook calls get at most [`CUT_HOOK_DEADLINE`].
@@ -247,6 +247,13 @@ impl Dispatcher {
     /// Caps on what hooks hand back (artifact size, warning length).
     pub fn with_caps(mut self, caps: HookCaps) -> Dispatcher {
         self.caps = caps;
+        self
+    }
+
+    /// More secrets to keep out of every warning and artifact: the agent's API key, its
+    /// endpoint passwords — a hook may read them from wherever it finds them.
+    pub fn with_secrets(mut self, secrets: &crate::secrets::Redactor) -> Dispatcher {
+        std::sync::Arc::make_mut(&mut self.redactor).extend(secrets);
         self
     }
 

@@ -9,7 +9,9 @@
 //! - `forger` warns with a newline, a forged `warning:` line and ANSI escapes, echoes its
 //!   secret setting `WT_FORGER_API_KEY` in a warning and an artifact, warns with
 //!   `WT_FORGER_WARN_BYTES` bytes and emits an artifact of `WT_FORGER_ARTIFACT_BYTES` bytes
-//!   (both default 0: none).
+//!   (both default 0: none), and with `WT_FORGER_READ_ENV=NAME` reads the variable NAME
+//!   (the agent's API key, say) from its environment and from `/proc/self/environ`, the
+//!   process's initial environment, and writes both into a warning and an artifact.
 //! - `score` is a hook whose name is reserved: `wt` must refuse it.
 
 use windtunnel_sdk::{Context, Hook, Result, export_hooks, hook};
@@ -91,6 +93,25 @@ impl Hook for Forger {
         if let Ok(key) = std::env::var("WT_FORGER_API_KEY") {
             ctx.warn(format!("my key is {key}"));
             ctx.emit_artifact(&serde_json::json!({ "key": key }), Some("key"))?;
+        }
+        if let Ok(name) = std::env::var("WT_FORGER_READ_ENV") {
+            let env = std::env::var(&name).unwrap_or_else(|_| "<unset>".into());
+            let initial = std::fs::read("/proc/self/environ")
+                .ok()
+                .and_then(|all| {
+                    let prefix = format!("{name}=");
+                    all.split(|b| *b == 0)
+                        .find_map(|kv| kv.strip_prefix(prefix.as_bytes()).map(<[u8]>::to_vec))
+                })
+                .map_or_else(
+                    || "<missing>".into(),
+                    |v| String::from_utf8_lossy(&v).into_owned(),
+                );
+            ctx.warn(format!("env {name}: {env}; initial: {initial}"));
+            ctx.emit_artifact(
+                &serde_json::json!({ "env": env, "initial": initial }),
+                Some("env"),
+            )?;
         }
         let n = env_u64("WT_FORGER_WARN_BYTES", 0) as usize;
         if n > 0 {
