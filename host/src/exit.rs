@@ -1,7 +1,5 @@
 //! Exit codes, in one place.
 
-use std::process::ExitCode;
-
 /// Every run passed (or the command succeeded).
 pub const SUCCESS: u8 = 0;
 /// At least one run failed.
@@ -32,6 +30,22 @@ pub fn of_aggregates<'a>(
     code
 }
 
+/// Set in a supervised sweep's process (see `cli::supervise`): where `wt` records the exit
+/// code it decided.
+pub const RECORD_ENV: &str = "WT_SWEEP_RECORD";
+
+/// Records `code` as the sweep's own result, when this process is a supervised sweep: the
+/// supervising `wt` exits with it. Called by `wt`'s own code paths only — the end of a
+/// subcommand, a second signal's stop —, never on any other way out.
+pub fn record(code: u8) {
+    let Some(path) = std::env::var_os(RECORD_ENV) else {
+        return;
+    };
+    if let Err(e) = std::fs::write(&path, format!("{code}\n")) {
+        tracing::error!("cannot write the sweep's completion record: {e}");
+    }
+}
+
 /// An error that carries the exit code it should end the process with.
 #[derive(Debug, thiserror::Error)]
 #[error("{message}")]
@@ -51,10 +65,8 @@ impl CodedError {
 
 /// The exit code for an error that reached `main`: a [`CodedError`] anywhere in the chain
 /// decides; anything else is a configuration or environment problem (2).
-pub fn code_for(err: &anyhow::Error) -> ExitCode {
-    let code = err
-        .chain()
+pub fn code_for(err: &anyhow::Error) -> u8 {
+    err.chain()
         .find_map(|e| e.downcast_ref::<CodedError>())
-        .map_or(USAGE, |c| c.code);
-    ExitCode::from(code)
+        .map_or(USAGE, |c| c.code)
 }

@@ -188,6 +188,8 @@ pub fn exit_now() -> ! {
     // Temporary files, and agent processes, which live in process groups of their own and
     // would outlive `wt`.
     run_at_stop();
+    // A stop at once is `wt`'s own decision: the supervising `wt` exits 130 with it.
+    crate::exit::record(crate::exit::INTERRUPTED);
     // SAFETY: `_exit` ends the process; nothing is left to run.
     unsafe { libc::_exit(i32::from(crate::exit::INTERRUPTED)) }
 }

@@ -419,6 +419,58 @@ fn i03_a_hook_that_exits_0_mid_sweep_never_makes_wt_exit_0() {
     only_whole_files(&out);
 }
 
+#[test]
+fn i03_no_way_a_plugin_ends_the_process_makes_a_failing_sweep_anything_but_4() {
+    let dir = tmp();
+    let plugins = plugin_dir(dir.path(), &["wt_test_hostile"]);
+    let points = [
+        "on_provisioned",
+        "on_run_start",
+        "on_run_scored",
+        "on_run_end",
+        "on_scenario_end",
+        "on_pack_end",
+    ];
+    let hows = [
+        ("exit", "exited with status 4"),
+        ("_exit", "exited with status 0"),
+        ("exit_group", "exited with status 0"),
+        ("abort", "killed by signal SIGABRT"),
+        ("segv", "killed by signal SIGSEGV"),
+        ("sigkill", "killed by signal SIGKILL"),
+    ];
+    for point in points {
+        for (how, said) in hows {
+            let out = format!("runs-{point}-{how}");
+            let r = Wt::new(dir.path())
+                .args([
+                    "run",
+                    "--agent",
+                    "demo-forbidden-tool",
+                    "--filter",
+                    "refund",
+                ])
+                .args([
+                    "--runs", "2", "--jobs", "1", "--junit", "j.xml", "--out", &out,
+                ])
+                .args(["--hook", "exiter", "--plugin-dir"])
+                .arg(&plugins)
+                .env("WT_EXITER_POINT", point)
+                .env("WT_EXITER_HOW", how)
+                .env("WT_EXITER_CODE", "0")
+                .run();
+            assert_eq!(r.code, 4, "{point} {how}: {r}");
+            let line = r
+                .stderr
+                .lines()
+                .find(|l| l.starts_with("error: the sweep did not complete"))
+                .unwrap_or_else(|| panic!("{point} {how}: no line saying so: {r}"));
+            assert!(line.contains(said), "{point} {how}: {line}");
+            only_whole_files(&dir.path().join(&out));
+        }
+    }
+}
+
 // 4 ─────────────────────────────────────────────────────────────────────────────────────
 
 /// An `http` agent whose inject never answers within the test.

@@ -367,10 +367,11 @@ fn a_hook_process_does_not_outlive_a_killed_wt() {
     wait_for("the hook to run (its notes file)", PATIENCE, || {
         notes.exists()
     });
+    // `wt run` supervises the sweep in a child `wt`: three processes in all.
     assert_eq!(
         processes_mentioning(&dir).len(),
-        2,
-        "wt and its hook process"
+        3,
+        "wt, its sweep and its hook process"
     );
     wt.kill().unwrap();
     wt.wait().unwrap();

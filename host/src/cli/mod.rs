@@ -15,6 +15,7 @@ pub mod hooks_new;
 pub mod report;
 pub mod rescore;
 pub mod run;
+pub mod supervise;
 pub mod triage;
 
 /// Wind Tunnel: evaluate AI agents against packs of scenarios.
@@ -74,6 +75,13 @@ pub fn run_dirs(dirs: Vec<std::path::PathBuf>) -> anyhow::Result<Vec<std::path::
 pub fn main() -> ExitCode {
     init_logging();
     let cli = Cli::parse();
+    let sweep = matches!(cli.command, Command::Run(_));
+    if sweep && !supervise::is_sweep() {
+        return ExitCode::from(supervise::supervise());
+    }
+    if sweep {
+        supervise::sweep_starts();
+    }
     let result = match cli.command {
         Command::Run(args) => run::run(*args),
         Command::Report(args) => report::run(args),
@@ -85,13 +93,17 @@ pub fn main() -> ExitCode {
         Command::BenchFloor(args) => bench_floor::run(args),
         Command::HookChild(args) => crate::hooks::isolate::child::run(args),
     };
-    match result {
-        Ok(code) => ExitCode::from(code),
+    let code = match result {
+        Ok(code) => code,
         Err(err) => {
             term::err_line(&format!("error: {}", one_line(&err)));
             exit::code_for(&err)
         }
+    };
+    if sweep {
+        supervise::sweep_ends(code);
     }
+    ExitCode::from(code)
 }
 
 /// An error and its causes on one line, each cause once: a cause whose text its context

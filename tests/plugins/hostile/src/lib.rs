@@ -1,7 +1,9 @@
 //! Hooks that misbehave, for the hardening suite (tests/e2e/hardening.rs):
 //!
-//! - `exiter` calls `std::process::exit(WT_EXITER_CODE)` (default 0) at `on_run_end` of run
-//!   index `WT_EXITER_RUN` (default 1), as a plugin that "finishes early" would.
+//! - `exiter` ends the process at `WT_EXITER_POINT` (default `on_run_end`; at run points,
+//!   of run index `WT_EXITER_RUN`, default 1), as a plugin that "finishes early" or crashes
+//!   would: `WT_EXITER_HOW` is `exit` (default, with `WT_EXITER_CODE`, default 0), `_exit`,
+//!   `exit_group`, `abort`, `segv` or `sigkill`.
 //! - `clasher` writes artifacts whose names clash: the same label twice at one point, an
 //!   unlabelled artifact at both `on_run_scored` and `on_run_end`, a pack artifact labelled
 //!   like a scenario id next to that scenario's own, and reserved labels. It logs each
@@ -26,15 +28,82 @@ fn env_u64(name: &str, default: u64) -> u64 {
 #[derive(Default)]
 pub struct Exiter;
 
+impl Exiter {
+    /// Ends the process the way `WT_EXITER_HOW` says when called at `WT_EXITER_POINT`
+    /// (default `on_run_end`; at run points only on run index `WT_EXITER_RUN`, default 1).
+    fn maybe_end(point: &str, ctx: &Context<'_>) {
+        if std::env::var("WT_EXITER_POINT")
+            .as_deref()
+            .unwrap_or("on_run_end")
+            != point
+        {
+            return;
+        }
+        let index = ctx
+            .run_id()
+            .and(ctx.trace())
+            .map(|t| u64::from(t.run_index));
+        if matches!(point, "on_run_scored" | "on_run_end")
+            && index != Some(env_u64("WT_EXITER_RUN", 1))
+        {
+            return;
+        }
+        let code = env_u64("WT_EXITER_CODE", 0) as i32;
+        let how = std::env::var("WT_EXITER_HOW").unwrap_or_else(|_| "exit".into());
+        // SAFETY: each ends the process, which is what this hook is for.
+        unsafe {
+            match how.as_str() {
+                "_exit" => libc::_exit(code),
+                "exit_group" => {
+                    libc::syscall(libc::SYS_exit_group, libc::c_long::from(code));
+                }
+                "abort" => std::process::abort(),
+                "segv" => {
+                    // As a crash would: Rust's own SIGSEGV handler (for stack overflows)
+                    // would swallow a raised signal that is no real fault.
+                    libc::signal(libc::SIGSEGV, libc::SIG_DFL);
+                    libc::raise(libc::SIGSEGV);
+                }
+                "sigkill" => {
+                    libc::kill(libc::getpid(), libc::SIGKILL);
+                }
+                _ => std::process::exit(code),
+            }
+        }
+    }
+}
+
 #[hook]
 impl Hook for Exiter {
     const NAME: &'static str = "exiter";
 
+    fn on_provisioned(&mut self, ctx: &Context<'_>) -> Result {
+        Self::maybe_end("on_provisioned", ctx);
+        Ok(())
+    }
+
+    fn on_run_start(&mut self, ctx: &Context<'_>) -> Result {
+        Self::maybe_end("on_run_start", ctx);
+        Ok(())
+    }
+
+    fn on_run_scored(&mut self, ctx: &Context<'_>) -> Result {
+        Self::maybe_end("on_run_scored", ctx);
+        Ok(())
+    }
+
     fn on_run_end(&mut self, ctx: &Context<'_>) -> Result {
-        let index = ctx.trace().map(|t| u64::from(t.run_index));
-        if index == Some(env_u64("WT_EXITER_RUN", 1)) {
-            std::process::exit(env_u64("WT_EXITER_CODE", 0) as i32);
-        }
+        Self::maybe_end("on_run_end", ctx);
+        Ok(())
+    }
+
+    fn on_scenario_end(&mut self, ctx: &Context<'_>) -> Result {
+        Self::maybe_end("on_scenario_end", ctx);
+        Ok(())
+    }
+
+    fn on_pack_end(&mut self, ctx: &Context<'_>) -> Result {
+        Self::maybe_end("on_pack_end", ctx);
         Ok(())
     }
 }
