@@ -179,6 +179,29 @@ fn untrack(path: &Path) {
     }
 }
 
+/// Checks, before any work, that a file can be written at `path` later (atomically, as
+/// [`write_atomic`] does): not a directory, in a directory that exists and takes a new file.
+/// `what` names the option, for the message.
+pub fn check_output(path: &Path, what: &str) -> Result<(), String> {
+    let shown = path.display();
+    if path.is_dir() {
+        return Err(format!("{what} {shown}: is a directory"));
+    }
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    if !parent.is_dir() {
+        return Err(format!(
+            "{what} {shown}: no directory {} to write it in",
+            parent.display()
+        ));
+    }
+    temp_file(parent)
+        .map(drop)
+        .map_err(|e| format!("{what} {shown}: cannot write in {}: {e}", parent.display()))
+}
+
 /// Removes the temporary files being written right now (before an exit that will not let
 /// their writers finish). Never blocks: if a writer holds the list, nothing is removed.
 pub fn remove_temp_files() {

@@ -1525,3 +1525,72 @@ fn i21_control_characters_in_hook_text_cannot_forge_terminal_lines() {
         "{r}"
     );
 }
+
+// Gates that cannot be passed by what is missing ────────────────────────────────────────
+
+#[test]
+fn a_missing_shard_or_an_empty_directory_makes_the_report_incomplete_not_green() {
+    let dir = tmp();
+    let shard = |k: &str, out: &str| {
+        let r = Wt::new(dir.path())
+            .args(["run", "--shard", k, "--seed", "7", "--out", out])
+            .run();
+        assert_eq!(r.code, 0, "{r}");
+    };
+    shard("1/2", "s1");
+    std::fs::create_dir(dir.path().join("s2")).unwrap();
+    let report = |dirs: &[&str]| {
+        Wt::new(dir.path())
+            .arg("report")
+            .args(dirs)
+            .arg("--gate")
+            .run()
+    };
+
+    let r = report(&["s1", "s2"]);
+    assert_eq!(r.code, 3, "{r}");
+    let incomplete: Vec<&str> = r
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("incomplete: "))
+        .collect();
+    assert_eq!(incomplete.len(), 2, "{r}");
+    assert!(incomplete.iter().any(|l| l.contains("shard(s) 2/2")), "{r}");
+    assert!(
+        incomplete.iter().any(|l| l.contains("s2 holds no run")),
+        "{r}"
+    );
+
+    let r = report(&["s1"]);
+    assert_eq!(r.code, 3, "{r}");
+    assert!(r.stderr.contains("shard(s) 2/2"), "{r}");
+
+    shard("2/2", "s2");
+    let r = report(&["s1", "s2"]);
+    assert_eq!(r.code, 0, "{r}");
+    assert!(!r.stderr.contains("incomplete"), "{r}");
+}
+
+#[test]
+fn outputs_that_cannot_be_written_are_refused_before_the_first_run() {
+    let dir = tmp();
+    std::fs::create_dir(dir.path().join("a-dir")).unwrap();
+    for junit in ["missing/j.xml", "a-dir"] {
+        let r = Wt::new(dir.path())
+            .args(["run", "--out", "never", "--junit", junit])
+            .run();
+        assert_eq!(r.code, 2, "{r}");
+        assert!(r.stderr.contains("--junit"), "{r}");
+        assert!(!dir.path().join("never").exists(), "a run started: {r}");
+    }
+    let r = Wt::new(dir.path()).args(["run", "--out", "runs"]).run();
+    assert_eq!(r.code, 0, "{r}");
+    for args in [
+        vec!["report", "runs", "-o", "missing/r.html", "--format", "html"],
+        vec!["compare", "runs", "runs", "-o", "a-dir"],
+    ] {
+        let r = Wt::new(dir.path()).args(&args).run();
+        assert_eq!(r.code, 2, "{args:?}: {r}");
+        assert!(r.stderr.contains("-o "), "{args:?}: {r}");
+    }
+}

@@ -54,6 +54,7 @@ fn parse_alpha(s: &str) -> Result<f64, String> {
 }
 
 pub fn run(args: CompareArgs) -> anyhow::Result<u8> {
+    args.output.check()?;
     let base: Vec<PathBuf> = args.base.into_iter().chain(args.more_base).collect();
     let new: Vec<PathBuf> = args.new.into_iter().chain(args.more_new).collect();
     if base.is_empty() || new.is_empty() {

@@ -37,6 +37,7 @@ pub struct ReportArgs {
 }
 
 pub fn run(args: ReportArgs) -> anyhow::Result<u8> {
+    args.output.check()?;
     let dirs = super::run_dirs(args.dirs)?;
     let report = load_report(&dirs)?;
     let text = match args.format {
@@ -65,6 +66,9 @@ pub fn load_report(dirs: &[PathBuf]) -> anyhow::Result<Report> {
     for w in &loaded.warnings {
         crate::term::err_line(&format!("warning: {w}"));
     }
+    for g in &loaded.gaps {
+        crate::term::err_line(&format!("incomplete: {g}"));
+    }
     if !loaded.duplicates.is_empty() {
         crate::term::err_line(&format!(
             "note: {} trace file(s) repeat a run_id already read; each run is counted once",
@@ -87,6 +91,14 @@ pub struct Output {
 }
 
 impl Output {
+    /// Checks, before any work, that the output file (if any) can be written.
+    pub fn check(&self) -> anyhow::Result<()> {
+        if let Some(path) = &self.file {
+            store::check_output(path, "-o").map_err(CodedError::usage)?;
+        }
+        Ok(())
+    }
+
     pub fn emit(&self, text: &str) -> anyhow::Result<()> {
         match &self.file {
             Some(path) => store::write_atomic(path, text.as_bytes())

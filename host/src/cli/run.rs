@@ -220,6 +220,11 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
         Some(o) => o.clone(),
         None => Arc::new(NoopObserver),
     };
+    // Every output is checked before the first run: a path that cannot be written would
+    // otherwise be found only after the whole sweep.
+    if let Some(path) = &args.junit {
+        store::check_output(path, "--junit").map_err(CodedError::usage)?;
+    }
     let live = journal_sink(&args.events)?;
     let total = planned as u64;
     let ids = args.seed.map_or_else(Ids::random, Ids::seeded);

@@ -133,7 +133,8 @@ pub struct SideInfo {
     pub sweeps: Vec<String>,
     pub runs: u64,
     pub passed: u64,
-    /// Sweeps that may not have run to the end.
+    /// Sweeps that may not have run to the end, and what the directories cannot account
+    /// for (missing shards, empty directories).
     pub partial_sweeps: Vec<String>,
 }
 
@@ -153,7 +154,11 @@ impl SideInfo {
             sweeps: r.sweeps.iter().map(|s| s.sweep_id.clone()).collect(),
             runs: r.pack.runs,
             passed: r.pack.passed,
-            partial_sweeps: r.partial_sweeps().map(|s| s.sweep_id.clone()).collect(),
+            partial_sweeps: r
+                .partial_sweeps()
+                .map(|s| s.sweep_id.clone())
+                .chain(r.gaps.iter().cloned())
+                .collect(),
         }
     }
 

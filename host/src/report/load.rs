@@ -139,6 +139,10 @@ pub struct Loaded {
     pub warnings: Vec<String>,
     /// Trace files not counted because an earlier one was the same run.
     pub duplicates: Vec<PathBuf>,
+    /// What the directories given cannot account for — a shard of a sharded sweep whose
+    /// journal is not among them, a directory that holds no run and no journal: the result
+    /// is incomplete (gate 3). One line each.
+    pub gaps: Vec<String>,
 }
 
 impl Loaded {
@@ -177,6 +181,12 @@ pub fn load_keeping<P: AsRef<Path>>(dirs: &[P], keep: Keep) -> Result<Loaded, St
             continue;
         }
         let listing = list_dir(dir)?;
+        if listing.traces.is_empty() && listing.journals.is_empty() {
+            out.gaps.push(format!(
+                "{} holds no run and no journal (a shard that never ran, or the wrong directory?)",
+                dir.display()
+            ));
+        }
         for path in &listing.traces {
             let Some(mut run) = load_run(path, &listing, &mut out.warnings) else {
                 continue;
@@ -209,7 +219,36 @@ pub fn load_keeping<P: AsRef<Path>>(dirs: &[P], keep: Keep) -> Result<Loaded, St
             ))
     });
     journals.finish(&mut out);
+    out.gaps.extend(missing_shards(&out.sweeps));
     Ok(out)
+}
+
+/// The shards of every sharding (`K/N`) seen in the journals that no journal read is of: a
+/// sweep run as N shards is whole only with all N.
+fn missing_shards(sweeps: &[Sweep]) -> Vec<String> {
+    let mut seen: BTreeMap<u32, std::collections::BTreeSet<u32>> = BTreeMap::new();
+    for shard in sweeps.iter().flat_map(|s| &s.shards) {
+        if let Some((k, n)) = shard.split_once('/')
+            && let (Ok(k), Ok(n)) = (k.parse::<u32>(), n.parse::<u32>())
+            && (1..=n).contains(&k)
+        {
+            seen.entry(n).or_default().insert(k);
+        }
+    }
+    seen.into_iter()
+        .filter_map(|(n, have)| {
+            let missing: Vec<String> = (1..=n)
+                .filter(|k| !have.contains(k))
+                .map(|k| format!("{k}/{n}"))
+                .collect();
+            (!missing.is_empty()).then(|| {
+                format!(
+                    "shard(s) {} of a sweep run in {n} shards: no journal of them among the directories given, so their runs are missing",
+                    missing.join(", ")
+                )
+            })
+        })
+        .collect()
 }
 
 /// What makes two trace files the same run: its `run_id`, qualified by the sweep, agent and

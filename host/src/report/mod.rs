@@ -185,6 +185,10 @@ pub struct Report {
     pub warnings: Vec<String>,
     /// Trace files not counted because they repeat an earlier `run_id`.
     pub duplicates: usize,
+    /// What the directories given cannot account for (missing shards, empty directories):
+    /// the result is incomplete.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub gaps: Vec<String>,
     /// The exit code of `--gate` (see [`Report::gate`]).
     pub gate: u8,
     /// The runs themselves, for views that show details (the HTML page).
@@ -223,7 +227,7 @@ impl Report {
                 ScenarioSummary::new(a)
             })
             .collect();
-        let partial = loaded.partial_sweeps().next().is_some();
+        let partial = loaded.partial_sweeps().next().is_some() || !loaded.gaps.is_empty();
         let gate = gate_code(scenarios.iter().map(|s| &s.aggregate), partial);
         Report {
             schema_version: SCHEMA_VERSION,
@@ -234,6 +238,7 @@ impl Report {
             scenario_errors: loaded.scenario_errors,
             warnings: loaded.warnings,
             duplicates: loaded.duplicates.len(),
+            gaps: loaded.gaps,
             gate,
             loaded: loaded.runs,
         }
