@@ -10,8 +10,57 @@
 //! - Hook artifacts: at most `WT_HOOK_MAX_ARTIFACT_BYTES` of JSON (default 16 MiB); a larger
 //!   one is refused (an error to the hook and a warning).
 //! - Hook warnings: cut at `WT_HOOK_MAX_WARNING_BYTES` (default 4 KiB), with a marker.
+//! - Input files (pack files, agent configs): regular files of at most
+//!   [`MAX_INPUT_FILE_BYTES`], opened without blocking, so a FIFO or a device named as one
+//!   is refused at once instead of hanging `wt`.
 
 use serde_json::Value;
+
+/// The largest pack file or agent config `wt` reads.
+pub const MAX_INPUT_FILE_BYTES: u64 = 4 << 20;
+
+/// Reads an input file a person wrote: a regular file (not a FIFO, device or socket; with
+/// `no_symlink`, not a symbolic link either) of at most [`MAX_INPUT_FILE_BYTES`], as UTF-8.
+/// Opening never blocks.
+pub fn read_input_file(path: &std::path::Path, no_symlink: bool) -> std::io::Result<String> {
+    use std::io::{Error, ErrorKind, Read};
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut flags = libc::O_NONBLOCK | libc::O_NOCTTY;
+    if no_symlink {
+        flags |= libc::O_NOFOLLOW;
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) if no_symlink => Error::new(
+                ErrorKind::InvalidInput,
+                "is a symbolic link; name the file itself",
+            ),
+            _ => e,
+        })?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(Error::new(
+            ErrorKind::InvalidInput,
+            "is not a regular file (a FIFO, device, socket or directory)",
+        ));
+    }
+    if meta.len() > MAX_INPUT_FILE_BYTES {
+        return Err(Error::new(
+            ErrorKind::InvalidInput,
+            format!(
+                "is {} bytes, more than the {MAX_INPUT_FILE_BYTES} an input file may have",
+                meta.len()
+            ),
+        ));
+    }
+    let mut text = String::new();
+    file.take(MAX_INPUT_FILE_BYTES + 1)
+        .read_to_string(&mut text)?;
+    Ok(text)
+}
 
 /// Longest text `wt` stores from a runtime, per field, in bytes.
 pub const MAX_STORED_TEXT_BYTES: usize = 256 * 1024;

@@ -111,19 +111,22 @@ impl Pack {
             move |source| PackError::Io { path, source }
         };
         let manifest_path = dir.join("pack.toml");
-        let manifest = std::fs::read_to_string(&manifest_path).map_err(io(&manifest_path))?;
+        // A pack is outside input: its files are read as regular files only, never through
+        // a symbolic link, bounded.
+        let manifest =
+            crate::limits::read_input_file(&manifest_path, true).map_err(io(&manifest_path))?;
         let scen_dir = dir.join("scenarios");
         let mut paths = Vec::new();
         for entry in std::fs::read_dir(&scen_dir).map_err(io(&scen_dir))? {
             let path = entry.map_err(io(&scen_dir))?.path();
-            if path.extension().is_some_and(|e| e == "toml") && path.is_file() {
+            if path.extension().is_some_and(|e| e == "toml") {
                 paths.push(path);
             }
         }
         paths.sort();
         let mut files = Vec::new();
         for path in paths {
-            let text = std::fs::read_to_string(&path).map_err(io(&path))?;
+            let text = crate::limits::read_input_file(&path, true).map_err(io(&path))?;
             files.push((path.display().to_string(), text));
         }
         Pack::from_sources(

@@ -1594,3 +1594,38 @@ fn outputs_that_cannot_be_written_are_refused_before_the_first_run() {
         assert!(r.stderr.contains("-o "), "{args:?}: {r}");
     }
 }
+
+#[test]
+fn a_fifo_named_as_an_agent_config_or_a_pack_file_is_refused_at_once() {
+    let dir = tmp();
+    let mkfifo = |p: &Path| {
+        let status = std::process::Command::new("mkfifo")
+            .arg(p)
+            .status()
+            .unwrap();
+        assert!(status.success());
+    };
+    mkfifo(&dir.path().join("agent.toml"));
+    let pack = dir.path().join("pack");
+    std::fs::create_dir_all(pack.join("scenarios")).unwrap();
+    mkfifo(&pack.join("pack.toml"));
+    let linked = dir.path().join("linked");
+    std::fs::create_dir_all(linked.join("scenarios")).unwrap();
+    std::fs::write(linked.join("pack.toml"), "name = \"p\"\n").unwrap();
+    std::os::unix::fs::symlink("/etc/hostname", linked.join("scenarios/s.toml")).unwrap();
+    for (args, said) in [
+        (vec!["run", "--agent", "agent.toml"], "not a regular file"),
+        (vec!["run", "--pack", "pack"], "not a regular file"),
+        (vec!["run", "--pack", "linked"], "symbolic link"),
+    ] {
+        let r = Wt::new(dir.path())
+            .args(&args)
+            .arg("--out")
+            .arg("never")
+            .start()
+            .finish_within(Duration::from_secs(30));
+        assert_eq!(r.code, 2, "{args:?}: {r}");
+        assert!(r.stderr.contains(said), "{args:?}: {r}");
+        assert!(!dir.path().join("never").exists());
+    }
+}

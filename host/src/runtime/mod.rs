@@ -537,10 +537,11 @@ pub fn resolve_agent(spec: &str) -> Result<AgentConfig, AgentError> {
     }
     let path = Path::new(spec);
     if path.is_file() || spec.ends_with(".toml") {
-        let text = std::fs::read_to_string(path).map_err(|source| AgentError::Read {
-            path: spec.to_owned(),
-            source,
-        })?;
+        let text =
+            crate::limits::read_input_file(path, false).map_err(|source| AgentError::Read {
+                path: spec.to_owned(),
+                source,
+            })?;
         let agent: AgentConfig =
             crate::strict::from_toml(&text).map_err(|e| AgentError::Invalid {
                 path: spec.to_owned(),
