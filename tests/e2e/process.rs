@@ -865,3 +865,38 @@ fn an_http_agent_without_mcp_gets_no_address_and_is_offered_no_tools() {
     let t = &traces(&dir.path().join("runs"))[0];
     assert_eq!(t["surface"]["tools"], json!([]));
 }
+
+#[test]
+fn a_reply_that_is_not_utf8_is_a_protocol_error_in_both_modes() {
+    let dir = tmp();
+    // Session mode: one JSON line per turn whose text holds a byte that is no UTF-8.
+    let session = r#"while read -r _; do printf '{"type":"reply","text":"shipped \377"}\n'; done"#;
+    // One-shot mode: the whole stdout is the reply.
+    let one_shot = r#"printf 'shipped \377\n'"#;
+    for (name, command) in [
+        ("session", vec!["sh", "-c", session]),
+        ("one-shot", vec!["sh", "-c", one_shot, "sh", "{input}"]),
+    ] {
+        let agent = dir.path().join(format!("{name}.toml"));
+        std::fs::write(
+            &agent,
+            format!(
+                "label = \"{name}\"\nruntime = \"process\"\ncommand = {}\n",
+                serde_json::to_string(&command).unwrap()
+            ),
+        )
+        .unwrap();
+        let out = format!("runs-{name}");
+        let r = Wt::new(dir.path())
+            .args([
+                "run", "--runs", "1", "--filter", "refund", "--out", &out, "--agent",
+            ])
+            .arg(&agent)
+            .run();
+        assert_eq!(r.code, 3, "{name}: {r}");
+        let t = &traces(&dir.path().join(&out))[0];
+        assert_eq!(t["turns"][0]["error_kind"], "protocol", "{name}: {t}");
+        let error = t["turns"][0]["error"].as_str().unwrap();
+        assert!(error.contains("not valid UTF-8"), "{name}: {error}");
+    }
+}

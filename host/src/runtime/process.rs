@@ -481,6 +481,13 @@ fn unregister(pgid: i32) {
     live.retain(|g| *g != pgid);
 }
 
+fn not_utf8(e: std::str::Utf8Error) -> String {
+    format!(
+        "stdout is not valid UTF-8 (after {} bytes): the reply cannot be read",
+        e.valid_up_to()
+    )
+}
+
 fn read_stdout(out: std::process::ChildStdout, mode: StdoutMode, tx: &Sender<Inbox<Out>>) {
     let send = |o: Out| tx.send(Inbox::Agent(o)).is_ok();
     match mode {
@@ -499,7 +506,15 @@ fn read_stdout(out: std::process::ChildStdout, mode: StdoutMode, tx: &Sender<Inb
                         return;
                     }
                     Ok(_) => {
-                        let text = String::from_utf8_lossy(&line);
+                        // A reply that is not UTF-8 cannot be read as the agent meant it: a
+                        // protocol error, as over http, never a lossy guess that is judged.
+                        let text = match std::str::from_utf8(&line) {
+                            Ok(t) => t,
+                            Err(e) => {
+                                send(Out::Line(Err(not_utf8(e))));
+                                return;
+                            }
+                        };
                         let text = text.trim_end_matches(['\n', '\r']);
                         if !text.trim().is_empty() && !send(Out::Line(Ok(text.to_owned()))) {
                             return;
@@ -1021,7 +1036,7 @@ impl ProcessAgent {
     }
 
     fn one_shot_reply(&self, stdout: &[u8]) -> Result<String, String> {
-        let text = String::from_utf8_lossy(stdout);
+        let text = std::str::from_utf8(stdout).map_err(not_utf8)?;
         let Some(field) = &self.config.reply_field else {
             return Ok(text.trim_end_matches(['\n', '\r']).to_owned());
         };
