@@ -9,10 +9,36 @@
 use std::borrow::Cow;
 use std::io::Write;
 
+/// The Unicode bidirectional controls: embeddings, overrides, isolates and marks. A label
+/// holding one can make the text after it read backwards ("38 runs" for 83).
+pub fn is_bidi_control(c: char) -> bool {
+    matches!(
+        c,
+        '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}'
+    )
+}
+
+/// `text` with every bidirectional control written as a visible `\u{..}` escape; for
+/// outputs that escape their own markup already (HTML, XML, Markdown).
+pub fn escape_bidi(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(is_bidi_control) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if is_bidi_control(c) {
+            out.push_str(&format!("\\u{{{:x}}}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
 /// `text` with its control characters written as escapes: `\n`, `\r`, `\t`,
-/// `\e` for ESC, `\u{..}` for the rest.
+/// `\e` for ESC, `\u{..}` for the rest and for bidirectional controls.
 pub fn sanitize(text: &str) -> Cow<'_, str> {
-    if !text.chars().any(char::is_control) {
+    if !text.chars().any(|c| c.is_control() || is_bidi_control(c)) {
         return Cow::Borrowed(text);
     }
     let mut out = String::with_capacity(text.len() + 8);
@@ -22,7 +48,9 @@ pub fn sanitize(text: &str) -> Cow<'_, str> {
             '\r' => out.push_str("\\r"),
             '\t' => out.push_str("\\t"),
             '\u{1b}' => out.push_str("\\e"),
-            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c if c.is_control() || is_bidi_control(c) => {
+                out.push_str(&format!("\\u{{{:x}}}", c as u32));
+            }
             c => out.push(c),
         }
     }

@@ -1629,3 +1629,67 @@ fn a_fifo_named_as_an_agent_config_or_a_pack_file_is_refused_at_once() {
         assert!(!dir.path().join("never").exists());
     }
 }
+
+#[test]
+fn outside_text_is_escaped_in_every_output_a_person_reads() {
+    let dir = tmp();
+    // A plugin file whose name clears the screen and forges a row.
+    let plugins = plugin_dir(dir.path(), &[]);
+    std::fs::write(plugins.join("lib\u{1b}[2J\nFAKE.so"), b"not an ELF").unwrap();
+    let r = Wt::new(dir.path())
+        .args(["hooks", "list", "--all", "--plugin-dir"])
+        .arg(&plugins)
+        .run();
+    assert!(
+        !r.stdout.contains('\u{1b}') && !r.stderr.contains('\u{1b}'),
+        "{r}"
+    );
+    assert!(
+        !r.stdout.lines().any(|l| l.starts_with("FAKE")),
+        "a forged row: {r}"
+    );
+    assert!(r.stdout.contains("\\e[2J\\nFAKE.so"), "{r}");
+
+    // An agent label that reverses what follows it, and one that is Markdown.
+    let label = "evil\u{202e}38 snur **boss** [x](http://e.invalid)";
+    let agent = dir.path().join("agent.toml");
+    std::fs::write(
+        &agent,
+        format!(
+            "label = {}\nruntime = \"demo\"\n",
+            serde_json::to_string(label).unwrap()
+        ),
+    )
+    .unwrap();
+    let r = Wt::new(dir.path())
+        .args(["run", "--runs", "4", "--filter", "order-status", "--agent"])
+        .arg(&agent)
+        .run();
+    assert_eq!(r.code, 0, "{r}");
+    assert!(!r.stderr.contains('\u{202e}'), "{r}");
+    let outputs = [
+        vec!["report", "runs"],
+        vec!["report", "runs", "--format", "markdown"],
+        vec!["report", "runs", "--format", "html"],
+        vec!["report", "runs", "--format", "junit"],
+        vec!["compare", "runs", "runs"],
+        vec!["compare", "runs", "runs", "--format", "markdown"],
+        vec!["compare", "runs", "runs", "--format", "html"],
+    ];
+    for args in outputs {
+        let r = Wt::new(dir.path()).args(&args).run();
+        assert_eq!(r.code, 0, "{args:?}: {r}");
+        assert!(
+            !r.stdout.contains('\u{202e}') && !r.stderr.contains('\u{202e}'),
+            "{args:?}: a bidi override got through: {r}"
+        );
+    }
+    let md = Wt::new(dir.path())
+        .args(["compare", "runs", "runs", "--format", "markdown"])
+        .run();
+    assert!(
+        md.stdout
+            .contains("` evil\\u{202e}38 snur **boss** [x](http://e.invalid) `"),
+        "the label is not a code span: {md}"
+    );
+}

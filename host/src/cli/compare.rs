@@ -77,10 +77,10 @@ pub fn run(args: CompareArgs) -> anyhow::Result<u8> {
         args.alpha,
     );
     let text = match args.format {
-        Format::Table => c.to_table(),
-        Format::Markdown => c.to_markdown(),
+        Format::Table => super::report::for_terminal(&c.to_table()),
+        Format::Markdown => super::report::for_reader(c.to_markdown()),
         Format::Json => c.to_json(),
-        Format::Html => crate::report::html::compare_page(&c),
+        Format::Html => super::report::for_reader(crate::report::html::compare_page(&c)),
     };
     args.output.emit(&text)?;
     if args.format != Format::Table {

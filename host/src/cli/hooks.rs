@@ -213,13 +213,13 @@ fn plan(args: PlanArgs) -> anyhow::Result<u8> {
         } else {
             "in-process".to_owned()
         };
-        writeln!(
-            out,
+        let line = format!(
             "hook {}  ({}, {}, {role}, {mode})",
             h.name,
             h.source,
             crate::hooks::registry::env_prefix(&h.name) + "*"
-        )?;
+        );
+        writeln!(out, "{}", crate::term::sanitize(&line))?;
     }
     for point in windtunnel_abi::point::ALL {
         let runners: Vec<&str> = active
@@ -404,6 +404,9 @@ fn print_views(views: &[EntryView], json: bool) -> anyhow::Result<()> {
         writeln!(out)?;
         return Ok(());
     }
+    // Every cell may hold outside text (a file name, a refusal quoting one): escaped before
+    // the widths are measured, so no cell can repaint the screen or forge a row.
+    let cell = |text: String| crate::term::sanitize(&text).into_owned();
     let rows: Vec<[String; 6]> = views
         .iter()
         .map(|v| {
@@ -419,6 +422,7 @@ fn print_views(views: &[EntryView], json: bool) -> anyhow::Result<()> {
                 },
                 v.status.clone(),
             ]
+            .map(cell)
         })
         .collect();
     let header = ["NAME", "SOURCE", "VERSION", "SDK", "POINTS", "STATUS"].map(String::from);
@@ -437,7 +441,7 @@ fn print_views(views: &[EntryView], json: bool) -> anyhow::Result<()> {
                 line.push_str(&format!("{cell:<w$}  "));
             }
         }
-        writeln!(out, "{}", line.trim_end())?;
+        writeln!(out, "{}", crate::term::sanitize(line.trim_end()))?;
     }
     Ok(())
 }

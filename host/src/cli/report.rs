@@ -41,13 +41,13 @@ pub fn run(args: ReportArgs) -> anyhow::Result<u8> {
     let dirs = super::run_dirs(args.dirs)?;
     let report = load_report(&dirs)?;
     let text = match args.format {
-        Format::Table => report.to_table(),
+        Format::Table => for_terminal(&report.to_table()),
         Format::Json => report.to_json(),
-        Format::Junit => report.to_junit(),
-        Format::Markdown => report.to_markdown(),
+        Format::Junit => for_reader(report.to_junit()),
+        Format::Markdown => for_reader(report.to_markdown()),
         Format::Html => {
             let base = args.output.file.as_deref().and_then(Path::parent);
-            report::html::report_page(&report, base)
+            for_reader(report::html::report_page(&report, base))
         }
     };
     args.output.emit(&text)?;
@@ -56,6 +56,26 @@ pub fn run(args: ReportArgs) -> anyhow::Result<u8> {
     } else {
         exit::SUCCESS
     })
+}
+
+/// A table for a terminal: every line's control and bidirectional characters escaped (the
+/// outside text in it — labels, reasons — can neither repaint the screen nor reverse a line).
+pub fn for_terminal(table: &str) -> String {
+    let mut out = String::with_capacity(table.len());
+    for line in table.lines() {
+        out.push_str(&crate::term::sanitize(line));
+        out.push('\n');
+    }
+    out
+}
+
+/// A document a person reads rendered (HTML, Markdown, JUnit in a CI page), which escapes its
+/// own markup already: its bidirectional controls written as visible escapes.
+pub fn for_reader(doc: String) -> String {
+    match crate::term::escape_bidi(&doc) {
+        std::borrow::Cow::Borrowed(_) => doc,
+        std::borrow::Cow::Owned(clean) => clean,
+    }
 }
 
 /// Loads `dirs` through the one loader, prints its warnings on stderr and builds the model.

@@ -223,6 +223,11 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
     // Every output is checked before the first run: a path that cannot be written would
     // otherwise be found only after the whole sweep.
     if let Some(path) = &args.junit {
+        // A report inside the runs directory (`--junit runs/junit.xml`): that directory is
+        // the sweep's to create, so it is created now.
+        if path.parent().is_some_and(|p| p.starts_with(&args.out)) {
+            store::ensure_dir(&args.out)?;
+        }
         store::check_output(path, "--junit").map_err(CodedError::usage)?;
     }
     let live = journal_sink(&args.events)?;

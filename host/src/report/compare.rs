@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 use windtunnel_sdk::model::{LAYERS, SCHEMA_VERSION};
 
-use super::table::{md, pct, rate_with_interval};
+use super::table::{md, md_code, pct, rate_with_interval};
 use super::{Report, ScenarioSummary, stats};
 use crate::exit;
 
@@ -164,11 +164,17 @@ impl SideInfo {
 
     /// `demo on pack demo: 6 runs in runs/ (sweep 1a2b…)`.
     pub fn describe(&self) -> String {
+        self.describe_quoting(|s| s.to_owned())
+    }
+
+    /// [`SideInfo::describe`] with each outside string (agent, pack, directory) put through
+    /// `quote`.
+    fn describe_quoting(&self, quote: impl Fn(&str) -> String) -> String {
         let list = |v: &[String]| {
             if v.is_empty() {
                 "?".to_owned()
             } else {
-                v.join(", ")
+                v.iter().map(|s| quote(s)).collect::<Vec<_>>().join(", ")
             }
         };
         format!(
@@ -177,7 +183,11 @@ impl SideInfo {
             list(&self.packs),
             self.passed,
             self.runs,
-            self.dirs.join(" ")
+            self.dirs
+                .iter()
+                .map(|d| quote(d))
+                .collect::<Vec<_>>()
+                .join(" ")
         )
     }
 }
@@ -388,8 +398,8 @@ impl Comparison {
     /// Markdown that fits a pull-request comment.
     pub fn to_markdown(&self) -> String {
         let mut out = format!("**{}**\n\n", md(&self.summary));
-        let _ = writeln!(out, "- BASE: {}", md(&self.base.describe()));
-        let _ = writeln!(out, "- NEW: {}", md(&self.new.describe()));
+        let _ = writeln!(out, "- BASE: {}", self.base.describe_quoting(md_code));
+        let _ = writeln!(out, "- NEW: {}", self.new.describe_quoting(md_code));
         let _ = writeln!(
             out,
             "- pass rates with {} Wilson intervals; Fisher's exact test at α = {}\n",

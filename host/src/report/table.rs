@@ -181,14 +181,39 @@ impl Report {
     }
 }
 
-/// Text safe inside a Markdown table cell: no cell breaks, no line breaks, no raw HTML.
+/// Text safe inside a Markdown table cell: no cell breaks, no line breaks, no raw HTML, and
+/// no inline markup (emphasis, links, images, code) that outside text could smuggle in.
 pub fn md(s: &str) -> String {
-    s.replace('&', "&amp;")
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\\' | '`' | '*' | '_' | '[' | ']' | '~' | '!' => {
+                out.push('\\');
+                out.push(c);
+            }
+            _ => out.push(c),
+        }
+    }
+    out.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace("&lt;br&gt;", "<br>")
         .replace('|', "\\|")
         .replace(['\n', '\r'], " ")
+}
+
+/// Outside text as a Markdown code span: shown as written, never rendered as markup (a
+/// label, a pack name, a directory).
+pub fn md_code(s: &str) -> String {
+    let clean = s.replace(['\n', '\r'], " ").replace('|', "\\|");
+    let mut longest = 0;
+    let mut run = 0;
+    for c in clean.chars() {
+        run = if c == '`' { run + 1 } else { 0 };
+        longest = longest.max(run);
+    }
+    let fence = "`".repeat(longest + 1);
+    format!("{fence} {clean} {fence}")
 }
 
 #[cfg(test)]

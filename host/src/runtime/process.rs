@@ -1043,7 +1043,7 @@ impl ProcessAgent {
         let doc: Value = serde_json::from_str(text.trim()).map_err(|e| {
             format!(
                 "stdout is not JSON ({e}), but `reply_field` = {field:?} expects it: {}",
-                crate::score::excerpt(&text)
+                crate::score::excerpt(text)
             )
         })?;
         match crate::world::lookup(&doc, field) {
@@ -1054,7 +1054,7 @@ impl ProcessAgent {
             )),
             None => Err(format!(
                 "the agent's stdout has no `{field}` (reply_field): {}",
-                crate::score::excerpt(&text)
+                crate::score::excerpt(text)
             )),
         }
     }
