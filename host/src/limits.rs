@@ -16,6 +16,41 @@
 
 use serde_json::Value;
 
+/// The most bytes of JSON a run's evidence (its tool calls) may take in its trace: with the
+/// rest of the trace, well under the 64 MiB a reader accepts (`report::load::MAX_TRACE_BYTES`),
+/// so no trace `wt` writes is one its own readers skip.
+pub const MAX_EVIDENCE_BYTES: usize = 32 << 20;
+
+/// Keeps the tool calls of `calls` that fit in [`MAX_EVIDENCE_BYTES`] of JSON, in order;
+/// returns how many there were when some had to go.
+pub fn bound_evidence(calls: &mut Vec<windtunnel_sdk::model::ToolCall>) -> Option<usize> {
+    let rough = |c: &windtunnel_sdk::model::ToolCall| {
+        rough_len(&c.arguments)
+            + rough_len(&c.result)
+            + c.name.len()
+            + c.error.as_ref().map_or(0, String::len)
+            + 96
+    };
+    // An escaped character takes at most 6 bytes: most evidence is settled without
+    // serializing anything.
+    if calls.iter().map(rough).sum::<usize>().saturating_mul(6) <= MAX_EVIDENCE_BYTES {
+        return None;
+    }
+    let total = calls.len();
+    let mut used = 0usize;
+    let keep = calls
+        .iter()
+        .take_while(|c| {
+            used += serde_json::to_vec(c).map_or(usize::MAX / 2, |v| v.len() + 1);
+            used <= MAX_EVIDENCE_BYTES
+        })
+        .count();
+    (keep < total).then(|| {
+        calls.truncate(keep);
+        total
+    })
+}
+
 /// The largest pack file or agent config `wt` reads.
 pub const MAX_INPUT_FILE_BYTES: u64 = 4 << 20;
 
@@ -166,7 +201,7 @@ pub fn cut_value(value: &mut Value, max: usize) {
 }
 
 /// About how long `value`'s JSON is, counting each string's bytes once.
-fn rough_len(value: &Value) -> usize {
+pub(crate) fn rough_len(value: &Value) -> usize {
     match value {
         Value::Null | Value::Bool(_) => 5,
         Value::Number(_) => 24,

@@ -1693,3 +1693,87 @@ fn outside_text_is_escaped_in_every_output_a_person_reads() {
         "the label is not a code span: {md}"
     );
 }
+
+#[test]
+fn a_run_whose_trace_a_reader_cannot_read_counts_as_error_never_as_nothing() {
+    let dir = tmp();
+    // Writer: a service that reports 100,000 tool calls in one (allowed) 45 MB reply. The
+    // trace stays readable, and the run is ERROR: its evidence cannot be stored whole.
+    let result = "x".repeat(400);
+    let srv = TestServer::start(move |s| match (s.method.as_str(), s.url.as_str()) {
+        ("POST", "/inject") => {
+            let call = format!(r#"{{"name":"lookup_order","arguments":{{}},"result":"{result}"}}"#);
+            let calls = vec![call.as_str(); 100_000].join(",");
+            (200, format!(r#"{{"reply":"done","tool_calls":[{calls}]}}"#))
+        }
+        _ => (200, "{}".into()),
+    });
+    let agent = agent_file(
+        dir.path(),
+        "svc.toml",
+        &format!(
+            "label = \"svc\"\nruntime = \"http\"\nendpoint = \"{}\"\nmax_response_bytes = 67108864\nturn_timeout_s = 120\n",
+            srv.base
+        ),
+    );
+    let r = Wt::new(dir.path())
+        .args([
+            "run",
+            "--runs",
+            "1",
+            "--filter",
+            "order-status",
+            "--out",
+            "big",
+            "--agent",
+        ])
+        .arg(&agent)
+        .run();
+    assert_eq!(r.code, 3, "{r}");
+    let traces_on_disk: Vec<PathBuf> = tree(&dir.path().join("big"))
+        .into_iter()
+        .map(|(p, _)| p)
+        .filter(|p| {
+            p.extension().is_some_and(|e| e == "json") && !p.to_string_lossy().contains(".score.")
+        })
+        .collect();
+    assert_eq!(traces_on_disk.len(), 1);
+    let size = std::fs::metadata(&traces_on_disk[0]).unwrap().len();
+    assert!(
+        size < 64 << 20,
+        "a trace of {size} bytes, more than a reader takes"
+    );
+    let t = &traces(&dir.path().join("big"))[0];
+    assert!(
+        t["error"].as_str().unwrap().contains("100000 tool calls"),
+        "{}",
+        t["error"]
+    );
+    let g = Wt::new(dir.path()).args(["report", "big", "--gate"]).run();
+    assert_eq!(g.code, 3, "{g}");
+
+    // Reader: a run whose trace is gone is still a run, and not a passing one.
+    let r = Wt::new(dir.path()).args(["run", "--out", "runs"]).run();
+    assert_eq!(r.code, 0, "{r}");
+    let runs = dir.path().join("runs");
+    let gone = tree(&runs)
+        .into_iter()
+        .map(|(p, _)| p)
+        .find(|p| {
+            p.extension().is_some_and(|e| e == "json") && !p.to_string_lossy().contains(".score.")
+        })
+        .unwrap();
+    std::fs::remove_file(&gone).unwrap();
+    let g = Wt::new(dir.path())
+        .args(["report", "runs", "--gate", "--format", "json"])
+        .run();
+    assert_eq!(g.code, 3, "{g}");
+    assert!(
+        g.stderr
+            .contains("is named by its journal but its trace was not read"),
+        "{g}"
+    );
+    let json: Value = serde_json::from_str(&g.stdout).unwrap();
+    assert_eq!(json["pack"]["runs"], 6, "{json}");
+    assert_eq!(json["pack"]["errored"], 1, "{json}");
+}

@@ -89,13 +89,19 @@ pub fn load_report(dirs: &[PathBuf]) -> anyhow::Result<Report> {
     for g in &loaded.gaps {
         crate::term::err_line(&format!("incomplete: {g}"));
     }
+    for u in &loaded.unread {
+        crate::term::err_line(&format!(
+            "error: run {} of scenario `{}` is named by its journal but its trace was not read; counted as ERROR",
+            u.stem, u.scenario_id
+        ));
+    }
     if !loaded.duplicates.is_empty() {
         crate::term::err_line(&format!(
             "note: {} trace file(s) repeat a run_id already read; each run is counted once",
             loaded.duplicates.len()
         ));
     }
-    if loaded.runs.is_empty() && loaded.scenario_errors.is_empty() {
+    if loaded.runs.is_empty() && loaded.scenario_errors.is_empty() && loaded.unread.is_empty() {
         let shown: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
         return Err(CodedError::usage(format!("no runs found in {}", shown.join(", "))).into());
     }

@@ -143,6 +143,17 @@ pub struct Loaded {
     /// journal is not among them, a directory that holds no run and no journal: the result
     /// is incomplete (gate 3). One line each.
     pub gaps: Vec<String>,
+    /// Runs a journal says were written whose trace was not read (missing, unreadable, over
+    /// the size limit): each counts as ERROR, never as nothing.
+    pub unread: Vec<UnreadRun>,
+}
+
+/// A run named by its sweep's journal (`RunEnded`) whose trace the loader did not read.
+#[derive(Clone, Debug, Serialize)]
+pub struct UnreadRun {
+    pub sweep_id: String,
+    pub scenario_id: String,
+    pub stem: String,
 }
 
 impl Loaded {
@@ -476,6 +487,8 @@ struct Line {
     error: Option<String>,
     #[serde(default)]
     exit_code: Option<u8>,
+    #[serde(default)]
+    stem: Option<String>,
 }
 
 /// What a `SweepStarted` line says.
@@ -494,6 +507,8 @@ struct Segment {
     started: Option<Started>,
     ended: Option<u8>,
     errors: Vec<(String, u32, String)>,
+    /// The runs it wrote, by scenario and stem (`RunEnded`).
+    written: Vec<(String, String)>,
 }
 
 #[derive(Default)]
@@ -567,6 +582,11 @@ impl Journals {
                     })
                 }
                 "SweepEnded" => seg.ended = Some(line.exit_code.unwrap_or_default()),
+                "RunEnded" => {
+                    if let (Some(stem), Some(scenario)) = (line.stem, line.scenario_id) {
+                        seg.written.push((scenario, stem));
+                    }
+                }
                 "ScenarioEnded" => {
                     if let (Some(error), Some(scenario)) = (line.error, line.scenario_id) {
                         seg.errors.push((scenario, line.runs.unwrap_or(0), error));
@@ -593,6 +613,29 @@ impl Journals {
     }
 
     fn finish(self, out: &mut Loaded) {
+        // Every run a journal names is a run: one whose trace was not read is ERROR.
+        let read: HashSet<String> = out
+            .runs
+            .iter()
+            .map(LoadedRun::stem)
+            .chain(
+                out.duplicates
+                    .iter()
+                    .filter_map(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned())),
+            )
+            .collect();
+        let mut named = HashSet::new();
+        for (id, seg) in &self.segments {
+            for (scenario, stem) in &seg.written {
+                if !read.contains(stem) && named.insert(stem.clone()) {
+                    out.unread.push(UnreadRun {
+                        sweep_id: id.clone(),
+                        scenario_id: scenario.clone(),
+                        stem: stem.clone(),
+                    });
+                }
+            }
+        }
         let mut sweeps: BTreeMap<String, Sweep> = BTreeMap::new();
         let new_sweep = |id: &str| Sweep {
             sweep_id: id.to_owned(),
@@ -695,7 +738,12 @@ fn skip_line(reader: &mut impl BufRead, digest: &mut Sha256) -> bool {
 
 /// Only three events matter here; skip parsing the rest (most of a journal).
 fn is_interesting(line: &[u8]) -> bool {
-    const NEEDLES: [&[u8]; 3] = [b"\"SweepStarted\"", b"\"SweepEnded\"", b"\"ScenarioEnded\""];
+    const NEEDLES: [&[u8]; 4] = [
+        b"\"SweepStarted\"",
+        b"\"SweepEnded\"",
+        b"\"ScenarioEnded\"",
+        b"\"RunEnded\"",
+    ];
     NEEDLES
         .iter()
         .any(|n| line.windows(n.len()).any(|w| w == *n))

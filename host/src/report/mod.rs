@@ -27,7 +27,7 @@ use windtunnel_sdk::model::{AggregateResult, SCHEMA_VERSION, Verdict};
 use crate::score::Aggregator;
 use crate::store::{StoreError, StoredRun};
 pub use junit::SweepRuns;
-pub use load::{Loaded, LoadedRun, ScenarioError, Sweep, SweepStatus};
+pub use load::{Loaded, LoadedRun, ScenarioError, Sweep, SweepStatus, UnreadRun};
 
 /// Every run in `dirs` as read by the reading side's one loader
 /// ([`load::load`]: sidecar rule, foreign and oversized files skipped, runs
@@ -189,6 +189,9 @@ pub struct Report {
     /// the result is incomplete.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub gaps: Vec<String>,
+    /// Runs the journals name whose traces were not read, each counted as ERROR.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unread: Vec<UnreadRun>,
     /// The exit code of `--gate` (see [`Report::gate`]).
     pub gate: u8,
     /// The runs themselves, for views that show details (the HTML page).
@@ -208,6 +211,12 @@ impl Report {
                 .add(trace, run.score.as_ref());
             rows.push(row(run));
         }
+        let mut unread: BTreeMap<&str, u32> = BTreeMap::new();
+        for u in &loaded.unread {
+            aggs.entry(u.scenario_id.clone())
+                .or_insert_with(|| Aggregator::new(&u.scenario_id));
+            *unread.entry(&u.scenario_id).or_default() += 1;
+        }
         let mut scenario_errors: BTreeMap<&str, Vec<&ScenarioError>> = BTreeMap::new();
         for e in &loaded.scenario_errors {
             aggs.entry(e.scenario_id.clone())
@@ -218,6 +227,10 @@ impl Report {
             .into_iter()
             .map(|(id, agg)| {
                 let mut a = agg.finish();
+                // A run whose trace could not be read was not judged: ERROR.
+                let missing = unread.get(id.as_str()).copied().unwrap_or(0);
+                a.runs += missing;
+                a.errored += missing;
                 // A scenario that could not run wrote no trace: its runs are all ERROR.
                 for e in scenario_errors.get(id.as_str()).into_iter().flatten() {
                     a.runs += e.runs;
@@ -239,6 +252,7 @@ impl Report {
             warnings: loaded.warnings,
             duplicates: loaded.duplicates.len(),
             gaps: loaded.gaps,
+            unread: loaded.unread,
             gate,
             loaded: loaded.runs,
         }

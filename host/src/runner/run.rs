@@ -113,6 +113,15 @@ impl<'s, 'a> RunRunner<'s, 'a> {
             }
         }
         trace.ended_at = cfg.clock.now_rfc3339();
+        // A trace too large for `wt`'s own readers would be skipped by every report: the run
+        // is ERROR instead, with the evidence that fits kept.
+        if let Some(total) = crate::limits::bound_evidence(&mut trace.evidence.tool_calls) {
+            let kept = trace.evidence.tool_calls.len();
+            trace.error.get_or_insert(format!(
+                "the run's evidence is too large to store: {total} tool calls, of which the first {kept} fit in {} MiB; the run cannot be judged",
+                crate::limits::MAX_EVIDENCE_BYTES >> 20
+            ));
+        }
         let score = score::score(scenario, &trace);
         sc.publish(
             &scope,
