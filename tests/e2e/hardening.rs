@@ -1731,8 +1731,7 @@ fn a_run_whose_trace_a_reader_cannot_read_counts_as_error_never_as_nothing() {
         .run();
     assert_eq!(r.code, 3, "{r}");
     let traces_on_disk: Vec<PathBuf> = tree(&dir.path().join("big"))
-        .into_iter()
-        .map(|(p, _)| p)
+        .into_keys()
         .filter(|p| {
             p.extension().is_some_and(|e| e == "json") && !p.to_string_lossy().contains(".score.")
         })
@@ -1757,8 +1756,7 @@ fn a_run_whose_trace_a_reader_cannot_read_counts_as_error_never_as_nothing() {
     assert_eq!(r.code, 0, "{r}");
     let runs = dir.path().join("runs");
     let gone = tree(&runs)
-        .into_iter()
-        .map(|(p, _)| p)
+        .into_keys()
         .find(|p| {
             p.extension().is_some_and(|e| e == "json") && !p.to_string_lossy().contains(".score.")
         })
