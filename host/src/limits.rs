@@ -150,18 +150,13 @@ fn bytes_from_env(var: &str, default: usize, min: usize, max: usize) -> Result<u
 }
 
 /// Cuts `text` to at most `max` bytes (at a character boundary) and appends a marker with
-/// the original length. Returns whether it cut.
+/// the original length — the one cut of `wt`, the SDK's rule for warnings too
+/// ([`windtunnel_sdk::rules::cut_warning`]). Returns whether it cut.
 pub fn cut_text(text: &mut String, max: usize) -> bool {
     if text.len() <= max {
         return false;
     }
-    let total = text.len();
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text.truncate(end);
-    text.push_str(&format!("…[cut by wt: {total} bytes in all]"));
+    *text = windtunnel_sdk::rules::cut_warning(text, max);
     true
 }
 
