@@ -481,6 +481,13 @@ fn unregister(pgid: i32) {
     live.retain(|g| *g != pgid);
 }
 
+/// Reads and drops what the agent still writes, until its stdout closes: after a protocol
+/// error `wt` kills the agent's group, and the record says so — the agent must not die first
+/// of a broken pipe.
+fn drain(reader: &mut impl Read) {
+    let _ = std::io::copy(reader, &mut std::io::sink());
+}
+
 fn not_utf8(e: std::str::Utf8Error) -> String {
     format!(
         "stdout is not valid UTF-8 (after {} bytes): the reply cannot be read",
@@ -503,6 +510,7 @@ fn read_stdout(out: std::process::ChildStdout, mode: StdoutMode, tx: &Sender<Inb
                         send(Out::Line(Err(format!(
                             "a stdout line is longer than {max} bytes (max_response_bytes)"
                         ))));
+                        drain(&mut reader);
                         return;
                     }
                     Ok(_) => {
@@ -512,6 +520,7 @@ fn read_stdout(out: std::process::ChildStdout, mode: StdoutMode, tx: &Sender<Inb
                             Ok(t) => t,
                             Err(e) => {
                                 send(Out::Line(Err(not_utf8(e))));
+                                drain(&mut reader);
                                 return;
                             }
                         };
