@@ -4,6 +4,7 @@
 mod hardening;
 mod harness;
 mod hooks;
+mod hostile;
 mod isolation;
 mod loader;
 mod plugins_cli;

@@ -214,8 +214,14 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
         .jobs
         .map_or_else(|| rt.default_jobs(), |j| j as usize)
         .max(1);
-    let planned = runner::planned_runs(&pack.scenarios, args.runs, args.shard);
-    let hooks = hooks(&args, &agent, &stop, jobs.min(planned).max(1))?;
+    // Signals are honoured from here on, through planning and loading hooks: a stop
+    // requested before the first run starts none.
+    if let Err(e) = interrupt::install(stop.clone(), grace) {
+        tracing::warn!("cannot handle Ctrl-C, SIGTERM and SIGHUP: {e}");
+    }
+    let planned = runner::planned_runs(&pack.scenarios, args.runs, args.shard, &stop);
+    let lanes = usize::try_from(planned).unwrap_or(usize::MAX);
+    let hooks = hooks(&args, &agent, &stop, jobs.min(lanes).max(1))?;
     let observer: Arc<dyn RunObserver> = match &hooks.observer {
         Some(o) => o.clone(),
         None => Arc::new(NoopObserver),
@@ -231,12 +237,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
         store::check_output(path, "--junit").map_err(CodedError::usage)?;
     }
     let live = journal_sink(&args.events)?;
-    let total = planned as u64;
+    let total = planned;
     let ids = args.seed.map_or_else(Ids::random, Ids::seeded);
     let sweep = Sweep::start(&clock, &ids);
-    if let Err(e) = interrupt::install(stop.clone(), grace) {
-        tracing::warn!("cannot handle Ctrl-C, SIGTERM and SIGHUP: {e}");
-    }
     // The consumers of the sweep's event stream: the journal is the runner's own; the live
     // copy, the terminal and JUnit are ours.
     let mut cfg = RunConfig::new(agent, args.out.clone());

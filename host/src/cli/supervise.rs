@@ -90,8 +90,11 @@ pub fn supervise() -> u8 {
     };
     let pid = i32::try_from(child.id()).unwrap_or(i32::MAX);
     let handle = signals.handle();
+    let forwarded = std::sync::Arc::new(std::sync::atomic::AtomicI32::new(0));
+    let seen = forwarded.clone();
     let forward = std::thread::spawn(move || {
         for signal in signals.forever() {
+            seen.store(signal, std::sync::atomic::Ordering::SeqCst);
             // SAFETY: kill(2) with a pid this process started and has not reaped.
             unsafe { libc::kill(pid, signal) };
         }
@@ -101,6 +104,20 @@ pub fn supervise() -> u8 {
     let _ = forward.join();
     if let Some(code) = read_record(&record) {
         return code;
+    }
+    // A signal the user sent that ended the sweep's process before it had taken over its
+    // signals (while it was starting up): an interruption, as it would have been a moment
+    // later. Never a pass either way.
+    let sent = forwarded.load(std::sync::atomic::Ordering::SeqCst);
+    if sent != 0
+        && let Ok(s) = &status
+        && s.signal() == Some(sent)
+    {
+        term::err_line(&format!(
+            "wt: interrupted by {} before the sweep could take the signal; the runs written so far are on disk",
+            signal_name(sent)
+        ));
+        return exit::INTERRUPTED;
     }
     let how = match status {
         Ok(s) => match (s.code(), s.signal()) {

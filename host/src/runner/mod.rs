@@ -352,11 +352,11 @@ fn run_scenarios(
     // A shard provisions only the scenarios it has runs of.
     let states: Vec<sweep::ScenarioState<'_>> = scenarios
         .iter()
-        .map(|s| (s, sweep::indices(cfg, s)))
-        .filter(|(_, indices)| !indices.is_empty())
-        .map(|(s, indices)| {
+        .map(|s| (s, sweep::Plan::new(cfg, s)))
+        .filter(|(_, plan)| !plan.is_empty())
+        .map(|(s, plan)| {
             let runner = scenario::ScenarioRunner::new(cfg, sweep, stream, s, runtime, &stems);
-            sweep::ScenarioState::new(runner, indices, cap)
+            sweep::ScenarioState::new(runner, plan, cap)
         })
         .collect();
     let total: usize = states.iter().map(|s| s.run_count() as usize).sum();
@@ -386,15 +386,17 @@ fn run_scenarios(
 }
 
 /// How many runs a sweep of `scenarios` makes (with `runs` overriding each scenario's
-/// count, and only `shard`'s share).
-pub fn planned_runs(scenarios: &[Scenario], runs: Option<u32>, shard: Option<Shard>) -> usize {
+/// count, and only `shard`'s share). Holds nothing per run; a stop request ends the count
+/// early.
+pub fn planned_runs(
+    scenarios: &[Scenario],
+    runs: Option<u32>,
+    shard: Option<Shard>,
+    stop: &Interrupt,
+) -> u64 {
     scenarios
         .iter()
-        .map(|s| {
-            (0..runs.unwrap_or(s.runs))
-                .filter(|k| shard.is_none_or(|sh| sh.holds(&s.id, *k)))
-                .count()
-        })
+        .map(|s| u64::from(sweep::count(&s.id, runs.unwrap_or(s.runs), shard, stop)))
         .sum()
 }
 

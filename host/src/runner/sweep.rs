@@ -13,13 +13,14 @@
 //! Each worker has its own observer (its own hook instances), so lanes never wait for each
 //! other's hooks.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 use windtunnel_sdk::model::Scenario;
 
 use super::scenario::{Handle, ScenarioRunner, Unable};
-use super::{RunConfig, ScenarioOutcome, lock};
+use super::{RunConfig, ScenarioOutcome, Shard, lock};
+use crate::interrupt::Interrupt;
 use crate::hooks::RunObserver;
 use crate::score::Aggregator;
 use crate::store::StoreError;
@@ -44,10 +45,8 @@ enum Phase {
 /// A scenario's shared state across its lanes.
 pub(super) struct ScenarioState<'a> {
     pub runner: ScenarioRunner<'a>,
-    /// The run indices this sweep (or shard) runs, in order.
-    indices: Vec<u32>,
-    /// The position in `indices` of the next run to start.
-    next: AtomicUsize,
+    /// The runs this sweep (or shard) makes of the scenario, drawn as lanes take them.
+    plan: Plan,
     /// Most lanes at once.
     cap: usize,
     phase: Mutex<Phase>,
@@ -61,12 +60,11 @@ pub(super) struct ScenarioState<'a> {
 }
 
 impl<'a> ScenarioState<'a> {
-    pub fn new(runner: ScenarioRunner<'a>, indices: Vec<u32>, cap: usize) -> Self {
+    pub fn new(runner: ScenarioRunner<'a>, plan: Plan, cap: usize) -> Self {
         let agg = Aggregator::new(&runner.scenario.id);
         ScenarioState {
             runner,
-            indices,
-            next: AtomicUsize::new(0),
+            plan,
             cap: cap.max(1),
             phase: Mutex::new(Phase::Waiting),
             changed: Condvar::new(),
@@ -80,13 +78,11 @@ impl<'a> ScenarioState<'a> {
 
     /// How many runs this sweep runs of the scenario.
     pub fn run_count(&self) -> u32 {
-        self.indices.len() as u32
+        self.plan.count
     }
 
     fn runs_left(&self) -> usize {
-        self.indices
-            .len()
-            .saturating_sub(self.next.load(Ordering::Acquire))
+        self.plan.left() as usize
     }
 
     /// Whether no further run of this scenario will start.
@@ -99,8 +95,7 @@ impl<'a> ScenarioState<'a> {
         if cfg.cancelled() || lock(&self.write_failure).is_some() {
             return None;
         }
-        let at = self.next.fetch_add(1, Ordering::AcqRel);
-        self.indices.get(at).copied()
+        self.plan.take(&self.runner.scenario.id)
     }
 
     /// Records the scenario's result.
@@ -174,7 +169,7 @@ fn join<'s, 'a>(
                         return Some((state, handle));
                     }
                     Err(Unable { why, warnings }) => {
-                        let runs = state.indices.len() as u32;
+                        let runs = state.run_count();
                         let agg = Aggregator::new(&state.runner.scenario.id);
                         state.settle(state.runner.unable(agg, runs, why, warnings));
                         continue;
@@ -228,9 +223,71 @@ fn close_lane(lane: &Lane, state: &ScenarioState<'_>, cfg: &RunConfig) {
     }
 }
 
-/// The run indices of `scenario` this sweep runs: all of them, or this shard's.
-pub(super) fn indices(cfg: &RunConfig, scenario: &Scenario) -> Vec<u32> {
-    (0..cfg.runs_of(scenario))
-        .filter(|k| cfg.shard.is_none_or(|s| s.holds(&scenario.id, *k)))
-        .collect()
+/// The runs of one scenario a sweep makes, planned lazily.
+///
+/// Nothing is held per planned run: a lane draws the next run index from a shared counter
+/// when it is ready for a run, so `--runs 1000000000` costs no more memory than `--runs 10`,
+/// and run `#k` is the same run whatever the lane count.
+pub(crate) struct Plan {
+    /// Run indices `0..of` are candidates.
+    of: u32,
+    /// Only this shard's indices are run.
+    shard: Option<Shard>,
+    /// How many candidates this sweep runs.
+    count: u32,
+    /// The next candidate index to look at (64 bits: lanes keep drawing past `of`).
+    next: AtomicU64,
+    /// How many runs were handed out.
+    taken: AtomicU64,
+}
+
+impl Plan {
+    /// The plan for `scenario`; with a shard, its count is found by going through the
+    /// candidates once (no memory kept), stopping early when the sweep is stopped.
+    pub(crate) fn new(cfg: &RunConfig, scenario: &Scenario) -> Plan {
+        let of = cfg.runs_of(scenario);
+        Plan {
+            of,
+            shard: cfg.shard,
+            count: count(&scenario.id, of, cfg.shard, &cfg.stop),
+            next: AtomicU64::new(0),
+            taken: AtomicU64::new(0),
+        }
+    }
+
+    /// The next run index, or `None` when every run was handed out.
+    fn take(&self, scenario_id: &str) -> Option<u32> {
+        loop {
+            let k = self.next.fetch_add(1, Ordering::AcqRel);
+            let k = u32::try_from(k).ok().filter(|k| *k < self.of)?;
+            if self.shard.is_none_or(|s| s.holds(scenario_id, k)) {
+                self.taken.fetch_add(1, Ordering::AcqRel);
+                return Some(k);
+            }
+        }
+    }
+
+    fn left(&self) -> u64 {
+        u64::from(self.count).saturating_sub(self.taken.load(Ordering::Acquire))
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+}
+
+/// How many of the run indices `0..of` of `scenario_id` a sweep with `shard` runs. A stop
+/// request ends the count early (the sweep it plans will start no run).
+pub(crate) fn count(scenario_id: &str, of: u32, shard: Option<Shard>, stop: &Interrupt) -> u32 {
+    let Some(shard) = shard else {
+        return of;
+    };
+    let mut n = 0;
+    for k in 0..of {
+        if k % 4096 == 0 && stop.requested() {
+            break;
+        }
+        n += u32::from(shard.holds(scenario_id, k));
+    }
+    n
 }

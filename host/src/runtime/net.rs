@@ -84,41 +84,75 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
+/// Why a request was not sent.
+enum Held {
+    /// The turn's deadline came first.
+    Deadline,
+    /// The endpoint is paused (a `Retry-After`) past the turn's deadline.
+    Paused(Instant),
+}
+
 impl Limits {
-    /// Waits (at most until `deadline`) for the endpoint to take one more request.
-    /// `Err` when the deadline comes first.
-    fn admit(&self, deadline: Instant, waits: &mut Vec<Wait>) -> Result<Slot<'_>, ()> {
-        let paused = *self.paused_until.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(until) = paused.filter(|u| *u > Instant::now()) {
-            if until >= deadline {
-                return Err(());
-            }
-            let d = until - Instant::now();
-            std::thread::sleep(d);
-            waits.push(Wait {
-                reason: "paused",
-                wait_ms: millis(d),
-            });
-        }
-        if let Some((interval, next)) = &self.spacing {
-            let slot = {
-                let mut next = next.lock().unwrap_or_else(|e| e.into_inner());
-                let slot = (*next).max(Instant::now());
-                if slot >= deadline {
-                    return Err(());
+    fn paused_until(&self) -> Option<Instant> {
+        let p = *self.paused_until.lock().unwrap_or_else(|e| e.into_inner());
+        p.filter(|u| *u > Instant::now())
+    }
+
+    /// Waits (at most until `deadline`) for the endpoint to take one more request: no pause,
+    /// a `requests_per_minute` turn, a `max_concurrency` slot. A pause that begins while a
+    /// request waits for its turn or slot holds it too: nothing is sent during a pause.
+    fn admit(&self, deadline: Instant, waits: &mut Vec<Wait>) -> Result<Slot<'_>, Held> {
+        loop {
+            if let Some(until) = self.paused_until() {
+                if until >= deadline {
+                    return Err(Held::Paused(until));
                 }
-                *next = slot + *interval;
-                slot
-            };
-            let d = slot.saturating_duration_since(Instant::now());
-            if !d.is_zero() {
+                let d = until.saturating_duration_since(Instant::now());
                 std::thread::sleep(d);
                 waits.push(Wait {
-                    reason: "rate",
+                    reason: "paused",
                     wait_ms: millis(d),
                 });
             }
+            let slot = self.slot(deadline, waits)?;
+            self.space(deadline, waits)?;
+            // A pause set while this request waited (another lane's 429): wait it out
+            // without the slot.
+            if self.paused_until().is_some() {
+                drop(slot);
+                continue;
+            }
+            return Ok(slot);
         }
+    }
+
+    /// Waits for this request's `requests_per_minute` turn.
+    fn space(&self, deadline: Instant, waits: &mut Vec<Wait>) -> Result<(), Held> {
+        let Some((interval, next)) = &self.spacing else {
+            return Ok(());
+        };
+        let slot = {
+            let mut next = next.lock().unwrap_or_else(|e| e.into_inner());
+            let slot = (*next).max(Instant::now());
+            if slot >= deadline {
+                return Err(Held::Deadline);
+            }
+            *next = slot + *interval;
+            slot
+        };
+        let d = slot.saturating_duration_since(Instant::now());
+        if !d.is_zero() {
+            std::thread::sleep(d);
+            waits.push(Wait {
+                reason: "rate",
+                wait_ms: millis(d),
+            });
+        }
+        Ok(())
+    }
+
+    /// Waits for a `max_concurrency` slot.
+    fn slot(&self, deadline: Instant, waits: &mut Vec<Wait>) -> Result<Slot<'_>, Held> {
         let Some(cap) = &self.in_flight else {
             return Ok(Slot(None));
         };
@@ -128,7 +162,7 @@ impl Limits {
         while *count >= *max {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err(());
+                return Err(Held::Deadline);
             }
             count = cv
                 .wait_timeout(count, left)
@@ -237,23 +271,26 @@ impl Net {
             .build();
         let mut attempt = 0u32;
         loop {
-            let Ok(slot) = self.limits.admit(deadline, &mut log.waits) else {
-                return Err(timed_out(req, attempt));
+            let slot = match self.limits.admit(deadline, &mut log.waits) {
+                Ok(slot) => slot,
+                Err(Held::Deadline) => return Err(timed_out(req, attempt)),
+                Err(Held::Paused(until)) => return Err(paused(req, until)),
             };
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Err(timed_out(req, attempt));
             }
             let sent = self.once(req, left);
-            drop(slot);
             let failure = match sent {
                 Ok(text) => return Ok(text),
                 Err(f) => f,
             };
             if let Some(ra) = failure.retry_after {
-                // The server asked everyone to wait: every lane waits, not only this one.
+                // The server asked everyone to wait: every lane waits, not only this one —
+                // also the one about to take this request's slot.
                 self.limits.pause(ra);
             }
+            drop(slot);
             let next = if failure.retryable {
                 backoff.next()
             } else {
@@ -408,6 +445,22 @@ impl Net {
             retry_after: retry_after.filter(|_| code == 429 || code == 503),
         })
     }
+}
+
+/// A request not sent because the endpoint asked, with a `Retry-After`, to wait past the
+/// turn's deadline: says until when, never "timed out" for a request that never went out.
+fn paused(req: &Request<'_>, until: Instant) -> TurnError {
+    let left = until.saturating_duration_since(Instant::now());
+    let when = jiff::Timestamp::now()
+        .checked_add(jiff::SignedDuration::try_from(left).unwrap_or_default())
+        .map_or_else(|_| "later".to_owned(), |t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string());
+    TurnError::new(
+        TurnErrorKind::Transport,
+        format!(
+            "{} {}: not sent: the endpoint is paused until {when} (its Retry-After), past this request's deadline",
+            req.method, req.url
+        ),
+    )
 }
 
 fn timed_out(req: &Request<'_>, attempts: u32) -> TurnError {

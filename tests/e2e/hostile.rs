@@ -1,0 +1,241 @@
+//! Issue 18's remaining items, through the real binary: planning at any size, endpoint
+//! pauses, processes that try to outlive their run, third-party log lines, odd file names,
+//! run identity and pinned determinism.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::harness::*;
+
+fn agent_file(dir: &Path, name: &str, toml: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, toml).unwrap();
+    p
+}
+
+/// The process and its descendants (by `/proc/<pid>/task/*/children`).
+fn process_tree(pid: u32) -> Vec<u32> {
+    let mut all = vec![pid];
+    let mut at = 0;
+    while at < all.len() {
+        let p = all[at];
+        at += 1;
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) else {
+            continue;
+        };
+        for t in tasks.flatten() {
+            if let Ok(text) = std::fs::read_to_string(t.path().join("children")) {
+                all.extend(text.split_whitespace().filter_map(|c| c.parse::<u32>().ok()));
+            }
+        }
+    }
+    all
+}
+
+/// A `/proc/<pid>/status` field in KiB (`VmHWM`, `VmRSS`).
+fn status_kib(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+// 8 ─────────────────────────────────────────────────────────────────────────────────────
+
+#[test]
+fn a_billion_planned_runs_cost_no_memory_and_a_signal_stops_the_sweep_at_any_moment() {
+    let dir = tmp();
+    // Runs start at once: memory stays what a ten-run sweep needs, and SIGTERM is honoured.
+    let out = dir.path().join("all");
+    let wt = Wt::new(dir.path())
+        .args(["run", "--runs", "1000000000", "--out"])
+        .arg(&out)
+        .start();
+    wait_for_journal_event(&out, "RunEnded");
+    let peak: u64 = process_tree(wt.pid())
+        .iter()
+        .map(|p| status_kib(*p, "VmHWM"))
+        .max()
+        .unwrap();
+    assert!(
+        peak < 256 * 1024,
+        "peak RSS {peak} KiB with 10^9 runs planned"
+    );
+    wt.signal("TERM");
+    let r = wt.finish_within(PATIENCE);
+    assert_eq!(r.code, 130, "{r}");
+    assert!(r.stderr.contains("3000000000 run(s)"), "{r}");
+    assert_eq!(events(&journal(&out), "SweepEnded").len(), 1);
+
+    // A shard of a billion runs is counted without holding them; a signal while it is still
+    // counting stops `wt` there, with nothing run.
+    let out = dir.path().join("shard");
+    let wt = Wt::new(dir.path())
+        .args(["run", "--runs", "1000000000", "--shard", "1/2", "--out"])
+        .arg(&out)
+        .start();
+    // The sweep's own process is up and planning.
+    wait_for("the sweep's process", PATIENCE, || {
+        process_tree(wt.pid()).len() > 1
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let peak: u64 = process_tree(wt.pid())
+        .iter()
+        .map(|p| status_kib(*p, "VmHWM"))
+        .max()
+        .unwrap();
+    assert!(peak < 256 * 1024, "peak RSS {peak} KiB while planning");
+    let sent = Instant::now();
+    wt.signal("TERM");
+    let r = wt.finish_within(PATIENCE);
+    assert_eq!(r.code, 130, "{r}");
+    assert!(
+        sent.elapsed() < Duration::from_secs(20),
+        "the stop took {:?}",
+        sent.elapsed()
+    );
+    assert!(trace_paths(&out).is_empty(), "{r}");
+}
+
+// 10 ────────────────────────────────────────────────────────────────────────────────────
+
+/// A pack with one scenario of `runs` one-turn runs that expects nothing but a reply.
+fn pack_of(dir: &Path, runs: u32) -> PathBuf {
+    write_pack(
+        dir,
+        &[(
+            "hello.toml",
+            &format!("id = \"hello\"\nruns = {runs}\nturns = [\"Hello?\"]\n"),
+        )],
+    )
+}
+
+#[test]
+fn a_retry_after_past_the_deadline_pauses_the_endpoint_and_says_until_when() {
+    let dir = tmp();
+    let srv = TestServer::start_with_headers(|s| {
+        if s.url == "/inject" {
+            (
+                429,
+                vec![("Retry-After".into(), "120".into())],
+                "{\"error\":\"slow down\"}".into(),
+            )
+        } else {
+            (200, Vec::new(), "{}".into())
+        }
+    });
+    let agent = agent_file(
+        dir.path(),
+        "a.toml",
+        &format!(
+            "label = \"busy\"\nruntime = \"http\"\nendpoint = \"{}\"\nmcp = false\nturn_timeout_s = 2\nretries = 0\n",
+            srv.base
+        ),
+    );
+    let pack = pack_of(dir.path(), 3);
+    let out = dir.path().join("runs");
+    let r = Wt::new(dir.path())
+        .args(["run", "--out"])
+        .arg(&out)
+        .arg("--pack")
+        .arg(&pack)
+        .arg("--agent")
+        .arg(&agent)
+        .run();
+    assert_eq!(r.code, 3, "{r}");
+    // Nothing was sent during the pause: one health check, the first run's reset and
+    // inject, then nothing.
+    let urls: Vec<String> = srv.seen().iter().map(|s| s.url.clone()).collect();
+    assert_eq!(urls, ["/health", "/reset", "/inject"], "{r}");
+    let scores = scores(&out);
+    assert_eq!(scores.len(), 3);
+    let text = serde_json::to_string(&scores).unwrap();
+    assert!(text.contains("HTTP 429"), "{text}");
+    let paused = scores
+        .iter()
+        .filter(|s| {
+            s["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("not sent: the endpoint is paused until 20"))
+        })
+        .count();
+    assert_eq!(
+        paused,
+        2,
+        "later runs must say the endpoint is paused, not that they timed out: {text}"
+    );
+    assert!(!text.contains("timed out"), "{text}");
+}
+
+#[test]
+fn lanes_waiting_for_a_concurrency_slot_wait_out_a_pause_too() {
+    let dir = tmp();
+    let first = std::sync::atomic::AtomicBool::new(true);
+    let times = std::sync::Arc::new(std::sync::Mutex::new(Vec::<(Instant, u16)>::new()));
+    let log = times.clone();
+    let srv = TestServer::start_with_headers(move |_| {
+        // The first request is slow and then refused with a 2 s pause; every other one is
+        // answered at once.
+        if first.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(300));
+            log.lock().unwrap().push((Instant::now(), 429));
+            return (
+                429,
+                vec![("Retry-After".into(), "2".into())],
+                "{\"error\":\"slow down\"}".into(),
+            );
+        }
+        log.lock().unwrap().push((Instant::now(), 200));
+        (
+            200,
+            Vec::new(),
+            json!({"choices": [{"message": {"role": "assistant", "content": "Hello!"}}]})
+                .to_string(),
+        )
+    });
+    let agent = agent_file(
+        dir.path(),
+        "a.toml",
+        &format!(
+            "label = \"capped\"\nruntime = \"openai\"\nmodel = \"m\"\nendpoint = \"{}/v1\"\nmax_concurrency = 1\nretries = 2\nturn_timeout_s = 30\n",
+            srv.base
+        ),
+    );
+    let pack = pack_of(dir.path(), 4);
+    let out = dir.path().join("runs");
+    let r = Wt::new(dir.path())
+        .args(["run", "--jobs", "4", "--out"])
+        .arg(&out)
+        .arg("--pack")
+        .arg(&pack)
+        .arg("--agent")
+        .arg(&agent)
+        .run();
+    assert_eq!(r.code, 0, "{r}");
+    let times = times.lock().unwrap().clone();
+    assert_eq!(times.len(), 5, "4 runs and one retry");
+    let (refused, _) = times.iter().find(|(_, s)| *s == 429).unwrap();
+    // Requests are seen when answered; each later one arrived after the pause ended (the
+    // server answers at once, so answer time ≈ arrival time).
+    for (at, status) in &times {
+        if *status == 200 {
+            let after = at.saturating_duration_since(*refused);
+            assert!(
+                after >= Duration::from_millis(1_900),
+                "a request went out {after:?} into a 2 s pause: {times:?}"
+            );
+        }
+    }
+    let waits: Vec<Value> = journal(&out)
+        .into_iter()
+        .filter(|e| e["event"] == "RequestWaited" && e["reason"] == "paused")
+        .collect();
+    assert!(
+        waits.iter().any(|w| w["wait_ms"].as_u64() >= Some(1_500)),
+        "the lane that waited for the slot waited the pause out: {waits:?}"
+    );
+}
