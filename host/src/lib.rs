@@ -5,7 +5,7 @@
 //! `host/tests/layers.rs`):
 //!
 //! 1. foundations — [`clock`], [`deadlines`], [`events`] (the event stream: journal and
-//!    sinks), [`exit`], [`limits`], [`secrets`], [`strict`] (reading the files people write),
+//!    sinks), [`exit`], [`limits`], [`procs`] (what `wt` starts never outlives it), [`secrets`], [`strict`] (reading the files people write),
 //!    [`term`], [`world`];
 //! 2. [`interrupt`] (stopping; reaches what must be undone only through callbacks the lower
 //!    modules register), [`pack`] (scenarios), [`score`] (the four layers);
@@ -26,6 +26,7 @@ pub mod hooks;
 pub mod interrupt;
 pub mod limits;
 pub mod pack;
+pub mod procs;
 pub mod report;
 pub mod runner;
 pub mod runtime;

@@ -17,6 +17,7 @@ const LAYERS: &[&[&str]] = &[
         "events",
         "exit",
         "limits",
+        "procs",
         "secrets",
         "strict",
         "term",

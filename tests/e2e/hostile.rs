@@ -239,3 +239,97 @@ fn lanes_waiting_for_a_concurrency_slot_wait_out_a_pause_too() {
         "the lane that waited for the slot waited the pause out: {waits:?}"
     );
 }
+
+// 11 ────────────────────────────────────────────────────────────────────────────────────
+
+/// A session agent (`sh -c`) that first counts the processes earlier runs' agents left
+/// (`wt-orphan-<pid>`), then leaves one itself — in a session of its own, so outside its
+/// process group — and replies with the count.
+const ORPHAN_MAKER: &str = "command -v pgrep >/dev/null || exit 9; n=$(pgrep -f 'wt-orphan-[0-9]' | wc -l); \
+    setsid /bin/sh -c 'while :; do sleep 1; done' \"wt-orphan-$$\" </dev/null >/dev/null 2>&1 & \
+    read -r line; echo \"{\\\"type\\\": \\\"reply\\\", \\\"text\\\": \\\"orphans before me: $n\\\"}\"; \
+    cat >/dev/null";
+
+fn sh_agent(dir: &Path, name: &str, script: &str, args: &[&str], extra: &str) -> PathBuf {
+    let mut command = vec!["/bin/sh".to_owned(), "-c".to_owned(), script.to_owned()];
+    command.extend(args.iter().map(|a| (*a).to_owned()));
+    agent_file(
+        dir,
+        &format!("{name}.toml"),
+        &format!(
+            "label = \"{name}\"\nruntime = \"process\"\nmcp = false\ncommand = {}\n{extra}\n",
+            serde_json::to_string(&command).unwrap()
+        ),
+    )
+}
+
+#[test]
+fn what_an_agent_starts_outside_its_group_ends_with_its_run() {
+    let dir = tmp();
+    let pack = write_pack(
+        dir.path(),
+        &[(
+            "orphans.toml",
+            "id = \"orphans\"\nruns = 3\nturns = [\"hello\"]\n[expect.outcome]\nreply_contains = [\"orphans before me: 0\"]\n",
+        )],
+    );
+    let agent = sh_agent(dir.path(), "leaver", ORPHAN_MAKER, &[], "");
+    let r = Wt::new(dir.path())
+        .args(["run", "--jobs", "1", "--pack"])
+        .arg(&pack)
+        .arg("--agent")
+        .arg(&agent)
+        .run();
+    // Each run found nothing of the one before it.
+    assert_eq!(r.code, 0, "{r}");
+    // And nothing is left once `wt` has exited.
+    let left = processes_mentioning(Path::new("wt-orphan-"));
+    assert!(left.is_empty(), "left running: {left:?}");
+}
+
+#[test]
+fn kill_9_of_wt_leaves_no_agent_and_nothing_an_agent_or_a_hook_started() {
+    let dir = tmp();
+    // The marker names every process of this test: the agent ($0), the process it leaves
+    // behind in a session of its own, and the one an isolated hook leaves.
+    let marker = dir.path().join("marker").display().to_string();
+    let agent = sh_agent(
+        dir.path(),
+        "hanger",
+        "setsid /bin/sh -c 'while :; do sleep 1; done' \"$0-orphan\" </dev/null >/dev/null 2>&1 & \
+         read -r line; sleep 600",
+        &[&marker],
+        "turn_timeout_s = 600",
+    );
+    let plugins = plugin_dir(dir.path(), &["wt_test_hostile"]);
+    let pack = pack_of(dir.path(), 1);
+    for isolated in [false, true] {
+        let mut wt = Wt::new(dir.path())
+            .args(["run", "--pack"])
+            .arg(&pack)
+            .arg("--agent")
+            .arg(&agent)
+            .args(["--hook", "spawner", "--plugin-dir"])
+            .arg(&plugins)
+            .env("WT_SPAWNER_MARKER", format!("{marker}-hook"));
+        if isolated {
+            wt = wt.arg("--isolate-hooks");
+        }
+        let wt = wt.start();
+        wait_for("the agent's and the hook's processes", PATIENCE, || {
+            let cmdlines: Vec<String> = processes_mentioning(Path::new(&marker))
+                .iter()
+                .filter_map(|p| std::fs::read(format!("/proc/{p}/cmdline")).ok())
+                .map(|c| String::from_utf8_lossy(&c).into_owned())
+                .collect();
+            cmdlines.iter().any(|c| c.contains("-orphan"))
+                && cmdlines.iter().any(|c| c.contains("-hook"))
+        });
+        wt.signal("KILL");
+        let r = wt.finish();
+        assert_eq!(r.code, -1, "killed: {r}");
+        if let Err(left) = no_process_left(Path::new(&marker)) {
+            panic!("isolated hooks {isolated}: left running after kill -9 of wt: {left:?}");
+        }
+    }
+}

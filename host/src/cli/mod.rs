@@ -51,6 +51,10 @@ pub enum Command {
     /// An isolated hook's process (started by `wt` itself; speaks a binary protocol).
     #[command(hide = true, name = "hook-child")]
     HookChild(crate::hooks::isolate::child::ChildArgs),
+    /// A sweep's watchdog (started by `wt run` itself): when its standard input ends, kills
+    /// every process the sweep started.
+    #[command(hide = true, name = "sweep-watchdog")]
+    SweepWatchdog(supervise::WatchdogArgs),
 }
 
 /// The run directories a reading command works on: those given, else `runs`. Each must
@@ -80,7 +84,8 @@ pub fn main() -> ExitCode {
         return ExitCode::from(supervise::supervise());
     }
     if sweep {
-        supervise::sweep_starts();
+        // SAFETY: nothing but this thread runs yet (logging starts no thread).
+        unsafe { supervise::sweep_starts() };
     }
     let result = match cli.command {
         Command::Run(args) => run::run(*args),
@@ -92,6 +97,7 @@ pub fn main() -> ExitCode {
         Command::Triage(args) => triage::run(args),
         Command::BenchFloor(args) => bench_floor::run(args),
         Command::HookChild(args) => crate::hooks::isolate::child::run(args),
+        Command::SweepWatchdog(args) => Ok(crate::procs::watch(&args.tag)),
     };
     let code = match result {
         Ok(code) => code,

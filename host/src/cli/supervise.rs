@@ -13,6 +13,12 @@
 //! The child runs in a process group of its own, so a terminal's Ctrl-C or a signal sent to
 //! the supervisor's group reaches the sweep once, through the supervisor. It dies with the
 //! supervisor (`PR_SET_PDEATHSIG`): `kill -9` of `wt` still ends the sweep at once.
+//!
+//! Before the sweep, the supervisor starts the sweep's watchdog ([`crate::procs::watch`]), a
+//! `wt` in a process group of its own reading a pipe only the supervisor holds. When the
+//! supervisor ends — by returning or by `kill -9` —, the watchdog kills every process the
+//! sweep started (agents, isolated hooks, and what they started, in any group or session).
+//! The supervisor waits for it before it exits.
 
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
@@ -24,13 +30,31 @@ pub use exit::RECORD_ENV;
 /// Set in the sweep's process: the supervisor's pid, to die with it.
 const SUPERVISOR_ENV: &str = "WT_SWEEP_SUPERVISOR";
 
+/// How long the supervisor waits for the watchdog to finish killing what the sweep left.
+const WATCHDOG_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// `wt sweep-watchdog`'s arguments.
+#[derive(Debug, clap::Args)]
+pub struct WatchdogArgs {
+    /// The sweep's tag prefix.
+    #[arg(long)]
+    pub tag: String,
+}
+
 /// Whether this process is a supervised sweep (the child).
 pub fn is_sweep() -> bool {
     std::env::var_os(RECORD_ENV).is_some()
 }
 
-/// In the sweep's process, before anything else: die with the supervisor.
-pub fn sweep_starts() {
+/// In the sweep's process, before anything else: die with the supervisor, and tag this
+/// process's environment, so what an in-process hook starts is the sweep's too.
+///
+/// # Safety
+/// No other thread may be running (it sets an environment variable).
+pub unsafe fn sweep_starts() {
+    let tag = format!("{}/wt", crate::procs::sweep_tag());
+    // SAFETY: the caller guarantees no other thread runs yet.
+    unsafe { std::env::set_var(crate::procs::TAG_ENV, tag) };
     let Some(parent) = std::env::var(SUPERVISOR_ENV)
         .ok()
         .and_then(|p| p.parse::<i32>().ok())
@@ -78,9 +102,17 @@ pub fn supervise() -> u8 {
         Ok(s) => s,
         Err(e) => return fail(format!("cannot handle signals: {e}")),
     };
-    let child = Command::new(exe)
+    let tag = crate::procs::fresh_sweep_tag();
+    let watchdog = start_watchdog(&exe, &tag);
+    if let Err(e) = &watchdog {
+        tracing::warn!(
+            "cannot start the sweep's watchdog ({e}): if wt is killed, what the sweep started may outlive it"
+        );
+    }
+    let child = Command::new(&exe)
         .args(std::env::args_os().skip(1))
         .env(RECORD_ENV, &record)
+        .env(crate::procs::SWEEP_TAG_ENV, &tag)
         .env(SUPERVISOR_ENV, std::process::id().to_string())
         .process_group(0)
         .spawn();
@@ -102,6 +134,9 @@ pub fn supervise() -> u8 {
     let status = child.wait();
     handle.close();
     let _ = forward.join();
+    if let Ok(w) = watchdog {
+        w.finish();
+    }
     if let Some(code) = read_record(&record) {
         return code;
     }
@@ -137,4 +172,42 @@ fn signal_name(sig: i32) -> String {
     nix::sys::signal::Signal::try_from(sig)
         .map(|s| s.as_str().to_owned())
         .unwrap_or_else(|_| sig.to_string())
+}
+
+/// The sweep's watchdog, seen from the supervisor: the write end of its pipe, and the
+/// process.
+struct Watchdog {
+    pipe: std::io::PipeWriter,
+    process: std::process::Child,
+}
+
+impl Watchdog {
+    /// Ends the pipe (the watchdog kills what the sweep left) and waits for it, bounded.
+    fn finish(self) {
+        let Watchdog { pipe, mut process } = self;
+        drop(pipe);
+        let until = std::time::Instant::now() + WATCHDOG_GRACE;
+        while std::time::Instant::now() < until {
+            if !matches!(process.try_wait(), Ok(None)) {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        let _ = process.kill();
+        let _ = process.wait();
+    }
+}
+
+/// Starts `wt sweep-watchdog --tag TAG` in a process group of its own, its standard input a
+/// pipe whose only writer is this process (the write end is close-on-exec: neither the
+/// sweep nor anything it starts holds it).
+fn start_watchdog(exe: &Path, tag: &str) -> std::io::Result<Watchdog> {
+    let (reader, pipe) = std::io::pipe()?;
+    let process = Command::new(exe)
+        .args(["sweep-watchdog", "--tag", tag])
+        .stdin(reader)
+        .stdout(std::process::Stdio::null())
+        .process_group(0)
+        .spawn()?;
+    Ok(Watchdog { pipe, process })
 }

@@ -72,6 +72,8 @@ pub fn kill_all() {
     for g in groups {
         let _ = killpg(Pid::from_raw(g), Signal::SIGKILL);
     }
+    // And what they started outside their groups.
+    crate::procs::kill_sweep(crate::procs::sweep_tag());
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -328,6 +330,8 @@ impl Tail {
 struct Proc {
     child: Child,
     pgid: i32,
+    /// Its [`crate::procs`] tag: what it started carries it too, in any group or session.
+    tag: String,
     turn: Option<u32>,
     stderr: Arc<Mutex<Tail>>,
     stderr_done: Receiver<()>,
@@ -351,10 +355,12 @@ impl Proc {
         turn: Option<u32>,
         tx: &Sender<Inbox<Out>>,
     ) -> std::io::Result<(Proc, Option<std::process::ChildStdin>)> {
+        let (tag_env, tag) = crate::procs::new_tag();
         let mut cmd = Command::new(&argv[0]);
         cmd.args(&argv[1..])
             .env_clear()
             .envs(env.iter().map(|(k, v)| (k, v)))
+            .env(tag_env, &tag)
             .stdin(if piped_stdin {
                 Stdio::piped()
             } else {
@@ -400,6 +406,7 @@ impl Proc {
             Proc {
                 child,
                 pgid,
+                tag,
                 turn,
                 stderr,
                 stderr_done,
@@ -434,9 +441,11 @@ impl Proc {
         }
     }
 
-    /// Kills what is left of the group, reaps the leader and says how it ended.
+    /// Kills what is left of the group, and whatever the agent started that left it, reaps
+    /// the leader and says how it ended.
     fn finish(mut self) -> AgentProcess {
         self.kill_group();
+        crate::procs::kill_tagged(&self.tag);
         let status = self.child.wait();
         self.reaped = true;
         unregister(self.pgid);
@@ -468,6 +477,7 @@ impl Drop for Proc {
     fn drop(&mut self) {
         if !self.reaped {
             self.kill_group();
+            crate::procs::kill_tagged(&self.tag);
             let _ = self.child.wait();
             unregister(self.pgid);
         }

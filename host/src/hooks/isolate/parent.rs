@@ -75,6 +75,8 @@ pub struct Isolated {
 
 struct State {
     child: Child,
+    /// Its [`crate::procs`] tag: what the plugin started carries it too.
+    tag: String,
     to_child: Option<ChildStdin>,
     from_child: BufReader<protocol::Eager<ChildStdout>>,
     /// Frame buffers kept between calls, so a call allocates nothing.
@@ -117,6 +119,7 @@ impl Isolated {
         hook: &str,
         instance: usize,
     ) -> Result<(Isolated, Ready), SpawnError> {
+        let (tag_env, tag) = crate::procs::new_tag();
         let mut cmd = Command::new(&opts.program);
         cmd.arg(CHILD_SUBCOMMAND)
             .arg("--plugin")
@@ -129,6 +132,7 @@ impl Isolated {
             .arg(std::process::id().to_string())
             .env_clear()
             .envs(child_env(hook))
+            .env(tag_env, &tag)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -163,6 +167,7 @@ impl Isolated {
             pid: Mutex::new(Some(pid)),
             state: Mutex::new(State {
                 child,
+                tag,
                 to_child: Some(to_child),
                 from_child: BufReader::with_capacity(64 << 10, protocol::Eager::new(from_child)),
                 body: Vec::new(),
@@ -295,8 +300,10 @@ fn reap(pid: &Mutex<Option<i32>>, st: &mut State, grace: Duration) -> ExitStatus
         nap = (nap * 2).min(Duration::from_millis(20));
     }
     // Exited or not, the child is not reaped yet, so its pid (the group's id) is still
-    // ours: kill the group, which also ends whatever the plugin left running in it.
+    // ours: kill the group, which also ends whatever the plugin left running in it, and
+    // what it started that left the group.
     kill_group(pid);
+    crate::procs::kill_tagged(&st.tag);
     st.child
         .wait()
         .unwrap_or_else(|_| ExitStatus::from_raw(libc::SIGKILL))

@@ -14,6 +14,8 @@
 //!   (both default 0: none), and with `WT_FORGER_READ_ENV=NAME` reads the variable NAME
 //!   (the agent's API key, say) from its environment and from `/proc/self/environ`, the
 //!   process's initial environment, and writes both into a warning and an artifact.
+//! - `spawner` starts, at `on_run_start`, a process that leaves its group and session
+//!   (`setsid`) and runs until killed, its command line naming `WT_SPAWNER_MARKER`.
 //! - `score` is a hook whose name is reserved: `wt` must refuse it.
 
 use windtunnel_sdk::{Context, Hook, Result, export_hooks, hook};
@@ -197,6 +199,29 @@ impl Hook for Forger {
 }
 
 #[derive(Default)]
+pub struct Spawner;
+
+#[hook]
+impl Hook for Spawner {
+    const NAME: &'static str = "spawner";
+
+    fn on_run_start(&mut self, ctx: &Context<'_>) -> Result {
+        let marker = std::env::var("WT_SPAWNER_MARKER").unwrap_or_else(|_| "spawned".into());
+        let started = std::process::Command::new("setsid")
+            .args(["/bin/sh", "-c", "while :; do sleep 1; done"])
+            .arg(marker)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn();
+        if let Err(e) = started {
+            ctx.warn(format!("cannot start: {e}"));
+        }
+        Ok(())
+    }
+}
+
+#[derive(Default)]
 pub struct Score;
 
 #[hook]
@@ -208,4 +233,4 @@ impl Hook for Score {
     }
 }
 
-export_hooks!(Exiter, Clasher, Forger, Score);
+export_hooks!(Exiter, Clasher, Forger, Spawner, Score);

@@ -1,0 +1,141 @@
+//! Processes `wt` starts, and everything they start: none outlives its run, its hook or `wt`.
+//!
+//! A process group is not enough: a grandchild may call `setsid()` (or `setpgid`) and leave
+//! it, and a group is only killed by someone still alive to kill it. So every process `wt`
+//! starts — process agents, isolated hooks — carries a tag in its environment,
+//! `WT_PROCESS_TAG=<sweep>/<n>`, and its descendants inherit it through forks, `setsid()`
+//! and double forks alike (`/proc/<pid>/environ` is the environment a process started with).
+//!
+//! - When `wt` ends such a process (the end of a run, a hook stopped), it kills the process
+//!   group and then every process carrying that exact tag ([`kill_tagged`]).
+//! - `wt run` starts a watchdog, a small `wt` process in a group of its own, before the
+//!   sweep ([`watch`]). It waits for the end of a pipe only the supervising `wt` holds, so it
+//!   wakes when that process ends, however it ends — `kill -9` included — and kills every
+//!   process whose tag carries the sweep's prefix. The supervisor waits for it, so when `wt`
+//!   has exited, nothing it started is left.
+//!
+//! A descendant that starts a program with a scrubbed environment sheds the tag; only a
+//! cgroup would hold it. `wt` does not require one.
+
+use std::io::Read;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The variable every process `wt` starts carries.
+pub const TAG_ENV: &str = "WT_PROCESS_TAG";
+
+/// Set by the supervising `wt` in the sweep's process: the sweep's tag prefix.
+pub const SWEEP_TAG_ENV: &str = "WT_SWEEP_TAG";
+
+/// The most of a process's initial environment read when looking for a tag.
+const ENVIRON_LIMIT: u64 = 1 << 20;
+
+/// Kill rounds before giving up on processes that keep forking.
+const ROUNDS: usize = 50;
+
+/// A fresh sweep tag: 16 hex digits, unique per sweep on this machine.
+pub fn fresh_sweep_tag() -> String {
+    use std::hash::BuildHasher;
+    let seed = (
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    format!(
+        "{:016x}",
+        std::collections::hash_map::RandomState::new().hash_one(seed)
+    )
+}
+
+/// This process's sweep tag: the supervisor's ([`SWEEP_TAG_ENV`]) or one of its own.
+pub fn sweep_tag() -> &'static str {
+    static TAG: OnceLock<String> = OnceLock::new();
+    TAG.get_or_init(|| {
+        std::env::var(SWEEP_TAG_ENV)
+            .ok()
+            .filter(|t| !t.is_empty() && t.len() <= 64 && t.bytes().all(|b| b.is_ascii_hexdigit()))
+            .unwrap_or_else(fresh_sweep_tag)
+    })
+}
+
+/// A tag for one more process `wt` starts: `(TAG_ENV, "<sweep>/<n>")`, to set in its
+/// environment.
+pub fn new_tag() -> (&'static str, String) {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    (TAG_ENV, format!("{}/{n}", sweep_tag()))
+}
+
+/// The value of [`TAG_ENV`] in the initial environment of `pid`, if it has one.
+fn tag_of(pid: u32) -> Option<Vec<u8>> {
+    let file = std::fs::File::open(format!("/proc/{pid}/environ")).ok()?;
+    let mut all = Vec::new();
+    file.take(ENVIRON_LIMIT).read_to_end(&mut all).ok()?;
+    let key = format!("{TAG_ENV}=");
+    all.split(|b| *b == 0)
+        .find_map(|kv| kv.strip_prefix(key.as_bytes()))
+        .map(<[u8]>::to_vec)
+}
+
+/// Processes (other than this one) whose tag satisfies `wanted`.
+fn tagged(wanted: &dyn Fn(&[u8]) -> bool) -> Vec<u32> {
+    let me = std::process::id();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| *pid != me)
+        .filter(|pid| tag_of(*pid).is_some_and(|t| wanted(&t)))
+        .collect()
+}
+
+/// SIGKILLs every process whose tag satisfies `wanted`, round after round until none is
+/// found (a process may fork while it is being killed). Returns how many were killed.
+fn kill_where(wanted: &dyn Fn(&[u8]) -> bool) -> usize {
+    let mut killed = 0;
+    for _ in 0..ROUNDS {
+        let pids = tagged(wanted);
+        if pids.is_empty() {
+            break;
+        }
+        for pid in pids {
+            // SAFETY: kill(2) takes plain integers. A pid is reused only after its process
+            // was reaped by its parent; the window between the scan and the kill is short.
+            if unsafe { libc::kill(pid as i32, libc::SIGKILL) } == 0 {
+                killed += 1;
+            }
+        }
+        // Killed processes stay visible (with their environment) until they are gone.
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    killed
+}
+
+/// Kills every process carrying exactly `tag` (a process `wt` started, and what it left).
+pub fn kill_tagged(tag: &str) -> usize {
+    kill_where(&|t| t == tag.as_bytes())
+}
+
+/// Kills every process carrying a tag of the sweep `sweep_tag`.
+pub fn kill_sweep(sweep_tag: &str) -> usize {
+    let prefix = format!("{sweep_tag}/");
+    kill_where(&|t| t.starts_with(prefix.as_bytes()))
+}
+
+/// The watchdog's life: waits until its standard input ends (the supervising `wt` ended,
+/// whichever way), then kills every process of the sweep `sweep_tag`.
+pub fn watch(sweep_tag: &str) -> u8 {
+    let mut sink = [0u8; 64];
+    let mut stdin = std::io::stdin().lock();
+    loop {
+        match stdin.read(&mut sink) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    kill_sweep(sweep_tag);
+    0
+}
