@@ -333,3 +333,44 @@ fn kill_9_of_wt_leaves_no_agent_and_nothing_an_agent_or_a_hook_started() {
         }
     }
 }
+
+// 12 ────────────────────────────────────────────────────────────────────────────────────
+
+#[test]
+fn an_interrupted_run_records_how_its_agent_process_ended() {
+    let dir = tmp();
+    let agent = sh_agent(
+        dir.path(),
+        "hanger",
+        "read -r line; sleep 600",
+        &[],
+        "turn_timeout_s = 600",
+    );
+    let pack = pack_of(dir.path(), 1);
+    for try_ in 0..3 {
+        let out = dir.path().join(format!("runs{try_}"));
+        let wt = Wt::new(dir.path())
+            .args(["run", "--out"])
+            .arg(&out)
+            .arg("--pack")
+            .arg(&pack)
+            .arg("--agent")
+            .arg(&agent)
+            .env("WT_GRACE_S", "0.2")
+            .start();
+        wait_for_journal_event(&out, "TurnStarted");
+        wt.signal("INT");
+        let r = wt.finish_within(PATIENCE);
+        assert_eq!(r.code, 130, "{r}");
+        let t = &traces(&out)[0];
+        assert_eq!(t["turns"][0]["error_kind"], "interrupted", "{t}");
+        let processes = t["processes"].as_array().expect("a processes record");
+        assert_eq!(processes.len(), 1, "try {try_}: {t}");
+        assert!(
+            processes[0]["exit"]
+                .as_str()
+                .is_some_and(|e| e.starts_with("killed by wt")),
+            "{t}"
+        );
+    }
+}

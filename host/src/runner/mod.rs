@@ -490,6 +490,24 @@ fn try_lock<T: ?Sized>(m: &Mutex<T>) -> Option<std::sync::MutexGuard<'_, T>> {
     }
 }
 
+/// The lock once nobody holds it, waiting at most `patience` (a poisoned one counts as
+/// free).
+fn lock_within<T: ?Sized>(
+    m: &Mutex<T>,
+    patience: std::time::Duration,
+) -> Option<std::sync::MutexGuard<'_, T>> {
+    let until = std::time::Instant::now() + patience;
+    loop {
+        if let Some(g) = try_lock(m) {
+            return Some(g);
+        }
+        if std::time::Instant::now() >= until {
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
 /// Why a run did not pass, in one line; `None` when it passed.
 fn problem(score: &Score) -> Option<String> {
     use windtunnel_sdk::model::Verdict;

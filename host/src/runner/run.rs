@@ -12,6 +12,9 @@ use std::sync::{Arc, Mutex};
 use windtunnel_sdk::model::{Score, Trace, Verdict, WorldObservation};
 
 use super::lock;
+
+/// How long the end of a run waits for a turn cut when `wt` stopped to let go of the agent.
+const END_RUN_PATIENCE: std::time::Duration = std::time::Duration::from_secs(2);
 use super::scenario::{Handle, ScenarioRunner};
 use super::session::SessionConverse;
 use super::sweep::Lane;
@@ -149,9 +152,11 @@ impl<'s, 'a> RunRunner<'s, 'a> {
         let mut trace = Arc::unwrap_or_clone(shared_trace);
         let score = Arc::unwrap_or_clone(shared_score);
         // The run is over for the agent too: its world closes and what the runtime started
-        // for it stops. A turn cut when wt stopped may still hold the handle; the runtime's
-        // own drop cleans up then.
-        if let Some(mut h) = super::try_lock(self.handle) {
+        // for it stops. A turn cut when wt stopped may still hold the handle: a runtime
+        // that watches the stop (as `process` does) lets go of it within moments, and its
+        // record of how the agent's processes ended belongs in the trace. One that does not
+        // is left to its own drop.
+        if let Some(mut h) = super::lock_within(self.handle, END_RUN_PATIENCE) {
             trace.processes = h.end_run().processes;
         }
         let mut artifacts = Vec::new();
