@@ -374,3 +374,74 @@ fn an_interrupted_run_records_how_its_agent_process_ended() {
         );
     }
 }
+
+// 15 ────────────────────────────────────────────────────────────────────────────────────
+
+/// A session agent that makes `n` calls of a tool that does not exist over raw MCP, each
+/// refused, then replies.
+const REFUSED_CALLER: &str = r#"
+import json, os, sys, urllib.request
+url = os.environ["WT_MCP_URL"]
+session = None
+def post(body):
+    global session
+    headers = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
+    if session:
+        headers["mcp-session-id"] = session
+        headers["mcp-protocol-version"] = "2025-03-26"
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers, method="POST")
+    with urllib.request.urlopen(req) as resp:
+        session = resp.headers.get("mcp-session-id") or session
+        return resp.read()
+sys.stdin.readline()
+post({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": "2025-03-26", "capabilities": {}, "clientInfo": {"name": "a", "version": "1"}}})
+post({"jsonrpc": "2.0", "method": "notifications/initialized"})
+for i in range(int(sys.argv[1])):
+    post({"jsonrpc": "2.0", "id": i + 1, "method": "tools/call", "params": {"name": "no_such_tool\u001b[31m", "arguments": {}}})
+print(json.dumps({"type": "reply", "text": "done"}), flush=True)
+sys.stdin.read()
+"#;
+
+#[test]
+fn library_log_lines_are_plain_and_a_flood_of_them_is_cut_to_a_few() {
+    let dir = tmp();
+    let mut command = vec![
+        agent_python().display().to_string(),
+        "-c".to_owned(),
+        REFUSED_CALLER.to_owned(),
+        "40".to_owned(),
+    ];
+    command.truncate(4);
+    let agent = agent_file(
+        dir.path(),
+        "caller.toml",
+        &format!(
+            "label = \"caller\"\nruntime = \"process\"\nturn_timeout_s = 60\ncommand = {}\n",
+            serde_json::to_string(&command).unwrap()
+        ),
+    );
+    let r = Wt::new(dir.path())
+        .args(["run", "--runs", "1", "--filter", "order-status", "--agent"])
+        .arg(&agent)
+        .run();
+    let t = &traces(&dir.path().join("runs"))[0];
+    assert_eq!(
+        t["turns"][0]["reply"], "done",
+        "the agent made its calls: {t}\n{r}"
+    );
+    // Piped stderr: no colour codes, no raw escape from the tool name.
+    assert!(!r.stderr.contains('\u{1b}'), "{r}");
+    let library: Vec<&str> = r
+        .stderr
+        .lines()
+        .filter(|l| l.contains("rmcp"))
+        .collect();
+    assert!(
+        !library.is_empty() && library.len() <= 5,
+        "40 refused calls: {library:#?}"
+    );
+    assert!(
+        library.iter().any(|l| l.contains("further ones are not shown")),
+        "{library:#?}"
+    );
+}

@@ -12,6 +12,7 @@ pub mod compare;
 pub mod doctor;
 pub mod hooks;
 pub mod hooks_new;
+pub mod logging;
 pub mod report;
 pub mod rescore;
 pub mod run;
@@ -77,7 +78,7 @@ pub fn run_dirs(dirs: Vec<std::path::PathBuf>) -> anyhow::Result<Vec<std::path::
 
 /// Parses the command line, runs the subcommand and maps the outcome to an exit code.
 pub fn main() -> ExitCode {
-    init_logging();
+    logging::init();
     let cli = Cli::parse();
     let sweep = matches!(cli.command, Command::Run(_));
     if sweep && !supervise::is_sweep() {
@@ -129,12 +130,3 @@ pub fn one_line(err: &anyhow::Error) -> String {
     text
 }
 
-fn init_logging() {
-    use tracing_subscriber::{EnvFilter, fmt};
-    let filter = EnvFilter::try_from_env("WT_LOG").unwrap_or_else(|_| EnvFilter::new("warn"));
-    let _ = fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .without_time()
-        .try_init();
-}
