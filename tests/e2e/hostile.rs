@@ -445,3 +445,91 @@ fn library_log_lines_are_plain_and_a_flood_of_them_is_cut_to_a_few() {
         "{library:#?}"
     );
 }
+
+// 16 ────────────────────────────────────────────────────────────────────────────────────
+
+#[test]
+fn a_plugin_whose_file_name_is_not_utf8_is_refused_in_one_line_everywhere() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tmp();
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    let odd = plugins.join(std::ffi::OsStr::from_bytes(b"libodd\xff.so"));
+    std::fs::copy(plugin_lib("wt_test_hostile"), &odd).unwrap();
+    set_mode(&odd, 0o755);
+    let list = Wt::new(dir.path())
+        .args(["hooks", "list", "--plugin-dir"])
+        .arg(&plugins)
+        .run();
+    assert!(
+        list.stdout.contains("not valid UTF-8") || list.stderr.contains("not valid UTF-8"),
+        "hooks list: {list}"
+    );
+    let check = Wt::new(dir.path()).args(["hooks", "check"]).arg(&odd).run();
+    assert_eq!(check.code, 2, "hooks check: {check}");
+    assert!(check.stdout.contains("not valid UTF-8"), "{check}");
+    let run = Wt::new(dir.path())
+        .args(["run", "--runs", "1", "--hook", "forger", "--plugin-dir"])
+        .arg(&plugins)
+        .run();
+    assert_eq!(run.code, 2, "run: {run}");
+    let lines: Vec<&str> = run.stderr.lines().filter(|l| !l.is_empty()).collect();
+    assert_eq!(lines.len(), 1, "{run}");
+    assert!(lines[0].contains("not valid UTF-8"), "{run}");
+}
+
+#[test]
+fn a_journal_whose_only_line_is_too_long_is_named_in_a_warning() {
+    let dir = tmp();
+    let runs = dir.path().join("runs");
+    std::fs::create_dir(&runs).unwrap();
+    let line = format!("{{\"event\":\"SweepStarted\",\"pad\":\"{}\"}}\n", "x".repeat(2 << 20));
+    std::fs::write(runs.join("20261130T060000Z_abcdef12.events.jsonl"), line).unwrap();
+    let r = Wt::new(dir.path()).args(["report"]).arg(&runs).run();
+    assert!(
+        r.stderr.contains("not a wt event journal (1 line(s) over 1 MiB)"),
+        "{r}"
+    );
+}
+
+#[test]
+fn isolated_hook_logs_are_the_sweeps_own_and_say_what_the_cap_dropped() {
+    let dir = tmp();
+    let plugins = plugin_dir(dir.path(), &["wt_test_hostile"]);
+    let out = dir.path().join("runs");
+    // Two sweeps in the same (pinned) second, into one directory.
+    for _ in 0..2 {
+        let r = Wt::new(dir.path())
+            .args(["run", "--runs", "1", "--filter", "order-status", "--out"])
+            .arg(&out)
+            .args(["--hook", "chatter", "--isolate-hooks", "--plugin-dir"])
+            .arg(&plugins)
+            .env("WT_FIXED_CLOCK", CLOCK)
+            .env("WT_CHATTER_BYTES", (2u64 << 20).to_string())
+            .run();
+        assert_eq!(r.code, 0, "{r}");
+    }
+    let logs: Vec<(String, Vec<u8>)> = files(&out)
+        .into_iter()
+        .filter(|(n, _)| n.ends_with(".chatter.log"))
+        .collect();
+    assert_eq!(logs.len(), 2, "one log per sweep: {:?}", logs.iter().map(|l| &l.0).collect::<Vec<_>>());
+    let stems: Vec<String> = files(&out)
+        .into_keys()
+        .filter_map(|n| n.strip_suffix(".events.jsonl").map(str::to_owned))
+        .collect();
+    for (name, bytes) in &logs {
+        assert!(
+            stems.iter().any(|s| name.starts_with(&format!("{s}."))),
+            "{name} is named after neither sweep's stem {stems:?}"
+        );
+        let text = String::from_utf8_lossy(bytes);
+        assert!(bytes.len() < (1 << 20) + 4096, "{name}: {} bytes", bytes.len());
+        assert!(text.contains("the log is limited to 1 MiB"), "{name}");
+        assert!(
+            text.contains(&format!("[wt: {} more bytes of output dropped]", (2u64 << 20) - (1 << 20))),
+            "{name}: {}",
+            &text[text.len().saturating_sub(300)..]
+        );
+    }
+}

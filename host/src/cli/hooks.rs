@@ -99,18 +99,11 @@ impl IsolationArgs {
             .collect()
     }
 
-    /// The isolation in force; an isolated hook's output goes to `<log_dir>/<ts>.<hook>.log`
-    /// (nowhere but memory without a log dir).
-    pub fn isolation(&self, log_dir: Option<&Path>) -> anyhow::Result<Isolation> {
+    /// The isolation in force; an isolated hook's output goes to `<dir>/<stem>.<hook>.log`
+    /// with `log = (dir, the sweep's stem)` (nowhere but memory without one).
+    pub fn isolation(&self, log: Option<(&Path, &str)>) -> anyhow::Result<Isolation> {
         let deadlines = crate::deadlines::Deadlines::from_env().map_err(CodedError::usage)?;
-        let log = match log_dir {
-            None => None,
-            Some(dir) => {
-                let clock = crate::clock::Clock::from_env()
-                    .map_err(|e| CodedError::usage(e.to_string()))?;
-                Some((dir.to_path_buf(), crate::clock::compact(clock.now())))
-            }
-        };
+        let log = log.map(|(dir, stem)| (dir.to_path_buf(), stem.to_owned()));
         Ok(Isolation {
             all: self.isolate_hooks,
             hooks: self.named(),
@@ -171,13 +164,13 @@ pub struct PlanArgs {
 }
 
 /// Resolves `--hook` flags against the plugin directories, loading the named plugins (the
-/// isolated ones each in a child process that logs beside `log_dir`); the errors are one
-/// line each and exit 2.
+/// isolated ones each in a child process that logs to `log = (dir, the sweep's stem)`); the
+/// errors are one line each and exit 2.
 pub fn activate(
     names: &[String],
     dirs: &PluginDirArgs,
     isolation: &IsolationArgs,
-    log_dir: Option<&Path>,
+    log: Option<(&Path, &str)>,
 ) -> anyhow::Result<Vec<crate::hooks::registry::ActiveHook>> {
     if names.is_empty() {
         if let Some(name) = isolation.named().first() {
@@ -188,7 +181,7 @@ pub fn activate(
         }
         return Ok(Vec::new());
     }
-    let isolation = isolation.isolation(log_dir)?;
+    let isolation = isolation.isolation(log)?;
     let registry = Registry::discover(&dirs.dirs()?);
     registry
         .activate_with(names, &isolation)

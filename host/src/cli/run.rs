@@ -97,6 +97,7 @@ fn hooks(
     agent: &AgentConfig,
     stop: &Arc<Interrupt>,
     lanes: usize,
+    sweep: &Sweep,
 ) -> anyhow::Result<Hooks> {
     let deadlines = Deadlines::from_env().map_err(CodedError::usage)?;
     let caps = HookCaps::from_env().map_err(CodedError::usage)?;
@@ -104,7 +105,7 @@ fn hooks(
         &args.hooks,
         &args.plugin_dirs,
         &args.isolation,
-        Some(&args.out),
+        Some((&args.out, &sweep.stem)),
     )?;
     if active.len() > Dispatcher::MAX_HOOKS {
         return Err(CodedError::usage(format!(
@@ -221,7 +222,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
     }
     let planned = runner::planned_runs(&pack.scenarios, args.runs, args.shard, &stop);
     let lanes = usize::try_from(planned).unwrap_or(usize::MAX);
-    let hooks = hooks(&args, &agent, &stop, jobs.min(lanes).max(1))?;
+    // The sweep's identity comes first: isolated hooks' logs are named by its stem.
+    let ids = args.seed.map_or_else(Ids::random, Ids::seeded);
+    let sweep = Sweep::start(&clock, &ids);
+    let hooks = hooks(&args, &agent, &stop, jobs.min(lanes).max(1), &sweep)?;
     let observer: Arc<dyn RunObserver> = match &hooks.observer {
         Some(o) => o.clone(),
         None => Arc::new(NoopObserver),
@@ -238,8 +242,6 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
     }
     let live = journal_sink(&args.events)?;
     let total = planned;
-    let ids = args.seed.map_or_else(Ids::random, Ids::seeded);
-    let sweep = Sweep::start(&clock, &ids);
     // The consumers of the sweep's event stream: the journal is the runner's own; the live
     // copy, the terminal and JUnit are ours.
     let mut cfg = RunConfig::new(agent, args.out.clone());

@@ -531,7 +531,7 @@ impl Journals {
         let mut reader = BufReader::new(file.take(MAX_JOURNAL_BYTES));
         let mut digest = Sha256::new();
         let mut by_sweep: BTreeMap<String, Segment> = BTreeMap::new();
-        let (mut lines, mut bad) = (0u64, 0u64);
+        let (mut lines, mut bad, mut long) = (0u64, 0u64, 0u64);
         let mut buf = Vec::new();
         loop {
             buf.clear();
@@ -551,7 +551,7 @@ impl Journals {
             digest.update(&buf);
             if buf.last() != Some(&b'\n') && n as u64 == MAX_JOURNAL_LINE {
                 // An overlong line: skip the rest of it.
-                bad += 1;
+                long += 1;
                 if !skip_line(&mut reader, &mut digest) {
                     break;
                 }
@@ -595,16 +595,28 @@ impl Journals {
                 _ => {}
             }
         }
+        let mut skipped = Vec::new();
+        if bad > 0 {
+            skipped.push(format!("{bad} line(s) that are not journal events"));
+        }
+        if long > 0 {
+            skipped.push(format!("{long} line(s) over {} MiB", MAX_JOURNAL_LINE >> 20));
+        }
         if by_sweep.is_empty() {
-            if lines > 0 {
-                warnings.push(format!("skipping journal {shown}: not a wt event journal"));
+            if lines > 0 || long > 0 {
+                let why = if skipped.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", skipped.join(", "))
+                };
+                warnings.push(format!(
+                    "skipping journal {shown}: not a wt event journal{why}"
+                ));
             }
             return;
         }
-        if bad > 0 {
-            warnings.push(format!(
-                "journal {shown}: {bad} line(s) skipped (not journal events)"
-            ));
+        if !skipped.is_empty() {
+            warnings.push(format!("journal {shown}: skipped {}", skipped.join(" and ")));
         }
         if !self.digests.insert(digest.finalize().into()) {
             return;
@@ -894,7 +906,7 @@ mod tests {
         assert_eq!(l.scenario_errors[0].runs, 3);
         assert_eq!(l.sweeps[0].pack.as_deref(), Some("p"));
         assert!(
-            l.warnings.iter().any(|w| w.contains("1 line(s) skipped")),
+            l.warnings.iter().any(|w| w.contains("skipped 1 line(s) over 1 MiB")),
             "the overlong line: {:?}",
             l.warnings
         );

@@ -66,7 +66,9 @@ pub struct SpawnOptions {
     /// `RLIMIT_AS` of the child, in MiB.
     pub memory_limit_mib: u64,
     /// Where the child's stdout and stderr go: `<dir>/<stem>.<hook>.log` (lane n > 0:
-    /// `<stem>.<hook>.lane<n>.log`), created when the child first writes. `None`: kept only in memory (the last lines name a crash's cause).
+    /// `<stem>.<hook>.lane<n>.log`), `<stem>` being the sweep's, created when the child
+    /// first writes, never shared: a name already taken gets a `-N` suffix. `None`: kept
+    /// only in memory (the last lines name a crash's cause).
     pub log: Option<(PathBuf, String)>,
     /// How long the child may take to load the plugin and say it is ready.
     pub start_timeout: Duration,

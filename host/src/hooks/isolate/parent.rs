@@ -19,6 +19,7 @@ use std::{
     collections::VecDeque,
     ffi::OsString,
     io::{BufReader, Read, Write},
+    os::unix::fs::FileExt,
     os::unix::process::{CommandExt, ExitStatusExt},
     path::{Path, PathBuf},
     process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio},
@@ -330,6 +331,8 @@ impl Drop for Isolated {
         // Closing its stdin tells a healthy child to exit; one that does not is killed.
         let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
         reap(&self.pid, st, Duration::from_millis(100));
+        // Its log gets its last lines (and the count of what was dropped) before `wt` goes.
+        let _ = self.output.tail(Duration::from_millis(200));
     }
 }
 
@@ -434,6 +437,38 @@ fn kill_group(pid: i32) {
     }
 }
 
+/// The line counting what the log cap dropped, always [`COUNT_LINE_WIDTH`] bytes.
+fn count_line(dropped: u64) -> String {
+    let line = format!("[wt: {dropped} more bytes of output dropped]");
+    format!("{line:<width$}\n", width = COUNT_LINE_WIDTH - 1)
+}
+
+const COUNT_LINE_WIDTH: usize = 64;
+
+/// Creates `<dir>/<name>`, or `<name>` with `-2`, `-3`, … before `.log` when taken: a log is
+/// never shared, nor followed through a link.
+fn create_log(dir: &Path, name: &str) -> Option<(PathBuf, std::fs::File)> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let base = name.strip_suffix(".log").unwrap_or(name);
+    for n in 1..1000u32 {
+        let path = match n {
+            1 => dir.join(name),
+            n => dir.join(format!("{base}-{n}.log")),
+        };
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)
+        {
+            Ok(f) => return Some((path, f)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(_) => return None,
+        }
+    }
+    None
+}
+
 /// The child's output as it arrives: the last [`TAIL`] bytes in memory, and everything up
 /// to [`LOG_LIMIT`] in the log file.
 #[derive(Default)]
@@ -484,6 +519,8 @@ fn drain(mut from: impl Read, log: Option<(PathBuf, String)>, output: &Output) {
     let mut open_failed = false;
     let mut written = 0u64;
     let mut dropped = 0u64;
+    // Where the count of dropped bytes is, once the cap is reached.
+    let mut count_at: Option<u64> = None;
     let mut chunk = [0u8; 8192];
     loop {
         let n = match from.read(&mut chunk) {
@@ -500,12 +537,7 @@ fn drain(mut from: impl Read, log: Option<(PathBuf, String)>, output: &Output) {
         if file.is_none() && !open_failed {
             file = log.as_ref().and_then(|(dir, name)| {
                 std::fs::create_dir_all(dir).ok()?;
-                let path = dir.join(name);
-                let f = std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(&path)
-                    .ok()?;
+                let (path, f) = create_log(dir, name)?;
                 *lock(&output.log_path) = Some(path);
                 Some(f)
             });
@@ -516,15 +548,24 @@ fn drain(mut from: impl Read, log: Option<(PathBuf, String)>, output: &Output) {
             if f.write_all(&bytes[..room]).is_ok() {
                 written += room as u64;
             }
-            dropped += (n - room) as u64;
+            if room < n {
+                if count_at.is_none() {
+                    let notice = format!(
+                        "\n[wt: the log is limited to {} MiB; what follows is counted, not kept]\n",
+                        LOG_LIMIT >> 20
+                    );
+                    if f.write_all(notice.as_bytes()).is_ok() {
+                        count_at = Some(written + notice.len() as u64);
+                    }
+                }
+                dropped += (n - room) as u64;
+                // The count is kept current in place, in a line of fixed width: `wt` may end
+                // (or be killed) before the hook's output does.
+                if let Some(at) = count_at {
+                    let _ = f.write_all_at(count_line(dropped).as_bytes(), at);
+                }
+            }
         }
-    }
-    if let (Some(f), true) = (file.as_mut(), dropped > 0) {
-        let _ = writeln!(
-            f,
-            "\n[wt: {dropped} more bytes of output dropped: the log is limited to {} MiB]",
-            LOG_LIMIT >> 20
-        );
     }
     lock(&output.tail).1 = true;
     output.finished.notify_all();

@@ -94,6 +94,10 @@ pub fn sdk_requirement() -> VersionReq {
 /// Vets `path`. `seen` maps `(device, inode)` to the first path it was seen at, so a library
 /// reachable under two names is considered once.
 pub fn inspect(path: &Path, seen: &mut HashMap<(u64, u64), PathBuf>) -> Result<Inspected, Refusal> {
+    if path.file_name().is_some_and(|n| n.to_str().is_none()) {
+        // Every name `wt` prints, logs or records must be text.
+        return Err(Refusal::NameNotUtf8);
+    }
     check_dir(path)?;
     let meta = std::fs::symlink_metadata(path).map_err(|e| Refusal::Unreadable(e.to_string()))?;
     let ft = meta.file_type();

@@ -38,6 +38,8 @@ pub enum Refusal {
     Symlink,
     #[error("not a regular file")]
     NotRegular,
+    #[error("its file name is not valid UTF-8; rename it")]
+    NameNotUtf8,
     #[error("{bytes} bytes is more than a plugin may have ({max})")]
     TooLarge { bytes: u64, max: u64 },
     #[error("same file as {0} (same inode); ignored")]
@@ -142,8 +144,11 @@ pub fn library_files(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
+/// A shared library's name: `*.so` or `*.so.*`, read as bytes, so that a name that is not
+/// UTF-8 is found (and refused by [`inspect`]) rather than silently passed over.
 fn is_library_name(path: &Path) -> bool {
-    path.file_name()
-        .and_then(|n| n.to_str())
-        .is_some_and(|n| n.ends_with(".so") || n.contains(".so."))
+    path.file_name().is_some_and(|n| {
+        let n = n.as_encoded_bytes();
+        n.ends_with(b".so") || n.windows(4).any(|w| w == b".so.")
+    })
 }

@@ -16,6 +16,7 @@
 //!   process's initial environment, and writes both into a warning and an artifact.
 //! - `spawner` starts, at `on_run_start`, a process that leaves its group and session
 //!   (`setsid`) and runs until killed, its command line naming `WT_SPAWNER_MARKER`.
+//! - `chatter` writes `WT_CHATTER_BYTES` bytes (default 0) to its stderr at `on_run_start`.
 //! - `score` is a hook whose name is reserved: `wt` must refuse it.
 
 use windtunnel_sdk::{Context, Hook, Result, export_hooks, hook};
@@ -222,6 +223,24 @@ impl Hook for Spawner {
 }
 
 #[derive(Default)]
+pub struct Chatter;
+
+#[hook]
+impl Hook for Chatter {
+    const NAME: &'static str = "chatter";
+
+    fn on_run_start(&mut self, _: &Context<'_>) -> Result {
+        use std::io::Write;
+        let line = [b'c'; 1023];
+        let mut err = std::io::stderr().lock();
+        for _ in 0..env_u64("WT_CHATTER_BYTES", 0) / 1024 {
+            let _ = err.write_all(&line).and_then(|()| err.write_all(b"\n"));
+        }
+        Ok(())
+    }
+}
+
+#[derive(Default)]
 pub struct Score;
 
 #[hook]
@@ -233,4 +252,4 @@ impl Hook for Score {
     }
 }
 
-export_hooks!(Exiter, Clasher, Forger, Spawner, Score);
+export_hooks!(Exiter, Clasher, Forger, Spawner, Chatter, Score);
