@@ -2,6 +2,7 @@
 //! pauses, processes that try to outlive their run, third-party log lines, odd file names,
 //! run identity and pinned determinism.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -531,5 +532,98 @@ fn isolated_hook_logs_are_the_sweeps_own_and_say_what_the_cap_dropped() {
             "{name}: {}",
             &text[text.len().saturating_sub(300)..]
         );
+    }
+}
+
+// 17 ────────────────────────────────────────────────────────────────────────────────────
+
+#[test]
+fn pinned_sweeps_racing_into_one_directory_keep_one_id_per_run_everywhere() {
+    for concurrent in [false, true] {
+        let dir = tmp();
+        let out = dir.path().join("runs");
+        // A failing agent, so that debrief writes an artifact per run.
+        let agent = agent_file(
+            dir.path(),
+            "garbled.toml",
+            "label = \"garbled\"\nruntime = \"demo\"\nfault = \"garbled\"\n",
+        );
+        let plugins = plugin_dir(dir.path(), &["wt_test_recorder"]);
+        let log = dir.path().join("recorder.jsonl");
+        let start = || {
+            Wt::new(dir.path())
+                .args(["run", "--seed", "1", "--runs", "3", "--hook", "debrief"])
+                .args(["--hook", "recorder", "--plugin-dir"])
+                .arg(&plugins)
+                .arg("--agent")
+                .arg(&agent)
+                .arg("--out")
+                .arg(&out)
+                .env("WT_FIXED_CLOCK", CLOCK)
+                .env("WT_RECORDER_LOG", &log)
+                .start()
+        };
+        let runs = if concurrent {
+            let (a, b) = (start(), start());
+            [a.finish(), b.finish()]
+        } else {
+            let a = start().finish();
+            [a, start().finish()]
+        };
+        for r in &runs {
+            assert_eq!(r.code, 1, "{r}");
+        }
+        let all = files(&out);
+        let traces: BTreeMap<String, Value> = json_files(&out, ".json")
+            .into_iter()
+            .filter(|(_, v)| v.get("turns").is_some())
+            .collect();
+        assert_eq!(traces.len(), 18, "concurrent {concurrent}");
+        let ids: std::collections::BTreeSet<&str> = traces
+            .values()
+            .map(|t| t["run_id"].as_str().unwrap())
+            .collect();
+        assert_eq!(ids.len(), 18, "two sweeps share run ids (concurrent {concurrent})");
+        // Every event of a run carries the id its trace carries, and the run's journal is
+        // the one that says where its trace is.
+        let mut ended = 0;
+        for (name, bytes) in all.iter().filter(|(n, _)| n.ends_with(".events.jsonl")) {
+            for line in String::from_utf8_lossy(bytes).lines() {
+                let e: Value = serde_json::from_str(line).unwrap();
+                if let Some(id) = e["run_id"].as_str() {
+                    assert!(ids.contains(id), "{name}: event of no trace's run: {e}");
+                }
+                if e["event"] == "RunEnded" {
+                    ended += 1;
+                    let stem = e["stem"].as_str().unwrap();
+                    let t = &traces[&format!("{stem}.json")];
+                    assert_eq!(t["run_id"], e["run_id"], "{name}: {e}");
+                }
+            }
+        }
+        assert_eq!(ended, 18);
+        // Hooks saw the same id: debrief's artifact of each run names its run.
+        for (name, t) in &traces {
+            let stem = name.trim_end_matches(".json");
+            let debrief = json_files(&out, ".debrief.json")
+                .into_iter()
+                .find(|(n, _)| n.starts_with(&format!("{stem}.")))
+                .unwrap_or_else(|| panic!("no debrief artifact for {stem}"))
+                .1;
+            assert_eq!(debrief["run_id"], t["run_id"], "{stem}");
+        }
+        // And a plugin hook was called with it, at every run point.
+        let calls = std::fs::read_to_string(&log).unwrap();
+        let mut started = std::collections::BTreeSet::new();
+        for line in calls.lines() {
+            let c: Value = serde_json::from_str(line).unwrap();
+            if let Some(id) = c["run_id"].as_str() {
+                assert!(ids.contains(id), "a hook call for no trace's run: {c}");
+                if c["point"] == "on_run_start" {
+                    started.insert(id.to_owned());
+                }
+            }
+        }
+        assert_eq!(started.len(), 18, "concurrent {concurrent}");
     }
 }

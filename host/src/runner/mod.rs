@@ -146,6 +146,10 @@ pub struct Sweep {
     /// suffix, so pinned sweeps written to fresh directories still share their names.
     pub stem: String,
     pub started_at: String,
+    /// 0, or `N` when the journal had to claim `<stem>-N` because a sweep of the same
+    /// identity (pinned, same seed) already wrote to the directory: this sweep's run ids
+    /// are minted with it, so they differ from that sweep's.
+    pub claim: u32,
 }
 
 impl Sweep {
@@ -165,6 +169,7 @@ impl Sweep {
             id,
             ts,
             started_at: clock::rfc3339(now),
+            claim: 0,
         }
     }
 }
@@ -250,12 +255,19 @@ pub fn run_sweep_on(
     store::ensure_dir(&cfg.out_dir)?;
     let mut sweep = sweep.clone();
     let clock = cfg.clock;
+    let wanted = sweep.stem.clone();
     let journal = Journal::create(
         &cfg.out_dir,
         &mut sweep.stem,
         &sweep.id,
         Box::new(move || clock.now_rfc3339()),
     )?;
+    sweep.claim = sweep
+        .stem
+        .strip_prefix(&wanted)
+        .and_then(|rest| rest.strip_prefix('-'))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
     let stream = Stream::new(journal, cfg.sinks.clone());
     let sweep_scope = Scope::default();
     let cause = events::Cause::Scenario;

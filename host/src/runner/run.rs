@@ -42,7 +42,7 @@ impl<'s, 'a> RunRunner<'s, 'a> {
         let observer = &self.lane.observer;
         let started = cfg.clock.now();
         let ts = clock::compact(started);
-        let (mut run_id, mut stem, mut attempt) = sc.claim_stem(index, &ts, 0)?;
+        let (run_id, mut stem) = sc.claim_stem(index, &ts)?;
         let world = Arc::new(Mutex::new(World::new(scenario.world.as_ref())));
         let mut trace = Trace::new(&run_id, &scenario.id);
         trace.sweep_id = sc.sweep.id.clone();
@@ -167,18 +167,20 @@ impl<'s, 'a> RunRunner<'s, 'a> {
             trace.worker_warnings.extend(out.warnings);
             artifacts.extend(out.artifacts);
         }
+        let mut clash = 1;
         loop {
             match self.write(&stem, &mut trace, &score, &artifacts) {
                 Err(StoreError::Exists { .. }) => {
-                    // Another sweep writing to this directory took the stem first.
-                    (run_id, stem, attempt) = sc.claim_stem(index, &ts, attempt + 1)?;
-                    trace.run_id = run_id.clone();
+                    // Another sweep writing to this directory took the file name first (its
+                    // run id shares the first 8 characters in the same second). The run
+                    // keeps its id — journal, hooks and files already carry it —; only its
+                    // file name changes.
+                    clash += 1;
+                    stem = sc.claim_suffixed(&stem, clash);
                 }
                 other => break other?,
             }
         }
-        let mut score = score;
-        score.run_id.clone_from(&trace.run_id);
         sc.stream.emit(
             &scope,
             &events::Cause::Scenario,
@@ -201,13 +203,7 @@ impl<'s, 'a> RunRunner<'s, 'a> {
         artifacts: &[Artifact],
     ) -> Result<(), StoreError> {
         let dir = &self.sc.cfg.out_dir;
-        if score.run_id == trace.run_id {
-            store::write_json_new(&store::score_path(dir, stem), score)?;
-        } else {
-            let mut renamed = score.clone();
-            renamed.run_id.clone_from(&trace.run_id);
-            store::write_json_new(&store::score_path(dir, stem), &renamed)?;
-        }
+        store::write_json_new(&store::score_path(dir, stem), score)?;
         let mut written = HashSet::new();
         for a in artifacts {
             match store::artifact_path(dir, stem, &a.hook, a.label.as_deref()) {

@@ -269,29 +269,43 @@ impl<'a> ScenarioRunner<'a> {
         }
     }
 
-    /// Mints the run id, making the stem unique within the sweep and the directory.
-    /// `attempt` starts at 0; a caller that finds the stem taken on disk asks again with
-    /// the next attempt.
-    pub fn claim_stem(
-        &self,
-        index: u32,
-        ts: &str,
-        first_attempt: u32,
-    ) -> Result<(String, String, u32), StoreError> {
+    /// Mints the run id and claims its stem, unique within the sweep and among the traces
+    /// the directory held when the sweep began. A run id whose stem is taken is minted
+    /// again (a later `place`), before anything has seen it. A sweep whose journal had to
+    /// take a `-N` stem (another sweep of the same identity writes here: pinned, same seed)
+    /// mints its run ids with that `N`, so no two sweeps in one directory share a run id.
+    pub fn claim_stem(&self, index: u32, ts: &str) -> Result<(String, String), StoreError> {
         let idx = index.to_string();
-        let mut attempt = first_attempt;
+        let claim = format!("claim{}", self.sweep.claim);
+        let mut attempt = 0u32;
         loop {
             let attempt_s = attempt.to_string();
             let mut place = vec![self.scenario.id.as_str(), idx.as_str()];
             if attempt > 0 {
                 place.push(&attempt_s);
             }
+            if self.sweep.claim > 0 {
+                place.push(&claim);
+            }
             let run_id = self.cfg.ids.mint("run", &place);
             let stem = store::stem(ts, &run_id)?;
             if lock(self.stems).insert(stem_key(&stem)) {
-                return Ok((run_id, stem, attempt));
+                return Ok((run_id, stem));
             }
             attempt += 1;
+        }
+    }
+
+    /// `stem` with a `-n` suffix (or a later one) not taken in this sweep: for a run whose
+    /// file name another process took first while the run was under way.
+    pub fn claim_suffixed(&self, stem: &str, n: u32) -> String {
+        let mut n = n;
+        loop {
+            let candidate = format!("{stem}-{n}");
+            if lock(self.stems).insert(stem_key(&candidate)) {
+                return candidate;
+            }
+            n += 1;
         }
     }
 }
