@@ -627,3 +627,67 @@ fn pinned_sweeps_racing_into_one_directory_keep_one_id_per_run_everywhere() {
         assert_eq!(started.len(), 18, "concurrent {concurrent}");
     }
 }
+
+// 18 ────────────────────────────────────────────────────────────────────────────────────
+
+#[test]
+fn pinned_sweeps_with_retries_waits_and_debriefs_are_byte_identical() {
+    let dir = tmp();
+    // Each run: a 500 (retried after a jittered backoff), a reply that fails the scenario,
+    // then debrief's turn; every answer takes a moment, so durations are never 0 by chance.
+    let count = std::sync::atomic::AtomicUsize::new(0);
+    let srv = TestServer::start(move |_| {
+        std::thread::sleep(Duration::from_millis(30));
+        if count.fetch_add(1, std::sync::atomic::Ordering::SeqCst) % 3 == 0 {
+            return (500, "{\"error\":\"flaky\"}".into());
+        }
+        (
+            200,
+            json!({"choices": [{"message": {"role": "assistant", "content": "nope"}}]}).to_string(),
+        )
+    });
+    let agent = agent_file(
+        dir.path(),
+        "flaky.toml",
+        &format!(
+            "label = \"flaky\"\nruntime = \"openai\"\nmodel = \"m\"\nendpoint = \"{}/v1\"\nmax_concurrency = 1\nretries = 2\nturn_timeout_s = 30\n",
+            srv.base
+        ),
+    );
+    let pack = write_pack(
+        dir.path(),
+        &[(
+            "yes.toml",
+            "id = \"yes\"\nruns = 2\nturns = [\"Say yes\"]\n[expect.outcome]\nreply_contains = [\"yes\"]\n",
+        )],
+    );
+    let sweep = |out: &str| {
+        let r = Wt::new(dir.path())
+            .args(["run", "--seed", "7", "--jobs", "1", "--hook", "debrief", "--out", out])
+            .arg("--pack")
+            .arg(&pack)
+            .arg("--agent")
+            .arg(&agent)
+            .env("WT_FIXED_CLOCK", CLOCK)
+            .run();
+        assert_eq!(r.code, 1, "{r}");
+        files(&dir.path().join(out))
+    };
+    let (a, b) = (sweep("a"), sweep("b"));
+    let j = journal(&dir.path().join("a"));
+    assert_eq!(events(&j, "RequestRetried").len(), 2, "each run retried once");
+    assert!(
+        a.keys().any(|n| n.ends_with(".debrief.json")),
+        "{:?}",
+        a.keys()
+    );
+    assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());
+    for (name, bytes) in &a {
+        assert!(
+            bytes == &b[name],
+            "{name} differs:\n{}\n---\n{}",
+            String::from_utf8_lossy(bytes),
+            String::from_utf8_lossy(&b[name])
+        );
+    }
+}

@@ -3,7 +3,6 @@
 //!
 //! Knobs: `WT_DEBRIEF_ON=all` debriefs passing runs too (default: failing runs only).
 
-use std::time::Instant;
 
 use serde::Serialize;
 use windtunnel_sdk::{
@@ -63,12 +62,15 @@ impl Hook for Debrief {
             return Ok(());
         }
         let prompt = prompt(score);
-        let started = Instant::now();
+        // Reads 0 under a pinned clock (`WT_FIXED_CLOCK`), as every duration `wt` records.
+        let watch = crate::clock::Clock::from_env()
+            .unwrap_or(crate::clock::Clock::System)
+            .stopwatch();
         let (reply, error) = match ctx.converse(&prompt) {
             Ok(reply) => (Some(reply), None),
             Err(e) => (None, Some(e.to_string())),
         };
-        let artifact = artifact(trace, score, prompt, reply, error, started.elapsed());
+        let artifact = artifact(trace, score, prompt, reply, error, watch.elapsed());
         ctx.emit_artifact(&artifact, None)
     }
 }

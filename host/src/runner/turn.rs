@@ -307,7 +307,22 @@ pub(super) fn send(
         send.on_thread()
     };
     bound(&mut reply);
+    if cfg.clock.is_fixed() {
+        pin_durations(&mut reply);
+    }
     reply
+}
+
+/// Under a pinned clock every duration `wt` records is 0 ms, as latencies are: how long a
+/// request waited for the endpoint's limits, and the (jittered) delay before a retry, are
+/// facts of the machine's timing, not of the agent, and would make two pinned sweeps differ.
+fn pin_durations(reply: &mut Reply) {
+    for w in &mut reply.waits {
+        w.wait_ms = 0;
+    }
+    for r in &mut reply.retries {
+        r.wait_ms = 0;
+    }
 }
 
 /// One turn to send, owned, so that it can go to a thread of its own.
