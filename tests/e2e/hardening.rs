@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::harness::{
-    CLOCK, Run, TestServer, Wt, events, files, journal, plugin_dir, scores, tmp, traces,
-    wait_for_journal_event, worker_warnings, workspace, write_pack,
+    CLOCK, Run, TestServer, Wt, agent_file, events, files, journal, plugin_dir, scores, tmp,
+    traces, wait_for_journal_event, worker_warnings, workspace, write_pack,
 };
 
 /// Every file under `dir`, recursively, by path.
@@ -56,12 +56,6 @@ fn nowhere(dir: &Path, r: &Run, needle: &str) {
         !r.stderr.contains(needle),
         "{needle:?} leaked to stderr: {r}"
     );
-}
-
-fn agent_file(dir: &Path, name: &str, toml: &str) -> PathBuf {
-    let p = dir.join(name);
-    std::fs::write(&p, toml).unwrap();
-    p
 }
 
 /// Every `.json` file under `out` parses and no temporary file is left.

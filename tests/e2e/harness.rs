@@ -761,3 +761,25 @@ pub fn agent_python() -> &'static Path {
         Err(why) => panic!("cannot build the venv of the e2e agents: {why}"),
     }
 }
+
+/// Writes an agent config `dir/name` holding `toml`; returns its path.
+pub fn agent_file(dir: &Path, name: &str, toml: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, toml).unwrap();
+    p
+}
+
+/// A `process` agent config `dir/<name>.toml` running `/bin/sh -c script` with `args` after
+/// it, plus `extra` TOML lines.
+pub fn sh_agent(dir: &Path, name: &str, script: &str, args: &[&str], extra: &str) -> PathBuf {
+    let mut command = vec!["/bin/sh".to_owned(), "-c".to_owned(), script.to_owned()];
+    command.extend(args.iter().map(|a| (*a).to_owned()));
+    agent_file(
+        dir,
+        &format!("{name}.toml"),
+        &format!(
+            "label = \"{name}\"\nruntime = \"process\"\ncommand = {}\n{extra}\n",
+            serde_json::to_string(&command).unwrap()
+        ),
+    )
+}

@@ -10,12 +10,6 @@ use serde_json::{Value, json};
 
 use crate::harness::*;
 
-fn agent_file(dir: &Path, name: &str, toml: &str) -> PathBuf {
-    let p = dir.join(name);
-    std::fs::write(&p, toml).unwrap();
-    p
-}
-
 /// The process and its descendants (by `/proc/<pid>/task/*/children`).
 fn process_tree(pid: u32) -> Vec<u32> {
     let mut all = vec![pid];
@@ -28,7 +22,10 @@ fn process_tree(pid: u32) -> Vec<u32> {
         };
         for t in tasks.flatten() {
             if let Ok(text) = std::fs::read_to_string(t.path().join("children")) {
-                all.extend(text.split_whitespace().filter_map(|c| c.parse::<u32>().ok()));
+                all.extend(
+                    text.split_whitespace()
+                        .filter_map(|c| c.parse::<u32>().ok()),
+                );
             }
         }
     }
@@ -165,8 +162,7 @@ fn a_retry_after_past_the_deadline_pauses_the_endpoint_and_says_until_when() {
         })
         .count();
     assert_eq!(
-        paused,
-        2,
+        paused, 2,
         "later runs must say the endpoint is paused, not that they timed out: {text}"
     );
     assert!(!text.contains("timed out"), "{text}");
@@ -251,19 +247,6 @@ const ORPHAN_MAKER: &str = "command -v pgrep >/dev/null || exit 9; n=$(pgrep -f 
     read -r line; echo \"{\\\"type\\\": \\\"reply\\\", \\\"text\\\": \\\"orphans before me: $n\\\"}\"; \
     cat >/dev/null";
 
-fn sh_agent(dir: &Path, name: &str, script: &str, args: &[&str], extra: &str) -> PathBuf {
-    let mut command = vec!["/bin/sh".to_owned(), "-c".to_owned(), script.to_owned()];
-    command.extend(args.iter().map(|a| (*a).to_owned()));
-    agent_file(
-        dir,
-        &format!("{name}.toml"),
-        &format!(
-            "label = \"{name}\"\nruntime = \"process\"\nmcp = false\ncommand = {}\n{extra}\n",
-            serde_json::to_string(&command).unwrap()
-        ),
-    )
-}
-
 #[test]
 fn what_an_agent_starts_outside_its_group_ends_with_its_run() {
     let dir = tmp();
@@ -274,7 +257,7 @@ fn what_an_agent_starts_outside_its_group_ends_with_its_run() {
             "id = \"orphans\"\nruns = 3\nturns = [\"hello\"]\n[expect.outcome]\nreply_contains = [\"orphans before me: 0\"]\n",
         )],
     );
-    let agent = sh_agent(dir.path(), "leaver", ORPHAN_MAKER, &[], "");
+    let agent = sh_agent(dir.path(), "leaver", ORPHAN_MAKER, &[], "mcp = false");
     let r = Wt::new(dir.path())
         .args(["run", "--jobs", "1", "--pack"])
         .arg(&pack)
@@ -300,7 +283,7 @@ fn kill_9_of_wt_leaves_no_agent_and_nothing_an_agent_or_a_hook_started() {
         "setsid /bin/sh -c 'while :; do sleep 1; done' \"$0-orphan\" </dev/null >/dev/null 2>&1 & \
          read -r line; sleep 600",
         &[&marker],
-        "turn_timeout_s = 600",
+        "mcp = false\nturn_timeout_s = 600",
     );
     let plugins = plugin_dir(dir.path(), &["wt_test_hostile"]);
     let pack = pack_of(dir.path(), 1);
@@ -345,7 +328,7 @@ fn an_interrupted_run_records_how_its_agent_process_ended() {
         "hanger",
         "read -r line; sleep 600",
         &[],
-        "turn_timeout_s = 600",
+        "mcp = false\nturn_timeout_s = 600",
     );
     let pack = pack_of(dir.path(), 1);
     for try_ in 0..3 {
@@ -432,17 +415,15 @@ fn library_log_lines_are_plain_and_a_flood_of_them_is_cut_to_a_few() {
     );
     // Piped stderr: no colour codes, no raw escape from the tool name.
     assert!(!r.stderr.contains('\u{1b}'), "{r}");
-    let library: Vec<&str> = r
-        .stderr
-        .lines()
-        .filter(|l| l.contains("rmcp"))
-        .collect();
+    let library: Vec<&str> = r.stderr.lines().filter(|l| l.contains("rmcp")).collect();
     assert!(
         !library.is_empty() && library.len() <= 5,
         "40 refused calls: {library:#?}"
     );
     assert!(
-        library.iter().any(|l| l.contains("further ones are not shown")),
+        library
+            .iter()
+            .any(|l| l.contains("further ones are not shown")),
         "{library:#?}"
     );
 }
@@ -484,11 +465,15 @@ fn a_journal_whose_only_line_is_too_long_is_named_in_a_warning() {
     let dir = tmp();
     let runs = dir.path().join("runs");
     std::fs::create_dir(&runs).unwrap();
-    let line = format!("{{\"event\":\"SweepStarted\",\"pad\":\"{}\"}}\n", "x".repeat(2 << 20));
+    let line = format!(
+        "{{\"event\":\"SweepStarted\",\"pad\":\"{}\"}}\n",
+        "x".repeat(2 << 20)
+    );
     std::fs::write(runs.join("20261130T060000Z_abcdef12.events.jsonl"), line).unwrap();
     let r = Wt::new(dir.path()).args(["report"]).arg(&runs).run();
     assert!(
-        r.stderr.contains("not a wt event journal (1 line(s) over 1 MiB)"),
+        r.stderr
+            .contains("not a wt event journal (1 line(s) over 1 MiB)"),
         "{r}"
     );
 }
@@ -514,7 +499,12 @@ fn isolated_hook_logs_are_the_sweeps_own_and_say_what_the_cap_dropped() {
         .into_iter()
         .filter(|(n, _)| n.ends_with(".chatter.log"))
         .collect();
-    assert_eq!(logs.len(), 2, "one log per sweep: {:?}", logs.iter().map(|l| &l.0).collect::<Vec<_>>());
+    assert_eq!(
+        logs.len(),
+        2,
+        "one log per sweep: {:?}",
+        logs.iter().map(|l| &l.0).collect::<Vec<_>>()
+    );
     let stems: Vec<String> = files(&out)
         .into_keys()
         .filter_map(|n| n.strip_suffix(".events.jsonl").map(str::to_owned))
@@ -525,10 +515,17 @@ fn isolated_hook_logs_are_the_sweeps_own_and_say_what_the_cap_dropped() {
             "{name} is named after neither sweep's stem {stems:?}"
         );
         let text = String::from_utf8_lossy(bytes);
-        assert!(bytes.len() < (1 << 20) + 4096, "{name}: {} bytes", bytes.len());
+        assert!(
+            bytes.len() < (1 << 20) + 4096,
+            "{name}: {} bytes",
+            bytes.len()
+        );
         assert!(text.contains("the log is limited to 1 MiB"), "{name}");
         assert!(
-            text.contains(&format!("[wt: {} more bytes of output dropped]", (2u64 << 20) - (1 << 20))),
+            text.contains(&format!(
+                "[wt: {} more bytes of output dropped]",
+                (2u64 << 20) - (1 << 20)
+            )),
             "{name}: {}",
             &text[text.len().saturating_sub(300)..]
         );
@@ -583,7 +580,11 @@ fn pinned_sweeps_racing_into_one_directory_keep_one_id_per_run_everywhere() {
             .values()
             .map(|t| t["run_id"].as_str().unwrap())
             .collect();
-        assert_eq!(ids.len(), 18, "two sweeps share run ids (concurrent {concurrent})");
+        assert_eq!(
+            ids.len(),
+            18,
+            "two sweeps share run ids (concurrent {concurrent})"
+        );
         // Every event of a run carries the id its trace carries, and the run's journal is
         // the one that says where its trace is.
         let mut ended = 0;
@@ -663,7 +664,9 @@ fn pinned_sweeps_with_retries_waits_and_debriefs_are_byte_identical() {
     );
     let sweep = |out: &str| {
         let r = Wt::new(dir.path())
-            .args(["run", "--seed", "7", "--jobs", "1", "--hook", "debrief", "--out", out])
+            .args([
+                "run", "--seed", "7", "--jobs", "1", "--hook", "debrief", "--out", out,
+            ])
             .arg("--pack")
             .arg(&pack)
             .arg("--agent")
@@ -675,7 +678,11 @@ fn pinned_sweeps_with_retries_waits_and_debriefs_are_byte_identical() {
     };
     let (a, b) = (sweep("a"), sweep("b"));
     let j = journal(&dir.path().join("a"));
-    assert_eq!(events(&j, "RequestRetried").len(), 2, "each run retried once");
+    assert_eq!(
+        events(&j, "RequestRetried").len(),
+        2,
+        "each run retried once"
+    );
     assert!(
         a.keys().any(|n| n.ends_with(".debrief.json")),
         "{:?}",

@@ -165,14 +165,17 @@ fn contained(hook: &str, cause: &[&str], env: &[(&str, &str)]) -> String {
     );
 
     // Called once (the first run's on_run_end), never again (not even on_pack_end), and it
-    // saw no environment but its own settings and the loader's.
+    // saw no environment but its own settings, the loader's and the process tag that ends
+    // what it starts with it.
     let called = std::fs::read_to_string(&notes).unwrap_or_default();
     let called: Vec<&str> = called.lines().collect();
     assert_eq!(called.len(), 1, "{called:?}");
     let env_seen = called[0].split(" env=").nth(1).unwrap();
     for var in env_seen.split(',') {
         assert!(
-            var.starts_with(&log_var[..log_var.len() - 3]) || var == "LD_LIBRARY_PATH",
+            var.starts_with(&log_var[..log_var.len() - 3])
+                || var == "LD_LIBRARY_PATH"
+                || var == "WT_PROCESS_TAG",
             "the hook saw {var}: {env_seen}"
         );
     }

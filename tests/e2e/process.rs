@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{Value, json};
 
 use crate::harness::{
-    PATIENCE, TestServer, Wt, agent_python, poll_until, scores, tmp, traces, wait_for,
+    PATIENCE, TestServer, Wt, agent_python, poll_until, scores, sh_agent, tmp, traces, wait_for,
     wait_for_journal_event, workspace, write_pack,
 };
 
@@ -19,22 +19,6 @@ fn reply_pack(dir: &Path, contains: &str) -> PathBuf {
         "id = \"echo\"\nturns = [\"hello there\"]\n[expect.outcome]\nreply_contains = [\"{contains}\"]\n"
     );
     write_pack(dir, &[("echo.toml", &s)])
-}
-
-/// An agent config running `/bin/sh -c script` with `args` after it.
-fn sh_agent(dir: &Path, name: &str, script: &str, args: &[&str], extra: &str) -> PathBuf {
-    let mut command = vec!["/bin/sh".to_owned(), "-c".to_owned(), script.to_owned()];
-    command.extend(args.iter().map(|a| (*a).to_owned()));
-    let path = dir.join(format!("{name}.toml"));
-    std::fs::write(
-        &path,
-        format!(
-            "label = \"{name}\"\nruntime = \"process\"\ncommand = {}\n{extra}\n",
-            serde_json::to_string(&command).unwrap()
-        ),
-    )
-    .unwrap();
-    path
 }
 
 fn run_pack(dir: &Path, pack: &Path, agent: &Path) -> crate::harness::Run {

@@ -129,4 +129,3 @@ pub fn one_line(err: &anyhow::Error) -> String {
     }
     text
 }
-

@@ -3,7 +3,6 @@
 //!
 //! Knobs: `WT_DEBRIEF_ON=all` debriefs passing runs too (default: failing runs only).
 
-
 use serde::Serialize;
 use windtunnel_sdk::{
     Context, Hook, Result, hook,

@@ -600,7 +600,10 @@ impl Journals {
             skipped.push(format!("{bad} line(s) that are not journal events"));
         }
         if long > 0 {
-            skipped.push(format!("{long} line(s) over {} MiB", MAX_JOURNAL_LINE >> 20));
+            skipped.push(format!(
+                "{long} line(s) over {} MiB",
+                MAX_JOURNAL_LINE >> 20
+            ));
         }
         if by_sweep.is_empty() {
             if lines > 0 || long > 0 {
@@ -616,7 +619,10 @@ impl Journals {
             return;
         }
         if !skipped.is_empty() {
-            warnings.push(format!("journal {shown}: skipped {}", skipped.join(" and ")));
+            warnings.push(format!(
+                "journal {shown}: skipped {}",
+                skipped.join(" and ")
+            ));
         }
         if !self.digests.insert(digest.finalize().into()) {
             return;
@@ -906,7 +912,9 @@ mod tests {
         assert_eq!(l.scenario_errors[0].runs, 3);
         assert_eq!(l.sweeps[0].pack.as_deref(), Some("p"));
         assert!(
-            l.warnings.iter().any(|w| w.contains("skipped 1 line(s) over 1 MiB")),
+            l.warnings
+                .iter()
+                .any(|w| w.contains("skipped 1 line(s) over 1 MiB")),
             "the overlong line: {:?}",
             l.warnings
         );

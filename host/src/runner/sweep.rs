@@ -20,8 +20,8 @@ use windtunnel_sdk::model::Scenario;
 
 use super::scenario::{Handle, ScenarioRunner, Unable};
 use super::{RunConfig, ScenarioOutcome, Shard, lock};
-use crate::interrupt::Interrupt;
 use crate::hooks::RunObserver;
+use crate::interrupt::Interrupt;
 use crate::score::Aggregator;
 use crate::store::StoreError;
 

@@ -453,7 +453,10 @@ fn paused(req: &Request<'_>, until: Instant) -> TurnError {
     let left = until.saturating_duration_since(Instant::now());
     let when = jiff::Timestamp::now()
         .checked_add(jiff::SignedDuration::try_from(left).unwrap_or_default())
-        .map_or_else(|_| "later".to_owned(), |t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string());
+        .map_or_else(
+            |_| "later".to_owned(),
+            |t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+        );
     TurnError::new(
         TurnErrorKind::Transport,
         format!(

@@ -604,9 +604,23 @@ mod tests {
         let log = std::fs::read_to_string(dir.path().join("h.log")).unwrap();
         assert!(log.len() < LOG_LIMIT as usize + 200);
         assert!(
-            log.ends_with("[wt: 1039 more bytes of output dropped: the log is limited to 1 MiB]\n"),
+            log.contains("[wt: the log is limited to 1 MiB; what follows is counted, not kept]"),
             "{}",
-            &log[log.len() - 100..]
+            &log[log.len() - 200..]
+        );
+        // The count line has a fixed width: it is kept current in place.
+        let last = log.lines().last().unwrap();
+        assert_eq!(last.trim_end(), "[wt: 1039 more bytes of output dropped]");
+        assert_eq!(last.len() + 1, COUNT_LINE_WIDTH);
+        // A second hook (or sweep) never shares the log.
+        drain(
+            &b"second\n"[..],
+            Some((dir.path().to_path_buf(), "h.log".into())),
+            &Output::default(),
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("h-2.log")).unwrap(),
+            "second\n"
         );
         assert_eq!(
             diagnose(&output.tail(Duration::ZERO), 64).as_deref(),
