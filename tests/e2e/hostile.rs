@@ -639,7 +639,10 @@ fn pinned_sweeps_with_retries_waits_and_debriefs_are_byte_identical() {
     let count = std::sync::atomic::AtomicUsize::new(0);
     let srv = TestServer::start(move |_| {
         std::thread::sleep(Duration::from_millis(30));
-        if count.fetch_add(1, std::sync::atomic::Ordering::SeqCst) % 3 == 0 {
+        if count
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+            .is_multiple_of(3)
+        {
             return (500, "{\"error\":\"flaky\"}".into());
         }
         (

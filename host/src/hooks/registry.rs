@@ -330,13 +330,17 @@ impl Registry {
                     let factory: Factory = Arc::new(move || {
                         let n = instances.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         Isolated::spawn(&spawn, &path, &hook_name, n)
-                            .map(|(child, _)| Instance::Isolated(child))
+                            .map(|(child, _)| Instance::Isolated(Box::new(child)))
                             .map_err(|e| Refusal::Isolated(e.to_string()))
                     });
                     let (child, ready) =
                         Isolated::spawn(&isolation.spawn, &inspected.path, &name, 0)
                             .map_err(|e| refused(Refusal::Isolated(e.to_string())))?;
-                    (factory, Some(ready.sha256), Some(Instance::Isolated(child)))
+                    (
+                        factory,
+                        Some(ready.sha256),
+                        Some(Instance::Isolated(Box::new(child))),
+                    )
                 }
                 EntryKind::Plugin(inspected) => {
                     let lib = match libraries.get(&inspected.path) {
@@ -471,7 +475,7 @@ fn built_on_sdk_1_0(sdk_version: &str) -> bool {
 /// Where a hook instance lives.
 enum Instance {
     InProcess(FfiHookBox),
-    Isolated(Isolated),
+    Isolated(Box<Isolated>),
 }
 
 /// A failed hook call.
