@@ -113,7 +113,9 @@ fn main() {
     // observer shares them (the scenario and agent built once per sweep, the trace and score
     // lent by the runner), and the run's artifact-name registry.
     let (scenario, trace, score) = real_run();
-    let agent = windtunnel::runtime::builtin_agent("demo").expect("demo agent");
+    let agent = windtunnel::runtime::builtin_agent("demo")
+        .expect("demo agent")
+        .to_sdk();
     let (scenario, agent) = (std::sync::Arc::new(scenario), std::sync::Arc::new(agent));
     let (trace, score) = (std::sync::Arc::new(trace), std::sync::Arc::new(score));
     let full = ns_per_call(7, 100_000, || {

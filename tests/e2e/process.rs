@@ -615,8 +615,9 @@ fn bad_process_agent_configs_are_usage_errors_naming_the_field() {
         .run();
     assert_eq!(r.code, 2, "{r}");
     assert!(
-        r.stderr
-            .contains("`mcp` applies to the http and process runtime only"),
+        r.stderr.contains(
+            "line 5: `mcp` is not a setting of the `openai` runtime (it is one of the http and process runtimes)"
+        ),
         "{}",
         r.stderr
     );

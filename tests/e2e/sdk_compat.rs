@@ -349,25 +349,35 @@ fn plugins_built_against_sdk_1_0_and_the_packaged_sdk_read_every_member_under_th
 fn a_plugin_built_against_sdk_1_0_reads_an_agent_config_with_fields_1_0_never_knew() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = reader_dir(tmp.path());
+    // An `http` service (answering every request) whose config carries fields SDK 1.0
+    // never knew.
+    let service = crate::harness::TestServer::start(|req| match req.url.as_str() {
+        "/inject" => (200, r#"{"reply": "Order 1234 has shipped."}"#.into()),
+        _ => (200, "{}".into()),
+    });
     let agent = tmp.path().join("agent.toml");
     std::fs::write(
         &agent,
-        "label = \"newer\"\nruntime = \"demo\"\nmax_response_bytes = 1048576\nmax_sessions = 2\nrequests_per_minute = 6000\n",
+        format!(
+            "label = \"newer\"\nruntime = \"http\"\nendpoint = \"{}\"\nmcp = false\nmax_response_bytes = 1048576\nmax_sessions = 2\nrequests_per_minute = 6000\n",
+            service.base
+        ),
     )
     .unwrap();
+    let pack = crate::harness::write_pack(
+        tmp.path(),
+        &[(
+            "status.toml",
+            "id = \"status\"\nturns = [\"Where is order 1234?\"]\n[expect.outcome]\nreply_contains = [\"shipped\"]\n",
+        )],
+    );
     let out = tmp.path().join("out");
     let r = run(wt(tmp.path())
-        .args([
-            "run",
-            "--runs",
-            "1",
-            "--filter",
-            "order-status",
-            "--hook",
-            FROZEN,
-        ])
+        .args(["run", "--runs", "1", "--hook", FROZEN])
         .args(["--hook", CURRENT, "--agent"])
         .arg(&agent)
+        .arg("--pack")
+        .arg(&pack)
         .arg("--plugin-dir")
         .arg(&dir)
         .arg("--out")

@@ -123,7 +123,7 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<u8> {
     let mut checks = Vec::new();
     term::err_line(&format!(
         "wt doctor: agent `{}` (runtime {})",
-        agent.label, agent.runtime
+        agent.label, agent.runtime()
     ));
 
     let mut handle = match rt.provision(&canary_scenario()) {
@@ -131,7 +131,7 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<u8> {
             checks.push(Check {
                 name: "reachable",
                 status: Status::Ok,
-                detail: format!("runtime `{}` provisioned the agent", agent.runtime),
+                detail: format!("runtime `{}` provisioned the agent", agent.runtime()),
             });
             h
         }
@@ -238,7 +238,7 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<u8> {
             None => {
                 return Err(CodedError::usage(format!(
                     "runtime `{}` has no state probe; no baseline to write",
-                    agent.runtime
+                    agent.runtime()
                 ))
                 .into());
             }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
-use windtunnel_sdk::model::{AgentConfig, LAYERS, Scenario, Trace, Verdict};
+use windtunnel_sdk::model::{LAYERS, Scenario, Trace, Verdict};
 
 use crate::clock::{Clock, Ids};
 use crate::deadlines::Deadlines;
@@ -94,7 +94,7 @@ struct Hooks {
 
 fn hooks(
     args: &RunArgs,
-    agent: &AgentConfig,
+    agent: &runtime::Agent,
     stop: &Arc<Interrupt>,
     lanes: usize,
     sweep: &Sweep,
@@ -203,7 +203,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
     unsafe { runtime::seal_secrets(&agent) };
     runtime::validate_agent(&agent)
         .map_err(|e| CodedError::usage(format!("agent `{}`: {e}", agent.label)))?;
-    if !runtime::reaches_world(&agent) {
+    if !agent.reaches_world() {
         crate::pack::check_reachable(&pack, &agent.label).map_err(CodedError::usage)?;
     }
     let rt = runtime::for_agent(&agent)

@@ -30,7 +30,7 @@ use crate::hooks::{NoopObserver, RunObserver};
 use crate::interrupt::Interrupt;
 
 use crate::clock::{self, Clock, Ids};
-use crate::runtime::{self, Runtime, RuntimeError};
+use crate::runtime::{self, Agent, Runtime, RuntimeError};
 use crate::store::{self, StoreError};
 
 mod run;
@@ -41,7 +41,9 @@ mod turn;
 
 /// How to run a sweep.
 pub struct RunConfig {
-    pub agent: AgentConfig,
+    pub agent: Agent,
+    /// The SDK's view of `agent`, as hooks read it; built once, on first use.
+    agent_view: std::sync::OnceLock<AgentConfig>,
     pub out_dir: PathBuf,
     /// Overrides every scenario's `runs`.
     pub runs: Option<u32>,
@@ -107,9 +109,10 @@ impl Shard {
 
 impl RunConfig {
     /// Defaults: no hooks, no sinks, system clock, random ids, one job.
-    pub fn new(agent: AgentConfig, out_dir: impl Into<PathBuf>) -> Self {
+    pub fn new(agent: Agent, out_dir: impl Into<PathBuf>) -> Self {
         RunConfig {
             agent,
+            agent_view: std::sync::OnceLock::new(),
             out_dir: out_dir.into(),
             runs: None,
             jobs: 1,
@@ -123,6 +126,11 @@ impl RunConfig {
             stop: Interrupt::new(),
             shard: None,
         }
+    }
+
+    /// The agent as hooks see it ([`Agent::to_sdk`]).
+    pub fn agent_view(&self) -> &AgentConfig {
+        self.agent_view.get_or_init(|| self.agent.to_sdk())
     }
 
     fn cancelled(&self) -> bool {
@@ -715,8 +723,10 @@ mod tests {
     fn provisioning_failure_is_scenario_error_and_sweep_continues() {
         let dir = tempfile::tempdir().unwrap();
         let mut agent = runtime::builtin_agent("demo").unwrap();
-        agent.runtime = "http".into();
-        agent.endpoint = Some("http://127.0.0.1:9".into());
+        agent.settings = runtime::Settings::Http(runtime::agent::Http {
+            endpoint: Some("http://127.0.0.1:9".into()),
+            ..Default::default()
+        });
         let cfg = RunConfig::new(agent, dir.path());
         let pack = Pack::demo();
         let sweep = Sweep::new(&cfg);

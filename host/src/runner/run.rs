@@ -48,7 +48,7 @@ impl<'s, 'a> RunRunner<'s, 'a> {
         trace.sweep_id = sc.sweep.id.clone();
         trace.run_index = index;
         trace.agent.label = cfg.agent.label.clone();
-        trace.agent.runtime = cfg.agent.runtime.clone();
+        trace.agent.runtime = cfg.agent.runtime().to_owned();
         trace.agent.model = cfg.agent.model.clone();
         trace.started_at = clock::rfc3339(started);
         trace.policy_revision = cfg.policy_revision.clone();
@@ -89,7 +89,7 @@ impl<'s, 'a> RunRunner<'s, 'a> {
             unusable: trace.error.clone(),
         };
         let start_out =
-            observer.on_run_start(scenario, &cfg.agent, &run_id, &trace.session_id, &session);
+            observer.on_run_start(scenario, cfg.agent_view(), &run_id, &trace.session_id, &session);
         if trace.error.is_none() {
             super::turn::TurnRunner {
                 sc,
@@ -146,9 +146,9 @@ impl<'s, 'a> RunRunner<'s, 'a> {
         // hold them: then the runner goes on with copies.
         let (shared_trace, shared_score) = (Arc::new(trace), Arc::new(score));
         let scored_out =
-            observer.on_run_scored(scenario, &cfg.agent, &shared_trace, &shared_score, &session);
+            observer.on_run_scored(scenario, cfg.agent_view(), &shared_trace, &shared_score, &session);
         let end_out =
-            observer.on_run_end(scenario, &cfg.agent, &shared_trace, &shared_score, &session);
+            observer.on_run_end(scenario, cfg.agent_view(), &shared_trace, &shared_score, &session);
         let mut trace = Arc::unwrap_or_clone(shared_trace);
         let score = Arc::unwrap_or_clone(shared_score);
         // The run is over for the agent too: its world closes and what the runtime started

@@ -127,7 +127,7 @@ impl<'a> ScenarioRunner<'a> {
                 warnings,
             });
         }
-        let provisioned = lane.observer.on_provisioned(scenario, &cfg.agent);
+        let provisioned = lane.observer.on_provisioned(scenario, cfg.agent_view());
         // A write failure stops the scenario, but never skips teardown or its end point.
         if let Err(e) = self.scoped(provisioned, &mut warnings) {
             lock(&state.write_failure).get_or_insert(e);
@@ -188,7 +188,7 @@ impl<'a> ScenarioRunner<'a> {
         let mut warnings = std::mem::take(&mut *lock(&state.warnings));
         let end = lane
             .observer
-            .on_scenario_end(self.scenario, &self.cfg.agent, &aggregate);
+            .on_scenario_end(self.scenario, self.cfg.agent_view(), &aggregate);
         let scoped = self.scoped(end, &mut warnings);
         self.scenario_ended(&aggregate);
         if let Some(e) = lock(&state.write_failure).take() {

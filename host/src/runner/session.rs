@@ -106,7 +106,7 @@ impl Session for SessionConverse<'_, '_> {
         handle.probe_state().ok_or_else(|| {
             format!(
                 "runtime `{}` offers no state probe",
-                self.sc.cfg.agent.runtime
+                self.sc.cfg.agent.runtime()
             )
         })
     }

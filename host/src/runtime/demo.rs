@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use windtunnel_sdk::model::{AgentConfig, Scenario, ToolCall, ToolSpec, TurnErrorKind};
+use windtunnel_sdk::model::{Scenario, ToolCall, ToolSpec, TurnErrorKind};
 
 use super::{AgentHandle, Reply, Runtime, RuntimeError, TurnCtx};
 
@@ -31,8 +31,8 @@ pub struct DemoRuntime {
 }
 
 impl DemoRuntime {
-    pub fn new(agent: &AgentConfig) -> Result<Self, RuntimeError> {
-        let fault = match agent.fault.as_deref() {
+    pub fn new(settings: &super::agent::Demo) -> Result<Self, RuntimeError> {
+        let fault = match settings.fault.as_deref() {
             None | Some("") | Some("none") => Fault::None,
             Some("leaky") => Fault::Leaky,
             Some("forbidden-tool") => Fault::ForbiddenTool,

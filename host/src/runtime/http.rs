@@ -13,10 +13,12 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use windtunnel_sdk::model::{AgentConfig, Scenario, ToolCall, TurnErrorKind};
+use windtunnel_sdk::model::{Scenario, ToolCall, TurnErrorKind};
 
 use super::net::{Log, Net, Request};
-use super::{AgentHandle, Reply, RunEnd, RunInfo, Runtime, RuntimeError, TurnCtx, TurnError};
+use super::{
+    Agent, AgentHandle, Reply, RunEnd, RunInfo, Runtime, RuntimeError, TurnCtx, TurnError,
+};
 use crate::runtime::mcp::{self, Inbox, McpRun, ToolSet};
 
 /// The environment variable that overrides the inject endpoint.
@@ -24,7 +26,8 @@ pub const INJECT_URL_ENV: &str = "WT_INJECT_URL";
 
 /// The `http` runtime.
 pub struct HttpRuntime {
-    agent: AgentConfig,
+    agent: Agent,
+    settings: super::agent::Http,
     base: String,
     key: Option<String>,
     /// One client and one set of limits for the endpoint, shared by every lane.
@@ -32,11 +35,11 @@ pub struct HttpRuntime {
 }
 
 impl HttpRuntime {
-    pub fn new(agent: &AgentConfig) -> Result<Self, RuntimeError> {
+    pub fn new(agent: &Agent, settings: &super::agent::Http) -> Result<Self, RuntimeError> {
         let from_env = std::env::var(INJECT_URL_ENV)
             .ok()
             .filter(|v| !v.trim().is_empty());
-        let (base, what) = match (&from_env, &agent.endpoint) {
+        let (base, what) = match (&from_env, &settings.endpoint) {
             (Some(url), _) => (url.clone(), INJECT_URL_ENV),
             (None, Some(url)) => (url.clone(), "`endpoint`"),
             (None, None) => {
@@ -49,9 +52,14 @@ impl HttpRuntime {
         super::check_one_credential(base.trim(), what, agent)?;
         Ok(HttpRuntime {
             agent: agent.clone(),
+            settings: settings.clone(),
             base: base.trim().trim_end_matches('/').to_owned(),
             key: super::api_key(agent)?,
-            net: Net::new(Duration::from_secs(5), agent)?,
+            net: Net::new(
+                Duration::from_secs(5),
+                &settings.limits,
+                super::redactor(agent),
+            )?,
         })
     }
 }
@@ -67,7 +75,7 @@ impl Runtime for HttpRuntime {
         lane: usize,
     ) -> Result<Box<dyn AgentHandle>, RuntimeError> {
         // Each lane its own MCP listener: nothing one session's client does reaches another.
-        let (door, tools) = if super::reaches_world(&self.agent) {
+        let (door, tools) = if self.agent.reaches_world() {
             let tools = ToolSet::new(&scenario.tools).map_err(|e| RuntimeError(e.to_string()))?;
             let door = mcp::Lane::open(u32::try_from(lane).unwrap_or(u32::MAX))
                 .map_err(|e| RuntimeError(e.to_string()))?;
@@ -95,7 +103,7 @@ impl Runtime for HttpRuntime {
     /// As many lanes as the service says it holds sessions (`max_sessions`, default 1: a
     /// stateful service sees one run at a time).
     fn max_lanes(&self) -> Option<usize> {
-        Some(self.agent.max_sessions.unwrap_or(1) as usize)
+        Some(self.settings.max_sessions.unwrap_or(1) as usize)
     }
 }
 

@@ -15,13 +15,16 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use windtunnel_sdk::model::{
-    AgentConfig, AgentProcess, Retry, Scenario, Surface, ToolCall, ToolSpec, TurnErrorKind,
+    AgentProcess, Retry, Scenario, Surface, ToolCall, ToolSpec, TurnErrorKind,
 };
 
 use crate::interrupt::Interrupt;
 use crate::secrets::Redactor;
 use crate::world::World;
 
+pub use agent::{Agent, RUNTIMES, Settings};
+
+pub mod agent;
 pub mod demo;
 pub mod http;
 pub mod mcp;
@@ -264,8 +267,8 @@ pub const DEFAULT_NETWORK_JOBS: usize = 16;
 /// The API key from the environment variable the agent config names (`api_key_env`), if it
 /// names one: set, not empty, and a single line. The key is only ever sent to the endpoint,
 /// never stored or printed.
-pub fn api_key(agent: &AgentConfig) -> Result<Option<String>, RuntimeError> {
-    let Some(var) = &agent.api_key_env else {
+pub fn api_key(agent: &Agent) -> Result<Option<String>, RuntimeError> {
+    let Some(var) = agent.api_key_env() else {
         return Ok(None);
     };
     let bad = |why: &str| {
@@ -291,41 +294,46 @@ pub fn api_key(agent: &AgentConfig) -> Result<Option<String>, RuntimeError> {
 /// # Safety
 ///
 /// As [`crate::secrets::seal_env`]: no other thread may be reading the environment.
-pub unsafe fn seal_secrets(agent: &AgentConfig) {
-    let names = agent.api_key_env.iter().chain(
-        agent
-            .env_passthrough
+pub unsafe fn seal_secrets(agent: &Agent) {
+    let passthrough = match &agent.settings {
+        Settings::Process(p) => p.env_passthrough.as_deref().unwrap_or_default(),
+        _ => &[],
+    };
+    let names = agent.api_key_env().into_iter().chain(
+        passthrough
             .iter()
-            .flatten()
+            .map(String::as_str)
             .filter(|n| crate::secrets::is_secret_name(n)),
     );
     // SAFETY: passed on to the caller.
-    unsafe { crate::secrets::seal_env(names.map(String::as_str)) };
+    unsafe { crate::secrets::seal_env(names) };
 }
 
 /// The secrets of an agent config: its API key and any password in its endpoint URLs.
-pub fn redactor(agent: &AgentConfig) -> Redactor {
+pub fn redactor(agent: &Agent) -> Redactor {
     let mut r = Redactor::new();
     if let Ok(Some(key)) = api_key(agent) {
         r.add(&key);
     }
-    if let Some(e) = &agent.endpoint {
+    if let Some(e) = agent.endpoint() {
         r.add(e);
     }
     if let Ok(url) = std::env::var(http::INJECT_URL_ENV) {
         r.add(&url);
     }
     // The process runtime's environment: values set or passed through under a secret name.
-    for (name, value) in agent.env.iter().flatten() {
-        if crate::secrets::is_secret_name(name) || value.contains("://") {
-            r.add(value);
+    if let Settings::Process(p) = &agent.settings {
+        for (name, value) in p.env.iter().flatten() {
+            if crate::secrets::is_secret_name(name) || value.contains("://") {
+                r.add(value);
+            }
         }
-    }
-    for name in agent.env_passthrough.iter().flatten() {
-        if crate::secrets::is_secret_name(name)
-            && let Ok(value) = crate::secrets::env_secret(name)
-        {
-            r.add(&value);
+        for name in p.env_passthrough.iter().flatten() {
+            if crate::secrets::is_secret_name(name)
+                && let Ok(value) = crate::secrets::env_secret(name)
+            {
+                r.add(&value);
+            }
         }
     }
     r
@@ -334,19 +342,15 @@ pub fn redactor(agent: &AgentConfig) -> Redactor {
 /// The runtime named by `agent.runtime`, its output passed through the agent's
 /// [`redactor`]: nothing a runtime returns or raises reaches a file or a terminal with a
 /// secret in it.
-pub fn for_agent(agent: &AgentConfig) -> Result<Box<dyn Runtime>, RuntimeError> {
+pub fn for_agent(agent: &Agent) -> Result<Box<dyn Runtime>, RuntimeError> {
     let redactor = Arc::new(redactor(agent));
     let scrub = |e: RuntimeError| RuntimeError(redactor.scrub(&e.0).into_owned());
-    let inner: Box<dyn Runtime> = match agent.runtime.as_str() {
-        "demo" => Box::new(demo::DemoRuntime::new(agent).map_err(scrub)?),
-        "openai" => Box::new(openai::OpenAiRuntime::new(agent).map_err(scrub)?),
-        "http" => Box::new(http::HttpRuntime::new(agent).map_err(scrub)?),
-        "process" => Box::new(process::ProcessRuntime::new(agent).map_err(scrub)?),
-        other => {
-            return Err(RuntimeError(format!(
-                "unknown runtime `{other}` (expected {})",
-                RUNTIMES.join(", ")
-            )));
+    let inner: Box<dyn Runtime> = match &agent.settings {
+        Settings::Demo(s) => Box::new(demo::DemoRuntime::new(s).map_err(scrub)?),
+        Settings::OpenAi(s) => Box::new(openai::OpenAiRuntime::new(agent, s).map_err(scrub)?),
+        Settings::Http(s) => Box::new(http::HttpRuntime::new(agent, s).map_err(scrub)?),
+        Settings::Process(s) => {
+            Box::new(process::ProcessRuntime::new(agent, s).map_err(scrub)?)
         }
     };
     Ok(Box::new(Redacting { inner, redactor }))
@@ -467,10 +471,10 @@ pub fn tool_schemas(tools: &[ToolSpec]) -> Vec<Value> {
 
 /// What the agent sees in a scenario, frozen before the first inject. An agent that cannot
 /// reach the world is offered no tools.
-pub fn surface(agent: &AgentConfig, scenario: &Scenario) -> Surface {
+pub fn surface(agent: &Agent, scenario: &Scenario) -> Surface {
     let mut surface = Surface::default();
     surface.soul = agent.soul.clone();
-    if reaches_world(agent) {
+    if agent.reaches_world() {
         surface.tools = tool_schemas(&scenario.tools);
     }
     surface.model = agent.model.clone();
@@ -488,7 +492,7 @@ pub const BUILTIN_AGENTS: [&str; 5] = [
 ];
 
 /// A built-in agent config by name.
-pub fn builtin_agent(name: &str) -> Option<AgentConfig> {
+pub fn builtin_agent(name: &str) -> Option<Agent> {
     let fault = match name {
         "demo" => None,
         "demo-leaky" => Some("leaky"),
@@ -497,7 +501,12 @@ pub fn builtin_agent(name: &str) -> Option<AgentConfig> {
         "demo-garbled" => Some("garbled"),
         _ => return None,
     };
-    let mut agent = AgentConfig::new(name, "demo");
+    let mut agent = Agent::new(
+        name,
+        Settings::Demo(agent::Demo {
+            fault: fault.map(str::to_owned),
+        }),
+    );
     agent.model = Some("demo-1".to_owned());
     agent.soul =
         "You are the order-support agent of a small shop. Look orders up before answering, \
@@ -507,7 +516,6 @@ pub fn builtin_agent(name: &str) -> Option<AgentConfig> {
     // The slow fault mode replies past this deadline; keep it short so sweeps stay quick.
     agent.turn_timeout_s = if fault == Some("slow") { 0.3 } else { 30.0 };
     agent.max_steps = 8;
-    agent.fault = fault.map(str::to_owned);
     Some(agent)
 }
 
@@ -529,8 +537,8 @@ pub enum AgentError {
     Unknown(String),
 }
 
-/// `--agent FILE|NAME`: a TOML file deserializing into [`AgentConfig`], or a built-in name.
-pub fn resolve_agent(spec: &str) -> Result<AgentConfig, AgentError> {
+/// `--agent FILE|NAME`: a TOML agent config ([`Agent::from_toml`]), or a built-in name.
+pub fn resolve_agent(spec: &str) -> Result<Agent, AgentError> {
     // A built-in name wins over a same-named file in the working directory.
     if let Some(agent) = builtin_agent(spec) {
         return Ok(agent);
@@ -542,8 +550,7 @@ pub fn resolve_agent(spec: &str) -> Result<AgentConfig, AgentError> {
                 path: spec.to_owned(),
                 source,
             })?;
-        let agent: AgentConfig =
-            crate::strict::from_toml(&text).map_err(|e| AgentError::Invalid {
+        let agent = Agent::from_toml(&text).map_err(|e| AgentError::Invalid {
                 path: spec.to_owned(),
                 message: match e.at {
                     Some((line, _)) => format!("line {line}: {}", e.message),
@@ -562,7 +569,7 @@ pub fn resolve_agent(spec: &str) -> Result<AgentConfig, AgentError> {
 /// Checks an agent config as a whole, before anything runs: one message naming the field
 /// (or environment variable) that is wrong. Building the runtime ([`for_agent`]) checks the
 /// rest (endpoints, the API key variable).
-pub fn validate_agent(agent: &AgentConfig) -> Result<(), String> {
+pub fn validate_agent(agent: &Agent) -> Result<(), String> {
     if agent.label.trim().is_empty() {
         return Err("`label` must not be empty".into());
     }
@@ -571,76 +578,41 @@ pub fn validate_agent(agent: &AgentConfig) -> Result<(), String> {
     if agent.max_steps == 0 {
         return Err("`max_steps` must be at least 1".into());
     }
-    if let Some(n) = agent.max_response_bytes
-        && !(1024..=MAX_RESPONSE_BYTES_LIMIT).contains(&n)
-    {
-        return Err(format!(
+    let response_bytes = |n: Option<u64>| match n {
+        Some(n) if !(1024..=MAX_RESPONSE_BYTES_LIMIT).contains(&n) => Err(format!(
             "`max_response_bytes` = {n} is out of range: at least 1024 and at most {MAX_RESPONSE_BYTES_LIMIT}"
-        ));
-    }
-    if agent.retries.is_some_and(|r| r > MAX_RETRIES) {
-        return Err(format!("`retries` must be at most {MAX_RETRIES}"));
-    }
-    for (field, value) in [
-        ("max_sessions", agent.max_sessions),
-        ("max_concurrency", agent.max_concurrency),
-        ("requests_per_minute", agent.requests_per_minute),
-    ] {
-        if let Some(v) = value.filter(|v| !(1..=MAX_ENDPOINT_LIMIT).contains(v)) {
-            return Err(format!(
-                "`{field}` = {v} is out of range: at least 1 and at most {MAX_ENDPOINT_LIMIT}"
-            ));
-        }
-    }
-    if !RUNTIMES.contains(&agent.runtime.as_str()) {
-        return Err(format!(
-            "unknown runtime `{}` (expected {})",
-            agent.runtime,
-            RUNTIMES.join(", ")
-        ));
-    }
-    let runtime = agent.runtime.as_str();
-    let only = |field: &str, set: bool, runtimes: &[&str]| {
-        if set && !runtimes.contains(&runtime) {
-            Err(format!(
-                "`{field}` applies to the {} runtime only, not `{runtime}`",
-                runtimes.join(" and ")
-            ))
-        } else {
-            Ok(())
-        }
+        )),
+        _ => Ok(()),
     };
-    only("command", agent.command.is_some(), &["process"])?;
-    only("env", agent.env.is_some(), &["process"])?;
-    only(
-        "env_passthrough",
-        agent.env_passthrough.is_some(),
-        &["process"],
-    )?;
-    only("reply_field", agent.reply_field.is_some(), &["process"])?;
-    only("run_timeout_s", agent.run_timeout_s.is_some(), &["process"])?;
-    only("state_dir", agent.state_dir.is_some(), &["process"])?;
-    only("mcp", agent.mcp.is_some(), &["http", "process"])?;
-    if let Some(s) = agent.run_timeout_s {
-        crate::deadlines::check_seconds(s, false)
-            .map_err(|why| format!("`run_timeout_s` = {s} {why}"))?;
-    }
-    if runtime == "process" {
-        process::validate(agent)?;
-    }
-    Ok(())
-}
-
-/// The runtimes an agent config may name.
-pub const RUNTIMES: [&str; 4] = ["demo", "openai", "http", "process"];
-
-/// Can the agent act on the fixture world? The harness's own loops (`demo`, `openai`)
-/// always can; `http` and `process` agents can over MCP unless their config says `mcp =
-/// false`.
-pub fn reaches_world(agent: &AgentConfig) -> bool {
-    match agent.runtime.as_str() {
-        "http" | "process" => agent.mcp.unwrap_or(true),
-        _ => true,
+    let endpoint_limit = |field: &str, value: Option<u32>| match value {
+        Some(v) if !(1..=MAX_ENDPOINT_LIMIT).contains(&v) => Err(format!(
+            "`{field}` = {v} is out of range: at least 1 and at most {MAX_ENDPOINT_LIMIT}"
+        )),
+        _ => Ok(()),
+    };
+    let limits = |l: &agent::EndpointLimits| {
+        response_bytes(l.max_response_bytes)?;
+        if l.retries.is_some_and(|r| r > MAX_RETRIES) {
+            return Err(format!("`retries` must be at most {MAX_RETRIES}"));
+        }
+        endpoint_limit("max_concurrency", l.max_concurrency)?;
+        endpoint_limit("requests_per_minute", l.requests_per_minute)
+    };
+    match &agent.settings {
+        Settings::Demo(_) => Ok(()),
+        Settings::OpenAi(s) => limits(&s.limits),
+        Settings::Http(s) => {
+            limits(&s.limits)?;
+            endpoint_limit("max_sessions", s.max_sessions)
+        }
+        Settings::Process(s) => {
+            response_bytes(s.max_response_bytes)?;
+            if let Some(t) = s.run_timeout_s {
+                crate::deadlines::check_seconds(t, false)
+                    .map_err(|why| format!("`run_timeout_s` = {t} {why}"))?;
+            }
+            process::validate(s)
+        }
     }
 }
 
@@ -673,12 +645,8 @@ pub fn check_endpoint(url: &str, what: &str) -> Result<(), RuntimeError> {
 /// send `Authorization: Basic …`, and `api_key_env` sends `Authorization: Bearer …`; with
 /// both, the request would carry two `Authorization` headers, and which one a server reads is
 /// anyone's guess. `what` names where the URL came from.
-pub fn check_one_credential(
-    url: &str,
-    what: &str,
-    agent: &AgentConfig,
-) -> Result<(), RuntimeError> {
-    if agent.api_key_env.is_some() && crate::secrets::has_password(url) {
+pub fn check_one_credential(url: &str, what: &str, agent: &Agent) -> Result<(), RuntimeError> {
+    if agent.api_key_env().is_some() && crate::secrets::has_password(url) {
         return Err(RuntimeError(format!(
             "{what} carries a user:password and `api_key_env` names an API key: a request would carry two Authorization headers; keep one of them"
         )));
@@ -687,7 +655,7 @@ pub fn check_one_credential(
 }
 
 /// `turn_timeout_s` as a duration (validated to be positive and at most 24 h).
-pub fn turn_timeout(agent: &AgentConfig) -> Duration {
+pub fn turn_timeout(agent: &Agent) -> Duration {
     Duration::from_secs_f64(
         agent
             .turn_timeout_s

@@ -223,20 +223,22 @@ impl Failure {
 }
 
 impl Net {
-    /// The client for an agent's endpoint, with the limits its config sets.
+    /// The client for an agent's endpoint, with the limits its config sets; `redactor`
+    /// holds the agent's secrets.
     pub fn new(
         connect_timeout: Duration,
-        agent: &windtunnel_sdk::model::AgentConfig,
+        settings: &super::agent::EndpointLimits,
+        redactor: crate::secrets::Redactor,
     ) -> Result<Net, RuntimeError> {
         let client = HttpClient::builder()
             .connect_timeout(connect_timeout)
             .build()
             .map_err(|e| RuntimeError(format!("cannot build an HTTP client: {}", chain(&e))))?;
         let limits = Limits {
-            in_flight: agent
+            in_flight: settings
                 .max_concurrency
                 .map(|n| (n, Mutex::new(0), Condvar::new())),
-            spacing: agent.requests_per_minute.map(|n| {
+            spacing: settings.requests_per_minute.map(|n| {
                 (
                     Duration::from_secs(60) / n.max(1),
                     Mutex::new(Instant::now()),
@@ -246,12 +248,12 @@ impl Net {
         };
         Ok(Net {
             client,
-            max_body: agent
+            max_body: settings
                 .max_response_bytes
                 .unwrap_or(DEFAULT_MAX_RESPONSE_BYTES),
-            retries: agent.retries.unwrap_or(DEFAULT_RETRIES),
+            retries: settings.retries.unwrap_or(DEFAULT_RETRIES),
             limits: Arc::new(limits),
-            redactor: Arc::new(super::redactor(agent)),
+            redactor: Arc::new(redactor),
         })
     }
 

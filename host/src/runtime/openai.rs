@@ -11,14 +11,14 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use windtunnel_sdk::model::{AgentConfig, Scenario, ToolSpec, TurnErrorKind};
+use windtunnel_sdk::model::{Scenario, ToolSpec, TurnErrorKind};
 
 use super::net::{Log, Net, Request};
-use super::{AgentHandle, Reply, Runtime, RuntimeError, TurnCtx, tool_schemas};
+use super::{Agent, AgentHandle, Reply, Runtime, RuntimeError, TurnCtx, tool_schemas};
 
 /// The `openai` runtime.
 pub struct OpenAiRuntime {
-    agent: AgentConfig,
+    agent: Agent,
     url: String,
     key: Option<String>,
     /// One client and one set of limits for the endpoint, shared by every lane.
@@ -26,8 +26,8 @@ pub struct OpenAiRuntime {
 }
 
 impl OpenAiRuntime {
-    pub fn new(agent: &AgentConfig) -> Result<Self, RuntimeError> {
-        let base = agent.endpoint.as_deref().ok_or_else(|| {
+    pub fn new(agent: &Agent, settings: &super::agent::OpenAi) -> Result<Self, RuntimeError> {
+        let base = settings.endpoint.as_deref().ok_or_else(|| {
             RuntimeError(
                 "the openai runtime needs `endpoint` (base URL, e.g. http://localhost:8000/v1)"
                     .into(),
@@ -49,7 +49,11 @@ impl OpenAiRuntime {
             agent: agent.clone(),
             url,
             key,
-            net: Net::new(Duration::from_secs(10), agent)?,
+            net: Net::new(
+                Duration::from_secs(10),
+                &settings.limits,
+                super::redactor(agent),
+            )?,
         })
     }
 }
@@ -77,7 +81,7 @@ struct OpenAiAgent {
     net: Net,
     url: String,
     key: Option<String>,
-    agent: AgentConfig,
+    agent: Agent,
     tools: Vec<ToolSpec>,
     schemas: Vec<Value>,
     /// Conversation so far, per session (the model is stateless; the session is ours).

@@ -29,7 +29,7 @@ use nix::sys::signal::{Signal, killpg};
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
-use windtunnel_sdk::model::{AgentConfig, AgentProcess, Scenario, ToolCall, TurnErrorKind};
+use windtunnel_sdk::model::{AgentProcess, Scenario, ToolCall, TurnErrorKind};
 
 use super::{AgentHandle, Reply, RunEnd, RunInfo, Runtime, RuntimeError, TurnCtx};
 use crate::runtime::mcp::{self, Inbox, McpRun, ToolSet};
@@ -105,7 +105,7 @@ fn placeholders(arg: &str) -> Vec<&str> {
 }
 
 /// Checks the `process`-only fields of an agent config; one message naming the field.
-pub fn validate(agent: &AgentConfig) -> Result<(), String> {
+pub fn validate(agent: &super::agent::Process) -> Result<(), String> {
     let Some(command) = &agent.command else {
         return Err("the process runtime needs `command` (the agent's command line, e.g. [\"python3\", \"agent.py\"])".into());
     };
@@ -196,7 +196,10 @@ pub struct ProcessRuntime {
 }
 
 impl ProcessRuntime {
-    pub fn new(agent: &AgentConfig) -> Result<Self, RuntimeError> {
+    pub fn new(
+        _agent: &super::Agent,
+        agent: &super::agent::Process,
+    ) -> Result<Self, RuntimeError> {
         validate(agent).map_err(RuntimeError)?;
         let command = agent.command.clone().unwrap_or_default();
         let mode = if command.iter().any(|a| placeholders(a).contains(&"input")) {
@@ -1285,11 +1288,11 @@ fn lock<T: ?Sized>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 mod tests {
     use super::*;
 
-    fn agent(command: &[&str]) -> AgentConfig {
-        let mut a = super::super::builtin_agent("demo").unwrap();
-        a.runtime = "process".into();
-        a.command = Some(command.iter().map(|s| (*s).to_owned()).collect());
-        a
+    fn agent(command: &[&str]) -> super::super::agent::Process {
+        super::super::agent::Process {
+            command: Some(command.iter().map(|s| (*s).to_owned()).collect()),
+            ..Default::default()
+        }
     }
 
     #[test]

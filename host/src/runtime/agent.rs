@@ -1,0 +1,491 @@
+//! The agent config as `wt` reads it: what every runtime shares, then the settings of the
+//! runtime it names — one type per runtime, so a setting another runtime owns cannot be
+//! written, read or forgotten by this one.
+//!
+//! A file is read strictly per runtime: `runtime` is read first, then the whole file as that
+//! runtime's file type, through [`crate::strict`], so a key the runtime does not have is
+//! refused at its line ("`command` is not a setting of the `openai` runtime"). Hooks see the
+//! SDK's flat [`AgentConfig`], projected by [`Agent::to_sdk`]; the SDK's type is the hook
+//! contract, not `wt`'s model.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use windtunnel_sdk::model::{AgentConfig, Sampling};
+
+/// An agent under test.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Agent {
+    /// The agent's label in traces and reports.
+    pub label: String,
+    /// Model name, where the runtime has one.
+    pub model: Option<String>,
+    /// The system prompt.
+    pub soul: String,
+    /// Sampling settings.
+    pub sampling: Sampling,
+    /// Deadline of one turn, in seconds.
+    pub turn_timeout_s: f64,
+    /// Most model calls of a tool loop in one turn.
+    pub max_steps: u32,
+    /// The runtime and its own settings.
+    pub settings: Settings,
+}
+
+/// A runtime and the settings only it has.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Settings {
+    Demo(Demo),
+    OpenAi(OpenAi),
+    Http(Http),
+    Process(Process),
+}
+
+/// The embedded demo agent.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+pub struct Demo {
+    /// A fault mode: `leaky`, `forbidden-tool`, `slow`, `garbled`.
+    pub fault: Option<String>,
+}
+
+/// The limits of an endpoint `wt` sends requests to, shared by all lanes.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct EndpointLimits {
+    /// Retries on HTTP 429/5xx and early closes.
+    pub retries: Option<u32>,
+    /// Largest response body accepted, in bytes.
+    pub max_response_bytes: Option<u64>,
+    /// Most requests in flight at once.
+    pub max_concurrency: Option<u32>,
+    /// Most requests a minute, evenly spaced.
+    pub requests_per_minute: Option<u32>,
+}
+
+/// An OpenAI-compatible chat-completions endpoint; `wt` runs the tool loop.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct OpenAi {
+    /// Base URL.
+    pub endpoint: Option<String>,
+    /// The variable holding the API key.
+    pub api_key_env: Option<String>,
+    pub limits: EndpointLimits,
+}
+
+/// An agent service behind an inject endpoint.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Http {
+    /// Base URL (or `WT_HTTP_INJECT_URL`).
+    pub endpoint: Option<String>,
+    /// The variable holding the API key.
+    pub api_key_env: Option<String>,
+    pub limits: EndpointLimits,
+    /// Sessions the service holds at once (lanes; default 1).
+    pub max_sessions: Option<u32>,
+    /// Whether the service reaches the fixture world over MCP (default true).
+    pub mcp: Option<bool>,
+}
+
+/// A local command.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Process {
+    /// The command line; with `{input}`, one process per turn.
+    pub command: Option<Vec<String>>,
+    /// Variables set in the agent's environment.
+    pub env: Option<BTreeMap<String, String>>,
+    /// Variables copied from `wt`'s environment.
+    pub env_passthrough: Option<Vec<String>>,
+    /// The variable holding an API key the agent needs (passed through).
+    pub api_key_env: Option<String>,
+    /// One-shot mode: the reply is this field of the JSON the process prints.
+    pub reply_field: Option<String>,
+    /// Deadline of a whole run, in seconds.
+    pub run_timeout_s: Option<f64>,
+    /// A directory where the agent keeps state, shown to state probes.
+    pub state_dir: Option<String>,
+    /// Whether the agent reaches the fixture world over MCP (default true).
+    pub mcp: Option<bool>,
+    /// Largest stdout (one-shot) or stdout line (session) accepted, in bytes.
+    pub max_response_bytes: Option<u64>,
+}
+
+/// The runtimes an agent config may name.
+pub const RUNTIMES: [&str; 4] = ["demo", "openai", "http", "process"];
+
+impl Agent {
+    /// An agent with this label, `settings`, and every shared setting at its default.
+    pub fn new(label: impl Into<String>, settings: Settings) -> Agent {
+        Agent {
+            label: label.into(),
+            model: None,
+            soul: String::new(),
+            sampling: Sampling::default(),
+            turn_timeout_s: default_turn_timeout(),
+            max_steps: default_max_steps(),
+            settings,
+        }
+    }
+
+    /// The runtime's name: `demo`, `openai`, `http` or `process`.
+    pub fn runtime(&self) -> &'static str {
+        match self.settings {
+            Settings::Demo(_) => "demo",
+            Settings::OpenAi(_) => "openai",
+            Settings::Http(_) => "http",
+            Settings::Process(_) => "process",
+        }
+    }
+
+    /// The variable naming the API key, for the runtimes that have one.
+    pub fn api_key_env(&self) -> Option<&str> {
+        match &self.settings {
+            Settings::OpenAi(s) => s.api_key_env.as_deref(),
+            Settings::Http(s) => s.api_key_env.as_deref(),
+            Settings::Process(s) => s.api_key_env.as_deref(),
+            Settings::Demo(_) => None,
+        }
+    }
+
+    /// The endpoint URL, for the runtimes that have one.
+    pub fn endpoint(&self) -> Option<&str> {
+        match &self.settings {
+            Settings::OpenAi(s) => s.endpoint.as_deref(),
+            Settings::Http(s) => s.endpoint.as_deref(),
+            Settings::Demo(_) | Settings::Process(_) => None,
+        }
+    }
+
+    /// Can the agent act on the fixture world? The harness's own loops (`demo`, `openai`)
+    /// always can; `http` and `process` agents can over MCP unless `mcp = false`.
+    pub fn reaches_world(&self) -> bool {
+        match &self.settings {
+            Settings::Http(s) => s.mcp.unwrap_or(true),
+            Settings::Process(s) => s.mcp.unwrap_or(true),
+            Settings::Demo(_) | Settings::OpenAi(_) => true,
+        }
+    }
+
+    /// The SDK's view of this agent, as hooks read it.
+    pub fn to_sdk(&self) -> AgentConfig {
+        let mut a = AgentConfig::new(self.label.clone(), self.runtime());
+        a.model.clone_from(&self.model);
+        a.soul.clone_from(&self.soul);
+        a.sampling = self.sampling.clone();
+        a.turn_timeout_s = self.turn_timeout_s;
+        a.max_steps = self.max_steps;
+        let limits = |a: &mut AgentConfig, l: &EndpointLimits| {
+            a.retries = l.retries;
+            a.max_response_bytes = l.max_response_bytes;
+            a.max_concurrency = l.max_concurrency;
+            a.requests_per_minute = l.requests_per_minute;
+        };
+        match &self.settings {
+            Settings::Demo(s) => a.fault.clone_from(&s.fault),
+            Settings::OpenAi(s) => {
+                a.endpoint.clone_from(&s.endpoint);
+                a.api_key_env.clone_from(&s.api_key_env);
+                limits(&mut a, &s.limits);
+            }
+            Settings::Http(s) => {
+                a.endpoint.clone_from(&s.endpoint);
+                a.api_key_env.clone_from(&s.api_key_env);
+                limits(&mut a, &s.limits);
+                a.max_sessions = s.max_sessions;
+                a.mcp = s.mcp;
+            }
+            Settings::Process(s) => {
+                a.command.clone_from(&s.command);
+                a.env.clone_from(&s.env);
+                a.env_passthrough.clone_from(&s.env_passthrough);
+                a.api_key_env.clone_from(&s.api_key_env);
+                a.reply_field.clone_from(&s.reply_field);
+                a.run_timeout_s = s.run_timeout_s;
+                a.state_dir.clone_from(&s.state_dir);
+                a.mcp = s.mcp;
+                a.max_response_bytes = s.max_response_bytes;
+            }
+        }
+        a
+    }
+
+    /// Reads an agent config file's text, strictly for the runtime it names.
+    pub fn from_toml(text: &str) -> Result<Agent, crate::strict::StrictError> {
+        #[derive(Deserialize)]
+        struct Head {
+            runtime: Option<toml::Value>,
+        }
+        let head: Head = toml::from_str(text).map_err(|e| crate::strict::StrictError {
+            message: e.message().trim_end().to_owned(),
+            at: None,
+        })?;
+        let runtime = match head.runtime {
+            Some(toml::Value::String(r)) => r,
+            Some(_) => return Err(plain("`runtime` must be a string")),
+            None => return Err(plain("missing field `runtime`")),
+        };
+        let (shared, settings) = match runtime.as_str() {
+            "demo" => read::<DemoFile>(text, "demo")?.split(),
+            "openai" => read::<OpenAiFile>(text, "openai")?.split(),
+            "http" => read::<HttpFile>(text, "http")?.split(),
+            "process" => read::<ProcessFile>(text, "process")?.split(),
+            other => {
+                return Err(plain(&format!(
+                    "unknown runtime `{other}` (expected {})",
+                    RUNTIMES.join(", ")
+                )));
+            }
+        };
+        Ok(Agent {
+            label: shared.label,
+            model: shared.model,
+            soul: shared.soul,
+            sampling: shared.sampling,
+            turn_timeout_s: shared.turn_timeout_s,
+            max_steps: shared.max_steps,
+            settings,
+        })
+    }
+}
+
+fn plain(message: &str) -> crate::strict::StrictError {
+    crate::strict::StrictError {
+        message: message.to_owned(),
+        at: None,
+    }
+}
+
+/// Reads `text` as `F` strictly; a key `F` does not have is a setting of another runtime,
+/// or of none.
+fn read<F: serde::de::DeserializeOwned>(
+    text: &str,
+    runtime: &str,
+) -> Result<F, crate::strict::StrictError> {
+    crate::strict::from_toml::<F>(text).map_err(|mut e| {
+        if let Some(field) = e
+            .message
+            .strip_prefix("unknown field `")
+            .and_then(|r| r.strip_suffix('`'))
+        {
+            let owners: Vec<&str> = OWNERS
+                .iter()
+                .filter(|(f, _)| *f == field)
+                .map(|(_, r)| *r)
+                .collect();
+            e.message = if owners.is_empty() {
+                format!("unknown field `{field}`")
+            } else {
+                format!(
+                    "`{field}` is not a setting of the `{runtime}` runtime (it is one of the {} runtime{})",
+                    owners.join(" and "),
+                    if owners.len() > 1 { "s" } else { "" }
+                )
+            };
+        }
+        e
+    })
+}
+
+/// Which runtimes have each runtime-specific setting (for messages only: what a runtime
+/// accepts is its file type).
+const OWNERS: &[(&str, &str)] = &[
+    ("fault", "demo"),
+    ("endpoint", "openai"),
+    ("endpoint", "http"),
+    ("api_key_env", "openai"),
+    ("api_key_env", "http"),
+    ("api_key_env", "process"),
+    ("retries", "openai"),
+    ("retries", "http"),
+    ("max_response_bytes", "openai"),
+    ("max_response_bytes", "http"),
+    ("max_response_bytes", "process"),
+    ("max_concurrency", "openai"),
+    ("max_concurrency", "http"),
+    ("requests_per_minute", "openai"),
+    ("requests_per_minute", "http"),
+    ("max_sessions", "http"),
+    ("mcp", "http"),
+    ("mcp", "process"),
+    ("command", "process"),
+    ("env", "process"),
+    ("env_passthrough", "process"),
+    ("reply_field", "process"),
+    ("run_timeout_s", "process"),
+    ("state_dir", "process"),
+];
+
+fn default_turn_timeout() -> f64 {
+    30.0
+}
+
+fn default_max_steps() -> u32 {
+    8
+}
+
+/// What every runtime's file has.
+struct Shared {
+    label: String,
+    model: Option<String>,
+    soul: String,
+    sampling: Sampling,
+    turn_timeout_s: f64,
+    max_steps: u32,
+}
+
+/// A runtime's file type: the shared fields, then the runtime's own, all at the top level
+/// of the file (no `flatten`, which would hide unknown keys from the strict reader).
+macro_rules! agent_file {
+    ($file:ident { $($field:ident : $ty:ty),* $(,)? } => |$f:ident| $settings:expr) => {
+        #[derive(Deserialize)]
+        struct $file {
+            label: String,
+            #[allow(dead_code)]
+            runtime: String,
+            #[serde(default)]
+            model: Option<String>,
+            #[serde(default)]
+            soul: String,
+            #[serde(default)]
+            sampling: Sampling,
+            #[serde(default = "default_turn_timeout")]
+            turn_timeout_s: f64,
+            #[serde(default = "default_max_steps")]
+            max_steps: u32,
+            $(
+                #[serde(default)]
+                $field: $ty,
+            )*
+        }
+
+        impl $file {
+            fn split(self) -> (Shared, Settings) {
+                let shared = Shared {
+                    label: self.label,
+                    model: self.model,
+                    soul: self.soul,
+                    sampling: self.sampling,
+                    turn_timeout_s: self.turn_timeout_s,
+                    max_steps: self.max_steps,
+                };
+                let $f = ($(self.$field,)*);
+                (shared, $settings)
+            }
+        }
+    };
+}
+
+agent_file!(DemoFile { fault: Option<String> } => |f| Settings::Demo(Demo { fault: f.0 }));
+
+agent_file!(OpenAiFile {
+    endpoint: Option<String>,
+    api_key_env: Option<String>,
+    retries: Option<u32>,
+    max_response_bytes: Option<u64>,
+    max_concurrency: Option<u32>,
+    requests_per_minute: Option<u32>,
+} => |f| Settings::OpenAi(OpenAi {
+    endpoint: f.0,
+    api_key_env: f.1,
+    limits: EndpointLimits {
+        retries: f.2,
+        max_response_bytes: f.3,
+        max_concurrency: f.4,
+        requests_per_minute: f.5,
+    },
+}));
+
+agent_file!(HttpFile {
+    endpoint: Option<String>,
+    api_key_env: Option<String>,
+    retries: Option<u32>,
+    max_response_bytes: Option<u64>,
+    max_concurrency: Option<u32>,
+    requests_per_minute: Option<u32>,
+    max_sessions: Option<u32>,
+    mcp: Option<bool>,
+} => |f| Settings::Http(Http {
+    endpoint: f.0,
+    api_key_env: f.1,
+    limits: EndpointLimits {
+        retries: f.2,
+        max_response_bytes: f.3,
+        max_concurrency: f.4,
+        requests_per_minute: f.5,
+    },
+    max_sessions: f.6,
+    mcp: f.7,
+}));
+
+agent_file!(ProcessFile {
+    command: Option<Vec<String>>,
+    env: Option<BTreeMap<String, String>>,
+    env_passthrough: Option<Vec<String>>,
+    api_key_env: Option<String>,
+    reply_field: Option<String>,
+    run_timeout_s: Option<f64>,
+    state_dir: Option<String>,
+    mcp: Option<bool>,
+    max_response_bytes: Option<u64>,
+} => |f| Settings::Process(Process {
+    command: f.0,
+    env: f.1,
+    env_passthrough: f.2,
+    api_key_env: f.3,
+    reply_field: f.4,
+    run_timeout_s: f.5,
+    state_dir: f.6,
+    mcp: f.7,
+    max_response_bytes: f.8,
+}));
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_setting_of_another_runtime_is_refused_at_its_line_naming_its_owner() {
+        let e = Agent::from_toml(
+            "label = \"x\"\nruntime = \"openai\"\nendpoint = \"http://h/v1\"\ncommand = [\"a\"]\n",
+        )
+        .unwrap_err();
+        assert_eq!(e.at.map(|a| a.0), Some(4), "{e}");
+        assert_eq!(
+            e.message,
+            "`command` is not a setting of the `openai` runtime (it is one of the process runtime)"
+        );
+        let e = Agent::from_toml("label = \"x\"\nruntime = \"demo\"\nmcp = false\n").unwrap_err();
+        assert!(
+            e.message.contains("one of the http and process runtimes"),
+            "{e}"
+        );
+        let e = Agent::from_toml("label = \"x\"\nruntime = \"process\"\nmodle = \"m\"\n")
+            .unwrap_err();
+        assert_eq!(e.to_string(), "line 3, column 1: unknown field `modle`");
+        let e = Agent::from_toml("label = \"x\"\nruntime = \"grpc\"\n").unwrap_err();
+        assert!(e.message.contains("unknown runtime `grpc`"), "{e}");
+    }
+
+    #[test]
+    fn every_setting_reaches_its_runtime_and_the_hooks_view() {
+        let a = Agent::from_toml(
+            "label = \"svc\"\nruntime = \"http\"\nmodel = \"m\"\nendpoint = \"http://h\"\n\
+             api_key_env = \"K\"\nretries = 3\nmax_response_bytes = 2048\nmax_concurrency = 4\n\
+             requests_per_minute = 60\nmax_sessions = 2\nmcp = false\nturn_timeout_s = 5\n",
+        )
+        .unwrap();
+        let Settings::Http(h) = &a.settings else {
+            panic!("{a:?}")
+        };
+        assert_eq!(
+            (h.limits.retries, h.limits.max_concurrency, h.max_sessions, h.mcp),
+            (Some(3), Some(4), Some(2), Some(false))
+        );
+        assert!(!a.reaches_world());
+        let sdk = a.to_sdk();
+        assert_eq!(sdk.runtime, "http");
+        assert_eq!(sdk.endpoint.as_deref(), Some("http://h"));
+        assert_eq!(sdk.requests_per_minute, Some(60));
+        assert_eq!(sdk.max_response_bytes, Some(2048));
+        assert_eq!(sdk.turn_timeout_s, 5.0);
+        assert_eq!(sdk.command, None);
+    }
+}
