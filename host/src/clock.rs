@@ -76,12 +76,12 @@ impl Clock {
 }
 
 /// RFC 3339, UTC, milliseconds.
-pub fn rfc3339(t: Timestamp) -> String {
+pub(crate) fn rfc3339(t: Timestamp) -> String {
     t.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
 }
 
 /// The compact form used in file names: `20261130T051500Z` (no dots, no colons).
-pub fn compact(t: Timestamp) -> String {
+pub(crate) fn compact(t: Timestamp) -> String {
     t.strftime("%Y%m%dT%H%M%SZ").to_string()
 }
 

@@ -227,10 +227,10 @@ pub trait Sink: Send + Sync {
 }
 
 /// The live copy of the journal (`wt run --events -|FILE`): the same bytes, line by line.
-pub struct LiveLines(Mutex<Box<dyn Write + Send>>);
+pub(crate) struct LiveLines(Mutex<Box<dyn Write + Send>>);
 
 impl LiveLines {
-    pub fn new(out: Box<dyn Write + Send>) -> Self {
+    pub(crate) fn new(out: Box<dyn Write + Send>) -> Self {
         LiveLines(Mutex::new(out))
     }
 }
@@ -253,7 +253,7 @@ struct Inner {
 }
 
 /// The sweep's journal: the durable first stage of its [`Stream`].
-pub struct Journal {
+pub(crate) struct Journal {
     path: PathBuf,
     sweep_id: String,
     now: Box<dyn Fn() -> String + Send + Sync>,
@@ -264,7 +264,7 @@ impl Journal {
     /// Creates `<dir>/<stem>.events.jsonl` — a new file, never one that exists and never
     /// through a symlink. When the stem is taken in `dir` (another sweep, or a pinned sweep
     /// run twice into one directory), `stem` becomes the first free `<stem>-N`.
-    pub fn create(
+    pub(crate) fn create(
         dir: &Path,
         stem: &mut String,
         sweep_id: &str,
@@ -306,12 +306,13 @@ impl Journal {
         })
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
     /// Writes one event durably and returns its sequence number.
-    pub fn publish(&self, scope: &Scope, cause: &Cause, event: &Event) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn publish(&self, scope: &Scope, cause: &Cause, event: &Event) -> u64 {
         self.publish_then(scope, cause, event, |_| ())
     }
 
@@ -366,7 +367,7 @@ impl Journal {
     }
 
     /// The first write error, if any.
-    pub fn error(&self) -> Option<String> {
+    pub(crate) fn error(&self) -> Option<String> {
         self.inner
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -377,22 +378,22 @@ impl Journal {
 
 /// A sweep's event stream: every event once, into the journal first, then to each sink in
 /// order. The runner is its only author.
-pub struct Stream {
+pub(crate) struct Stream {
     journal: Journal,
     sinks: Vec<Arc<dyn Sink>>,
 }
 
 impl Stream {
-    pub fn new(journal: Journal, sinks: Vec<Arc<dyn Sink>>) -> Self {
+    pub(crate) fn new(journal: Journal, sinks: Vec<Arc<dyn Sink>>) -> Self {
         Stream { journal, sinks }
     }
 
-    pub fn journal(&self) -> &Journal {
+    pub(crate) fn journal(&self) -> &Journal {
         &self.journal
     }
 
     /// Emits one event: durable in the journal when this returns, and seen by every sink.
-    pub fn emit(&self, scope: &Scope, cause: &Cause, event: &Event, run: Option<RunWritten<'_>>) {
+    pub(crate) fn emit(&self, scope: &Scope, cause: &Cause, event: &Event, run: Option<RunWritten<'_>>) {
         let sweep_id = self.journal.sweep_id.as_str();
         self.journal.publish_then(scope, cause, event, |line| {
             let e = Emitted {

@@ -15,7 +15,7 @@ pub const ABORTED: u8 = 4;
 pub const INTERRUPTED: u8 = 130;
 
 /// The exit code for a set of scenario aggregates (ERROR wins over FAIL).
-pub fn of_aggregates<'a>(
+pub(crate) fn of_aggregates<'a>(
     aggs: impl IntoIterator<Item = &'a windtunnel_sdk::model::AggregateResult>,
 ) -> u8 {
     let mut code = SUCCESS;
@@ -32,12 +32,12 @@ pub fn of_aggregates<'a>(
 
 /// Set in a supervised sweep's process (see `cli::supervise`): where `wt` records the exit
 /// code it decided.
-pub const RECORD_ENV: &str = "WT_SWEEP_RECORD";
+pub(crate) const RECORD_ENV: &str = "WT_SWEEP_RECORD";
 
 /// Records `code` as the sweep's own result, when this process is a supervised sweep: the
 /// supervising `wt` exits with it. Called by `wt`'s own code paths only — the end of a
 /// subcommand, a second signal's stop —, never on any other way out.
-pub fn record(code: u8) {
+pub(crate) fn record(code: u8) {
     let Some(path) = std::env::var_os(RECORD_ENV) else {
         return;
     };
@@ -49,13 +49,13 @@ pub fn record(code: u8) {
 /// An error that carries the exit code it should end the process with.
 #[derive(Debug, thiserror::Error)]
 #[error("{message}")]
-pub struct CodedError {
+pub(crate) struct CodedError {
     pub code: u8,
     pub message: String,
 }
 
 impl CodedError {
-    pub fn usage(message: impl Into<String>) -> Self {
+    pub(crate) fn usage(message: impl Into<String>) -> Self {
         CodedError {
             code: USAGE,
             message: message.into(),
@@ -65,7 +65,7 @@ impl CodedError {
 
 /// The exit code for an error that reached `main`: a [`CodedError`] anywhere in the chain
 /// decides; anything else is a configuration or environment problem (2).
-pub fn code_for(err: &anyhow::Error) -> u8 {
+pub(crate) fn code_for(err: &anyhow::Error) -> u8 {
     err.chain()
         .find_map(|e| e.downcast_ref::<CodedError>())
         .map_or(USAGE, |c| c.code)

@@ -20,13 +20,13 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Default grace period between the first signal and the cut.
-pub const DEFAULT_GRACE: Duration = Duration::from_secs(5);
+pub(crate) const DEFAULT_GRACE: Duration = Duration::from_secs(5);
 
 /// The environment variable that sets the grace period, in seconds.
-pub const GRACE_ENV: &str = "WT_GRACE_S";
+pub(crate) const GRACE_ENV: &str = "WT_GRACE_S";
 
 /// Longest a hook call may take once a sweep is cut.
-pub const CUT_HOOK_DEADLINE: Duration = Duration::from_secs(1);
+pub(crate) const CUT_HOOK_DEADLINE: Duration = Duration::from_secs(1);
 
 /// The stop state of one sweep, shared by the signal thread, the runner and the dispatcher.
 #[derive(Debug, Default)]
@@ -104,12 +104,12 @@ impl Interrupt {
 }
 
 /// The grace period from `WT_GRACE_S` (0 to 24 h).
-pub fn grace_from_env() -> Result<Duration, String> {
+pub(crate) fn grace_from_env() -> Result<Duration, String> {
     crate::deadlines::seconds_from_env(GRACE_ENV, DEFAULT_GRACE.as_secs_f64(), true)
 }
 
 /// The name of a signal, for messages.
-pub fn signal_name(signal: i32) -> &'static str {
+pub(crate) fn signal_name(signal: i32) -> &'static str {
     match signal {
         libc::SIGINT => "SIGINT",
         libc::SIGTERM => "SIGTERM",
@@ -128,7 +128,7 @@ static AT_STOP: [OnceLock<fn()>; 8] = [const { OnceLock::new() }; 8];
 /// Registers `clean` to run when a sweep ends (its [`SweepGuard`] drops) and on `wt`'s
 /// abrupt exits (a second signal, an `exit()` in the middle of a sweep). Call it once per
 /// callback. `clean` must never block: it may run in an exit handler.
-pub fn at_stop(clean: fn()) {
+pub(crate) fn at_stop(clean: fn()) {
     if !AT_STOP.iter().any(|slot| slot.set(clean).is_ok()) {
         tracing::warn!("no room for another clean-up at exit");
     }
@@ -142,10 +142,10 @@ fn run_at_stop() {
 
 /// Marks the sweep as in progress until the guard drops: meanwhile any process exit ends
 /// with [`crate::exit::ABORTED`].
-pub struct SweepGuard(());
+pub(crate) struct SweepGuard(());
 
 impl SweepGuard {
-    pub fn enter() -> SweepGuard {
+    pub(crate) fn enter() -> SweepGuard {
         static REGISTER: std::sync::Once = std::sync::Once::new();
         REGISTER.call_once(|| {
             // SAFETY: `on_exit` is an `extern "C" fn()` that lives for the whole process.
@@ -184,7 +184,7 @@ extern "C" fn on_exit() {
 
 /// Stops at once (a second signal): removes temporary files and exits 130 without running
 /// exit handlers.
-pub fn exit_now() -> ! {
+pub(crate) fn exit_now() -> ! {
     // Temporary files, and agent processes, which live in process groups of their own and
     // would outlive `wt`.
     run_at_stop();
@@ -196,7 +196,7 @@ pub fn exit_now() -> ! {
 
 /// Installs the handlers for SIGINT, SIGTERM and SIGHUP: the first requests a stop and
 /// starts the grace period, the second stops at once.
-pub fn install(interrupt: Arc<Interrupt>, grace: Duration) -> std::io::Result<()> {
+pub(crate) fn install(interrupt: Arc<Interrupt>, grace: Duration) -> std::io::Result<()> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])?;
     std::thread::Builder::new()

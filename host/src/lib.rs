@@ -17,22 +17,44 @@
 //! 5. [`runner`] — the run loop, the only author of a sweep's events;
 //! 6. [`cli`] — one file per subcommand and the one place that maps errors to exit codes.
 
+//!
+//! The library's API is small: run a sweep ([`runner`]) on an agent ([`runtime`]) with a
+//! pack ([`pack`]), observe it ([`events`], [`hooks::RunObserver`]), read runs back
+//! ([`report`]). Everything else is `pub(crate)`. The modules the workspace's end-to-end
+//! suite and benchmarks drive directly — the hook dispatcher, registry, plugin loader and
+//! isolation, the MCP door, the fixture world, deadlines — are public only with the
+//! `internals` feature, which the workspace's dev builds turn on; `unreachable_pub` is
+//! checked there, so a `pub` that nothing outside can reach does not land.
+#![cfg_attr(feature = "internals", warn(unreachable_pub))]
+
+/// A module that is public with the `internals` feature (for the workspace's tests and
+/// benchmarks) and private to the crate otherwise.
+macro_rules! internal_mod {
+    ($name:ident) => {
+        #[cfg(feature = "internals")]
+        #[doc(hidden)]
+        pub mod $name;
+        #[cfg(not(feature = "internals"))]
+        pub(crate) mod $name;
+    };
+}
+
 pub mod cli;
 pub mod clock;
-pub mod deadlines;
+internal_mod!(deadlines);
 pub mod events;
 pub mod exit;
 pub mod hooks;
 pub mod interrupt;
-pub mod limits;
+pub(crate) mod limits;
 pub mod pack;
-pub mod procs;
+pub(crate) mod procs;
 pub mod report;
 pub mod runner;
 pub mod runtime;
-pub mod score;
-pub mod secrets;
-pub mod store;
-pub mod strict;
-pub mod term;
-pub mod world;
+pub(crate) mod score;
+pub(crate) mod secrets;
+pub(crate) mod store;
+pub(crate) mod strict;
+pub(crate) mod term;
+internal_mod!(world);

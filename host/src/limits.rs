@@ -19,11 +19,11 @@ use serde_json::Value;
 /// The most bytes of JSON a run's evidence (its tool calls) may take in its trace: with the
 /// rest of the trace, well under the 64 MiB a reader accepts (`report::load::MAX_TRACE_BYTES`),
 /// so no trace `wt` writes is one its own readers skip.
-pub const MAX_EVIDENCE_BYTES: usize = 32 << 20;
+pub(crate) const MAX_EVIDENCE_BYTES: usize = 32 << 20;
 
 /// Keeps the tool calls of `calls` that fit in [`MAX_EVIDENCE_BYTES`] of JSON, in order;
 /// returns how many there were when some had to go.
-pub fn bound_evidence(calls: &mut Vec<windtunnel_sdk::model::ToolCall>) -> Option<usize> {
+pub(crate) fn bound_evidence(calls: &mut Vec<windtunnel_sdk::model::ToolCall>) -> Option<usize> {
     let rough = |c: &windtunnel_sdk::model::ToolCall| {
         rough_len(&c.arguments)
             + rough_len(&c.result)
@@ -52,12 +52,12 @@ pub fn bound_evidence(calls: &mut Vec<windtunnel_sdk::model::ToolCall>) -> Optio
 }
 
 /// The largest pack file or agent config `wt` reads.
-pub const MAX_INPUT_FILE_BYTES: u64 = 4 << 20;
+pub(crate) const MAX_INPUT_FILE_BYTES: u64 = 4 << 20;
 
 /// Reads an input file a person wrote: a regular file (not a FIFO, device or socket; with
 /// `no_symlink`, not a symbolic link either) of at most [`MAX_INPUT_FILE_BYTES`], as UTF-8.
 /// Opening never blocks.
-pub fn read_input_file(path: &std::path::Path, no_symlink: bool) -> std::io::Result<String> {
+pub(crate) fn read_input_file(path: &std::path::Path, no_symlink: bool) -> std::io::Result<String> {
     use std::io::{Error, ErrorKind, Read};
     use std::os::unix::fs::OpenOptionsExt;
     let mut flags = libc::O_NONBLOCK | libc::O_NOCTTY;
@@ -98,10 +98,10 @@ pub fn read_input_file(path: &std::path::Path, no_symlink: bool) -> std::io::Res
 }
 
 /// Longest text `wt` stores from a runtime, per field, in bytes.
-pub const MAX_STORED_TEXT_BYTES: usize = 256 * 1024;
+pub(crate) const MAX_STORED_TEXT_BYTES: usize = 256 * 1024;
 
 /// Hook caps and their variables: the SDK's rules, which the test kit applies too.
-pub use windtunnel_sdk::rules::{
+pub(crate) use windtunnel_sdk::rules::{
     DEFAULT_MAX_ARTIFACT_BYTES, DEFAULT_MAX_WARNING_BYTES, MAX_ARTIFACT_ENV, MAX_WARNING_ENV,
 };
 
@@ -152,7 +152,7 @@ fn bytes_from_env(var: &str, default: usize, min: usize, max: usize) -> Result<u
 /// Cuts `text` to at most `max` bytes (at a character boundary) and appends a marker with
 /// the original length — the one cut of `wt`, the SDK's rule for warnings too
 /// ([`windtunnel_sdk::rules::cut_warning`]). Returns whether it cut.
-pub fn cut_text(text: &mut String, max: usize) -> bool {
+pub(crate) fn cut_text(text: &mut String, max: usize) -> bool {
     if text.len() <= max {
         return false;
     }
@@ -163,7 +163,7 @@ pub fn cut_text(text: &mut String, max: usize) -> bool {
 /// Bounds `value`'s JSON to about `max` bytes: when it is longer, every string inside is cut
 /// to half of `max` as [`cut_text`] does, and if the JSON is still longer (a huge array of
 /// short strings), the whole value is replaced by `{"cut_by_wt": {"bytes", "excerpt"}}`.
-pub fn cut_value(value: &mut Value, max: usize) {
+pub(crate) fn cut_value(value: &mut Value, max: usize) {
     if let Value::String(s) = value {
         cut_text(s, max);
         return;

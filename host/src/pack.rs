@@ -187,7 +187,7 @@ impl Pack {
 /// Refuses, before anything runs, the scenarios an agent that cannot reach the fixture
 /// world could not be judged on: those with world checks or tool expectations. `agent`
 /// names the agent for the message.
-pub fn check_reachable(pack: &Pack, agent: &str) -> Result<(), String> {
+pub(crate) fn check_reachable(pack: &Pack, agent: &str) -> Result<(), String> {
     for s in &pack.scenarios {
         let e = &s.expect;
         let judged = if !e.outcome.world.is_empty() {
@@ -213,7 +213,7 @@ pub fn check_reachable(pack: &Pack, agent: &str) -> Result<(), String> {
 }
 
 /// Glob (`*`, `?`) when the pattern has wildcards, substring otherwise.
-pub fn matches_pattern(pattern: &str, text: &str) -> bool {
+pub(crate) fn matches_pattern(pattern: &str, text: &str) -> bool {
     if !pattern.contains(['*', '?']) {
         return text.contains(pattern);
     }

@@ -22,10 +22,10 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The variable every process `wt` starts carries.
-pub const TAG_ENV: &str = "WT_PROCESS_TAG";
+pub(crate) const TAG_ENV: &str = "WT_PROCESS_TAG";
 
 /// Set by the supervising `wt` in the sweep's process: the sweep's tag prefix.
-pub const SWEEP_TAG_ENV: &str = "WT_SWEEP_TAG";
+pub(crate) const SWEEP_TAG_ENV: &str = "WT_SWEEP_TAG";
 
 /// The most of a process's initial environment read when looking for a tag.
 const ENVIRON_LIMIT: u64 = 1 << 20;
@@ -34,7 +34,7 @@ const ENVIRON_LIMIT: u64 = 1 << 20;
 const ROUNDS: usize = 50;
 
 /// A fresh sweep tag: 16 hex digits, unique per sweep on this machine.
-pub fn fresh_sweep_tag() -> String {
+pub(crate) fn fresh_sweep_tag() -> String {
     use std::hash::BuildHasher;
     let seed = (
         std::process::id(),
@@ -49,7 +49,7 @@ pub fn fresh_sweep_tag() -> String {
 }
 
 /// This process's sweep tag: the supervisor's ([`SWEEP_TAG_ENV`]) or one of its own.
-pub fn sweep_tag() -> &'static str {
+pub(crate) fn sweep_tag() -> &'static str {
     static TAG: OnceLock<String> = OnceLock::new();
     TAG.get_or_init(|| {
         std::env::var(SWEEP_TAG_ENV)
@@ -61,7 +61,7 @@ pub fn sweep_tag() -> &'static str {
 
 /// A tag for one more process `wt` starts: `(TAG_ENV, "<sweep>/<n>")`, to set in its
 /// environment.
-pub fn new_tag() -> (&'static str, String) {
+pub(crate) fn new_tag() -> (&'static str, String) {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     (TAG_ENV, format!("{}/{n}", sweep_tag()))
@@ -113,19 +113,19 @@ fn kill_where(wanted: &dyn Fn(&[u8]) -> bool) -> usize {
 }
 
 /// Kills every process carrying exactly `tag` (a process `wt` started, and what it left).
-pub fn kill_tagged(tag: &str) -> usize {
+pub(crate) fn kill_tagged(tag: &str) -> usize {
     kill_where(&|t| t == tag.as_bytes())
 }
 
 /// Kills every process carrying a tag of the sweep `sweep_tag`.
-pub fn kill_sweep(sweep_tag: &str) -> usize {
+pub(crate) fn kill_sweep(sweep_tag: &str) -> usize {
     let prefix = format!("{sweep_tag}/");
     kill_where(&|t| t.starts_with(prefix.as_bytes()))
 }
 
 /// The watchdog's life: waits until its standard input ends (the supervising `wt` ended,
 /// whichever way), then kills every process of the sweep `sweep_tag`.
-pub fn watch(sweep_tag: &str) -> u8 {
+pub(crate) fn watch(sweep_tag: &str) -> u8 {
     let mut sink = [0u8; 64];
     let mut stdin = std::io::stdin().lock();
     loop {

@@ -28,7 +28,7 @@ fn fail(problems: Vec<String>) -> LayerResult {
 }
 
 /// Scores one run.
-pub fn score(scenario: &Scenario, trace: &Trace) -> Score {
+pub(crate) fn score(scenario: &Scenario, trace: &Trace) -> Score {
     let integrity = integrity(trace);
     let error = run_error(trace);
     let layers = [
@@ -284,7 +284,7 @@ fn malformed(reply: &str) -> Option<String> {
 }
 
 /// A short, printable excerpt of a reply for a detail line.
-pub fn excerpt(s: &str) -> String {
+pub(crate) fn excerpt(s: &str) -> String {
     const MAX: usize = 120;
     let mut out = format!("{:?}", s.chars().take(MAX).collect::<String>());
     if s.chars().count() > MAX {
@@ -295,13 +295,13 @@ pub fn excerpt(s: &str) -> String {
 
 /// Accumulates a scenario's runs into an [`AggregateResult`] without keeping them.
 #[derive(Debug, Default)]
-pub struct Aggregator {
+pub(crate) struct Aggregator {
     agg: AggregateResult,
     latencies: Vec<u64>,
 }
 
 impl Aggregator {
-    pub fn new(scenario_id: &str) -> Self {
+    pub(crate) fn new(scenario_id: &str) -> Self {
         let mut agg = AggregateResult::new(scenario_id);
         for l in LAYERS {
             agg.layer_failures.insert(l.to_owned(), 0);
@@ -312,7 +312,7 @@ impl Aggregator {
         }
     }
 
-    pub fn add(&mut self, trace: &Trace, score: Option<&Score>) {
+    pub(crate) fn add(&mut self, trace: &Trace, score: Option<&Score>) {
         self.agg.runs += 1;
         match score.map(|s| s.verdict) {
             Some(Verdict::Pass) => self.agg.passed += 1,
@@ -333,12 +333,7 @@ impl Aggregator {
         );
     }
 
-    /// Marks the whole scenario as unable to run (provisioning or a precondition failed).
-    pub fn set_error(&mut self, error: String) {
-        self.agg.error = Some(error);
-    }
-
-    pub fn finish(mut self) -> AggregateResult {
+    pub(crate) fn finish(mut self) -> AggregateResult {
         self.agg.latency = latency_stats(&mut self.latencies);
         self.agg
     }

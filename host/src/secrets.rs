@@ -24,13 +24,13 @@ use std::borrow::Cow;
 use serde_json::Value;
 
 /// What a secret is replaced with.
-pub const REDACTED: &str = "[redacted]";
+pub(crate) const REDACTED: &str = "[redacted]";
 
 /// Secrets shorter than this are not searched for.
-pub const MIN_SECRET_LEN: usize = 4;
+pub(crate) const MIN_SECRET_LEN: usize = 4;
 
 /// A piece of a known secret this long or longer, at a cut edge, is redacted as the secret.
-pub const MIN_FRAGMENT_LEN: usize = 4;
+pub(crate) const MIN_FRAGMENT_LEN: usize = 4;
 
 /// The values of the secret variables [`seal_env`] took out of the environment.
 static SEALED: std::sync::Mutex<Vec<(String, String)>> = std::sync::Mutex::new(Vec::new());
@@ -44,7 +44,7 @@ static SEALED: std::sync::Mutex<Vec<(String, String)>> = std::sync::Mutex::new(V
 /// Must be called before `wt` starts any thread that may read the environment (it calls
 /// `std::env::remove_var`): at the start of a subcommand, before runtimes, plugins or
 /// signal handlers exist.
-pub unsafe fn seal_env<'a>(names: impl IntoIterator<Item = &'a str>) {
+pub(crate) unsafe fn seal_env<'a>(names: impl IntoIterator<Item = &'a str>) {
     let mut sealed = SEALED.lock().unwrap_or_else(|e| e.into_inner());
     for name in names {
         if name.is_empty() || name.contains(['=', '\0']) {
@@ -60,7 +60,7 @@ pub unsafe fn seal_env<'a>(names: impl IntoIterator<Item = &'a str>) {
 }
 
 /// The value of secret variable `name`: the one [`seal_env`] kept, else the environment's.
-pub fn env_secret(name: &str) -> Result<String, std::env::VarError> {
+pub(crate) fn env_secret(name: &str) -> Result<String, std::env::VarError> {
     let sealed = SEALED.lock().unwrap_or_else(|e| e.into_inner());
     match sealed.iter().find(|(n, _)| n == name) {
         Some((_, v)) => Ok(v.clone()),
@@ -69,10 +69,11 @@ pub fn env_secret(name: &str) -> Result<String, std::env::VarError> {
 }
 
 /// Words that make a setting's value secret when they appear in its name.
-pub const SECRET_NAME_WORDS: [&str; 5] = ["KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL"];
+pub(crate) const SECRET_NAME_WORDS: [&str; 5] =
+    ["KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL"];
 
 /// Is a setting named `name` (e.g. `WT_MYHOOK_API_KEY`) secret by its name?
-pub fn is_secret_name(name: &str) -> bool {
+pub(crate) fn is_secret_name(name: &str) -> bool {
     let upper = name.to_ascii_uppercase();
     SECRET_NAME_WORDS.iter().any(|w| upper.contains(w))
 }
@@ -247,7 +248,7 @@ fn looks_like_url(s: &str) -> bool {
 }
 
 /// Whether `url` carries a password (`scheme://user:password@host…`).
-pub fn has_password(url: &str) -> bool {
+pub(crate) fn has_password(url: &str) -> bool {
     url_credentials(url).is_some()
 }
 
@@ -287,7 +288,7 @@ fn ends_authority(c: char) -> bool {
 }
 
 /// Blanks the password of every `scheme://user:password@host` in `text`.
-pub fn scrub_url_passwords(text: &str) -> Cow<'_, str> {
+pub(crate) fn scrub_url_passwords(text: &str) -> Cow<'_, str> {
     if !text.contains("://") {
         return Cow::Borrowed(text);
     }

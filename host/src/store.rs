@@ -54,7 +54,7 @@ pub enum StoreError {
 
 /// The sidecar rule: a `*.json` file whose stem contains a dot is a sidecar (score, hook
 /// artifact, pack-level artifact), never a trace. Non-JSON files are neither.
-pub fn is_sidecar(path: &Path) -> bool {
+pub(crate) fn is_sidecar(path: &Path) -> bool {
     path.extension().is_some_and(|e| e == "json")
         && path
             .file_stem()
@@ -63,12 +63,12 @@ pub fn is_sidecar(path: &Path) -> bool {
 }
 
 /// Is `path` a trace file (`*.json` and not a sidecar)?
-pub fn is_trace(path: &Path) -> bool {
+pub(crate) fn is_trace(path: &Path) -> bool {
     path.extension().is_some_and(|e| e == "json") && !is_sidecar(path)
 }
 
 /// The stem of a run's files: `<UTC timestamp, no dots>_<run_id[:8]>`.
-pub fn stem(compact_ts: &str, run_id: &str) -> Result<String, StoreError> {
+pub(crate) fn stem(compact_ts: &str, run_id: &str) -> Result<String, StoreError> {
     let short: String = run_id.chars().take(8).collect();
     let stem = format!("{compact_ts}_{short}");
     if stem.contains('.') || stem.contains('/') || stem.contains('\\') || short.is_empty() {
@@ -81,20 +81,20 @@ pub fn stem(compact_ts: &str, run_id: &str) -> Result<String, StoreError> {
     Ok(stem)
 }
 
-pub fn trace_path(dir: &Path, stem: &str) -> PathBuf {
+pub(crate) fn trace_path(dir: &Path, stem: &str) -> PathBuf {
     dir.join(format!("{stem}.json"))
 }
 
-pub fn score_path(dir: &Path, stem: &str) -> PathBuf {
+pub(crate) fn score_path(dir: &Path, stem: &str) -> PathBuf {
     dir.join(format!("{stem}.score.json"))
 }
 
 /// Labels no artifact may carry (the SDK's rule): they would make its file look like one of
 /// `wt`'s own.
-pub use windtunnel_sdk::rules::RESERVED_LABELS;
+pub(crate) use windtunnel_sdk::rules::RESERVED_LABELS;
 
 /// Checks a hook name and an artifact label for use in a file name.
-pub fn check_artifact_names(hook: &str, label: Option<&str>) -> Result<(), StoreError> {
+pub(crate) fn check_artifact_names(hook: &str, label: Option<&str>) -> Result<(), StoreError> {
     for (what, name) in [("hook name", Some(hook)), ("artifact label", label)] {
         if let Some(name) = name
             && !is_slug(name)
@@ -117,7 +117,7 @@ pub fn check_artifact_names(hook: &str, label: Option<&str>) -> Result<(), Store
 }
 
 /// `<stem>.<hook>.json` or `<stem>.<hook>.<label>.json`; hook and label must be slugs.
-pub fn artifact_path(
+pub(crate) fn artifact_path(
     dir: &Path,
     stem: &str,
     hook: &str,
@@ -134,7 +134,7 @@ pub fn artifact_path(
 /// `<sweep_stem>.<hook>[.<label>].pack.json` for the pack,
 /// `<sweep_stem>.<hook>.scenario.<scenario_id>[.<label>].pack.json` for a scenario. The
 /// two cannot collide: a scenario's name has two segments more than the pack's.
-pub fn scoped_artifact_path(
+pub(crate) fn scoped_artifact_path(
     dir: &Path,
     sweep_stem: &str,
     hook: &str,
@@ -182,7 +182,7 @@ fn untrack(path: &Path) {
 /// Checks, before any work, that a file can be written at `path` later (atomically, as
 /// [`write_atomic`] does): not a directory, in a directory that exists and takes a new file.
 /// `what` names the option, for the message.
-pub fn check_output(path: &Path, what: &str) -> Result<(), String> {
+pub(crate) fn check_output(path: &Path, what: &str) -> Result<(), String> {
     let shown = path.display();
     if path.is_dir() {
         return Err(format!("{what} {shown}: is a directory"));
@@ -204,7 +204,7 @@ pub fn check_output(path: &Path, what: &str) -> Result<(), String> {
 
 /// Removes the temporary files being written right now (before an exit that will not let
 /// their writers finish). Never blocks: if a writer holds the list, nothing is removed.
-pub fn remove_temp_files() {
+pub(crate) fn remove_temp_files() {
     let Ok(mut set) = IN_FLIGHT.try_lock() else {
         return;
     };
@@ -256,23 +256,19 @@ fn write_file(path: &Path, bytes: &[u8], new: bool) -> Result<(), StoreError> {
 }
 
 /// Writes `bytes` to `path` atomically (temp file in the same directory, then rename).
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
     write_file(path, bytes, false)
 }
 
-/// Pretty JSON with a trailing newline, the form of every file `wt` writes.
-pub fn to_json_bytes<T: Serialize + ?Sized>(value: &T) -> Vec<u8> {
-    let mut v = serde_json::to_vec_pretty(value).expect("model types serialize");
-    v.push(b'\n');
-    v
-}
-
-pub fn write_json<T: Serialize + ?Sized>(path: &Path, value: &T) -> Result<(), StoreError> {
+pub(crate) fn write_json<T: Serialize + ?Sized>(path: &Path, value: &T) -> Result<(), StoreError> {
     write_json_to(path, value, false)
 }
 
 /// Like [`write_json`], but the file must not exist yet ([`StoreError::Exists`] if it does).
-pub fn write_json_new<T: Serialize + ?Sized>(path: &Path, value: &T) -> Result<(), StoreError> {
+pub(crate) fn write_json_new<T: Serialize + ?Sized>(
+    path: &Path,
+    value: &T,
+) -> Result<(), StoreError> {
     write_json_to(path, value, true)
 }
 
@@ -300,7 +296,7 @@ fn write_json_to<T: Serialize + ?Sized>(
 }
 
 /// Creates the runs directory if needed.
-pub fn ensure_dir(dir: &Path) -> Result<(), StoreError> {
+pub(crate) fn ensure_dir(dir: &Path) -> Result<(), StoreError> {
     std::fs::create_dir_all(dir).map_err(|source| StoreError::Write {
         path: dir.to_owned(),
         source,
@@ -308,12 +304,12 @@ pub fn ensure_dir(dir: &Path) -> Result<(), StoreError> {
 }
 
 /// One stored run.
-pub type StoredRun = (Trace, Option<Score>, PathBuf);
+pub(crate) type StoredRun = (Trace, Option<Score>, PathBuf);
 
 /// The entries of a runs directory that any walker may look at, sorted by name: hidden
 /// files (among them the `.wt-tmp-*` temp files a killed sweep leaves) and names that are
 /// not UTF-8 are never among them. Nothing is opened or followed.
-pub fn dir_entries(dir: &Path) -> Result<Vec<(String, PathBuf)>, StoreError> {
+pub(crate) fn dir_entries(dir: &Path) -> Result<Vec<(String, PathBuf)>, StoreError> {
     let read_err = |source| StoreError::Read {
         path: dir.to_owned(),
         source,
@@ -333,7 +329,7 @@ pub fn dir_entries(dir: &Path) -> Result<Vec<(String, PathBuf)>, StoreError> {
 }
 
 /// The trace files of one directory, sorted by name.
-pub fn trace_files(dir: &Path) -> Result<Vec<PathBuf>, StoreError> {
+pub(crate) fn trace_files(dir: &Path) -> Result<Vec<PathBuf>, StoreError> {
     Ok(dir_entries(dir)?
         .into_iter()
         .map(|(_, path)| path)
@@ -341,7 +337,8 @@ pub fn trace_files(dir: &Path) -> Result<Vec<PathBuf>, StoreError> {
         .collect())
 }
 
-pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, StoreError> {
+#[cfg(test)]
+pub(crate) fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, StoreError> {
     let bytes = std::fs::read(path).map_err(|source| StoreError::Read {
         path: path.to_owned(),
         source,

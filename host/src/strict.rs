@@ -103,7 +103,7 @@ fn offset_of(doc: &ImDocument<&str>, path: &[Step]) -> Option<usize> {
 }
 
 /// Reads a `T` from TOML `text`, refusing any key `T` does not define.
-pub fn from_toml<T: DeserializeOwned>(text: &str) -> Result<T, StrictError> {
+pub(crate) fn from_toml<T: DeserializeOwned>(text: &str) -> Result<T, StrictError> {
     let mut ignored: Vec<Vec<Step>> = Vec::new();
     let value: T = serde_ignored::deserialize(toml::Deserializer::new(text), |path| {
         let mut out = Vec::new();
@@ -135,7 +135,7 @@ pub fn from_toml<T: DeserializeOwned>(text: &str) -> Result<T, StrictError> {
 /// Where a scenario's tools' effects break the rules their `kind` sets: a kind that is not
 /// `read`, `write` or `append`, or a field that does not apply to the kind (`value` on a
 /// `read`, …). The data model reads such effects leniently (for hooks); a pack must not.
-pub fn check_effects(text: &str) -> Result<(), StrictError> {
+pub(crate) fn check_effects(text: &str) -> Result<(), StrictError> {
     const KINDS: [(&str, &[&str]); 3] = [
         ("read", &["kind", "path", "key_arg"]),
         ("write", &["kind", "path", "key_arg", "value_arg", "value"]),

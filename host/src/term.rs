@@ -11,7 +11,7 @@ use std::io::Write;
 
 /// The Unicode bidirectional controls: embeddings, overrides, isolates and marks. A label
 /// holding one can make the text after it read backwards ("38 runs" for 83).
-pub fn is_bidi_control(c: char) -> bool {
+pub(crate) fn is_bidi_control(c: char) -> bool {
     matches!(
         c,
         '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}'
@@ -20,7 +20,7 @@ pub fn is_bidi_control(c: char) -> bool {
 
 /// `text` with every bidirectional control written as a visible `\u{..}` escape; for
 /// outputs that escape their own markup already (HTML, XML, Markdown).
-pub fn escape_bidi(text: &str) -> Cow<'_, str> {
+pub(crate) fn escape_bidi(text: &str) -> Cow<'_, str> {
     if !text.chars().any(is_bidi_control) {
         return Cow::Borrowed(text);
     }
@@ -37,7 +37,7 @@ pub fn escape_bidi(text: &str) -> Cow<'_, str> {
 
 /// `text` with its control characters written as escapes: `\n`, `\r`, `\t`,
 /// `\e` for ESC, `\u{..}` for the rest and for bidirectional controls.
-pub fn sanitize(text: &str) -> Cow<'_, str> {
+pub(crate) fn sanitize(text: &str) -> Cow<'_, str> {
     if !text.chars().any(|c| c.is_control() || is_bidi_control(c)) {
         return Cow::Borrowed(text);
     }
@@ -66,23 +66,17 @@ fn write_line(mut w: impl Write, line: &str) {
 }
 
 /// One line on stderr, sanitized.
-pub fn err_line(line: &str) {
+pub(crate) fn err_line(line: &str) {
     write_line(std::io::stderr().lock(), line);
 }
 
 /// One line on stdout, sanitized (machine-readable text that is ours, e.g. tables).
-pub fn out_line(line: &str) {
+pub(crate) fn out_line(line: &str) {
     write_line(std::io::stdout().lock(), line);
 }
 
-/// Bytes on stdout as they are (JSON, XML documents), errors ignored.
-pub fn out_raw(bytes: &[u8]) {
-    let mut out = std::io::stdout().lock();
-    let _ = out.write_all(bytes).and_then(|()| out.flush());
-}
-
 /// A blank line on stderr.
-pub fn err_blank() {
+pub(crate) fn err_blank() {
     let _ = std::io::stderr().lock().write_all(b"\n");
 }
 

@@ -11,7 +11,7 @@ use crate::{exit, store};
 
 /// Options of `wt bench-floor`.
 #[derive(Debug, Clone, clap::Args)]
-pub struct BenchFloorArgs {
+pub(crate) struct BenchFloorArgs {
     #[arg(long, value_name = "DIR")]
     pub out: PathBuf,
     #[arg(long)]
@@ -27,7 +27,7 @@ pub struct BenchFloorArgs {
     pub journal_line_bytes: usize,
 }
 
-pub fn run(args: BenchFloorArgs) -> anyhow::Result<u8> {
+pub(crate) fn run(args: BenchFloorArgs) -> anyhow::Result<u8> {
     store::ensure_dir(&args.out)?;
     let mut journal = if args.journal_lines > 0 {
         Some(

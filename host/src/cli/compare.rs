@@ -8,7 +8,7 @@ use crate::exit::{self, CodedError};
 use crate::report::compare::Comparison;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
+pub(crate) enum Format {
     Table,
     Markdown,
     Json,
@@ -17,7 +17,7 @@ pub enum Format {
 
 /// Options of `wt compare`.
 #[derive(Debug, Clone, clap::Args)]
-pub struct CompareArgs {
+pub(crate) struct CompareArgs {
     /// The baseline run directory.
     #[arg(value_name = "BASE")]
     pub base: Option<PathBuf>,
@@ -53,7 +53,7 @@ fn parse_alpha(s: &str) -> Result<f64, String> {
     }
 }
 
-pub fn run(args: CompareArgs) -> anyhow::Result<u8> {
+pub(crate) fn run(args: CompareArgs) -> anyhow::Result<u8> {
     args.output.check()?;
     let base: Vec<PathBuf> = args.base.into_iter().chain(args.more_base).collect();
     let new: Vec<PathBuf> = args.new.into_iter().chain(args.more_new).collect();

@@ -26,7 +26,7 @@ use crate::{
 };
 
 #[derive(Debug, clap::Args)]
-pub struct DoctorArgs {
+pub(crate) struct DoctorArgs {
     /// Agent config file (TOML) or a built-in agent name.
     #[arg(
         long,
@@ -100,7 +100,7 @@ fn send(
     }
 }
 
-pub fn run(args: DoctorArgs) -> anyhow::Result<u8> {
+pub(crate) fn run(args: DoctorArgs) -> anyhow::Result<u8> {
     let agent =
         runtime::resolve_agent(&args.agent).map_err(|e| CodedError::usage(e.to_string()))?;
     // SAFETY: nothing but this thread runs yet: no runtime, plugin, signal handler or
@@ -123,7 +123,8 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<u8> {
     let mut checks = Vec::new();
     term::err_line(&format!(
         "wt doctor: agent `{}` (runtime {})",
-        agent.label, agent.runtime()
+        agent.label,
+        agent.runtime()
     ));
 
     let mut handle = match rt.provision(&canary_scenario()) {

@@ -16,7 +16,7 @@ use crate::{
 };
 
 #[derive(Debug, Subcommand)]
-pub enum HooksCommand {
+pub(crate) enum HooksCommand {
     /// List built-in hooks and plugins with their status. Runs no plugin code.
     List(ListArgs),
     /// Fully validate plugin files (including loading them); exit 2 on any refusal.
@@ -31,7 +31,7 @@ pub enum HooksCommand {
 
 /// Where to look for plugins.
 #[derive(Debug, Clone, Default, Args)]
-pub struct PluginDirArgs {
+pub(crate) struct PluginDirArgs {
     /// A directory of hook plugins (repeatable); searched before WT_PLUGIN_PATH and the
     /// per-user directory.
     #[arg(long = "plugin-dir", value_name = "DIR")]
@@ -41,14 +41,14 @@ pub struct PluginDirArgs {
 impl PluginDirArgs {
     /// Every directory searched, in order; a named directory that does not exist is a
     /// usage error.
-    pub fn dirs(&self) -> Result<Vec<PathBuf>, CodedError> {
+    pub(crate) fn dirs(&self) -> Result<Vec<PathBuf>, CodedError> {
         plugin::plugin_dirs(&self.plugin_dirs).map_err(CodedError::usage)
     }
 }
 
 /// Which plugin hooks run in a child process of their own.
 #[derive(Debug, Clone, Args)]
-pub struct IsolationArgs {
+pub(crate) struct IsolationArgs {
     /// Run every plugin hook in a child process of its own: a crash, abort, exit, memory
     /// blow-up or hang costs that hook (quarantined, one warning), not the sweep.
     #[arg(
@@ -101,7 +101,7 @@ impl IsolationArgs {
 
     /// The isolation in force; an isolated hook's output goes to `<dir>/<stem>.<hook>.log`
     /// with `log = (dir, the sweep's stem)` (nowhere but memory without one).
-    pub fn isolation(&self, log: Option<(&Path, &str)>) -> anyhow::Result<Isolation> {
+    pub(crate) fn isolation(&self, log: Option<(&Path, &str)>) -> anyhow::Result<Isolation> {
         let deadlines = crate::deadlines::Deadlines::from_env().map_err(CodedError::usage)?;
         let log = log.map(|(dir, stem)| (dir.to_path_buf(), stem.to_owned()));
         Ok(Isolation {
@@ -120,7 +120,7 @@ impl IsolationArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct ListArgs {
+pub(crate) struct ListArgs {
     #[command(flatten)]
     pub dirs: PluginDirArgs,
     /// Print JSON instead of a table.
@@ -132,7 +132,7 @@ pub struct ListArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct CheckArgs {
+pub(crate) struct CheckArgs {
     /// Plugin files to check.
     #[arg(required = true, value_name = "FILE")]
     pub files: Vec<PathBuf>,
@@ -146,14 +146,14 @@ pub struct CheckArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct InstallArgs {
+pub(crate) struct InstallArgs {
     /// The plugin file to install.
     #[arg(value_name = "FILE")]
     pub file: PathBuf,
 }
 
 #[derive(Debug, Args)]
-pub struct PlanArgs {
+pub(crate) struct PlanArgs {
     /// A hook to activate, as with `wt run --hook` (repeatable; order matters).
     #[arg(long = "hook", value_name = "NAME")]
     pub hooks: Vec<String>,
@@ -166,7 +166,7 @@ pub struct PlanArgs {
 /// Resolves `--hook` flags against the plugin directories, loading the named plugins (the
 /// isolated ones each in a child process that logs to `log = (dir, the sweep's stem)`); the
 /// errors are one line each and exit 2.
-pub fn activate(
+pub(crate) fn activate(
     names: &[String],
     dirs: &PluginDirArgs,
     isolation: &IsolationArgs,
@@ -244,7 +244,7 @@ fn plan(args: PlanArgs) -> anyhow::Result<u8> {
     Ok(exit::SUCCESS)
 }
 
-pub fn run(cmd: HooksCommand) -> anyhow::Result<u8> {
+pub(crate) fn run(cmd: HooksCommand) -> anyhow::Result<u8> {
     match cmd {
         HooksCommand::List(args) => list(args),
         HooksCommand::Check(args) => check(args),

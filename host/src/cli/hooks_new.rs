@@ -22,7 +22,7 @@ use crate::{
 };
 
 #[derive(Debug, Args)]
-pub struct NewArgs {
+pub(crate) struct NewArgs {
     /// The hook's name: its `--hook` token, artifact discriminator and `WT_<NAME>_*`
     /// settings prefix (a slug: a-z, 0-9, `_`, `-`).
     #[arg(value_name = "NAME")]
@@ -87,7 +87,7 @@ const KEYWORDS: &[&str] = &[
 ];
 
 /// Why `NAME` cannot be a new hook's name; `None` when it can.
-pub fn name_problem(name: &str) -> Option<String> {
+pub(crate) fn name_problem(name: &str) -> Option<String> {
     if !is_slug(name) {
         return Some(format!(
             "`{name}` is not a hook name: use 1-64 characters of a-z, 0-9, `_` and `-`"
@@ -127,7 +127,7 @@ pub fn name_problem(name: &str) -> Option<String> {
 
 /// Where the new crate takes the SDK from.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SdkSource {
+pub(crate) enum SdkSource {
     /// A checkout's `sdk/` directory.
     Path(PathBuf),
     /// The registry, `~MAJOR.MINOR` of this `wt`'s SDK.
@@ -184,7 +184,7 @@ fn is_this_sdk(dir: &Path) -> bool {
 
 /// The SDK source for `args`: an explicit `--sdk-path`, the registry when asked, else the
 /// checkout this `wt` was built from if its SDK is still the one compiled in.
-pub fn sdk_source(args: &NewArgs) -> anyhow::Result<SdkSource> {
+pub(crate) fn sdk_source(args: &NewArgs) -> anyhow::Result<SdkSource> {
     if args.registry_sdk {
         return Ok(SdkSource::Registry);
     }
@@ -210,7 +210,7 @@ pub fn sdk_source(args: &NewArgs) -> anyhow::Result<SdkSource> {
 
 /// What to generate.
 #[derive(Debug, Clone)]
-pub struct Plan {
+pub(crate) struct Plan {
     pub name: String,
     /// Lifecycle points, in firing order.
     pub points: Vec<u32>,
@@ -238,7 +238,7 @@ impl Plan {
     }
 
     /// The library's file name once built (`lib<name with _>.so` on Linux).
-    pub fn library_file(&self) -> String {
+    pub(crate) fn library_file(&self) -> String {
         format!(
             "{}{}{}",
             std::env::consts::DLL_PREFIX,
@@ -281,7 +281,7 @@ impl Plan {
         out
     }
 
-    pub fn cargo_toml(&self) -> String {
+    pub(crate) fn cargo_toml(&self) -> String {
         format!(
             r#"[package]
 name = "{name}"
@@ -315,7 +315,7 @@ panic = "unwind"
         )
     }
 
-    pub fn lib_rs(&self) -> String {
+    pub(crate) fn lib_rs(&self) -> String {
         let ty = self.type_name();
         let name = &self.name;
         let mut uses = vec!["Context", "Hook", "Result", "export_hooks", "hook"];
@@ -449,7 +449,7 @@ panic = "unwind"
         t
     }
 
-    pub fn readme(&self) -> String {
+    pub(crate) fn readme(&self) -> String {
         let name = &self.name;
         let lib = self.library_file();
         let policy = if self.guard {
@@ -716,7 +716,7 @@ fn parse_points(names: &[String]) -> Result<Vec<u32>, String> {
     Ok(out)
 }
 
-pub fn run(args: NewArgs) -> anyhow::Result<u8> {
+pub(crate) fn run(args: NewArgs) -> anyhow::Result<u8> {
     if let Some(problem) = name_problem(&args.name) {
         return Err(CodedError::usage(problem).into());
     }

@@ -21,11 +21,11 @@ use tracing_subscriber::layer::{Context, Filter};
 use crate::term;
 
 /// How many times one library message (one place in its code) is shown.
-pub const REPEATS_SHOWN: u32 = 3;
+pub(crate) const REPEATS_SHOWN: u32 = 3;
 
 /// Starts logging: `WT_LOG` (an `EnvFilter`, default `warn`), plain, sanitized, and library
 /// repeats held back unless `WT_LOG` is set.
-pub fn init() {
+pub(crate) fn init() {
     use tracing_subscriber::filter::FilterExt;
     use tracing_subscriber::prelude::*;
     use tracing_subscriber::{EnvFilter, fmt};

@@ -7,28 +7,28 @@ use clap::{Parser, Subcommand};
 
 use crate::{exit, term};
 
-pub mod bench_floor;
-pub mod compare;
-pub mod doctor;
-pub mod hooks;
-pub mod hooks_new;
-pub mod logging;
-pub mod report;
-pub mod rescore;
-pub mod run;
-pub mod supervise;
-pub mod triage;
+pub(crate) mod bench_floor;
+pub(crate) mod compare;
+pub(crate) mod doctor;
+pub(crate) mod hooks;
+pub(crate) mod hooks_new;
+pub(crate) mod logging;
+pub(crate) mod report;
+pub(crate) mod rescore;
+pub(crate) mod run;
+pub(crate) mod supervise;
+pub(crate) mod triage;
 
 /// Wind Tunnel: evaluate AI agents against packs of scenarios.
 #[derive(Debug, Parser)]
 #[command(name = "wt", version, about, long_about = None)]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
     pub command: Command,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Run a pack of scenarios against an agent and write traces and scores.
     Run(Box<run::RunArgs>),
     /// Summarize one or more run directories (table, JSON, JUnit, Markdown or HTML).
@@ -60,7 +60,7 @@ pub enum Command {
 
 /// The run directories a reading command works on: those given, else `runs`. Each must
 /// exist; a missing one is a usage error naming it.
-pub fn run_dirs(dirs: Vec<std::path::PathBuf>) -> anyhow::Result<Vec<std::path::PathBuf>> {
+pub(crate) fn run_dirs(dirs: Vec<std::path::PathBuf>) -> anyhow::Result<Vec<std::path::PathBuf>> {
     let dirs = if dirs.is_empty() {
         vec![std::path::PathBuf::from("runs")]
     } else {
@@ -115,7 +115,7 @@ pub fn main() -> ExitCode {
 
 /// An error and its causes on one line, each cause once: a cause whose text its context
 /// already quotes is not repeated.
-pub fn one_line(err: &anyhow::Error) -> String {
+pub(crate) fn one_line(err: &anyhow::Error) -> String {
     let mut text = String::new();
     for cause in err.chain() {
         let part = cause.to_string();

@@ -11,7 +11,7 @@ use crate::report::{self, Report, load};
 use crate::store;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
+pub(crate) enum Format {
     Table,
     Json,
     Junit,
@@ -21,7 +21,7 @@ pub enum Format {
 
 /// Options of `wt report`.
 #[derive(Debug, Clone, clap::Args)]
-pub struct ReportArgs {
+pub(crate) struct ReportArgs {
     /// Run directories to merge (shards of one sweep, or several sweeps) [default: runs].
     #[arg(value_name = "DIR")]
     pub dirs: Vec<PathBuf>,
@@ -36,7 +36,7 @@ pub struct ReportArgs {
     pub gate: bool,
 }
 
-pub fn run(args: ReportArgs) -> anyhow::Result<u8> {
+pub(crate) fn run(args: ReportArgs) -> anyhow::Result<u8> {
     args.output.check()?;
     let dirs = super::run_dirs(args.dirs)?;
     let report = load_report(&dirs)?;
@@ -60,7 +60,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<u8> {
 
 /// A table for a terminal: every line's control and bidirectional characters escaped (the
 /// outside text in it — labels, reasons — can neither repaint the screen nor reverse a line).
-pub fn for_terminal(table: &str) -> String {
+pub(crate) fn for_terminal(table: &str) -> String {
     let mut out = String::with_capacity(table.len());
     for line in table.lines() {
         out.push_str(&crate::term::sanitize(line));
@@ -71,7 +71,7 @@ pub fn for_terminal(table: &str) -> String {
 
 /// A document a person reads rendered (HTML, Markdown, JUnit in a CI page), which escapes its
 /// own markup already: its bidirectional controls written as visible escapes.
-pub fn for_reader(doc: String) -> String {
+pub(crate) fn for_reader(doc: String) -> String {
     match crate::term::escape_bidi(&doc) {
         std::borrow::Cow::Borrowed(_) => doc,
         std::borrow::Cow::Owned(clean) => clean,
@@ -80,7 +80,7 @@ pub fn for_reader(doc: String) -> String {
 
 /// Loads `dirs` through the one loader, prints its warnings on stderr and builds the model.
 /// No runs at all (and no scenario that could not run) is a usage error.
-pub fn load_report(dirs: &[PathBuf]) -> anyhow::Result<Report> {
+pub(crate) fn load_report(dirs: &[PathBuf]) -> anyhow::Result<Report> {
     // Runs in summary: a report counts and clusters them, and reads again the few it shows.
     let loaded = load::load_keeping(dirs, load::Keep::Summary)?;
     for w in &loaded.warnings {
@@ -110,7 +110,7 @@ pub fn load_report(dirs: &[PathBuf]) -> anyhow::Result<Report> {
 
 /// Where machine output goes: stdout, or a file written atomically.
 #[derive(Debug, Clone, clap::Args)]
-pub struct Output {
+pub(crate) struct Output {
     /// Write to FILE (atomically) instead of stdout.
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub file: Option<PathBuf>,
@@ -118,14 +118,14 @@ pub struct Output {
 
 impl Output {
     /// Checks, before any work, that the output file (if any) can be written.
-    pub fn check(&self) -> anyhow::Result<()> {
+    pub(crate) fn check(&self) -> anyhow::Result<()> {
         if let Some(path) = &self.file {
             store::check_output(path, "-o").map_err(CodedError::usage)?;
         }
         Ok(())
     }
 
-    pub fn emit(&self, text: &str) -> anyhow::Result<()> {
+    pub(crate) fn emit(&self, text: &str) -> anyhow::Result<()> {
         match &self.file {
             Some(path) => store::write_atomic(path, text.as_bytes())
                 .with_context(|| format!("write {}", path.display())),

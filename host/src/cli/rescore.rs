@@ -10,7 +10,7 @@ use crate::{score, store};
 
 /// Options of `wt rescore`.
 #[derive(Debug, Clone, clap::Args)]
-pub struct RescoreArgs {
+pub(crate) struct RescoreArgs {
     /// Run directory [default: runs].
     #[arg(value_name = "DIR", default_value = "runs")]
     pub dir: PathBuf,
@@ -19,7 +19,7 @@ pub struct RescoreArgs {
     pub pack: Option<PathBuf>,
 }
 
-pub fn run(args: RescoreArgs) -> anyhow::Result<u8> {
+pub(crate) fn run(args: RescoreArgs) -> anyhow::Result<u8> {
     let pack = match &args.pack {
         Some(dir) => {
             Pack::load(dir).map_err(|e| CodedError::usage(format!("invalid pack: {e}")))?

@@ -29,7 +29,7 @@ use crate::{runtime, store};
 
 /// Options of `wt run`.
 #[derive(Debug, Clone, clap::Args)]
-pub struct RunArgs {
+pub(crate) struct RunArgs {
     /// Pack directory (`pack.toml` + `scenarios/*.toml`); the embedded demo pack by default.
     #[arg(long, value_name = "DIR", env = "WT_PACK")]
     pub pack: Option<PathBuf>,
@@ -193,7 +193,7 @@ fn load_pack(args: &RunArgs) -> anyhow::Result<Pack> {
     Ok(pack)
 }
 
-pub fn run(args: RunArgs) -> anyhow::Result<u8> {
+pub(crate) fn run(args: RunArgs) -> anyhow::Result<u8> {
     // Everything that can be wrong with the invocation is found before anything is written.
     let pack = load_pack(&args)?;
     let agent =

@@ -26,7 +26,7 @@ use std::process::Command;
 
 use crate::{exit, term};
 
-pub use exit::RECORD_ENV;
+pub(crate) use exit::RECORD_ENV;
 /// Set in the sweep's process: the supervisor's pid, to die with it.
 const SUPERVISOR_ENV: &str = "WT_SWEEP_SUPERVISOR";
 
@@ -35,14 +35,14 @@ const WATCHDOG_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// `wt sweep-watchdog`'s arguments.
 #[derive(Debug, clap::Args)]
-pub struct WatchdogArgs {
+pub(crate) struct WatchdogArgs {
     /// The sweep's tag prefix.
     #[arg(long)]
     pub tag: String,
 }
 
 /// Whether this process is a supervised sweep (the child).
-pub fn is_sweep() -> bool {
+pub(crate) fn is_sweep() -> bool {
     std::env::var_os(RECORD_ENV).is_some()
 }
 
@@ -51,7 +51,7 @@ pub fn is_sweep() -> bool {
 ///
 /// # Safety
 /// No other thread may be running (it sets an environment variable).
-pub unsafe fn sweep_starts() {
+pub(crate) unsafe fn sweep_starts() {
     let tag = format!("{}/wt", crate::procs::sweep_tag());
     // SAFETY: the caller guarantees no other thread runs yet.
     unsafe { std::env::set_var(crate::procs::TAG_ENV, tag) };
@@ -72,7 +72,7 @@ pub unsafe fn sweep_starts() {
 }
 
 /// In the sweep's process, as `wt`'s last act: record the exit code it decided.
-pub fn sweep_ends(code: u8) {
+pub(crate) fn sweep_ends(code: u8) {
     exit::record(code);
 }
 
@@ -82,7 +82,7 @@ fn read_record(path: &Path) -> Option<u8> {
 
 /// `wt run` itself: runs the sweep in a child and returns the exit code it recorded, or
 /// [`exit::ABORTED`] when it recorded none.
-pub fn supervise() -> u8 {
+pub(crate) fn supervise() -> u8 {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
     let fail = |what: String| {
         term::err_line(&format!("error: {what}"));

@@ -7,7 +7,7 @@ use crate::exit;
 use crate::report::triage;
 
 #[derive(Debug, clap::Args)]
-pub struct TriageArgs {
+pub(crate) struct TriageArgs {
     /// Run directories to read [default: runs].
     #[arg(value_name = "DIR")]
     pub dirs: Vec<PathBuf>,
@@ -16,7 +16,7 @@ pub struct TriageArgs {
     pub json: bool,
 }
 
-pub fn run(args: TriageArgs) -> anyhow::Result<u8> {
+pub(crate) fn run(args: TriageArgs) -> anyhow::Result<u8> {
     let dirs = super::run_dirs(args.dirs)?;
     let loaded = crate::report::load::load(&dirs)?;
     for w in &loaded.warnings {

@@ -12,12 +12,12 @@ use windtunnel_sdk::{
 use crate::hooks::registry::BuiltIn;
 
 /// Version of the debrief artifact schema.
-pub const SCHEMA_VERSION: u32 = 2;
+pub(crate) const SCHEMA_VERSION: u32 = 2;
 
 #[derive(Default)]
-pub struct Debrief;
+pub(crate) struct Debrief;
 
-pub fn builtin() -> BuiltIn {
+pub(crate) fn builtin() -> BuiltIn {
     let entry = windtunnel_sdk::__private::HookEntry::of::<Debrief>();
     BuiltIn {
         name: entry.name,
@@ -28,7 +28,7 @@ pub fn builtin() -> BuiltIn {
 
 /// The `<stem>.debrief.json` artifact, field for field as design 0003 specifies.
 #[derive(Debug, Serialize)]
-pub struct DebriefArtifact {
+pub(crate) struct DebriefArtifact {
     pub schema_version: u32,
     pub run_id: String,
     pub scenario_id: String,
@@ -112,7 +112,7 @@ fn artifact(
 /// The debrief turn. The order is deliberate: environment evidence the agent can quote
 /// first (the reliable part of a self-report), then blockers, and only then what it would
 /// change, so a truncated reply still holds the part worth having.
-pub fn prompt(score: &Score) -> String {
+pub(crate) fn prompt(score: &Score) -> String {
     let mut text = format!(
         "This run has been scored. Verdict: {}.\nWhat each check found:\n",
         score.verdict

@@ -11,12 +11,12 @@
 //! Nothing here imports the runner: the runner calls hooks through [`RunObserver`], defined
 //! here, and never lets them change what is judged.
 
-pub mod debrief;
-pub mod dispatch;
-pub mod isolate;
-pub mod observer;
-pub mod plugin;
-pub mod registry;
+pub(crate) mod debrief;
+internal_mod!(dispatch);
+internal_mod!(isolate);
+pub(crate) mod observer;
+internal_mod!(plugin);
+internal_mod!(registry);
 
 use std::sync::Arc;
 

@@ -22,14 +22,14 @@ use crate::{
 };
 
 /// Schema version stamped into artifacts that carry none.
-pub const DEFAULT_ARTIFACT_SCHEMA_VERSION: u64 = 1;
+pub(crate) const DEFAULT_ARTIFACT_SCHEMA_VERSION: u64 = 1;
 
 type Names = Arc<Mutex<HashSet<String>>>;
 
 /// Every active hook, observing a sweep. Each lane (worker) of the sweep has its own
 /// `HookObserver` over its own hook instances ([`HookObserver::prepare_lanes`]); they share
 /// the artifact-name registries and, through the dispatchers, health and quarantine.
-pub struct HookObserver {
+pub(crate) struct HookObserver {
     dispatcher: Arc<Dispatcher>,
     names: Arc<ArtifactNames>,
     /// Lanes 1, 2, …; lane 0 is this observer.
@@ -78,7 +78,7 @@ fn forget(map: &Mutex<HashMap<String, Names>>, key: &str) {
 }
 
 impl HookObserver {
-    pub fn new(dispatcher: Arc<Dispatcher>) -> Self {
+    pub(crate) fn new(dispatcher: Arc<Dispatcher>) -> Self {
         HookObserver {
             dispatcher,
             names: Arc::default(),
@@ -88,7 +88,7 @@ impl HookObserver {
 
     /// Builds the observers of lanes 1 to `lanes - 1`, each with fresh instances of every
     /// hook, so the sweep's lanes never wait for each other's hooks.
-    pub fn prepare_lanes(&mut self, lanes: usize) -> Result<(), String> {
+    pub(crate) fn prepare_lanes(&mut self, lanes: usize) -> Result<(), String> {
         while self.lanes.len() + 1 < lanes {
             self.lanes.push(Arc::new(HookObserver {
                 dispatcher: Arc::new(self.dispatcher.for_lane()?),
@@ -97,10 +97,6 @@ impl HookObserver {
             }));
         }
         Ok(())
-    }
-
-    pub fn dispatcher(&self) -> &Dispatcher {
-        &self.dispatcher
     }
 
     fn scenario_data(&self, scenario: &Scenario, agent: &AgentConfig) -> CallData {
@@ -168,7 +164,7 @@ impl HookObserver {
 /// Artifacts carry a `kind` and a schema version: the framework adds them to object
 /// payloads that lack them (`kind` = `<hook>` or `<hook>.<label>`), and wraps any other JSON
 /// value as `{kind, schema_version, value}`.
-pub fn stamp(mut a: Artifact) -> Artifact {
+pub(crate) fn stamp(mut a: Artifact) -> Artifact {
     let kind = match &a.label {
         Some(l) => format!("{}.{l}", a.hook),
         None => a.hook.clone(),

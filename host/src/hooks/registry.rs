@@ -528,6 +528,7 @@ impl FfiContext for FfiHost<'_> {
 
 impl ActiveHook {
     /// A fresh instance of a built-in hook.
+    #[cfg(test)]
     pub fn from_builtin(b: &BuiltIn) -> ActiveHook {
         let new = b.new;
         ActiveHook {

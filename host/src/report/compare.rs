@@ -17,7 +17,7 @@ use crate::exit;
 /// What happened to a scenario between BASE and NEW.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Change {
+pub(crate) enum Change {
     Regressed,
     Improved,
     Unchanged,
@@ -25,7 +25,7 @@ pub enum Change {
 }
 
 impl Change {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Change::Regressed => "regressed",
             Change::Improved => "improved",
@@ -37,7 +37,7 @@ impl Change {
 
 /// One side of a scenario's comparison.
 #[derive(Clone, Debug, Serialize)]
-pub struct SideStats {
+pub(crate) struct SideStats {
     pub runs: u32,
     pub passed: u32,
     pub failed: u32,
@@ -66,7 +66,7 @@ impl SideStats {
     }
 
     /// `3/5 60% [23–88]`.
-    pub fn display(&self) -> String {
+    pub(crate) fn display(&self) -> String {
         format!(
             "{}/{} {}",
             self.passed,
@@ -78,7 +78,7 @@ impl SideStats {
 
 /// A failure reason (layer and normalized detail) and how many runs of each side had it.
 #[derive(Clone, Debug, Serialize)]
-pub struct ReasonChange {
+pub(crate) struct ReasonChange {
     pub layer: String,
     pub reason: String,
     pub base_runs: u32,
@@ -87,7 +87,7 @@ pub struct ReasonChange {
 
 /// A layer's failure counts on both sides.
 #[derive(Clone, Debug, Serialize)]
-pub struct LayerChange {
+pub(crate) struct LayerChange {
     pub layer: String,
     pub base_failed: u32,
     pub new_failed: u32,
@@ -97,7 +97,7 @@ pub struct LayerChange {
 
 /// One scenario present on both sides.
 #[derive(Clone, Debug, Serialize)]
-pub struct ScenarioComparison {
+pub(crate) struct ScenarioComparison {
     pub scenario_id: String,
     pub base: SideStats,
     pub new: SideStats,
@@ -118,7 +118,7 @@ pub struct ScenarioComparison {
 
 /// A scenario present on one side only.
 #[derive(Clone, Debug, Serialize)]
-pub struct OneSided {
+pub(crate) struct OneSided {
     pub scenario_id: String,
     pub runs: u32,
     pub passed: u32,
@@ -126,7 +126,7 @@ pub struct OneSided {
 
 /// What a side is made of.
 #[derive(Clone, Debug, Serialize)]
-pub struct SideInfo {
+pub(crate) struct SideInfo {
     pub dirs: Vec<String>,
     pub agents: Vec<String>,
     pub packs: Vec<String>,
@@ -163,7 +163,7 @@ impl SideInfo {
     }
 
     /// `demo on pack demo: 6 runs in runs/ (sweep 1a2b…)`.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         self.describe_quoting(|s| s.to_owned())
     }
 
@@ -194,7 +194,7 @@ impl SideInfo {
 
 /// Counts of verdicts.
 #[derive(Clone, Debug, Default, Serialize)]
-pub struct Counts {
+pub(crate) struct Counts {
     pub regressed: usize,
     pub improved: usize,
     pub unchanged: usize,
@@ -203,7 +203,7 @@ pub struct Counts {
 
 /// The comparison of BASE and NEW.
 #[derive(Clone, Debug, Serialize)]
-pub struct Comparison {
+pub(crate) struct Comparison {
     pub schema_version: u32,
     /// The significance threshold of Fisher's test; intervals are at 1 − alpha.
     pub alpha: f64,
@@ -235,7 +235,7 @@ fn reasons(r: &Report) -> BTreeMap<&str, BTreeMap<(String, String), u32>> {
 }
 
 impl Comparison {
-    pub fn new(
+    pub(crate) fn new(
         base_dirs: &[String],
         base: &Report,
         new_dirs: &[String],
@@ -309,18 +309,18 @@ impl Comparison {
         c
     }
 
-    pub fn confidence_pct(&self) -> String {
+    pub(crate) fn confidence_pct(&self) -> String {
         format!("{}%", ((1.0 - self.alpha) * 1000.0).round() / 10.0)
     }
 
-    pub fn to_json(&self) -> String {
+    pub(crate) fn to_json(&self) -> String {
         let mut s = serde_json::to_string_pretty(self).expect("comparison serializes");
         s.push('\n');
         s
     }
 
     /// The terminal view.
-    pub fn to_table(&self) -> String {
+    pub(crate) fn to_table(&self) -> String {
         let mut out = String::new();
         let _ = writeln!(out, "BASE  {}", self.base.describe());
         let _ = writeln!(out, "NEW   {}", self.new.describe());
@@ -396,7 +396,7 @@ impl Comparison {
     }
 
     /// Markdown that fits a pull-request comment.
-    pub fn to_markdown(&self) -> String {
+    pub(crate) fn to_markdown(&self) -> String {
         let mut out = format!("**{}**\n\n", md(&self.summary));
         let _ = writeln!(out, "- BASE: {}", self.base.describe_quoting(md_code));
         let _ = writeln!(out, "- NEW: {}", self.new.describe_quoting(md_code));
@@ -474,7 +474,7 @@ impl Comparison {
 }
 
 /// The row cells: base, new, diff, p, verdict, p50 Δ, p95 Δ, why.
-pub fn cells(s: &ScenarioComparison) -> [String; 8] {
+pub(crate) fn cells(s: &ScenarioComparison) -> [String; 8] {
     [
         s.base.display(),
         s.new.display(),

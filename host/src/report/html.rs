@@ -24,16 +24,16 @@ use super::triage::{self, Cluster, Rung};
 use super::{LoadedRun, Report, ScenarioSummary};
 
 /// Most runs shown with full details on one page.
-pub const MAX_DETAILED_RUNS: usize = 100;
+pub(crate) const MAX_DETAILED_RUNS: usize = 100;
 /// Most runs shown with full details per triage cluster.
-pub const MAX_PER_CLUSTER: usize = 5;
+pub(crate) const MAX_PER_CLUSTER: usize = 5;
 /// Most clusters listed; the rest are counted.
-pub const MAX_CLUSTERS: usize = 200;
+pub(crate) const MAX_CLUSTERS: usize = 200;
 /// Longest text shown for one field (reply, input, arguments, detail), in characters.
-pub const MAX_TEXT: usize = 1000;
+pub(crate) const MAX_TEXT: usize = 1000;
 /// Most turns and tool calls shown per run.
-pub const MAX_TURNS: usize = 12;
-pub const MAX_TOOL_CALLS: usize = 20;
+pub(crate) const MAX_TURNS: usize = 12;
+pub(crate) const MAX_TOOL_CALLS: usize = 20;
 
 const CSP: &str = "default-src 'none'; style-src 'unsafe-inline'";
 
@@ -473,7 +473,7 @@ fn gate_text(code: u8) -> &'static str {
 
 /// `wt report --format html`. Links to trace and artifact files are relative to `base`, the
 /// directory the page is written to (the working directory when `None`).
-pub fn report_page(report: &Report, base: Option<&Path>) -> String {
+pub(crate) fn report_page(report: &Report, base: Option<&Path>) -> String {
     let p = &report.pack;
     let agents: Vec<String> = {
         let mut v: Vec<String> = report.runs.iter().map(|r| r.agent.clone()).collect();
@@ -617,7 +617,7 @@ fn side_cells(s: &SideStats) -> Markup {
 }
 
 /// `wt compare --format html`: the two sides' pass rates side by side, with the verdicts.
-pub fn compare_page(c: &Comparison) -> String {
+pub(crate) fn compare_page(c: &Comparison) -> String {
     let header = html! {
         h1 { "Wind Tunnel comparison" }
         p { (c.summary) }

@@ -17,13 +17,13 @@ use crate::store::StoredRun;
 /// this sweep's own runs, slimmed to what a report row needs (the texts stay on disk), and
 /// the scenarios it could not run. Nothing else in the runs directory counts.
 #[derive(Default)]
-pub struct SweepRuns {
+pub(crate) struct SweepRuns {
     seen: Mutex<(Vec<StoredRun>, Vec<ScenarioError>)>,
 }
 
 impl SweepRuns {
     /// The report over what the stream delivered so far.
-    pub fn report(&self) -> Report {
+    pub(crate) fn report(&self) -> Report {
         let seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
         Report::from_sweep(&seen.0, seen.1.clone())
     }
@@ -71,7 +71,7 @@ impl Sink for SweepRuns {
 }
 
 impl Report {
-    pub fn to_junit(&self) -> String {
+    pub(crate) fn to_junit(&self) -> String {
         let mut report = quick_junit::Report::new("wt");
         let mut suites: BTreeMap<&str, TestSuite> = BTreeMap::new();
         for r in &self.runs {

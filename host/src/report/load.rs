@@ -34,11 +34,11 @@ use windtunnel_sdk::model::{Score, Trace, is_slug};
 use crate::store::{self, StoreError};
 
 /// Largest trace file read; larger ones are skipped with a warning.
-pub const MAX_TRACE_BYTES: u64 = 64 << 20;
+pub(crate) const MAX_TRACE_BYTES: u64 = 64 << 20;
 /// Largest score sidecar or hook artifact read.
-pub const MAX_SIDECAR_BYTES: u64 = 16 << 20;
+pub(crate) const MAX_SIDECAR_BYTES: u64 = 16 << 20;
 /// Largest event journal read (it is streamed, never held whole).
-pub const MAX_JOURNAL_BYTES: u64 = 4 << 30;
+pub(crate) const MAX_JOURNAL_BYTES: u64 = 4 << 30;
 /// Longest journal line parsed; longer lines are skipped.
 const MAX_JOURNAL_LINE: u64 = 1 << 20;
 
@@ -164,13 +164,13 @@ impl Loaded {
 }
 
 /// Reads every run directory in `dirs` (see the module docs for the rules).
-pub fn load<P: AsRef<Path>>(dirs: &[P]) -> Result<Loaded, StoreError> {
+pub(crate) fn load<P: AsRef<Path>>(dirs: &[P]) -> Result<Loaded, StoreError> {
     load_keeping(dirs, Keep::Whole)
 }
 
 /// How much of each trace the loader holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Keep {
+pub(crate) enum Keep {
     /// Every field (`wt rescore` and `wt triage` judge runs from them).
     Whole,
     /// What reports count and cluster by ([`summarize`]): a report of a big sweep holds
@@ -180,7 +180,7 @@ pub enum Keep {
 }
 
 /// Like [`load`], holding each trace as `keep` says.
-pub fn load_keeping<P: AsRef<Path>>(dirs: &[P], keep: Keep) -> Result<Loaded, StoreError> {
+pub(crate) fn load_keeping<P: AsRef<Path>>(dirs: &[P], keep: Keep) -> Result<Loaded, StoreError> {
     let mut out = Loaded::default();
     let mut seen_dirs = HashSet::new();
     let mut seen_runs = HashSet::new();
@@ -367,7 +367,7 @@ fn load_run(path: &Path, listing: &Listing, warnings: &mut Vec<String>) -> Optio
 /// arguments and results, world states, warnings and agent processes. Kept: ids, agent,
 /// times, errors and denial, hooks, each turn's index, latency and error, and each tool
 /// call's name, place and error.
-pub fn summarize(t: &mut Trace) {
+pub(crate) fn summarize(t: &mut Trace) {
     t.surface = Default::default();
     for turn in &mut t.turns {
         turn.input = String::new();
@@ -386,7 +386,7 @@ pub fn summarize(t: &mut Trace) {
 /// The whole trace of `run`, read again from its file (a report loaded with
 /// [`Keep::Summary`] shows a run in detail). `None` when the file is gone, unreadable or now
 /// holds another run.
-pub fn reread(run: &LoadedRun) -> Option<Trace> {
+pub(crate) fn reread(run: &LoadedRun) -> Option<Trace> {
     let bytes = read_bounded(&run.path, MAX_TRACE_BYTES).ok()?;
     let trace: Trace = serde_json::from_slice(&bytes).ok()?;
     (trace.run_id == run.trace.run_id).then_some(trace)
@@ -394,7 +394,7 @@ pub fn reread(run: &LoadedRun) -> Option<Trace> {
 
 /// Why a file from a runs directory was not read.
 #[derive(Debug)]
-pub enum ReadProblem {
+pub(crate) enum ReadProblem {
     Missing,
     NotRegular,
     TooLarge { size: u64, limit: u64 },
@@ -420,7 +420,7 @@ impl std::fmt::Display for ReadProblem {
 
 /// Opens a file from a runs directory: no symbolic links followed, no blocking on a FIFO,
 /// regular files only, at most `limit` bytes.
-pub fn open_bounded(path: &Path, limit: u64) -> Result<(File, u64), ReadProblem> {
+pub(crate) fn open_bounded(path: &Path, limit: u64) -> Result<(File, u64), ReadProblem> {
     let mut options = std::fs::OpenOptions::new();
     options.read(true);
     #[cfg(unix)]
@@ -448,7 +448,7 @@ pub fn open_bounded(path: &Path, limit: u64) -> Result<(File, u64), ReadProblem>
 }
 
 /// Reads a whole file from a runs directory within `limit` bytes (see [`open_bounded`]).
-pub fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>, ReadProblem> {
+pub(crate) fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>, ReadProblem> {
     let (file, len) = open_bounded(path, limit)?;
     let mut bytes = Vec::with_capacity(len as usize);
     // The file may grow after the check; never read past the limit.

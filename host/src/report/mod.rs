@@ -10,13 +10,13 @@
 //!
 //! Nothing here writes into a runs directory.
 
-pub mod compare;
-pub mod html;
-pub mod junit;
-pub mod load;
-pub mod stats;
-pub mod table;
-pub mod triage;
+pub(crate) mod compare;
+pub(crate) mod html;
+pub(crate) mod junit;
+pub(crate) mod load;
+pub(crate) mod stats;
+pub(crate) mod table;
+pub(crate) mod triage;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -26,7 +26,7 @@ use windtunnel_sdk::model::{AggregateResult, SCHEMA_VERSION, Verdict};
 
 use crate::score::Aggregator;
 use crate::store::{StoreError, StoredRun};
-pub use junit::SweepRuns;
+pub(crate) use junit::SweepRuns;
 pub use load::{Loaded, LoadedRun, ScenarioError, Sweep, SweepStatus, UnreadRun};
 
 /// Every run in `dirs` as read by the reading side's one loader
@@ -46,11 +46,11 @@ pub fn load_runs<P: AsRef<Path>>(dirs: &[P]) -> Result<Vec<StoredRun>, StoreErro
 }
 
 /// Confidence level of the intervals `wt report` shows.
-pub const REPORT_ALPHA: f64 = 0.05;
+pub(crate) const REPORT_ALPHA: f64 = 0.05;
 
 /// One run in a report.
 #[derive(Clone, Debug, Serialize)]
-pub struct RunRow {
+pub(crate) struct RunRow {
     pub scenario_id: String,
     pub run_index: u32,
     pub run_id: String,
@@ -69,14 +69,14 @@ pub struct RunRow {
 
 /// An estimate at one `k`.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
-pub struct AtK {
+pub(crate) struct AtK {
     pub k: u64,
     pub value: f64,
 }
 
 /// A scenario's aggregate with the reliability figures derived from it.
 #[derive(Clone, Debug, Serialize)]
-pub struct ScenarioSummary {
+pub(crate) struct ScenarioSummary {
     #[serde(flatten)]
     pub aggregate: AggregateResult,
     /// passed / runs (ERROR runs count as not passed); `None` with no runs.
@@ -90,7 +90,7 @@ pub struct ScenarioSummary {
 }
 
 impl ScenarioSummary {
-    pub fn new(aggregate: AggregateResult) -> ScenarioSummary {
+    pub(crate) fn new(aggregate: AggregateResult) -> ScenarioSummary {
         let (c, n) = (u64::from(aggregate.passed), u64::from(aggregate.runs));
         let ks = ks(&[1, n]);
         ScenarioSummary {
@@ -102,7 +102,7 @@ impl ScenarioSummary {
         }
     }
 
-    pub fn id(&self) -> &str {
+    pub(crate) fn id(&self) -> &str {
         &self.aggregate.scenario_id
     }
 }
@@ -122,7 +122,7 @@ fn at_ks(ks: &[u64], f: impl Fn(u64) -> Option<f64>) -> Vec<AtK> {
 
 /// What the whole pack adds up to.
 #[derive(Clone, Debug, Default, Serialize)]
-pub struct PackSummary {
+pub(crate) struct PackSummary {
     pub scenarios: usize,
     pub runs: u64,
     pub passed: u64,
@@ -171,7 +171,7 @@ impl PackSummary {
 
 /// A report over loaded runs: the summary model every format renders.
 #[derive(Clone, Debug, Serialize)]
-pub struct Report {
+pub(crate) struct Report {
     pub schema_version: u32,
     /// Scenarios in id order.
     pub scenarios: Vec<ScenarioSummary>,
@@ -201,7 +201,7 @@ pub struct Report {
 
 impl Report {
     /// The model of everything `loaded` holds.
-    pub fn new(loaded: Loaded) -> Report {
+    pub(crate) fn new(loaded: Loaded) -> Report {
         let mut aggs: BTreeMap<String, Aggregator> = BTreeMap::new();
         let mut rows = Vec::with_capacity(loaded.runs.len());
         for run in &loaded.runs {
@@ -259,13 +259,14 @@ impl Report {
     }
 
     /// A report over runs gathered elsewhere (no journals, no artifacts).
-    pub fn from_runs(runs: &[StoredRun]) -> Report {
+    #[cfg(test)]
+    pub(crate) fn from_runs(runs: &[StoredRun]) -> Report {
         Report::from_sweep(runs, Vec::new())
     }
 
     /// A report over one sweep's own runs and the scenarios it could not run (what
     /// `wt run --junit` writes, without reading the runs directory back).
-    pub fn from_sweep(runs: &[StoredRun], scenario_errors: Vec<ScenarioError>) -> Report {
+    pub(crate) fn from_sweep(runs: &[StoredRun], scenario_errors: Vec<ScenarioError>) -> Report {
         Report::new(Loaded {
             runs: runs
                 .iter()
@@ -284,24 +285,19 @@ impl Report {
         })
     }
 
-    /// The exit code these results imply: the code `wt run` would have ended the sweep with.
-    pub fn exit_code(&self) -> u8 {
-        self.gate
-    }
-
-    pub fn totals(&self) -> (u64, u64, u64, u64) {
+    pub(crate) fn totals(&self) -> (u64, u64, u64, u64) {
         let p = &self.pack;
         (p.runs, p.passed, p.failed, p.errored)
     }
 
-    pub fn to_json(&self) -> String {
+    pub(crate) fn to_json(&self) -> String {
         let mut s = serde_json::to_string_pretty(self).expect("report serializes");
         s.push('\n');
         s
     }
 
     /// Sweeps that may not have run to the end.
-    pub fn partial_sweeps(&self) -> impl Iterator<Item = &Sweep> {
+    pub(crate) fn partial_sweeps(&self) -> impl Iterator<Item = &Sweep> {
         self.sweeps.iter().filter(|s| s.status.is_partial())
     }
 }
@@ -309,7 +305,7 @@ impl Report {
 /// The gate: 3 if any run or scenario could not be judged or a sweep is partial (its missing
 /// runs were never judged), else 1 if any run failed, else 0 — what a single sweep over the
 /// same runs would have exited with.
-pub fn gate_code<'a>(aggs: impl IntoIterator<Item = &'a AggregateResult>, partial: bool) -> u8 {
+pub(crate) fn gate_code<'a>(aggs: impl IntoIterator<Item = &'a AggregateResult>, partial: bool) -> u8 {
     if partial {
         return crate::exit::RUN_ERROR;
     }
@@ -391,7 +387,7 @@ pub(crate) mod tests {
         let r = Report::from_runs(&runs);
         assert_eq!(r.scenarios[0].id(), "a");
         assert_eq!(r.runs[0].run_index, 0);
-        assert_eq!(r.exit_code(), crate::exit::RUN_ERROR);
+        assert_eq!(r.gate, crate::exit::RUN_ERROR);
         assert_eq!(r.totals(), (5, 2, 2, 1));
         let b = &r.scenarios[1];
         assert_eq!(

@@ -7,7 +7,7 @@ use statrs::distribution::{ContinuousCDF, Discrete, Hypergeometric, Normal};
 
 /// The two-sided standard-normal quantile for confidence level `1 - alpha`
 /// (1.959964… for alpha = 0.05).
-pub fn z_for(alpha: f64) -> f64 {
+pub(crate) fn z_for(alpha: f64) -> f64 {
     let normal = Normal::new(0.0, 1.0).expect("the standard normal exists");
     normal.inverse_cdf(1.0 - alpha / 2.0)
 }
@@ -15,7 +15,7 @@ pub fn z_for(alpha: f64) -> f64 {
 /// The Wilson score interval for `passed` successes out of `runs` at confidence `1 - alpha`
 /// (Wilson 1927; method 3 of Newcombe 1998, without continuity correction). `None` with no
 /// runs.
-pub fn wilson(passed: u64, runs: u64, alpha: f64) -> Option<(f64, f64)> {
+pub(crate) fn wilson(passed: u64, runs: u64, alpha: f64) -> Option<(f64, f64)> {
     if runs == 0 {
         return None;
     }
@@ -32,7 +32,7 @@ pub fn wilson(passed: u64, runs: u64, alpha: f64) -> Option<(f64, f64)> {
 /// `[[a_pass, a_runs - a_pass], [b_pass, b_runs - b_pass]]`: the probability, with the
 /// margins fixed, of every table at most as likely as the observed one (R's `fisher.test`
 /// rule, including its relative tolerance of 1e-7 for ties). 1 when either side has no runs.
-pub fn fisher_two_sided(a_pass: u64, a_runs: u64, b_pass: u64, b_runs: u64) -> f64 {
+pub(crate) fn fisher_two_sided(a_pass: u64, a_runs: u64, b_pass: u64, b_runs: u64) -> f64 {
     if a_runs == 0 || b_runs == 0 {
         return 1.0;
     }
@@ -56,12 +56,12 @@ pub fn fisher_two_sided(a_pass: u64, a_runs: u64, b_pass: u64, b_runs: u64) -> f
 /// The smallest p-value Fisher's test can give for `a_runs` against `b_runs` runs, whatever
 /// the outcomes: one side all passes, the other all failures. When it is not below alpha, no
 /// result could count as a real difference.
-pub fn fisher_floor(a_runs: u64, b_runs: u64) -> f64 {
+pub(crate) fn fisher_floor(a_runs: u64, b_runs: u64) -> f64 {
     fisher_two_sided(a_runs, a_runs, 0, b_runs).min(fisher_two_sided(0, a_runs, b_runs, b_runs))
 }
 
 /// The fewest runs per side (equal on both) at which some outcome could reach `p < alpha`.
-pub fn runs_needed(alpha: f64) -> u64 {
+pub(crate) fn runs_needed(alpha: f64) -> u64 {
     (1..=1000)
         .find(|&n| fisher_floor(n, n) < alpha)
         .unwrap_or(1000)
@@ -70,7 +70,7 @@ pub fn runs_needed(alpha: f64) -> u64 {
 /// pass^k: the probability that `k` runs drawn without replacement from these `runs` all
 /// passed, C(c, k) / C(n, k), the unbiased estimator of the τ-bench paper. `None` unless
 /// 1 ≤ k ≤ n.
-pub fn pass_hat_k(passed: u64, runs: u64, k: u64) -> Option<f64> {
+pub(crate) fn pass_hat_k(passed: u64, runs: u64, k: u64) -> Option<f64> {
     if k == 0 || k > runs {
         return None;
     }
@@ -80,7 +80,7 @@ pub fn pass_hat_k(passed: u64, runs: u64, k: u64) -> Option<f64> {
 /// pass@k: the probability that at least one of `k` runs drawn without replacement passed,
 /// 1 − C(n − c, k) / C(n, k) (the unbiased estimator of the Codex paper). `None` unless
 /// 1 ≤ k ≤ n.
-pub fn pass_at_k(passed: u64, runs: u64, k: u64) -> Option<f64> {
+pub(crate) fn pass_at_k(passed: u64, runs: u64, k: u64) -> Option<f64> {
     if k == 0 || k > runs {
         return None;
     }

@@ -7,14 +7,14 @@ use windtunnel_sdk::model::{AggregateResult, LAYERS, Verdict};
 use super::{AtK, PackSummary, Report, RunRow, ScenarioSummary};
 
 /// `67% [21–94]`: a pass rate with its interval, in whole percent.
-pub fn rate_with_interval(rate: Option<f64>, interval: Option<[f64; 2]>) -> String {
+pub(crate) fn rate_with_interval(rate: Option<f64>, interval: Option<[f64; 2]>) -> String {
     match (rate, interval) {
         (Some(r), Some([lo, hi])) => format!("{} [{}–{}]", pct(r), pct_bare(lo), pct_bare(hi)),
         _ => "-".to_owned(),
     }
 }
 
-pub fn pct(x: f64) -> String {
+pub(crate) fn pct(x: f64) -> String {
     format!("{}%", pct_bare(x))
 }
 
@@ -30,7 +30,7 @@ fn at_largest_k(v: &[AtK]) -> String {
 
 /// `pass^1 0.67 · pass^3 0.30 · pass@3 0.93 (mean over 2 scenarios; k = 3, the fewest runs
 /// of any scenario)`.
-pub fn pack_line(p: &PackSummary) -> String {
+pub(crate) fn pack_line(p: &PackSummary) -> String {
     let mut parts: Vec<String> = p
         .pass_hat_k
         .iter()
@@ -50,7 +50,7 @@ pub fn pack_line(p: &PackSummary) -> String {
     )
 }
 
-pub fn failing_layers(a: &AggregateResult) -> String {
+pub(crate) fn failing_layers(a: &AggregateResult) -> String {
     let mut parts: Vec<String> = LAYERS
         .iter()
         .filter_map(|l| a.layer_failures.get(*l).filter(|n| **n > 0).map(|n| (l, n)))
@@ -87,7 +87,7 @@ fn not_passed(r: &Report) -> impl Iterator<Item = &RunRow> {
 impl Report {
     /// The human table: one line per scenario, the pack's figures, then every run that did
     /// not pass with its reasons.
-    pub fn to_table(&self) -> String {
+    pub(crate) fn to_table(&self) -> String {
         let mut out = String::new();
         let width = self
             .scenarios
@@ -144,7 +144,7 @@ impl Report {
     }
 
     /// Markdown for a pull-request comment or a CI summary.
-    pub fn to_markdown(&self) -> String {
+    pub(crate) fn to_markdown(&self) -> String {
         let mut out = String::from(
             "| Scenario | Passed | Rate [95% CI] | pass^n | pass@n | Failed | Error | p50 ms | Failing layers |\n\
              |---|---:|---:|---:|---:|---:|---:|---:|---|\n",
@@ -183,7 +183,7 @@ impl Report {
 
 /// Text safe inside a Markdown table cell: no cell breaks, no line breaks, no raw HTML, and
 /// no inline markup (emphasis, links, images, code) that outside text could smuggle in.
-pub fn md(s: &str) -> String {
+pub(crate) fn md(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {
@@ -204,7 +204,7 @@ pub fn md(s: &str) -> String {
 
 /// Outside text as a Markdown code span: shown as written, never rendered as markup (a
 /// label, a pack name, a directory).
-pub fn md_code(s: &str) -> String {
+pub(crate) fn md_code(s: &str) -> String {
     let clean = s.replace(['\n', '\r'], " ").replace('|', "\\|");
     let mut longest = 0;
     let mut run = 0;

@@ -24,7 +24,7 @@ use super::load::{MAX_SIDECAR_BYTES, read_bounded};
 /// The rungs, in the order a failure is attributed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Rung {
+pub(crate) enum Rung {
     Wiring,
     Harness,
     Steering,
@@ -32,7 +32,7 @@ pub enum Rung {
 }
 
 impl Rung {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Rung::Wiring => "wiring",
             Rung::Harness => "harness",
@@ -44,7 +44,7 @@ impl Rung {
 
 /// Failing runs that share a scenario, failed layers and normalized reason.
 #[derive(Debug, Clone, Serialize)]
-pub struct Cluster {
+pub(crate) struct Cluster {
     pub scenario_id: String,
     pub verdict: Verdict,
     pub failed_layers: Vec<String>,
@@ -61,7 +61,7 @@ pub struct Cluster {
 }
 
 /// Replaces what varies between runs of the same failure: quoted text, ids, numbers.
-pub fn normalize(reason: &str) -> String {
+pub(crate) fn normalize(reason: &str) -> String {
     let mut out = String::with_capacity(reason.len());
     let mut chars = reason.chars().peekable();
     while let Some(c) = chars.next() {
@@ -109,7 +109,7 @@ pub fn normalize(reason: &str) -> String {
 }
 
 /// Where a failing run sits on the ladder, and the evidence for it.
-pub fn place(trace: &Trace, score: &Score) -> (Rung, String) {
+pub(crate) fn place(trace: &Trace, score: &Score) -> (Rung, String) {
     if score.verdict == Verdict::Error {
         if let Some(d) = &trace.denial {
             return (
@@ -181,7 +181,7 @@ fn reason(score: &Score) -> String {
 
 /// The first lines of the run's debrief reply (or why there is none), on one line and at
 /// most 240 characters; `None` when the run has no readable debrief artifact.
-pub fn debrief_excerpt(run: &LoadedRun) -> Option<String> {
+pub(crate) fn debrief_excerpt(run: &LoadedRun) -> Option<String> {
     let wanted = format!("{}.debrief.json", run.stem());
     let path = run
         .artifacts
@@ -240,19 +240,14 @@ fn judge(run: &LoadedRun) -> Option<(Verdict, Vec<String>, String, Rung, String)
     ))
 }
 
-/// Where a run that did not pass sits on the ladder; `None` for a passing run.
-pub fn rung_of(run: &LoadedRun) -> Option<Rung> {
-    judge(run).map(|j| j.3)
-}
-
 /// Clusters the failing runs among `runs`, lowest rung first, then most frequent.
-pub fn triage(runs: &[LoadedRun]) -> Vec<Cluster> {
+pub(crate) fn triage(runs: &[LoadedRun]) -> Vec<Cluster> {
     triage_with(runs, true)
 }
 
 /// [`triage`], optionally without reading debrief artifacts (views that read them for the
 /// runs they show only).
-pub fn triage_with(runs: &[LoadedRun], debriefs: bool) -> Vec<Cluster> {
+pub(crate) fn triage_with(runs: &[LoadedRun], debriefs: bool) -> Vec<Cluster> {
     let mut per_scenario: BTreeMap<&str, usize> = BTreeMap::new();
     for r in runs {
         *per_scenario.entry(&r.trace.scenario_id).or_default() += 1;

@@ -408,7 +408,7 @@ fn run_scenarios(
 /// How many runs a sweep of `scenarios` makes (with `runs` overriding each scenario's
 /// count, and only `shard`'s share). Holds nothing per run; a stop request ends the count
 /// early.
-pub fn planned_runs(
+pub(crate) fn planned_runs(
     scenarios: &[Scenario],
     runs: Option<u32>,
     shard: Option<Shard>,

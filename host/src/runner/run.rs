@@ -32,11 +32,11 @@ pub(super) struct RunRunner<'s, 'a> {
 }
 
 impl<'s, 'a> RunRunner<'s, 'a> {
-    pub fn new(sc: &'s ScenarioRunner<'a>, handle: &'s Handle, lane: &'s Lane) -> Self {
+    pub(super) fn new(sc: &'s ScenarioRunner<'a>, handle: &'s Handle, lane: &'s Lane) -> Self {
         RunRunner { sc, handle, lane }
     }
 
-    pub fn run(&self, index: u32, agg: &Mutex<Aggregator>) -> Result<Score, StoreError> {
+    pub(super) fn run(&self, index: u32, agg: &Mutex<Aggregator>) -> Result<Score, StoreError> {
         let sc = self.sc;
         let (cfg, scenario) = (sc.cfg, sc.scenario);
         let observer = &self.lane.observer;
@@ -88,8 +88,13 @@ impl<'s, 'a> RunRunner<'s, 'a> {
             next_turn: AtomicUsize::new(scenario.turns.len()),
             unusable: trace.error.clone(),
         };
-        let start_out =
-            observer.on_run_start(scenario, cfg.agent_view(), &run_id, &trace.session_id, &session);
+        let start_out = observer.on_run_start(
+            scenario,
+            cfg.agent_view(),
+            &run_id,
+            &trace.session_id,
+            &session,
+        );
         if trace.error.is_none() {
             super::turn::TurnRunner {
                 sc,
@@ -145,10 +150,20 @@ impl<'s, 'a> RunRunner<'s, 'a> {
         // them back once both points returned. A hook abandoned past its deadline may still
         // hold them: then the runner goes on with copies.
         let (shared_trace, shared_score) = (Arc::new(trace), Arc::new(score));
-        let scored_out =
-            observer.on_run_scored(scenario, cfg.agent_view(), &shared_trace, &shared_score, &session);
-        let end_out =
-            observer.on_run_end(scenario, cfg.agent_view(), &shared_trace, &shared_score, &session);
+        let scored_out = observer.on_run_scored(
+            scenario,
+            cfg.agent_view(),
+            &shared_trace,
+            &shared_score,
+            &session,
+        );
+        let end_out = observer.on_run_end(
+            scenario,
+            cfg.agent_view(),
+            &shared_trace,
+            &shared_score,
+            &session,
+        );
         let mut trace = Arc::unwrap_or_clone(shared_trace);
         let score = Arc::unwrap_or_clone(shared_score);
         // The run is over for the agent too: its world closes and what the runtime started

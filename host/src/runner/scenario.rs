@@ -45,7 +45,7 @@ pub(super) struct ScenarioRunner<'a> {
 }
 
 impl<'a> ScenarioRunner<'a> {
-    pub fn new(
+    pub(super) fn new(
         cfg: &'a RunConfig,
         sweep: &'a Sweep,
         stream: &'a Stream,
@@ -66,7 +66,7 @@ impl<'a> ScenarioRunner<'a> {
 
     /// A warning for the stream's live consumers (run warnings go into the trace too, by
     /// the caller).
-    pub fn warn(&self, message: &str) {
+    pub(super) fn warn(&self, message: &str) {
         self.publish(
             &self.scope(),
             events::Event::Warning {
@@ -76,12 +76,12 @@ impl<'a> ScenarioRunner<'a> {
     }
 
     /// Emits a scenario-caused event (not a hook's converse) on the sweep's stream.
-    pub fn publish(&self, scope: &Scope, event: events::Event) {
+    pub(super) fn publish(&self, scope: &Scope, event: events::Event) {
         self.emit(scope, &events::Cause::Scenario, event);
     }
 
     /// Emits an event on the sweep's stream.
-    pub fn emit(&self, scope: &Scope, cause: &events::Cause, event: events::Event) {
+    pub(super) fn emit(&self, scope: &Scope, cause: &events::Cause, event: events::Event) {
         self.stream.emit(scope, cause, &event, None);
     }
 
@@ -94,7 +94,7 @@ impl<'a> ScenarioRunner<'a> {
 
     /// Sets the scenario up on the first lane: provisions its handle, checks the world
     /// preconditions, fires `on_provisioned`. A failure makes the whole scenario ERROR.
-    pub fn setup(&self, lane: &Lane, state: &ScenarioState<'_>) -> Result<Handle, Unable> {
+    pub(super) fn setup(&self, lane: &Lane, state: &ScenarioState<'_>) -> Result<Handle, Unable> {
         let (cfg, scenario) = (self.cfg, self.scenario);
         let runs = state_runs(state);
         self.publish(&self.scope(), events::Event::ScenarioStarted { runs });
@@ -137,7 +137,7 @@ impl<'a> ScenarioRunner<'a> {
     }
 
     /// The handle of an extra lane, or a warning saying why there is none.
-    pub fn provision_lane(&self, lane: usize) -> Result<Handle, String> {
+    pub(super) fn provision_lane(&self, lane: usize) -> Result<Handle, String> {
         self.runtime
             .provision_lane(self.scenario, lane)
             .map(|h| Arc::new(Mutex::new(h)))
@@ -145,7 +145,7 @@ impl<'a> ScenarioRunner<'a> {
     }
 
     /// A scenario that cannot run: every run counts as errored, with `why`.
-    pub fn unable(
+    pub(super) fn unable(
         &self,
         agg: Aggregator,
         runs: u32,
@@ -165,7 +165,7 @@ impl<'a> ScenarioRunner<'a> {
     }
 
     /// A scenario no lane reached before the sweep was stopped: reported as not run.
-    pub fn never_reached(&self, runs: u32) -> Result<ScenarioOutcome, StoreError> {
+    pub(super) fn never_reached(&self, runs: u32) -> Result<ScenarioOutcome, StoreError> {
         self.publish(&self.scope(), events::Event::ScenarioStarted { runs });
         let agg = Aggregator::new(&self.scenario.id);
         self.unable(
@@ -178,7 +178,7 @@ impl<'a> ScenarioRunner<'a> {
 
     /// Ends the scenario after its last lane closed: `on_scenario_end`, its artifacts, the
     /// `ScenarioEnded` event.
-    pub fn finish(
+    pub(super) fn finish(
         &self,
         lane: &Lane,
         state: &ScenarioState<'_>,
@@ -252,7 +252,7 @@ impl<'a> ScenarioRunner<'a> {
         Ok(())
     }
 
-    pub fn teardown(&self, handle: &Handle, warnings: &mut Vec<String>) {
+    pub(super) fn teardown(&self, handle: &Handle, warnings: &mut Vec<String>) {
         // A turn cut at the end of the grace period may still hold the handle on its own
         // thread; `wt` is stopping, so it is left to the process exit.
         let Some(mut h) = super::try_lock(handle) else {
@@ -274,7 +274,7 @@ impl<'a> ScenarioRunner<'a> {
     /// again (a later `place`), before anything has seen it. A sweep whose journal had to
     /// take a `-N` stem (another sweep of the same identity writes here: pinned, same seed)
     /// mints its run ids with that `N`, so no two sweeps in one directory share a run id.
-    pub fn claim_stem(&self, index: u32, ts: &str) -> Result<(String, String), StoreError> {
+    pub(super) fn claim_stem(&self, index: u32, ts: &str) -> Result<(String, String), StoreError> {
         let idx = index.to_string();
         let claim = format!("claim{}", self.sweep.claim);
         let mut attempt = 0u32;
@@ -298,7 +298,7 @@ impl<'a> ScenarioRunner<'a> {
 
     /// `stem` with a `-n` suffix (or a later one) not taken in this sweep: for a run whose
     /// file name another process took first while the run was under way.
-    pub fn claim_suffixed(&self, stem: &str, n: u32) -> String {
+    pub(super) fn claim_suffixed(&self, stem: &str, n: u32) -> String {
         let mut n = n;
         loop {
             let candidate = format!("{stem}-{n}");

@@ -60,7 +60,7 @@ pub(super) struct ScenarioState<'a> {
 }
 
 impl<'a> ScenarioState<'a> {
-    pub fn new(runner: ScenarioRunner<'a>, plan: Plan, cap: usize) -> Self {
+    pub(super) fn new(runner: ScenarioRunner<'a>, plan: Plan, cap: usize) -> Self {
         let agg = Aggregator::new(&runner.scenario.id);
         ScenarioState {
             runner,
@@ -77,7 +77,7 @@ impl<'a> ScenarioState<'a> {
     }
 
     /// How many runs this sweep runs of the scenario.
-    pub fn run_count(&self) -> u32 {
+    pub(super) fn run_count(&self) -> u32 {
         self.plan.count
     }
 
@@ -107,7 +107,7 @@ impl<'a> ScenarioState<'a> {
 
     /// The scenario's result, once settled; a scenario no worker reached (the sweep was
     /// stopped first) is settled here as not run.
-    pub fn into_outcome(self) -> Result<ScenarioOutcome, StoreError> {
+    pub(super) fn into_outcome(self) -> Result<ScenarioOutcome, StoreError> {
         if let Some(outcome) = lock(&self.outcome).take() {
             return outcome;
         }

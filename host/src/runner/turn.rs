@@ -31,7 +31,7 @@ pub(super) struct TurnRunner<'r, 'a> {
 
 impl TurnRunner<'_, '_> {
     /// Injects the scenario's turns into the run's session, recording them in `trace`.
-    pub fn inject(&self, trace: &mut Trace) {
+    pub(super) fn inject(&self, trace: &mut Trace) {
         let sc = self.sc;
         let cfg = sc.cfg;
         let timeout = runtime::turn_timeout(&cfg.agent);

@@ -457,8 +457,8 @@ mod tests {
             e.message.contains("one of the http and process runtimes"),
             "{e}"
         );
-        let e = Agent::from_toml("label = \"x\"\nruntime = \"process\"\nmodle = \"m\"\n")
-            .unwrap_err();
+        let e =
+            Agent::from_toml("label = \"x\"\nruntime = \"process\"\nmodle = \"m\"\n").unwrap_err();
         assert_eq!(e.to_string(), "line 3, column 1: unknown field `modle`");
         let e = Agent::from_toml("label = \"x\"\nruntime = \"grpc\"\n").unwrap_err();
         assert!(e.message.contains("unknown runtime `grpc`"), "{e}");
@@ -476,7 +476,12 @@ mod tests {
             panic!("{a:?}")
         };
         assert_eq!(
-            (h.limits.retries, h.limits.max_concurrency, h.max_sessions, h.mcp),
+            (
+                h.limits.retries,
+                h.limits.max_concurrency,
+                h.max_sessions,
+                h.mcp
+            ),
             (Some(3), Some(4), Some(2), Some(false))
         );
         assert!(!a.reaches_world());

@@ -26,12 +26,12 @@ enum Fault {
 }
 
 /// The `demo` runtime.
-pub struct DemoRuntime {
+pub(crate) struct DemoRuntime {
     fault: Fault,
 }
 
 impl DemoRuntime {
-    pub fn new(settings: &super::agent::Demo) -> Result<Self, RuntimeError> {
+    pub(crate) fn new(settings: &super::agent::Demo) -> Result<Self, RuntimeError> {
         let fault = match settings.fault.as_deref() {
             None | Some("") | Some("none") => Fault::None,
             Some("leaky") => Fault::Leaky,

@@ -22,10 +22,10 @@ use super::{
 use crate::runtime::mcp::{self, Inbox, McpRun, ToolSet};
 
 /// The environment variable that overrides the inject endpoint.
-pub const INJECT_URL_ENV: &str = "WT_INJECT_URL";
+pub(crate) const INJECT_URL_ENV: &str = "WT_INJECT_URL";
 
 /// The `http` runtime.
-pub struct HttpRuntime {
+pub(crate) struct HttpRuntime {
     agent: Agent,
     settings: super::agent::Http,
     base: String,
@@ -35,7 +35,7 @@ pub struct HttpRuntime {
 }
 
 impl HttpRuntime {
-    pub fn new(agent: &Agent, settings: &super::agent::Http) -> Result<Self, RuntimeError> {
+    pub(crate) fn new(agent: &Agent, settings: &super::agent::Http) -> Result<Self, RuntimeError> {
         let from_env = std::env::var(INJECT_URL_ENV)
             .ok()
             .filter(|v| !v.trim().is_empty());

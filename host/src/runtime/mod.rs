@@ -25,14 +25,15 @@ use crate::world::World;
 pub use agent::{Agent, RUNTIMES, Settings};
 
 pub mod agent;
-pub mod demo;
-pub mod http;
-pub mod mcp;
+pub(crate) mod demo;
+pub(crate) mod http;
+internal_mod!(mcp);
 pub(crate) mod net;
-pub mod openai;
-pub mod process;
+pub(crate) mod openai;
+pub(crate) mod process;
 
-pub use net::{DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_RETRIES, Wait};
+pub use net::Wait;
+pub(crate) use net::DEFAULT_MAX_RESPONSE_BYTES;
 
 /// A provisioning, reset or teardown failure.
 #[derive(Debug, thiserror::Error)]
@@ -262,12 +263,12 @@ pub trait Runtime: Send + Sync {
 }
 
 /// Default `--jobs` for runtimes that wait on a network or a process.
-pub const DEFAULT_NETWORK_JOBS: usize = 16;
+pub(crate) const DEFAULT_NETWORK_JOBS: usize = 16;
 
 /// The API key from the environment variable the agent config names (`api_key_env`), if it
 /// names one: set, not empty, and a single line. The key is only ever sent to the endpoint,
 /// never stored or printed.
-pub fn api_key(agent: &Agent) -> Result<Option<String>, RuntimeError> {
+pub(crate) fn api_key(agent: &Agent) -> Result<Option<String>, RuntimeError> {
     let Some(var) = agent.api_key_env() else {
         return Ok(None);
     };
@@ -294,7 +295,7 @@ pub fn api_key(agent: &Agent) -> Result<Option<String>, RuntimeError> {
 /// # Safety
 ///
 /// As [`crate::secrets::seal_env`]: no other thread may be reading the environment.
-pub unsafe fn seal_secrets(agent: &Agent) {
+pub(crate) unsafe fn seal_secrets(agent: &Agent) {
     let passthrough = match &agent.settings {
         Settings::Process(p) => p.env_passthrough.as_deref().unwrap_or_default(),
         _ => &[],
@@ -310,7 +311,7 @@ pub unsafe fn seal_secrets(agent: &Agent) {
 }
 
 /// The secrets of an agent config: its API key and any password in its endpoint URLs.
-pub fn redactor(agent: &Agent) -> Redactor {
+pub(crate) fn redactor(agent: &Agent) -> Redactor {
     let mut r = Redactor::new();
     if let Ok(Some(key)) = api_key(agent) {
         r.add(&key);
@@ -349,9 +350,7 @@ pub fn for_agent(agent: &Agent) -> Result<Box<dyn Runtime>, RuntimeError> {
         Settings::Demo(s) => Box::new(demo::DemoRuntime::new(s).map_err(scrub)?),
         Settings::OpenAi(s) => Box::new(openai::OpenAiRuntime::new(agent, s).map_err(scrub)?),
         Settings::Http(s) => Box::new(http::HttpRuntime::new(agent, s).map_err(scrub)?),
-        Settings::Process(s) => {
-            Box::new(process::ProcessRuntime::new(agent, s).map_err(scrub)?)
-        }
+        Settings::Process(s) => Box::new(process::ProcessRuntime::new(agent, s).map_err(scrub)?),
     };
     Ok(Box::new(Redacting { inner, redactor }))
 }
@@ -453,7 +452,7 @@ impl AgentHandle for Redacting<dyn AgentHandle> {
 }
 
 /// Tool schemas as offered to a model (OpenAI function-tool shape).
-pub fn tool_schemas(tools: &[ToolSpec]) -> Vec<Value> {
+pub(crate) fn tool_schemas(tools: &[ToolSpec]) -> Vec<Value> {
     tools
         .iter()
         .map(|t| {
@@ -471,7 +470,7 @@ pub fn tool_schemas(tools: &[ToolSpec]) -> Vec<Value> {
 
 /// What the agent sees in a scenario, frozen before the first inject. An agent that cannot
 /// reach the world is offered no tools.
-pub fn surface(agent: &Agent, scenario: &Scenario) -> Surface {
+pub(crate) fn surface(agent: &Agent, scenario: &Scenario) -> Surface {
     let mut surface = Surface::default();
     surface.soul = agent.soul.clone();
     if agent.reaches_world() {
@@ -551,12 +550,12 @@ pub fn resolve_agent(spec: &str) -> Result<Agent, AgentError> {
                 source,
             })?;
         let agent = Agent::from_toml(&text).map_err(|e| AgentError::Invalid {
-                path: spec.to_owned(),
-                message: match e.at {
-                    Some((line, _)) => format!("line {line}: {}", e.message),
-                    None => e.message,
-                },
-            })?;
+            path: spec.to_owned(),
+            message: match e.at {
+                Some((line, _)) => format!("line {line}: {}", e.message),
+                None => e.message,
+            },
+        })?;
         validate_agent(&agent).map_err(|message| AgentError::Invalid {
             path: spec.to_owned(),
             message,
@@ -617,17 +616,17 @@ pub fn validate_agent(agent: &Agent) -> Result<(), String> {
 }
 
 /// The largest `max_response_bytes` an agent config may set (1 GiB).
-pub const MAX_RESPONSE_BYTES_LIMIT: u64 = 1 << 30;
+pub(crate) const MAX_RESPONSE_BYTES_LIMIT: u64 = 1 << 30;
 
 /// The largest `max_sessions`, `max_concurrency` and `requests_per_minute`.
-pub const MAX_ENDPOINT_LIMIT: u32 = 100_000;
+pub(crate) const MAX_ENDPOINT_LIMIT: u32 = 100_000;
 
 /// The most `retries` an agent config may set.
-pub const MAX_RETRIES: u32 = 20;
+pub(crate) const MAX_RETRIES: u32 = 20;
 
 /// An endpoint URL from an agent config or the environment: absolute `http` or `https`.
 /// `what` names where it came from, for the message.
-pub fn check_endpoint(url: &str, what: &str) -> Result<(), RuntimeError> {
+pub(crate) fn check_endpoint(url: &str, what: &str) -> Result<(), RuntimeError> {
     let shown = crate::secrets::scrub_url_passwords(url);
     match reqwest::Url::parse(url) {
         Ok(u) if matches!(u.scheme(), "http" | "https") && u.has_host() => Ok(()),
@@ -645,7 +644,7 @@ pub fn check_endpoint(url: &str, what: &str) -> Result<(), RuntimeError> {
 /// send `Authorization: Basic …`, and `api_key_env` sends `Authorization: Bearer …`; with
 /// both, the request would carry two `Authorization` headers, and which one a server reads is
 /// anyone's guess. `what` names where the URL came from.
-pub fn check_one_credential(url: &str, what: &str, agent: &Agent) -> Result<(), RuntimeError> {
+pub(crate) fn check_one_credential(url: &str, what: &str, agent: &Agent) -> Result<(), RuntimeError> {
     if agent.api_key_env().is_some() && crate::secrets::has_password(url) {
         return Err(RuntimeError(format!(
             "{what} carries a user:password and `api_key_env` names an API key: a request would carry two Authorization headers; keep one of them"
@@ -655,7 +654,7 @@ pub fn check_one_credential(url: &str, what: &str, agent: &Agent) -> Result<(), 
 }
 
 /// `turn_timeout_s` as a duration (validated to be positive and at most 24 h).
-pub fn turn_timeout(agent: &Agent) -> Duration {
+pub(crate) fn turn_timeout(agent: &Agent) -> Duration {
     Duration::from_secs_f64(
         agent
             .turn_timeout_s

@@ -28,10 +28,10 @@ use super::{RuntimeError, TurnError};
 pub(crate) type HttpClient = reqwest::blocking::Client;
 
 /// Default cap on a response body (`max_response_bytes`).
-pub const DEFAULT_MAX_RESPONSE_BYTES: u64 = 8 << 20;
+pub(crate) const DEFAULT_MAX_RESPONSE_BYTES: u64 = 8 << 20;
 
 /// Default retries of a failed request (`retries`).
-pub const DEFAULT_RETRIES: u32 = 2;
+pub(crate) const DEFAULT_RETRIES: u32 = 2;
 
 /// How much of an error response's body an error message quotes.
 const ERROR_BODY_EXCERPT: usize = 200;
@@ -225,7 +225,7 @@ impl Failure {
 impl Net {
     /// The client for an agent's endpoint, with the limits its config sets; `redactor`
     /// holds the agent's secrets.
-    pub fn new(
+    pub(crate) fn new(
         connect_timeout: Duration,
         settings: &super::agent::EndpointLimits,
         redactor: crate::secrets::Redactor,
@@ -259,7 +259,7 @@ impl Net {
 
     /// Sends `req`, retrying what is worth retrying until `deadline`, and returns the 2xx
     /// reply's body. Retries are appended to `log`.
-    pub fn text(
+    pub(crate) fn text(
         &self,
         req: &Request<'_>,
         deadline: Instant,
@@ -329,7 +329,7 @@ impl Net {
     }
 
     /// Like [`Net::text`], parsing the body as JSON (an empty body is `null`).
-    pub fn json(
+    pub(crate) fn json(
         &self,
         req: &Request<'_>,
         deadline: Instant,

@@ -17,7 +17,7 @@ use super::net::{Log, Net, Request};
 use super::{Agent, AgentHandle, Reply, Runtime, RuntimeError, TurnCtx, tool_schemas};
 
 /// The `openai` runtime.
-pub struct OpenAiRuntime {
+pub(crate) struct OpenAiRuntime {
     agent: Agent,
     url: String,
     key: Option<String>,
@@ -26,7 +26,10 @@ pub struct OpenAiRuntime {
 }
 
 impl OpenAiRuntime {
-    pub fn new(agent: &Agent, settings: &super::agent::OpenAi) -> Result<Self, RuntimeError> {
+    pub(crate) fn new(
+        agent: &Agent,
+        settings: &super::agent::OpenAi,
+    ) -> Result<Self, RuntimeError> {
         let base = settings.endpoint.as_deref().ok_or_else(|| {
             RuntimeError(
                 "the openai runtime needs `endpoint` (base URL, e.g. http://localhost:8000/v1)"

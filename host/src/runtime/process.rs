@@ -35,14 +35,15 @@ use super::{AgentHandle, Reply, RunEnd, RunInfo, Runtime, RuntimeError, TurnCtx}
 use crate::runtime::mcp::{self, Inbox, McpRun, ToolSet};
 
 /// Variables copied from `wt`'s environment to every agent process, when set.
-pub const BASE_ENV: [&str; 7] = ["PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "TZ"];
+pub(crate) const BASE_ENV: [&str; 7] =
+    ["PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "TZ"];
 
 /// The most of an agent's stderr a trace keeps: its last bytes.
-pub const STDERR_TAIL_BYTES: usize = 4096;
+pub(crate) const STDERR_TAIL_BYTES: usize = 4096;
 
 /// How long a session process may take to exit after its stdin is closed at the end of a
 /// run, before its group is killed.
-pub const EXIT_GRACE: Duration = Duration::from_secs(5);
+pub(crate) const EXIT_GRACE: Duration = Duration::from_secs(5);
 
 /// How often a waiting turn looks at its deadline and at `wt`'s stop state.
 const TICK: Duration = Duration::from_millis(25);
@@ -63,7 +64,7 @@ fn live_groups() -> std::sync::MutexGuard<'static, Vec<i32>> {
 
 /// Kills every agent process group still alive. For exit paths that skip the normal
 /// teardown (a second Ctrl-C, an `exit()` in the middle of a sweep); never blocks.
-pub fn kill_all() {
+pub(crate) fn kill_all() {
     let groups = match LIVE.try_lock() {
         Ok(g) => g.clone(),
         Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner().clone(),
@@ -105,7 +106,7 @@ fn placeholders(arg: &str) -> Vec<&str> {
 }
 
 /// Checks the `process`-only fields of an agent config; one message naming the field.
-pub fn validate(agent: &super::agent::Process) -> Result<(), String> {
+pub(crate) fn validate(agent: &super::agent::Process) -> Result<(), String> {
     let Some(command) = &agent.command else {
         return Err("the process runtime needs `command` (the agent's command line, e.g. [\"python3\", \"agent.py\"])".into());
     };
@@ -191,12 +192,12 @@ struct Config {
 }
 
 /// The `process` runtime.
-pub struct ProcessRuntime {
+pub(crate) struct ProcessRuntime {
     config: Arc<Config>,
 }
 
 impl ProcessRuntime {
-    pub fn new(
+    pub(crate) fn new(
         _agent: &super::Agent,
         agent: &super::agent::Process,
     ) -> Result<Self, RuntimeError> {

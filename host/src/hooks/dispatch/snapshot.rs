@@ -38,7 +38,7 @@ pub(super) struct Snapshot {
 }
 
 impl Snapshot {
-    pub fn new(data: CallData) -> Snapshot {
+    pub(super) fn new(data: CallData) -> Snapshot {
         Snapshot {
             data,
             cache: Default::default(),
@@ -112,7 +112,7 @@ const MEMBERS: [&str; 8] = [
 impl Snapshot {
     /// A member in the shape the hook's SDK reads: as this `wt` writes it, or, with
     /// `sdk_1_0`, with only the fields SDK 1.0 knows where its types refused others.
-    pub fn member_for(&self, name: &str, sdk_1_0: bool) -> Option<String> {
+    pub(super) fn member_for(&self, name: &str, sdk_1_0: bool) -> Option<String> {
         let Some(i) = sdk_1_0
             .then(|| SDK_1_0_FIELDS.iter().position(|(m, _)| *m == name))
             .flatten()
@@ -125,7 +125,7 @@ impl Snapshot {
             .clone()
     }
 
-    pub fn member(&self, name: &str) -> Option<String> {
+    pub(super) fn member(&self, name: &str) -> Option<String> {
         let Some(i) = MEMBERS.iter().position(|m| *m == name) else {
             return self
                 .data

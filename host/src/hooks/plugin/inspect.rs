@@ -15,12 +15,12 @@ use windtunnel_sdk::model::is_slug;
 use super::Refusal;
 
 /// The dynamic symbol abi_stable's `#[export_root_module]` defines.
-pub const ROOT_SYMBOL: &str = "_1as_0lib_1header_0root_bmodule_bloader";
+pub(super) const ROOT_SYMBOL: &str = "_1as_0lib_1header_0root_bmodule_bloader";
 
 /// The largest plugin file `wt` looks at (256 MiB; a release plugin is about 1 MB, a debug
 /// one about 11 MB). Vetting reads only the parts of a file it needs — the ELF header, the
 /// section and dynamic-symbol tables, the metadata record — never the whole file.
-pub const MAX_PLUGIN_BYTES: u64 = 256 << 20;
+pub(super) const MAX_PLUGIN_BYTES: u64 = 256 << 20;
 
 /// The largest metadata record `wt` reads.
 const MAX_METADATA_BYTES: u64 = 64 << 10;
@@ -78,14 +78,12 @@ pub struct MetaHook {
 #[derive(Debug, Clone)]
 pub struct Inspected {
     pub path: PathBuf,
-    /// `(device, inode)`.
-    pub inode: (u64, u64),
     pub metadata: Metadata,
 }
 
 /// The SDK versions this host accepts: the same major, up to the host's own minor (a plugin
 /// built against a newer minor may ask for host services this `wt` lacks).
-pub fn sdk_requirement() -> VersionReq {
+pub(super) fn sdk_requirement() -> VersionReq {
     let host = Version::parse(windtunnel_sdk::SDK_VERSION).expect("the SDK version is semver");
     let req = format!(">={}.0.0, <{}.{}.0", host.major, host.major, host.minor + 1);
     VersionReq::parse(&req).expect("the requirement is well-formed")
@@ -124,7 +122,6 @@ pub fn inspect(path: &Path, seen: &mut HashMap<(u64, u64), PathBuf>) -> Result<I
     vet_metadata(&metadata)?;
     Ok(Inspected {
         path: path.to_path_buf(),
-        inode,
         metadata,
     })
 }
@@ -334,7 +331,7 @@ pub fn read_metadata(path: &Path) -> Option<Metadata> {
 
 /// Parses the record written by `windtunnel_sdk::export_hooks!` (format documented in
 /// `windtunnel_sdk::export`).
-pub fn parse_metadata(record: &[u8]) -> Result<Metadata, Refusal> {
+pub(super) fn parse_metadata(record: &[u8]) -> Result<Metadata, Refusal> {
     let bad = |why: &str| Refusal::BadMetadata(why.to_owned());
     let body = record
         .strip_prefix(META_MAGIC.as_slice())

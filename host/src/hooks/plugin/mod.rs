@@ -14,7 +14,7 @@ mod load;
 use std::path::{Path, PathBuf};
 
 pub use inspect::{
-    Inspected, MetaHook, Metadata, inspect, parse_metadata, read_metadata, sdk_requirement,
+    Inspected, MetaHook, Metadata, inspect, read_metadata,
 };
 pub use load::{LoadedLibrary, load};
 

@@ -41,7 +41,7 @@ use serde_json::{Value, json};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-pub use tools::{ToolSet, ToolSetError};
+pub use tools::ToolSet;
 
 /// Largest MCP request body accepted, in bytes. Tool arguments are small; a larger body is
 /// answered with HTTP 413 and never read whole.
@@ -138,7 +138,6 @@ fn runtime() -> Result<&'static tokio::runtime::Runtime, McpError> {
 }
 
 struct LaneInner {
-    index: u32,
     addr: SocketAddr,
     current: Mutex<Option<Arc<RunSlot>>>,
     /// Open connections (finished ones are pruned as new ones arrive).
@@ -173,8 +172,8 @@ impl Lane {
             let _entered = rt.enter();
             tokio::net::TcpListener::from_std(std_listener).map_err(McpError::Listen)?
         };
+        tracing::debug!("MCP lane {index} listens on {addr}");
         let inner = Arc::new(LaneInner {
-            index,
             addr,
             current: Mutex::new(None),
             conns: Mutex::new(Vec::new()),
@@ -182,10 +181,6 @@ impl Lane {
         });
         rt.spawn(accept_loop(listener, inner.clone()));
         Ok(Lane { inner })
-    }
-
-    pub fn index(&self) -> u32 {
-        self.inner.index
     }
 
     /// Starts a run on this lane: a fresh endpoint serving `tools`. The previous run of the
