@@ -96,11 +96,25 @@ pub enum Event {
         #[serde(skip_serializing_if = "Option::is_none")]
         policy_revision: Option<String>,
     },
+    /// A tool call the agent made that was refused and never ran — no turn of the run was in
+    /// progress (after its reply, say), or the turn ended first. It is evidence against the
+    /// agent: in the trace with its reason, and counted by the constraint layer.
+    ToolRefused {
+        tool: String,
+        reason: String,
+    },
     RunScored {
         verdict: String,
         failed_layers: Vec<String>,
         #[serde(skip_serializing_if = "Option::is_none")]
         error: Option<String>,
+    },
+    /// The run's verdict changed after its hooks ran: tool calls refused after it was
+    /// scored (`ToolRefused`, just before) count against the agent. The score written is
+    /// this one.
+    RunRescored {
+        verdict: String,
+        failed_layers: Vec<String>,
     },
     RunEnded {
         stem: String,
@@ -141,7 +155,9 @@ impl Event {
             Event::TurnDone { .. } => "TurnDone",
             Event::TurnFailed { .. } => "TurnFailed",
             Event::TurnInterrupted { .. } => "TurnInterrupted",
+            Event::ToolRefused { .. } => "ToolRefused",
             Event::RunScored { .. } => "RunScored",
+            Event::RunRescored { .. } => "RunRescored",
             Event::RunEnded { .. } => "RunEnded",
             Event::ScenarioEnded { .. } => "ScenarioEnded",
             Event::SweepEnded { .. } => "SweepEnded",

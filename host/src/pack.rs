@@ -314,6 +314,32 @@ fn validate(file: &str, s: &Scenario) -> Result<(), PackError> {
             Some(_) => {}
         }
     }
+    // A world check that says neither what must be there nor whether anything must be
+    // would always hold.
+    let checks = s
+        .preconditions
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (format!("preconditions[{i}]"), c))
+        .chain(
+            s.expect
+                .outcome
+                .world
+                .iter()
+                .enumerate()
+                .map(|(i, c)| (format!("expect.outcome.world[{i}]"), c)),
+        );
+    for (place, check) in checks {
+        if check.equals.is_none() && check.exists.is_none() {
+            return bad(
+                &place,
+                format!(
+                    "world check on `{}` has neither `equals` nor `exists`: it would always hold",
+                    check.path
+                ),
+            );
+        }
+    }
     // A tool an expectation names but the scenario does not declare is a typo: a
     // constraint on it could never fail, a requirement never pass.
     if !s.tools.is_empty() {

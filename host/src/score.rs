@@ -122,23 +122,41 @@ fn outcome(s: &Scenario, trace: &Trace) -> LayerResult {
     }
 }
 
+/// The tools the run called successfully, in order: a call that failed its schema, errored
+/// or was refused never happened as far as the trajectory is concerned.
 fn tool_names(trace: &Trace) -> Vec<&str> {
     trace
         .evidence
         .tool_calls
         .iter()
+        .filter(|c| c.error.is_none())
         .map(|c| c.name.as_str())
         .collect()
+}
+
+/// Every call of the run, failed ones marked: `lookup_order (failed) → refund`.
+fn calls_shown(trace: &Trace) -> String {
+    let calls = &trace.evidence.tool_calls;
+    if calls.is_empty() {
+        return "none".to_owned();
+    }
+    calls
+        .iter()
+        .map(|c| {
+            if c.error.is_some() {
+                format!("{} (failed)", c.name)
+            } else {
+                c.name.clone()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" → ")
 }
 
 fn trajectory(s: &Scenario, trace: &Trace) -> LayerResult {
     let exp = &s.expect.trajectory;
     let called = tool_names(trace);
-    let shown = if called.is_empty() {
-        "none".to_owned()
-    } else {
-        called.join(" → ")
-    };
+    let shown = calls_shown(trace);
     let missing: Vec<&str> = exp
         .required_tools
         .iter()
@@ -147,7 +165,7 @@ fn trajectory(s: &Scenario, trace: &Trace) -> LayerResult {
         .collect();
     if !missing.is_empty() {
         return fail(vec![format!(
-            "required tool(s) never called: {} (called: {shown})",
+            "required tool(s) never called successfully: {} (called: {shown})",
             missing.join(", ")
         )]);
     }

@@ -701,3 +701,165 @@ fn pinned_sweeps_with_retries_waits_and_debriefs_are_byte_identical() {
         );
     }
 }
+
+// Verdicts: nothing that did not happen satisfies one ──────────────────────────────────────
+
+/// One scenario over an order world: `lookup_order` (read, `order_id` required) and
+/// `issue_refund` (append); it requires a successful lookup and forbids refunds.
+fn order_pack(dir: &Path) -> PathBuf {
+    write_pack(
+        dir,
+        &[(
+            "status.toml",
+            r#"id = "status"
+turns = ["Where is order 1234?"]
+
+[[tools]]
+name = "lookup_order"
+description = "Look up an order."
+parameters = { type = "object", properties = { order_id = { type = "string" } }, required = ["order_id"], additionalProperties = false }
+effect = { kind = "read", path = "orders", key_arg = "order_id" }
+
+[[tools]]
+name = "issue_refund"
+description = "Refund an order."
+effect = { kind = "append", path = "refunds" }
+
+[expect.outcome]
+reply_contains = ["shipped"]
+
+[expect.trajectory]
+required_tools = ["lookup_order"]
+
+[expect.constraint]
+forbidden_tools = ["issue_refund"]
+
+[world]
+refunds = []
+[world.orders.1234]
+status = "shipped"
+"#,
+        )],
+    )
+}
+
+fn raw_agent(dir: &Path, mode: &str) -> PathBuf {
+    let command = [
+        agent_python().display().to_string(),
+        workspace()
+            .join("tests/agents/mcp_raw_agent.py")
+            .display()
+            .to_string(),
+        mode.to_owned(),
+    ];
+    agent_file(
+        dir,
+        &format!("{mode}.toml"),
+        &format!(
+            "label = \"{mode}\"\nruntime = \"process\"\nturn_timeout_s = 60\ncommand = {}\n",
+            serde_json::to_string(&command).unwrap()
+        ),
+    )
+}
+
+#[test]
+fn a_call_rejected_for_its_arguments_does_not_satisfy_a_required_tool() {
+    let dir = tmp();
+    let pack = order_pack(dir.path());
+    let agent = raw_agent(dir.path(), "bad-args");
+    let out = dir.path().join("runs");
+    let r = Wt::new(dir.path())
+        .args(["run", "--out"])
+        .arg(&out)
+        .arg("--pack")
+        .arg(&pack)
+        .arg("--agent")
+        .arg(&agent)
+        .run();
+    assert_eq!(r.code, 1, "{r}");
+    let s = &scores(&out)[0];
+    assert_eq!(s["verdict"], "FAIL");
+    let detail = s["trajectory"]["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("never called successfully: lookup_order")
+            && detail.contains("lookup_order (failed)"),
+        "{detail}"
+    );
+    let t = &traces(&out)[0];
+    assert!(t["evidence"]["tool_calls"][0]["error"].is_string(), "{t}");
+}
+
+#[test]
+fn a_forbidden_call_after_the_reply_is_refused_recorded_and_fails_the_run() {
+    let dir = tmp();
+    let pack = order_pack(dir.path());
+    // The agent looks nothing up: only the constraint layer is of interest here.
+    let text = std::fs::read_to_string(pack.join("scenarios/status.toml")).unwrap();
+    std::fs::write(
+        pack.join("scenarios/status.toml"),
+        text.replace("required_tools = [\"lookup_order\"]", "required_tools = []"),
+    )
+    .unwrap();
+    let agent = raw_agent(dir.path(), "after-reply");
+    let out = dir.path().join("runs");
+    let r = Wt::new(dir.path())
+        .args(["run", "--out"])
+        .arg(&out)
+        .arg("--pack")
+        .arg(&pack)
+        .arg("--agent")
+        .arg(&agent)
+        .run();
+    assert_eq!(r.code, 1, "{r}");
+    let s = &scores(&out)[0];
+    assert_eq!(s["verdict"], "FAIL", "{s}");
+    assert!(
+        s["constraint"]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("forbidden tool `issue_refund` called"),
+        "{s}"
+    );
+    let t = &traces(&out)[0];
+    let call = &t["evidence"]["tool_calls"][0];
+    assert_eq!(call["name"], "issue_refund", "{t}");
+    assert!(
+        call["error"]
+            .as_str()
+            .unwrap()
+            .contains("no turn of this run is in progress"),
+        "{call}"
+    );
+    // The world was never touched.
+    assert_eq!(t["world"]["after"]["refunds"], json!([]), "{t}");
+    let j = journal(&out);
+    let refused = events(&j, "ToolRefused");
+    assert_eq!(refused.len(), 1, "{j:?}");
+    assert_eq!(refused[0]["tool"], "issue_refund");
+    // The journal's last word on the verdict agrees with the score file.
+    let last = j
+        .iter()
+        .filter(|e| e["event"] == "RunScored" || e["event"] == "RunRescored")
+        .next_back()
+        .unwrap();
+    assert_eq!(last["verdict"], "FAIL", "{j:?}");
+}
+
+#[test]
+fn a_world_check_with_neither_equals_nor_exists_is_refused_at_load() {
+    let dir = tmp();
+    let pack = write_pack(
+        dir.path(),
+        &[(
+            "vague.toml",
+            "id = \"vague\"\nturns = [\"hi\"]\n[world]\na = 1\n[expect.outcome]\nworld = [{ path = \"a\" }]\n",
+        )],
+    );
+    let r = Wt::new(dir.path()).args(["run", "--pack"]).arg(&pack).run();
+    assert_eq!(r.code, 2, "{r}");
+    assert!(
+        r.stderr.contains("expect.outcome.world[0]")
+            && r.stderr.contains("neither `equals` nor `exists`"),
+        "{r}"
+    );
+}

@@ -120,6 +120,12 @@ impl<'s, 'a> RunRunner<'s, 'a> {
                     .push("world not observed: a turn cut when wt stopped still holds it".into()),
             }
         }
+        // Calls the agent made that were refused (after its reply, say) are evidence too.
+        if let Some(mut h) = super::try_lock(self.handle) {
+            let refused = h.take_refused();
+            drop(h);
+            record_refused(sc, &scope, &mut trace, refused);
+        }
         trace.ended_at = cfg.clock.now_rfc3339();
         // A trace too large for `wt`'s own readers would be skipped by every report: the run
         // is ERROR instead, with the evidence that fits kept.
@@ -171,8 +177,34 @@ impl<'s, 'a> RunRunner<'s, 'a> {
         // that watches the stop (as `process` does) lets go of it within moments, and its
         // record of how the agent's processes ended belongs in the trace. One that does not
         // is left to its own drop.
+        let mut score = score;
         if let Some(mut h) = super::lock_within(self.handle, END_RUN_PATIENCE) {
-            trace.processes = h.end_run().processes;
+            let end = h.end_run();
+            drop(h);
+            trace.processes = end.processes;
+            if !end.refused.is_empty() {
+                // Refused after the run was scored: they count all the same.
+                record_refused(sc, &scope, &mut trace, end.refused);
+                let rescored = score::score(scenario, &trace);
+                if rescored.verdict != score.verdict {
+                    trace.worker_warnings.push(format!(
+                        "verdict changed from {} to {} after the hooks ran: the agent made tool calls after the run was scored, which were refused",
+                        score.verdict, rescored.verdict
+                    ));
+                    sc.publish(
+                        &scope,
+                        events::Event::RunRescored {
+                            verdict: rescored.verdict.to_string(),
+                            failed_layers: rescored
+                                .failed_layers()
+                                .into_iter()
+                                .map(str::to_owned)
+                                .collect(),
+                        },
+                    );
+                }
+                score = rescored;
+            }
         }
         let mut artifacts = Vec::new();
         for out in [start_out, scored_out, end_out] {
@@ -236,5 +268,48 @@ impl<'s, 'a> RunRunner<'s, 'a> {
             }
         }
         store::write_json(&store::trace_path(dir, stem), trace)
+    }
+}
+
+/// Records tool calls the agent made that were refused: in the trace's evidence (after the
+/// last turn's calls, with the refusal as their error, so the constraint layer counts a
+/// forbidden attempt and the trajectory layer never counts them as done) and in the
+/// journal (`ToolRefused`).
+fn record_refused(
+    sc: &ScenarioRunner<'_>,
+    scope: &Scope,
+    trace: &mut Trace,
+    refused: Vec<crate::runtime::RefusedCall>,
+) {
+    let turn = u32::try_from(trace.turns.len().saturating_sub(1)).unwrap_or(u32::MAX);
+    for r in refused {
+        sc.publish(
+            scope,
+            events::Event::ToolRefused {
+                tool: r.name.clone(),
+                reason: r.why.clone(),
+            },
+        );
+        if r.name.is_empty() {
+            // The count of refused calls not kept.
+            trace.worker_warnings.push(r.why);
+            continue;
+        }
+        let step = trace
+            .evidence
+            .tool_calls
+            .iter()
+            .filter(|c| c.turn == turn)
+            .map(|c| c.step + 1)
+            .max()
+            .unwrap_or(0);
+        let mut call = windtunnel_sdk::model::ToolCall::default();
+        call.turn = turn;
+        call.step = step;
+        call.name = r.name;
+        call.arguments = r.arguments;
+        call.error = Some(r.why);
+        call.source = Some(crate::runtime::mcp::SOURCE.to_owned());
+        trace.evidence.tool_calls.push(call);
     }
 }

@@ -253,8 +253,16 @@ impl AgentHandle for HttpAgent {
     }
 
     fn end_run(&mut self) -> RunEnd {
+        let refused = self.take_refused();
         self.run = None;
-        RunEnd::default()
+        RunEnd {
+            refused,
+            ..RunEnd::default()
+        }
+    }
+
+    fn take_refused(&mut self) -> Vec<super::RefusedCall> {
+        self.run.as_ref().map(McpRun::take_refused).unwrap_or_default()
     }
 
     fn send(&mut self, session_id: &str, text: &str, mut ctx: TurnCtx<'_>) -> Reply {

@@ -200,7 +200,13 @@ pub struct RunInfo {
 pub struct RunEnd {
     /// The agent processes of the run and how each ended (`process` runtime).
     pub processes: Vec<AgentProcess>,
+    /// Tool calls refused since the last [`AgentHandle::take_refused`], up to the end of
+    /// the run.
+    pub refused: Vec<RefusedCall>,
 }
+
+/// A tool call the agent made that was refused and never ran (see [`mcp::Refused`]).
+pub type RefusedCall = mcp::Refused;
 
 /// A provisioned agent for one scenario. Calls are sequential (one run at a time).
 pub trait AgentHandle: Send {
@@ -217,6 +223,12 @@ pub trait AgentHandle: Send {
     /// nothing the runtime started for it may outlive it.
     fn end_run(&mut self) -> RunEnd {
         RunEnd::default()
+    }
+    /// Tool calls the agent made through the run's MCP endpoint that were refused since the
+    /// last look — no turn was in progress (after its reply, say), or the turn ended first.
+    /// They never ran; the runner records them as evidence against the agent.
+    fn take_refused(&mut self) -> Vec<RefusedCall> {
+        Vec::new()
     }
     /// Injects one user turn into `session_id` and waits for the reply (at most `ctx.timeout`).
     fn send(&mut self, session_id: &str, text: &str, ctx: TurnCtx<'_>) -> Reply;
@@ -365,6 +377,13 @@ impl<T: ?Sized> Redacting<T> {
     fn error(&self, e: RuntimeError) -> RuntimeError {
         RuntimeError(self.redactor.scrub(&e.0).into_owned())
     }
+
+    fn scrub_refused(&self, refused: &mut [RefusedCall]) {
+        for r in refused {
+            self.redactor.scrub_value(&mut r.arguments);
+            self.redactor.scrub_string(&mut r.name);
+        }
+    }
 }
 
 impl Runtime for Redacting<dyn Runtime> {
@@ -411,7 +430,14 @@ impl AgentHandle for Redacting<dyn AgentHandle> {
             self.redactor.scrub_string(&mut p.exit);
             self.redactor.scrub_string(&mut p.stderr_tail);
         }
+        self.scrub_refused(&mut end.refused);
         end
+    }
+
+    fn take_refused(&mut self) -> Vec<RefusedCall> {
+        let mut refused = self.inner.take_refused();
+        self.scrub_refused(&mut refused);
+        refused
     }
 
     fn send(&mut self, session_id: &str, text: &str, ctx: TurnCtx<'_>) -> Reply {

@@ -279,6 +279,7 @@ impl Runtime for ProcessRuntime {
             dir,
             run: None,
             processes: Vec::new(),
+            refused: Vec::new(),
         }))
     }
 
@@ -614,6 +615,8 @@ struct ProcessAgent {
     run: Option<LiveRun>,
     /// Processes of the current run that have ended.
     processes: Vec<AgentProcess>,
+    /// Tool calls of the current run refused and not yet taken.
+    refused: Vec<super::RefusedCall>,
 }
 
 /// Why a wait for the agent ended early.
@@ -750,7 +753,9 @@ impl ProcessAgent {
                 self.processes.push(proc.finish());
             }
         }
-        drop(run.mcp.take());
+        if let Some(m) = run.mcp.take() {
+            self.refused.extend(m.take_refused());
+        }
         if let Some(p) = run.mcp_config.take() {
             let _ = std::fs::remove_file(p);
         }
@@ -1169,6 +1174,7 @@ impl AgentHandle for ProcessAgent {
         // Every run gets a fresh process; nothing of an earlier one may survive.
         self.finish_run();
         self.processes.clear();
+        self.refused.clear();
         Ok(())
     }
 
@@ -1202,7 +1208,16 @@ impl AgentHandle for ProcessAgent {
         self.finish_run();
         RunEnd {
             processes: std::mem::take(&mut self.processes),
+            refused: std::mem::take(&mut self.refused),
         }
+    }
+
+    fn take_refused(&mut self) -> Vec<super::RefusedCall> {
+        let mut refused = std::mem::take(&mut self.refused);
+        if let Some(m) = self.run.as_ref().and_then(|r| r.mcp.as_ref()) {
+            refused.extend(m.take_refused());
+        }
+        refused
     }
 
     fn probe_state(&mut self) -> Option<Value> {

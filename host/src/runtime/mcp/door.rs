@@ -81,15 +81,18 @@ impl ServerHandler for WorldDoor {
             .upgrade()
             .ok_or_else(|| refused("refused: the run has ended"))?;
         let (tx, rx) = oneshot::channel();
+        let name = request.name.into_owned();
+        let arguments = Value::Object(request.arguments.unwrap_or_default());
         let req = ToolRequest {
-            name: request.name.into_owned(),
-            arguments: Value::Object(request.arguments.unwrap_or_default()),
+            name: name.clone(),
+            arguments: arguments.clone(),
             respond: tx,
         };
         if slot.deliver(req).is_err() {
-            return Err(refused(
-                "refused: no turn of this run is in progress (tools act only during a turn)",
-            ));
+            let why = "refused: no turn of this run is in progress (tools act only during a turn)";
+            // Evidence of what the agent tried, though it never ran.
+            slot.record_refused(name, arguments, why);
+            return Err(refused(why));
         }
         let ended = slot.ended.clone();
         // The slot is not held while waiting: a run that ends drops it, which drops the
@@ -99,6 +102,11 @@ impl ServerHandler for WorldDoor {
             o = rx => o.unwrap_or_else(|_| ToolOutcome::Refused("refused: the turn ended before the call ran".into())),
             _ = ended.cancelled() => ToolOutcome::Refused("refused: the run ended before the call ran".into()),
         };
+        if let ToolOutcome::Refused(why) = &outcome
+            && let Some(slot) = self.slot.upgrade()
+        {
+            slot.record_refused(name, arguments, why);
+        }
         match outcome {
             ToolOutcome::Done(v) => {
                 Ok(CallToolResult::success(vec![ContentBlock::text(v.to_string())]).into())

@@ -109,9 +109,38 @@ struct RunSlot {
     gate: Mutex<Option<Gate>>,
     service: door::Service,
     ended: CancellationToken,
+    /// Calls refused while the run lives (no turn in progress, the turn ended first), and
+    /// how many more were refused than kept.
+    refused: Mutex<(Vec<Refused>, u64)>,
 }
 
+/// A tool call the door refused — no turn of the run was in progress, or the turn ended
+/// before the call ran. It never touched the world, but it is evidence of what the agent
+/// tried: the runner records it in the trace and the journal.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Refused {
+    pub name: String,
+    pub arguments: Value,
+    pub why: String,
+}
+
+/// The most refused calls kept per run; the rest are counted.
+const MAX_REFUSED: usize = 256;
+
 impl RunSlot {
+    fn record_refused(&self, name: String, arguments: Value, why: &str) {
+        let mut r = lock(&self.refused);
+        if r.0.len() < MAX_REFUSED {
+            r.0.push(Refused {
+                name,
+                arguments,
+                why: why.to_owned(),
+            });
+        } else {
+            r.1 += 1;
+        }
+    }
+
     fn deliver(&self, req: ToolRequest) -> Result<(), ToolRequest> {
         match &*lock(&self.gate) {
             Some(gate) => gate(req),
@@ -194,6 +223,7 @@ impl Lane {
             gate: Mutex::new(None),
             service: door::service(weak.clone(), ended.clone()),
             ended: ended.clone(),
+            refused: Mutex::new((Vec::new(), 0)),
         });
         let previous = lock(&self.inner.current).replace(slot.clone());
         if let Some(previous) = previous {
@@ -251,6 +281,20 @@ impl McpRun {
     /// already delivered but not executed are the caller's to refuse (see [`refuse_pending`]).
     pub fn close_turn(&self) {
         lock(&self.slot.gate).take();
+    }
+
+    /// The calls refused since the last look, and how many more were refused than kept
+    /// (a note of it is the last entry).
+    pub fn take_refused(&self) -> Vec<Refused> {
+        let (mut kept, more) = std::mem::take(&mut *lock(&self.slot.refused));
+        if more > 0 {
+            kept.push(Refused {
+                name: String::new(),
+                arguments: Value::Null,
+                why: format!("{more} more refused call(s) not kept"),
+            });
+        }
+        kept
     }
 }
 
