@@ -99,7 +99,8 @@ fn foreign_corrupt_oversized_and_linked_files_are_skipped_with_one_warning_each(
     for (args, lines) in [
         (&["triage", "runs"][..], 5),
         (&["rescore", "runs"], 5),
-        (&["compare", "runs", "runs"], 10),
+        // Both sides' warnings, and that the sides are one directory.
+        (&["compare", "runs", "runs"], 11),
     ] {
         let r = wt(dir.path(), args);
         assert_eq!(r.code, 0, "{args:?}: {r}");
@@ -278,7 +279,7 @@ fn a_sweep_without_sweep_ended_is_incomplete_and_never_gates_green() {
     // Nor does a comparison with a partial side pass its gate.
     let cmp = wt(dir.path(), &["compare", "runs", "runs", "--gate"]);
     assert_eq!(cmp.code, 3, "{cmp}");
-    assert!(cmp.stdout.contains("Incomplete sweep(s)"), "{cmp}");
+    assert!(cmp.stdout.contains("Incomplete: sweep"), "{cmp}");
 }
 
 /// Starts a long sweep of passing runs, waits for its first trace, then sends `signal`
@@ -578,9 +579,26 @@ fn compare_flags_a_significant_regression_and_gates_on_it() {
         ],
         1,
     );
+    // NEW ran a subset of BASE's scenarios: the comparison is incomplete (gate 3), saying
+    // which, unless that is accepted.
+    let r = wt(dir.path(), &["compare", "base", "new", "--gate"]);
+    assert_eq!(r.code, 3, "{r}");
+    assert!(
+        r.stderr
+            .contains("incomplete: 1 scenario(s) only in BASE, not judged against NEW: refund-damaged"),
+        "{r}"
+    );
     let r = wt(
         dir.path(),
-        &["compare", "base", "new", "--format", "json", "--gate"],
+        &[
+            "compare",
+            "base",
+            "new",
+            "--format",
+            "json",
+            "--gate",
+            "--allow-missing",
+        ],
     );
     assert_eq!(r.code, 1, "{r}");
     let v = json(&r);
@@ -591,11 +609,18 @@ fn compare_flags_a_significant_regression_and_gates_on_it() {
         .find(|s| s["scenario_id"] == "order-status")
         .unwrap();
     assert_eq!(s["verdict"], "regressed");
-    // 6/6 against 0/6: Fisher's two-sided p = 2 / C(12, 6) = 0.002165.
+    // 6/6 against 0/6: Fisher's one-sided p = 1 / C(12, 6) = 0.001082; Holm over the two
+    // scenarios compared doubles the smaller.
     assert!(
-        (s["p_value"].as_f64().unwrap() - 2.0 / 924.0).abs() < 1e-9,
+        (s["p_value"].as_f64().unwrap() - 1.0 / 924.0).abs() < 1e-9,
         "{s}"
     );
+    assert!(
+        (s["p_adjusted"].as_f64().unwrap() - 2.0 / 924.0).abs() < 1e-9,
+        "{s}"
+    );
+    assert_eq!(v["correction"], "holm");
+    assert_eq!(v["pack"]["regressed"], true, "{v}");
     assert_eq!(s["difference"], -1.0);
     assert_eq!(s["base"]["passed"], 6);
     assert!(
@@ -642,13 +667,21 @@ fn compare_flags_a_significant_regression_and_gates_on_it() {
     );
     assert!(
         md.stdout
-            .contains("| `order-status` | 6/6 100% [61–100] | 0/6 0% [0–39] | -100 pp | 0.002 | 🔴 regressed |"),
+            .contains("| `order-status` | 6/6 100% [61–100] | 0/6 0% [0–39] | -100 pp | 0.0011 (0.0022) | 🔴 regressed |"),
         "{md}"
     );
     // Swapped, the same difference is an improvement: the gate passes.
     let back = wt(
         dir.path(),
-        &["compare", "new", "base", "--format", "json", "--gate"],
+        &[
+            "compare",
+            "new",
+            "base",
+            "--format",
+            "json",
+            "--gate",
+            "--allow-missing",
+        ],
     );
     assert_eq!(back.code, 0, "{back}");
     assert_eq!(json(&back)["counts"]["improved"], 2);

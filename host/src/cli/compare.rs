@@ -5,7 +5,8 @@
 use std::path::PathBuf;
 
 use crate::exit::{self, CodedError};
-use crate::report::compare::Comparison;
+use crate::report::compare::{Comparison, Settings};
+use crate::report::stats::Correction;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum Format {
@@ -30,16 +31,26 @@ pub(crate) struct CompareArgs {
     /// More run directories for the NEW side, merged with NEW.
     #[arg(long = "new", value_name = "DIR")]
     pub more_new: Vec<PathBuf>,
-    /// Significance threshold of Fisher's exact test; intervals are shown at 1 − alpha.
+    /// The false-alarm rate of the whole comparison (all scenarios and the pack together);
+    /// intervals are shown at 1 − alpha.
     #[arg(long, default_value_t = 0.05, value_parser = parse_alpha)]
     pub alpha: f64,
+    /// How scenarios' p-values are adjusted across the pack: `holm` (the chance of any false
+    /// alarm stays under alpha), `bh` (Benjamini–Hochberg: the share of false alarms among
+    /// alarms does), or `none` (each scenario on its own).
+    #[arg(long, value_enum, default_value_t = Correction::Holm)]
+    pub correction: Correction,
+    /// Scenarios on one side only do not make the comparison incomplete.
+    #[arg(long)]
+    pub allow_missing: bool,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
     #[command(flatten)]
     pub output: super::report::Output,
-    /// Exit 1 when a scenario regressed significantly (3 when a side holds an incomplete
-    /// sweep), 0 otherwise.
+    /// Exit 1 when a scenario or the pack regressed significantly, 3 when the comparison is
+    /// incomplete (a side holds an incomplete sweep, or scenarios are on one side only), 0
+    /// otherwise.
     #[arg(long)]
     pub gate: bool,
 }
@@ -74,7 +85,11 @@ pub(crate) fn run(args: CompareArgs) -> anyhow::Result<u8> {
         &base_report,
         &new_names,
         &new_report,
-        args.alpha,
+        Settings {
+            alpha: args.alpha,
+            correction: args.correction,
+            allow_missing: args.allow_missing,
+        },
     );
     let text = match args.format {
         Format::Table => super::report::for_terminal(&c.to_table()),
@@ -85,6 +100,12 @@ pub(crate) fn run(args: CompareArgs) -> anyhow::Result<u8> {
     args.output.emit(&text)?;
     if args.format != Format::Table {
         crate::term::err_line(&c.summary);
+    }
+    for w in &c.warnings {
+        crate::term::err_line(&format!("warning: {w}"));
+    }
+    for i in &c.incomplete {
+        crate::term::err_line(&format!("incomplete: {i}"));
     }
     Ok(if args.gate { c.gate } else { exit::SUCCESS })
 }

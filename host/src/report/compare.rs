@@ -1,7 +1,8 @@
-//! `wt compare`: two [`Report`]s (BASE and NEW), scenario by scenario. Per scenario: pass
-//! rates with Wilson intervals, their difference, Fisher's exact test of whether it is real,
-//! a verdict (regressed / improved / unchanged / not enough runs), which failure reasons
-//! appeared or disappeared per layer, and latency deltas. Views: table, Markdown, JSON
+//! `wt compare`: two [`Report`]s (BASE and NEW), scenario by scenario and as a pack. Per
+//! scenario: pass rates with Wilson intervals, their difference, one-sided Fisher tests
+//! adjusted across the pack, a verdict (regressed / improved / unchanged / not enough runs),
+//! which failure reasons appeared or disappeared per layer, and latency deltas; for the
+//! pack, a stratified test of a broad drop ([`super::gate`]). Views: table, Markdown, JSON
 //! (the model serialized) and HTML ([`super::html::compare_page`]).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -10,30 +11,13 @@ use std::fmt::Write as _;
 use serde::Serialize;
 use windtunnel_sdk::model::{LAYERS, SCHEMA_VERSION};
 
-use super::table::{md, md_code, pct, rate_with_interval};
+pub(crate) use super::gate::Change;
+use super::gate::{self, PackTest, ScenarioDecision, Tally};
+use super::stats::Correction;
+use super::table::{md, md_code, p_is, p_shown, pct, rate_with_interval};
+use std::collections::HashSet;
 use super::{Report, ScenarioSummary, stats};
 use crate::exit;
-
-/// What happened to a scenario between BASE and NEW.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum Change {
-    Regressed,
-    Improved,
-    Unchanged,
-    NotEnoughRuns,
-}
-
-impl Change {
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Change::Regressed => "regressed",
-            Change::Improved => "improved",
-            Change::Unchanged => "unchanged",
-            Change::NotEnoughRuns => "not enough runs",
-        }
-    }
-}
 
 /// One side of a scenario's comparison.
 #[derive(Clone, Debug, Serialize)]
@@ -103,8 +87,12 @@ pub(crate) struct ScenarioComparison {
     pub new: SideStats,
     /// NEW's pass rate minus BASE's.
     pub difference: f64,
-    /// Two-sided p-value of Fisher's exact test.
+    /// One-sided p-value of Fisher's exact test in the direction of the difference (of a
+    /// regression when NEW passes less often, of an improvement otherwise).
     pub p_value: f64,
+    /// `p_value` adjusted across the pack's scenarios (`correction`); 1 for a scenario
+    /// without enough runs. The verdict compares it with `scenario_alpha`.
+    pub p_adjusted: f64,
     pub verdict: Change,
     /// The verdict in words.
     pub why: String,
@@ -205,8 +193,14 @@ pub(crate) struct Counts {
 #[derive(Clone, Debug, Serialize)]
 pub(crate) struct Comparison {
     pub schema_version: u32,
-    /// The significance threshold of Fisher's test; intervals are at 1 − alpha.
+    /// The false-alarm rate of the whole comparison; intervals are at 1 − alpha.
     pub alpha: f64,
+    /// How scenarios' p-values are adjusted across the pack.
+    pub correction: Correction,
+    /// The level each scenario's adjusted p-value is held to (half of alpha).
+    pub scenario_alpha: f64,
+    /// The pack-level test (Cochran–Mantel–Haenszel, one-sided) at the other half.
+    pub pack: PackTest,
     pub base: SideInfo,
     pub new: SideInfo,
     /// Scenarios on both sides, regressions first.
@@ -216,9 +210,53 @@ pub(crate) struct Comparison {
     pub counts: Counts,
     /// One sentence: what changed.
     pub summary: String,
-    /// The exit code of `--gate`: 3 when a side holds a partial sweep, else 1 when a scenario
-    /// regressed significantly, else 0.
+    /// Why the comparison is incomplete, one line each (a side holds a partial sweep,
+    /// scenarios on one side only): `--gate` is then 3.
+    pub incomplete: Vec<String>,
+    /// Things worth knowing that do not decide anything (a directory on both sides, runs
+    /// shared by both).
+    pub warnings: Vec<String>,
+    /// The exit code of `--gate`: 3 when the comparison is incomplete, else 1 when a
+    /// scenario or the pack regressed significantly, else 0.
     pub gate: u8,
+}
+
+/// How `wt compare` decides.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Settings {
+    pub alpha: f64,
+    pub correction: Correction,
+    /// Scenarios on one side only do not make the comparison incomplete.
+    pub allow_missing: bool,
+}
+
+/// What makes the two sides less than two independent samples: a directory given on both
+/// sides (canonically the same), runs (by id) read on both sides.
+fn overlap_warnings(
+    base_dirs: &[String],
+    base: &Report,
+    new_dirs: &[String],
+    new: &Report,
+) -> Vec<String> {
+    let canonical = |d: &String| std::fs::canonicalize(d).unwrap_or_else(|_| d.into());
+    let base_set: HashSet<_> = base_dirs.iter().map(canonical).collect();
+    let mut out: Vec<String> = new_dirs
+        .iter()
+        .filter(|d| base_set.contains(&canonical(d)))
+        .map(|d| format!("{d} is on both sides: the comparison is of a sample with itself"))
+        .collect();
+    let base_ids: HashSet<&str> = base.runs.iter().map(|r| r.run_id.as_str()).collect();
+    let shared = new
+        .runs
+        .iter()
+        .filter(|r| base_ids.contains(r.run_id.as_str()))
+        .count();
+    if shared > 0 && out.is_empty() {
+        out.push(format!(
+            "{shared} run(s) are on both sides (the same run ids): the sides are not independent samples"
+        ));
+    }
+    out
 }
 
 /// Failure reasons per scenario: (layer, normalized detail) → runs.
@@ -240,24 +278,40 @@ impl Comparison {
         base: &Report,
         new_dirs: &[String],
         new: &Report,
-        alpha: f64,
+        settings: Settings,
     ) -> Comparison {
+        let alpha = settings.alpha;
         let base_by: BTreeMap<&str, &ScenarioSummary> =
             base.scenarios.iter().map(|s| (s.id(), s)).collect();
         let new_by: BTreeMap<&str, &ScenarioSummary> =
             new.scenarios.iter().map(|s| (s.id(), s)).collect();
         let (base_reasons, new_reasons) = (reasons(base), reasons(new));
         let empty = BTreeMap::new();
+        let pairs: Vec<(&str, &ScenarioSummary, &ScenarioSummary)> = base_by
+            .iter()
+            .filter_map(|(id, b)| new_by.get(id).map(|n| (*id, *b, *n)))
+            .collect();
+        let tallies: Vec<Tally> = pairs
+            .iter()
+            .map(|(_, b, n)| Tally {
+                base_pass: u64::from(b.aggregate.passed),
+                base_runs: u64::from(b.aggregate.runs),
+                new_pass: u64::from(n.aggregate.passed),
+                new_runs: u64::from(n.aggregate.runs),
+            })
+            .collect();
+        let decision = gate::decide(&tallies, alpha, settings.correction);
         let mut scenarios = Vec::new();
         let mut counts = Counts::default();
-        for (id, b) in &base_by {
-            let Some(n) = new_by.get(id) else { continue };
+        for ((id, b, n), d) in pairs.iter().zip(&decision.scenarios) {
             let c = compare_one(
                 b,
                 n,
                 base_reasons.get(id).unwrap_or(&empty),
                 new_reasons.get(id).unwrap_or(&empty),
                 alpha,
+                decision.scenario_alpha,
+                d,
             );
             match c.verdict {
                 Change::Regressed => counts.regressed += 1,
@@ -285,10 +339,29 @@ impl Comparison {
         };
         let base_info = SideInfo::new(base_dirs, base);
         let new_info = SideInfo::new(new_dirs, new);
-        let partial = !base_info.partial_sweeps.is_empty() || !new_info.partial_sweeps.is_empty();
-        let gate = if partial {
+        let (only_in_base, only_in_new) = (one_sided(&base_by, &new_by), one_sided(&new_by, &base_by));
+        let mut incomplete: Vec<String> = base_info
+            .partial_sweeps
+            .iter()
+            .chain(&new_info.partial_sweeps)
+            .map(|s| format!("sweep {s} is incomplete: some runs never ran"))
+            .collect();
+        if !settings.allow_missing {
+            for (side, other, list) in [("BASE", "NEW", &only_in_base), ("NEW", "BASE", &only_in_new)] {
+                if !list.is_empty() {
+                    let names: Vec<&str> = list.iter().map(|o| o.scenario_id.as_str()).collect();
+                    incomplete.push(format!(
+                        "{} scenario(s) only in {side}, not judged against {other}: {} (--allow-missing accepts this)",
+                        list.len(),
+                        names.join(", ")
+                    ));
+                }
+            }
+        }
+        let warnings = overlap_warnings(base_dirs, base, new_dirs, new);
+        let gate = if !incomplete.is_empty() {
             exit::RUN_ERROR
-        } else if counts.regressed > 0 {
+        } else if decision.regressed() {
             exit::RUN_FAILED
         } else {
             exit::SUCCESS
@@ -296,17 +369,59 @@ impl Comparison {
         let mut c = Comparison {
             schema_version: SCHEMA_VERSION,
             alpha,
+            correction: settings.correction,
+            scenario_alpha: decision.scenario_alpha,
+            pack: decision.pack,
             base: base_info,
             new: new_info,
-            only_in_base: one_sided(&base_by, &new_by),
-            only_in_new: one_sided(&new_by, &base_by),
+            only_in_base,
+            only_in_new,
             scenarios,
             counts,
             summary: String::new(),
+            incomplete,
+            warnings,
             gate,
         };
         c.summary = summary(&c);
         c
+    }
+
+    /// How the comparison decides, in one sentence.
+    pub(crate) fn method(&self) -> String {
+        let correction = match self.correction {
+            Correction::Holm => "Holm-adjusted",
+            Correction::Bh => "Benjamini–Hochberg-adjusted",
+            Correction::None => "unadjusted",
+        };
+        format!(
+            "pass rates with {} Wilson intervals; per scenario, one-sided Fisher tests, {correction}, at {}; \
+             for the pack, a one-sided Cochran–Mantel–Haenszel test at {}; false-alarm rate of the whole comparison at most {}",
+            self.confidence_pct(),
+            self.scenario_alpha,
+            self.pack.alpha,
+            self.alpha
+        )
+    }
+
+    /// The pack-level test's result.
+    pub(crate) fn pack_line(&self) -> String {
+        let p = &self.pack;
+        if p.regressed {
+            format!(
+                "regressed across scenarios (z = {:.2}, {}, below {})",
+                p.z,
+                p_is(p.p_value),
+                p.alpha
+            )
+        } else {
+            format!(
+                "no drop across scenarios (z = {:.2}, {}, not below {})",
+                p.z,
+                p_is(p.p_value),
+                p.alpha
+            )
+        }
     }
 
     pub(crate) fn confidence_pct(&self) -> String {
@@ -324,12 +439,8 @@ impl Comparison {
         let mut out = String::new();
         let _ = writeln!(out, "BASE  {}", self.base.describe());
         let _ = writeln!(out, "NEW   {}", self.new.describe());
-        let _ = writeln!(
-            out,
-            "(pass rates with {} Wilson intervals; Fisher's exact test at α = {})\n",
-            self.confidence_pct(),
-            self.alpha
-        );
+        let _ = writeln!(out, "({})", self.method());
+        let _ = writeln!(out, "pack: {}\n", self.pack_line());
         let width = self
             .scenarios
             .iter()
@@ -346,7 +457,7 @@ impl Comparison {
                 .max(head.len())
         };
         let heads = [
-            "BASE", "NEW", "DIFF", "P", "VERDICT", "P50 Δ", "P95 Δ", "WHY",
+            "BASE", "NEW", "DIFF", "P (ADJ)", "VERDICT", "P50 Δ", "P95 Δ", "WHY",
         ];
         let widths: Vec<usize> = heads.iter().enumerate().map(|(i, h)| w(i, h)).collect();
         let line = |first: &str, cells: &[String]| {
@@ -400,14 +511,10 @@ impl Comparison {
         let mut out = format!("**{}**\n\n", md(&self.summary));
         let _ = writeln!(out, "- BASE: {}", self.base.describe_quoting(md_code));
         let _ = writeln!(out, "- NEW: {}", self.new.describe_quoting(md_code));
-        let _ = writeln!(
-            out,
-            "- pass rates with {} Wilson intervals; Fisher's exact test at α = {}\n",
-            self.confidence_pct(),
-            self.alpha
-        );
+        let _ = writeln!(out, "- {}", self.method());
+        let _ = writeln!(out, "- pack: {}\n", self.pack_line());
         out.push_str(
-            "| Scenario | Base | New | Diff | p | Verdict | p50 Δ | p95 Δ | Why |\n\
+            "| Scenario | Base | New | Diff | p (adj.) | Verdict | p50 Δ | p95 Δ | Why |\n\
              |---|---:|---:|---:|---:|---|---:|---:|---|\n",
         );
         for s in &self.scenarios {
@@ -473,13 +580,22 @@ impl Comparison {
     }
 }
 
+/// `0.016`, or `0.016 (0.48)` with the adjusted value when it differs.
+pub(crate) fn p_cell(s: &ScenarioComparison) -> String {
+    if (s.p_adjusted - s.p_value).abs() > f64::EPSILON {
+        format!("{} ({})", p_shown(s.p_value), p_shown(s.p_adjusted))
+    } else {
+        p_shown(s.p_value)
+    }
+}
+
 /// The row cells: base, new, diff, p, verdict, p50 Δ, p95 Δ, why.
 pub(crate) fn cells(s: &ScenarioComparison) -> [String; 8] {
     [
         s.base.display(),
         s.new.display(),
         format!("{:+.0} pp", s.difference * 100.0),
-        format!("{:.3}", s.p_value),
+        p_cell(s),
         s.verdict.as_str().to_owned(),
         format!("{:+} ms", s.p50_delta_ms),
         format!("{:+} ms", s.p95_delta_ms),
@@ -493,41 +609,42 @@ fn compare_one(
     base_reasons: &BTreeMap<(String, String), u32>,
     new_reasons: &BTreeMap<(String, String), u32>,
     alpha: f64,
+    scenario_alpha: f64,
+    d: &ScenarioDecision,
 ) -> ScenarioComparison {
     let (base, new) = (SideStats::new(b, alpha), SideStats::new(n, alpha));
-    let (bc, bn) = (u64::from(base.passed), u64::from(base.runs));
-    let (nc, nn) = (u64::from(new.passed), u64::from(new.runs));
-    let p_value = stats::fisher_two_sided(bc, bn, nc, nn);
+    let (bn, nn) = (u64::from(base.runs), u64::from(new.runs));
     let difference = new.pass_rate.unwrap_or(0.0) - base.pass_rate.unwrap_or(0.0);
+    let p_value = if difference < 0.0 {
+        d.p_regression
+    } else {
+        d.p_improvement
+    };
     let rates = format!(
         "{} → {}",
         base.pass_rate.map_or("-".into(), pct),
         new.pass_rate.map_or("-".into(), pct)
     );
-    let (verdict, why) = if stats::fisher_floor(bn, nn) >= alpha {
-        (
-            Change::NotEnoughRuns,
-            format!(
-                "{rates}; with {bn} and {nn} run(s) no difference can reach p < {alpha} \
-                 (needs at least {} runs per side)",
-                stats::runs_needed(alpha)
-            ),
-        )
-    } else if p_value < alpha && difference < 0.0 {
-        (
-            Change::Regressed,
-            format!("{rates}, p = {p_value:.3} < {alpha}"),
-        )
-    } else if p_value < alpha && difference > 0.0 {
-        (
-            Change::Improved,
-            format!("{rates}, p = {p_value:.3} < {alpha}"),
-        )
+    let adjusted = if (d.p_adjusted - p_value).abs() > f64::EPSILON {
+        format!(" (adjusted: {})", p_is(d.p_adjusted))
     } else {
-        (
-            Change::Unchanged,
-            format!("{rates}, p = {p_value:.3} ≥ {alpha}: no real difference"),
-        )
+        String::new()
+    };
+    let verdict = d.change;
+    let why = match verdict {
+        Change::NotEnoughRuns => format!(
+            "{rates}; with {bn} and {nn} run(s) no difference can reach p < {scenario_alpha} \
+             (needs at least {} runs per side)",
+            stats::runs_needed_one_sided(scenario_alpha)
+        ),
+        Change::Regressed | Change::Improved => format!(
+            "{rates}, {}{adjusted}, below {scenario_alpha}",
+            p_is(p_value)
+        ),
+        Change::Unchanged => format!(
+            "{rates}, {}{adjusted}, not below {scenario_alpha}: no real difference",
+            p_is(p_value)
+        ),
     };
     let layers = LAYERS
         .iter()
@@ -569,6 +686,7 @@ fn compare_one(
         scenario_id: b.id().to_owned(),
         difference,
         p_value,
+        p_adjusted: d.p_adjusted,
         verdict,
         why,
         layers,
@@ -598,12 +716,14 @@ fn summary(c: &Comparison) -> String {
     };
     let k = &c.counts;
     let mut parts = Vec::new();
-    let head = match (k.regressed, k.improved) {
-        (0, 0) => format!("No significant change at α = {}", c.alpha),
-        (_, 0) => "NEW is worse".to_owned(),
-        (0, _) => "NEW is better".to_owned(),
+    let head = match (k.regressed, k.improved, c.pack.regressed) {
+        (0, 0, false) => format!("No significant change at α = {}", c.alpha),
+        (0, 0, true) => "NEW is worse across the pack".to_owned(),
+        (_, 0, _) => "NEW is worse".to_owned(),
+        (0, _, false) => "NEW is better".to_owned(),
         _ => "Mixed".to_owned(),
     };
+
     if k.regressed > 0 {
         parts.push(format!(
             "{} scenario(s) regressed ({})",
@@ -618,12 +738,19 @@ fn summary(c: &Comparison) -> String {
             names(Change::Improved)
         ));
     }
+    if c.pack.regressed {
+        parts.push(format!(
+            "the pack regressed as a whole (z = {:.2}, {})",
+            c.pack.z,
+            p_is(c.pack.p_value)
+        ));
+    }
     parts.push(format!("{} unchanged", k.unchanged));
     if k.not_enough_runs > 0 {
         parts.push(format!(
             "{} without enough runs to tell (at least {} per side needed)",
             k.not_enough_runs,
-            stats::runs_needed(c.alpha)
+            stats::runs_needed_one_sided(c.scenario_alpha)
         ));
     }
     if !c.only_in_base.is_empty() || !c.only_in_new.is_empty() {
@@ -634,22 +761,8 @@ fn summary(c: &Comparison) -> String {
         ));
     }
     let mut s = format!("{head}: {}.", parts.join(", "));
-    let partial: Vec<&String> = c
-        .base
-        .partial_sweeps
-        .iter()
-        .chain(&c.new.partial_sweeps)
-        .collect();
-    if !partial.is_empty() {
-        let _ = write!(
-            s,
-            " Incomplete sweep(s) {}: some runs never ran.",
-            partial
-                .iter()
-                .map(|s| s.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
+    for i in &c.incomplete {
+        let _ = write!(s, " Incomplete: {i}.");
     }
     s
 }
@@ -677,39 +790,59 @@ mod tests {
         Report::from_runs(&runs)
     }
 
+    const SETTINGS: Settings = Settings {
+        alpha: 0.05,
+        correction: Correction::Holm,
+        allow_missing: false,
+    };
+
     #[test]
     fn verdicts_follow_fisher_and_the_run_floor() {
         let dirs = ["d".to_owned()];
-        let c = Comparison::new(&dirs, &report("s", 10, 0), &dirs, &report("s", 2, 8), 0.05);
+        let c = Comparison::new(&dirs, &report("s", 10, 0), &dirs, &report("s", 2, 8), SETTINGS);
         let s = &c.scenarios[0];
         assert_eq!(s.verdict, Change::Regressed, "{}", s.why);
-        assert!((s.p_value - 0.000_714).abs() < 1e-6, "{}", s.p_value);
+        // One-sided (scipy: fisher_exact([[2, 8], [10, 0]], alternative="less")).
+        assert!((s.p_value - 0.000_357_2).abs() < 1e-6, "{}", s.p_value);
         assert_eq!(c.gate, exit::RUN_FAILED);
         assert_eq!(s.appeared.len(), 1);
         assert_eq!(s.appeared[0].layer, "constraint");
         assert_eq!(s.layers[0].status, "appeared");
         assert!(
             c.summary
-                .starts_with("NEW is worse: 1 scenario(s) regressed (s 100% → 20%")
+                .starts_with("NEW is worse: 1 scenario(s) regressed (s 100% → 20%"),
+            "{}",
+            c.summary
         );
 
-        let c = Comparison::new(&dirs, &report("s", 2, 8), &dirs, &report("s", 10, 0), 0.05);
+        let c = Comparison::new(&dirs, &report("s", 2, 8), &dirs, &report("s", 10, 0), SETTINGS);
         assert_eq!(c.scenarios[0].verdict, Change::Improved);
         assert_eq!(c.scenarios[0].disappeared.len(), 1);
         assert_eq!(c.gate, exit::SUCCESS);
 
-        let c = Comparison::new(&dirs, &report("s", 9, 1), &dirs, &report("s", 8, 2), 0.05);
+        let c = Comparison::new(&dirs, &report("s", 9, 1), &dirs, &report("s", 8, 2), SETTINGS);
         assert_eq!(c.scenarios[0].verdict, Change::Unchanged);
         assert_eq!(c.gate, exit::SUCCESS);
 
-        let c = Comparison::new(&dirs, &report("s", 3, 0), &dirs, &report("s", 0, 3), 0.05);
+        let c = Comparison::new(&dirs, &report("s", 3, 0), &dirs, &report("s", 0, 3), SETTINGS);
         assert_eq!(c.scenarios[0].verdict, Change::NotEnoughRuns);
         assert_eq!(c.gate, exit::SUCCESS);
 
-        let c = Comparison::new(&dirs, &report("a", 1, 0), &dirs, &report("b", 1, 0), 0.05);
+        let c = Comparison::new(&dirs, &report("a", 1, 0), &dirs, &report("b", 1, 0), SETTINGS);
         assert_eq!(
             (c.only_in_base.len(), c.only_in_new.len(), c.scenarios.len()),
             (1, 1, 0)
         );
+        // Scenarios on one side only: incomplete, unless allowed.
+        assert_eq!(c.gate, exit::RUN_ERROR);
+        assert_eq!(c.incomplete.len(), 2, "{:?}", c.incomplete);
+        let allowed = Settings {
+            allow_missing: true,
+            ..SETTINGS
+        };
+        let c = Comparison::new(&dirs, &report("a", 1, 0), &dirs, &report("b", 1, 0), allowed);
+        assert_eq!(c.gate, exit::SUCCESS);
+        // A directory on both sides is worth a warning.
+        assert!(c.warnings[0].contains("on both sides"), "{:?}", c.warnings);
     }
 }

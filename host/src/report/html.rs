@@ -612,7 +612,8 @@ pub(crate) fn report_page(report: &Report, base: Option<&Path>) -> String {
 fn side_cells(s: &SideStats) -> Markup {
     html! {
         td.num { (s.passed) "/" (s.runs) }
-        td { (rate_bar(s.pass_rate, s.interval, &s.display())) }
+        // The rate and its interval as text, not only in the bar's tooltip.
+        td { (rate_bar(s.pass_rate, s.interval, &s.display())) " " span.num { (crate::report::table::rate_with_interval(s.pass_rate, s.interval)) } }
     }
 }
 
@@ -631,8 +632,11 @@ pub(crate) fn compare_page(c: &Comparison) -> String {
                 tr { td { strong { "NEW" } } td { (c.new.describe()) } }
             }
             p.muted {
-                "Pass rates with " (c.confidence_pct()) " Wilson intervals (whiskers); "
-                "Fisher's exact test at α = " (c.alpha) ". Gate (" code { "--gate" } "): " strong.gate { (c.gate) }
+                (c.method()) ". Gate (" code { "--gate" } "): " strong.gate { (c.gate) }
+            }
+            p { "Pack: " (c.pack_line()) }
+            @for i in &c.incomplete {
+                p.warn { "Incomplete: " (i) }
             }
         }
         section #scenarios {
@@ -648,7 +652,7 @@ pub(crate) fn compare_page(c: &Comparison) -> String {
                         (side_cells(&s.base))
                         (side_cells(&s.new))
                         td.num { (format!("{:+.0} pp", s.difference * 100.0)) }
-                        td.num { (format!("{:.3}", s.p_value)) }
+                        td.num { (super::compare::p_cell(s)) }
                         td { span class=(format!("badge {}", if s.verdict == Change::NotEnoughRuns { "unchanged" } else { s.verdict.as_str() })) { (s.verdict.as_str()) } }
                         td.num { (format!("{:+}", s.p50_delta_ms)) " ms" }
                         td.num { (format!("{:+}", s.p95_delta_ms)) " ms" }

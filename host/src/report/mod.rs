@@ -11,6 +11,7 @@
 //! Nothing here writes into a runs directory.
 
 pub(crate) mod compare;
+pub(crate) mod gate;
 pub(crate) mod html;
 pub(crate) mod junit;
 pub(crate) mod load;

@@ -53,6 +53,103 @@ pub(crate) fn fisher_two_sided(a_pass: u64, a_runs: u64, b_pass: u64, b_runs: u6
     p.min(1.0)
 }
 
+/// One-sided p-values of Fisher's exact test for BASE (`a`) against NEW (`b`): with the
+/// margins fixed, the probability that NEW passes at most as often as it did (`lower`: the
+/// evidence of a regression) and at least as often (`upper`: of an improvement). Both 1 when
+/// a side has no runs.
+pub(crate) fn fisher_one_sided(a_pass: u64, a_runs: u64, b_pass: u64, b_runs: u64) -> (f64, f64) {
+    if a_runs == 0 || b_runs == 0 {
+        return (1.0, 1.0);
+    }
+    let population = a_runs + b_runs;
+    let successes = a_pass + b_pass;
+    let Ok(dist) = Hypergeometric::new(population, successes, b_runs) else {
+        return (1.0, 1.0);
+    };
+    let lo = successes.saturating_sub(a_runs);
+    let hi = successes.min(b_runs);
+    let lower: f64 = (lo..=b_pass).map(|x| dist.pmf(x)).sum();
+    let upper: f64 = (b_pass..=hi).map(|x| dist.pmf(x)).sum();
+    (lower.min(1.0), upper.min(1.0))
+}
+
+/// The smallest one-sided p-value Fisher's test can give for `a_runs` against `b_runs`:
+/// every BASE run passed and every NEW run failed (or the other way round; equal).
+pub(crate) fn fisher_one_sided_floor(a_runs: u64, b_runs: u64) -> f64 {
+    fisher_one_sided(a_runs, a_runs, 0, b_runs).0
+}
+
+/// How p-values of many scenarios are adjusted so that the comparison as a whole keeps its
+/// error rate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Correction {
+    /// Holm's step-down procedure: the chance of any false alarm (family-wise error) stays
+    /// at most alpha, whatever the scenarios' dependence.
+    Holm,
+    /// Benjamini–Hochberg: the expected share of false alarms among the alarms (false
+    /// discovery rate) stays at most alpha; with no real change anywhere that is the chance
+    /// of any false alarm too. More power than Holm on many real changes.
+    Bh,
+    /// None: each scenario on its own (the false-alarm chance grows with the pack).
+    None,
+}
+
+/// `p` adjusted for multiplicity: a scenario is significant at level `alpha` when its
+/// adjusted p-value is below `alpha`.
+pub(crate) fn adjust(p: &[f64], correction: Correction) -> Vec<f64> {
+    let m = p.len();
+    let mut order: Vec<usize> = (0..m).collect();
+    order.sort_by(|&i, &j| p[i].total_cmp(&p[j]).then(i.cmp(&j)));
+    let mut out = vec![1.0; m];
+    match correction {
+        Correction::None => out.copy_from_slice(p),
+        Correction::Holm => {
+            let mut running = 0.0f64;
+            for (rank, &i) in order.iter().enumerate() {
+                running = running.max(((m - rank) as f64 * p[i]).min(1.0));
+                out[i] = running;
+            }
+        }
+        Correction::Bh => {
+            let mut running = 1.0f64;
+            for (rank, &i) in order.iter().enumerate().rev() {
+                running = running.min((m as f64 / (rank + 1) as f64 * p[i]).min(1.0));
+                out[i] = running;
+            }
+        }
+    }
+    out
+}
+
+/// The Cochran–Mantel–Haenszel test across scenarios (strata), one-sided for a regression:
+/// are NEW's passes, over all scenarios together, fewer than equal pass rates would give?
+/// Each scenario `(base_pass, base_runs, new_pass, new_runs)` contributes NEW's passes, their
+/// expectation and hypergeometric variance under no change; `z` is the standardized total
+/// with a continuity correction of ½ toward no change, and the p-value its lower normal tail.
+/// A broad small drop that no single scenario shows is caught here. `(z, p)`; `(0, 1)` when
+/// no scenario has runs on both sides and a mixed outcome.
+pub(crate) fn cmh_regression(strata: &[(u64, u64, u64, u64)]) -> (f64, f64) {
+    let (mut diff, mut var) = (0.0f64, 0.0f64);
+    for &(bp, bn, np, nn) in strata {
+        let total = (bn + nn) as f64;
+        if bn == 0 || nn == 0 || total < 2.0 {
+            continue;
+        }
+        let passes = (bp + np) as f64;
+        let expected = nn as f64 * passes / total;
+        let v = bn as f64 * nn as f64 * passes * (total - passes) / (total * total * (total - 1.0));
+        diff += np as f64 - expected;
+        var += v;
+    }
+    if var <= 0.0 {
+        return (0.0, 1.0);
+    }
+    let z = (diff + 0.5) / var.sqrt();
+    let normal = Normal::new(0.0, 1.0).expect("the standard normal exists");
+    (z, normal.cdf(z))
+}
+
 /// The smallest p-value Fisher's test can give for `a_runs` against `b_runs` runs, whatever
 /// the outcomes: one side all passes, the other all failures. When it is not below alpha, no
 /// result could count as a real difference.
@@ -60,10 +157,12 @@ pub(crate) fn fisher_floor(a_runs: u64, b_runs: u64) -> f64 {
     fisher_two_sided(a_runs, a_runs, 0, b_runs).min(fisher_two_sided(0, a_runs, b_runs, b_runs))
 }
 
-/// The fewest runs per side (equal on both) at which some outcome could reach `p < alpha`.
-pub(crate) fn runs_needed(alpha: f64) -> u64 {
+
+/// The fewest runs per side (equal on both) at which some outcome could reach a one-sided
+/// `p < alpha`.
+pub(crate) fn runs_needed_one_sided(alpha: f64) -> u64 {
     (1..=1000)
-        .find(|&n| fisher_floor(n, n) < alpha)
+        .find(|&n| fisher_one_sided_floor(n, n) < alpha)
         .unwrap_or(1000)
 }
 
@@ -130,6 +229,37 @@ mod tests {
     /// Published two-sided values: Fisher's tea-tasting table (R's `fisher.test` example:
     /// p = 0.4857) and the 2×2 example of the Wikipedia article on the test
     /// ([[1, 9], [11, 3]]: p = 0.002759).
+    /// Reference values from scipy 1.17.1 (`fisher_exact(alternative=...)`) and statsmodels
+    /// 0.15.0 (`multipletests`, `StratifiedTable.test_null_odds(correction=True)`).
+    #[test]
+    fn one_sided_fisher_corrections_and_cmh_match_scipy_and_statsmodels() {
+        for ((ap, an, bp, bn), (lower, upper)) in [
+            ((9, 10, 4, 10), (0.028637770897832815, 0.9984520123839009)),
+            ((7, 12, 9, 11), (0.9553102705613138, 0.22237178624310133)),
+            ((20, 20, 13, 20), (0.004158004158004158, 1.0)),
+            ((0, 5, 0, 5), (1.0, 1.0)),
+            ((3, 7, 3, 7), (0.703962703962704, 0.703962703962704)),
+        ] {
+            let (l, u) = fisher_one_sided(ap, an, bp, bn);
+            assert!(close(l, lower, 1e-12) && close(u, upper, 1e-12), "{l} {u}");
+        }
+        let p = [0.01, 0.04, 0.03, 0.005, 0.5, 0.2];
+        let holm = adjust(&p, Correction::Holm);
+        for (a, b) in holm.iter().zip([0.05, 0.12, 0.12, 0.03, 0.5, 0.4]) {
+            assert!(close(*a, b, 1e-12), "{holm:?}");
+        }
+        let bh = adjust(&p, Correction::Bh);
+        for (a, b) in bh.iter().zip([0.03, 0.06, 0.06, 0.03, 0.5, 0.24]) {
+            assert!(close(*a, b, 1e-12), "{bh:?}");
+        }
+        assert_eq!(adjust(&p, Correction::None), p);
+        let strata = [(9, 10, 8, 10), (7, 10, 5, 10), (10, 10, 9, 10), (6, 12, 4, 11)];
+        let (z, one_sided) = cmh_regression(&strata);
+        assert!(close(z * z, 1.424089357825608, 1e-12), "{z}");
+        // statrs and scipy normal tails agree to about 1e-11 here.
+        assert!(close(one_sided, 0.11636574292481827, 1e-9), "{one_sided}");
+    }
+
     #[test]
     fn fisher_matches_published_p_values() {
         assert!(close(fisher_two_sided(3, 4, 1, 4), 0.485_714, 1e-6));
@@ -142,7 +272,10 @@ mod tests {
         // 3 vs 3 can never be significant at 0.05 (floor 0.1); 4 vs 4 can (2/70).
         assert!(close(fisher_floor(3, 3), 0.1, 1e-9));
         assert!(close(fisher_floor(4, 4), 2.0 / 70.0, 1e-9));
-        assert_eq!(runs_needed(0.05), 4);
+        // One-sided at 0.025 (the gate's half of 0.05): 4 vs 4 reaches 1/70.
+        assert!(close(fisher_one_sided_floor(3, 3), 0.05, 1e-9));
+        assert!(close(fisher_one_sided_floor(4, 4), 1.0 / 70.0, 1e-9));
+        assert_eq!(runs_needed_one_sided(0.025), 4);
         // Large sweeps stay finite.
         let p = fisher_two_sided(5000, 10_000, 4800, 10_000);
         assert!(p > 0.0 && p < 0.01, "{p}");

@@ -18,8 +18,55 @@ pub(crate) fn pct(x: f64) -> String {
     format!("{}%", pct_bare(x))
 }
 
+/// A rate in whole percent, except where rounding would say something false: a rate below
+/// 1 never reads 100 (999/1000 is `99.9`, 9999/10000 `>99.9`) and one above 0 never reads 0
+/// (`0.1`, `<0.1`).
 fn pct_bare(x: f64) -> String {
-    format!("{:.0}", x * 100.0)
+    // Float noise at the ends (a Wilson bound of 1e-17) is the end itself.
+    let x = if x < 1e-9 {
+        0.0
+    } else if x > 1.0 - 1e-9 {
+        1.0
+    } else {
+        x
+    };
+    let whole = (x * 100.0).round();
+    if x < 1.0 && whole >= 100.0 {
+        let tenths = (x * 1000.0).floor();
+        return if x * 1000.0 > 999.0 {
+            ">99.9".to_owned()
+        } else {
+            format!("{:.1}", tenths / 10.0)
+        };
+    }
+    if x > 0.0 && whole <= 0.0 {
+        return if x * 1000.0 < 1.0 {
+            "<0.1".to_owned()
+        } else {
+            format!("{:.1}", (x * 1000.0).ceil() / 10.0)
+        };
+    }
+    format!("{whole:.0}")
+}
+
+/// A p-value as text: `0.016`, `0.0021`, or `<0.001` (never `0.000`).
+pub(crate) fn p_shown(p: f64) -> String {
+    if p < 0.001 {
+        "<0.001".to_owned()
+    } else if p < 0.01 {
+        format!("{p:.4}")
+    } else {
+        format!("{p:.3}")
+    }
+}
+
+/// `p = 0.016` or `p < 0.001`.
+pub(crate) fn p_is(p: f64) -> String {
+    let shown = p_shown(p);
+    match shown.strip_prefix('<') {
+        Some(rest) => format!("p < {rest}"),
+        None => format!("p = {shown}"),
+    }
 }
 
 /// The value at the largest k of a list of estimates, with two decimals.

@@ -1,0 +1,130 @@
+//! `wt bench-gate` (hidden; `bench/compare_sim.sh`): a seeded simulation of `wt compare
+//! --gate` on packs of 1, 30 and 300 scenarios, through the gate's own decision
+//! ([`crate::report::gate::decide`]), against the per-scenario rule it replaced (each
+//! scenario on its own, two-sided Fisher at alpha). For each pack size and runs per side it
+//! prints how often each rule fails the gate:
+//!
+//! - A/A: the same agent on both sides (every scenario passes with 0.7): a false alarm;
+//! - one scenario drops (0.9 → 0.7, 0.9 → 0.4; the others stay at 0.9): power;
+//! - every scenario drops 0.9 → 0.8 (a broad small drop): power.
+//!
+//! No network, no files; the seed fixes every draw.
+
+use crate::report::gate::{self, Tally};
+use crate::report::stats::Correction;
+use crate::{exit, term};
+
+/// Options of `wt bench-gate`.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct BenchGateArgs {
+    /// Simulated comparisons per cell.
+    #[arg(long, default_value_t = 2000)]
+    pub reps: u32,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    #[arg(long, value_delimiter = ',', default_value = "1,30,300")]
+    pub scenarios: Vec<usize>,
+    #[arg(long, value_delimiter = ',', default_value = "10,20")]
+    pub runs: Vec<u64>,
+    #[arg(long, default_value_t = 0.05)]
+    pub alpha: f64,
+    #[arg(long, value_enum, default_value_t = Correction::Holm)]
+    pub correction: Correction,
+}
+
+/// splitmix64: small, seeded, and good enough for Bernoulli draws.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Passes out of `n` runs that each pass with `p`.
+    fn binomial(&mut self, n: u64, p: f64) -> u64 {
+        (0..n)
+            .filter(|_| ((self.next() >> 11) as f64 / (1u64 << 53) as f64) < p)
+            .count() as u64
+    }
+}
+
+/// A case: each scenario's pass probability on BASE and on NEW.
+struct Case {
+    name: &'static str,
+    rates: fn(usize, usize) -> (f64, f64),
+}
+
+const CASES: [Case; 4] = [
+    Case {
+        name: "A/A (0.7 = 0.7)",
+        rates: |_, _| (0.7, 0.7),
+    },
+    Case {
+        name: "one drops 0.9 → 0.7",
+        rates: |i, _| if i == 0 { (0.9, 0.7) } else { (0.9, 0.9) },
+    },
+    Case {
+        name: "one drops 0.9 → 0.4",
+        rates: |i, _| if i == 0 { (0.9, 0.4) } else { (0.9, 0.9) },
+    },
+    Case {
+        name: "all drop 0.9 → 0.8",
+        rates: |_, _| (0.9, 0.8),
+    },
+];
+
+pub(crate) fn run(args: BenchGateArgs) -> anyhow::Result<u8> {
+    let mut rng = Rng(args.seed);
+    term::out_line(&format!(
+        "wt compare --gate, simulated: {} comparisons per cell, alpha {}, correction {:?}, seed {}",
+        args.reps, args.alpha, args.correction, args.seed
+    ));
+    term::out_line(&format!(
+        "{:<22} {:>9} {:>5}  {:>9} {:>9}  {:>6}",
+        "case", "scenarios", "runs", "gate", "old rule", "±1 se"
+    ));
+    for case in &CASES {
+        for &m in &args.scenarios {
+            for &n in &args.runs {
+                let (mut gate_fails, mut old_fails) = (0u32, 0u32);
+                let mut tallies = vec![
+                    Tally {
+                        base_pass: 0,
+                        base_runs: n,
+                        new_pass: 0,
+                        new_runs: n,
+                    };
+                    m
+                ];
+                for _ in 0..args.reps {
+                    for (i, t) in tallies.iter_mut().enumerate() {
+                        let (pb, pn) = (case.rates)(i, m);
+                        t.base_pass = rng.binomial(n, pb);
+                        t.new_pass = rng.binomial(n, pn);
+                    }
+                    if gate::decide(&tallies, args.alpha, args.correction).regressed() {
+                        gate_fails += 1;
+                    }
+                    if gate::old_rule_regressed(&tallies, args.alpha) {
+                        old_fails += 1;
+                    }
+                }
+                let rate = |k: u32| f64::from(k) / f64::from(args.reps.max(1));
+                let (g, o) = (rate(gate_fails), rate(old_fails));
+                let se = (g.max(0.001) * (1.0 - g).max(0.001) / f64::from(args.reps.max(1))).sqrt();
+                term::out_line(&format!(
+                    "{:<22} {m:>9} {n:>5}  {:>8.1}% {:>8.1}%  {:>5.1}%",
+                    case.name,
+                    g * 100.0,
+                    o * 100.0,
+                    se * 100.0
+                ));
+            }
+        }
+    }
+    Ok(exit::SUCCESS)
+}
