@@ -2,6 +2,7 @@
 //! the real `wt` binary.
 
 mod hardening;
+mod gate;
 mod harness;
 mod hooks;
 mod hostile;

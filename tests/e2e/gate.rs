@@ -1,0 +1,266 @@
+//! Issue 19 through the real binary: verdicts that nothing but a successful call satisfies,
+//! and a merge gate that holds at pack scale.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::json;
+
+use crate::harness::*;
+
+// Verdicts: nothing that did not happen satisfies one ──────────────────────────────────────
+
+/// One scenario over an order world: `lookup_order` (read, `order_id` required) and
+/// `issue_refund` (append); it requires a successful lookup and forbids refunds.
+fn order_pack(dir: &Path) -> PathBuf {
+    write_pack(
+        dir,
+        &[(
+            "status.toml",
+            r#"id = "status"
+turns = ["Where is order 1234?"]
+
+[[tools]]
+name = "lookup_order"
+description = "Look up an order."
+parameters = { type = "object", properties = { order_id = { type = "string" } }, required = ["order_id"], additionalProperties = false }
+effect = { kind = "read", path = "orders", key_arg = "order_id" }
+
+[[tools]]
+name = "issue_refund"
+description = "Refund an order."
+effect = { kind = "append", path = "refunds" }
+
+[expect.outcome]
+reply_contains = ["shipped"]
+
+[expect.trajectory]
+required_tools = ["lookup_order"]
+
+[expect.constraint]
+forbidden_tools = ["issue_refund"]
+
+[world]
+refunds = []
+[world.orders.1234]
+status = "shipped"
+"#,
+        )],
+    )
+}
+
+fn raw_agent(dir: &Path, mode: &str) -> PathBuf {
+    let command = [
+        agent_python().display().to_string(),
+        workspace()
+            .join("tests/agents/mcp_raw_agent.py")
+            .display()
+            .to_string(),
+        mode.to_owned(),
+    ];
+    agent_file(
+        dir,
+        &format!("{mode}.toml"),
+        &format!(
+            "label = \"{mode}\"\nruntime = \"process\"\nturn_timeout_s = 60\ncommand = {}\n",
+            serde_json::to_string(&command).unwrap()
+        ),
+    )
+}
+
+#[test]
+fn a_call_rejected_for_its_arguments_does_not_satisfy_a_required_tool() {
+    let dir = tmp();
+    let pack = order_pack(dir.path());
+    let agent = raw_agent(dir.path(), "bad-args");
+    let out = dir.path().join("runs");
+    let r = Wt::new(dir.path())
+        .args(["run", "--out"])
+        .arg(&out)
+        .arg("--pack")
+        .arg(&pack)
+        .arg("--agent")
+        .arg(&agent)
+        .run();
+    assert_eq!(r.code, 1, "{r}");
+    let s = &scores(&out)[0];
+    assert_eq!(s["verdict"], "FAIL");
+    let detail = s["trajectory"]["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("never called successfully: lookup_order")
+            && detail.contains("lookup_order (failed)"),
+        "{detail}"
+    );
+    let t = &traces(&out)[0];
+    assert!(t["evidence"]["tool_calls"][0]["error"].is_string(), "{t}");
+}
+
+#[test]
+fn a_forbidden_call_after_the_reply_is_refused_recorded_and_fails_the_run() {
+    let dir = tmp();
+    let pack = order_pack(dir.path());
+    // The agent looks nothing up: only the constraint layer is of interest here.
+    let text = std::fs::read_to_string(pack.join("scenarios/status.toml")).unwrap();
+    std::fs::write(
+        pack.join("scenarios/status.toml"),
+        text.replace("required_tools = [\"lookup_order\"]", "required_tools = []"),
+    )
+    .unwrap();
+    let agent = raw_agent(dir.path(), "after-reply");
+    let out = dir.path().join("runs");
+    let r = Wt::new(dir.path())
+        .args(["run", "--out"])
+        .arg(&out)
+        .arg("--pack")
+        .arg(&pack)
+        .arg("--agent")
+        .arg(&agent)
+        .run();
+    assert_eq!(r.code, 1, "{r}");
+    let s = &scores(&out)[0];
+    assert_eq!(s["verdict"], "FAIL", "{s}");
+    assert!(
+        s["constraint"]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("forbidden tool `issue_refund` called"),
+        "{s}"
+    );
+    let t = &traces(&out)[0];
+    let call = &t["evidence"]["tool_calls"][0];
+    assert_eq!(call["name"], "issue_refund", "{t}");
+    assert!(
+        call["error"]
+            .as_str()
+            .unwrap()
+            .contains("no turn of this run is in progress"),
+        "{call}"
+    );
+    // The world was never touched.
+    assert_eq!(t["world"]["after"]["refunds"], json!([]), "{t}");
+    let j = journal(&out);
+    let refused = events(&j, "ToolRefused");
+    assert_eq!(refused.len(), 1, "{j:?}");
+    assert_eq!(refused[0]["tool"], "issue_refund");
+    // The journal's last word on the verdict agrees with the score file.
+    let last = j
+        .iter()
+        .filter(|e| e["event"] == "RunScored" || e["event"] == "RunRescored")
+        .next_back()
+        .unwrap();
+    assert_eq!(last["verdict"], "FAIL", "{j:?}");
+}
+
+#[test]
+fn a_world_check_with_neither_equals_nor_exists_is_refused_at_load() {
+    let dir = tmp();
+    let pack = write_pack(
+        dir.path(),
+        &[(
+            "vague.toml",
+            "id = \"vague\"\nturns = [\"hi\"]\n[world]\na = 1\n[expect.outcome]\nworld = [{ path = \"a\" }]\n",
+        )],
+    );
+    let r = Wt::new(dir.path()).args(["run", "--pack"]).arg(&pack).run();
+    assert_eq!(r.code, 2, "{r}");
+    assert!(
+        r.stderr.contains("expect.outcome.world[0]")
+            && r.stderr.contains("neither `equals` nor `exists`"),
+        "{r}"
+    );
+}
+
+// The gate at pack scale ────────────────────────────────────────────────────────────────
+
+/// A session agent with a known pass probability: the turn's text says `p=NN` (percent), and
+/// the agent says "yes" when a hash of its run id falls below it, "no" otherwise — so a sweep
+/// with `--seed` is reproducible and different seeds are independent samples.
+const COIN_AGENT: &str = r#"read -r line
+p=$(printf '%s' "$line" | sed -n 's/.*p=\([0-9]*\).*/\1/p')
+h=$(printf '%s' "$WT_RUN_ID" | cksum | cut -d' ' -f1)
+if [ $((h % 100)) -lt "$p" ]; then word=yes; else word=no; fi
+printf '{"type": "reply", "turn": 0, "text": "%s"}\n' "$word"
+cat >/dev/null"#;
+
+/// A pack of `rates.len()` one-turn scenarios `s00`, `s01`, …, scenario k passing with
+/// `rates[k]` percent, each run `runs` times.
+fn coin_pack(dir: &Path, name: &str, rates: &[u32], runs: u32) -> PathBuf {
+    let root = dir.join(name);
+    std::fs::create_dir_all(root.join("scenarios")).unwrap();
+    std::fs::write(root.join("pack.toml"), format!("name = \"{name}\"\n")).unwrap();
+    for (k, p) in rates.iter().enumerate() {
+        std::fs::write(
+            root.join(format!("scenarios/s{k:02}.toml")),
+            format!(
+                "id = \"s{k:02}\"\nruns = {runs}\nturns = [\"p={p}\"]\n[expect.outcome]\nreply_contains = [\"yes\"]\n"
+            ),
+        )
+        .unwrap();
+    }
+    root
+}
+
+/// Runs `pack` with `--seed seed` into `dir/out`.
+fn coin_sweep(dir: &Path, agent: &Path, pack: &Path, seed: u32, out: &str) {
+    let r = Wt::new(dir)
+        .args(["run", "--jobs", "2", "--seed", &seed.to_string(), "--out", out, "--pack"])
+        .arg(pack)
+        .arg("--agent")
+        .arg(agent)
+        .run();
+    assert!(r.code == 0 || r.code == 1, "{r}");
+}
+
+#[test]
+fn the_gate_holds_on_identical_agents_and_catches_a_broad_drop_and_a_big_one() {
+    let dir = tmp();
+    let agent = sh_agent(dir.path(), "coin", COIN_AGENT, &[], "mcp = false");
+    // The same agent on both sides of a 30-scenario pack, three times: under the old
+    // per-scenario rule each comparison raised a false alarm with a chance of about 16 %;
+    // of these seeds' comparisons, the second and third did (`--correction none` still
+    // fails them: the correction is what holds).
+    let same = coin_pack(dir.path(), "same", &[70; 30], 10);
+    for (k, (a, b)) in [(1, 2), (9, 10), (11, 12)].into_iter().enumerate() {
+        let (base, new) = (format!("aa{k}-base"), format!("aa{k}-new"));
+        coin_sweep(dir.path(), &agent, &same, a, &base);
+        coin_sweep(dir.path(), &agent, &same, b, &new);
+        let r = Wt::new(dir.path())
+            .args(["compare", &base, &new, "--gate", "--format", "json"])
+            .run();
+        assert_eq!(r.code, 0, "A/A comparison {k} raised an alarm: {r}");
+        if k > 0 {
+            let none = Wt::new(dir.path())
+                .args(["compare", &base, &new, "--gate", "--correction", "none"])
+                .run();
+            assert_eq!(none.code, 1, "uncorrected, this pair is a false alarm: {none}");
+        }
+    }
+    // Every scenario a little worse (90 % → 75 %): no scenario alone shows it, the pack does.
+    let base = coin_pack(dir.path(), "base", &[90; 30], 10);
+    let worse = coin_pack(dir.path(), "worse", &[75; 30], 10);
+    coin_sweep(dir.path(), &agent, &base, 7, "broad-base");
+    coin_sweep(dir.path(), &agent, &worse, 8, "broad-new");
+    let r = Wt::new(dir.path())
+        .args(["compare", "broad-base", "broad-new", "--gate", "--format", "json"])
+        .run();
+    assert_eq!(r.code, 1, "{r}");
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(v["pack"]["regressed"], true, "{}", v["pack"]);
+    // One scenario collapses (90 % → 0 %) among 29 unchanged: found, and named.
+    let mut rates = vec![90; 30];
+    rates[17] = 0;
+    let one = coin_pack(dir.path(), "one", &rates, 10);
+    coin_sweep(dir.path(), &agent, &one, 9, "one-new");
+    let r = Wt::new(dir.path())
+        .args(["compare", "broad-base", "one-new", "--gate", "--format", "json"])
+        .run();
+    assert_eq!(r.code, 1, "{r}");
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    let regressed: Vec<&str> = v["scenarios"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["verdict"] == "regressed")
+        .map(|s| s["scenario_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(regressed, ["s17"], "{v}");
+}
