@@ -409,7 +409,13 @@ impl Stream {
     }
 
     /// Emits one event: durable in the journal when this returns, and seen by every sink.
-    pub(crate) fn emit(&self, scope: &Scope, cause: &Cause, event: &Event, run: Option<RunWritten<'_>>) {
+    pub(crate) fn emit(
+        &self,
+        scope: &Scope,
+        cause: &Cause,
+        event: &Event,
+        run: Option<RunWritten<'_>>,
+    ) {
         let sweep_id = self.journal.sweep_id.as_str();
         self.journal.publish_then(scope, cause, event, |line| {
             let e = Emitted {

@@ -202,7 +202,16 @@ fn coin_pack(dir: &Path, name: &str, rates: &[u32], runs: u32) -> PathBuf {
 /// Runs `pack` with `--seed seed` into `dir/out`.
 fn coin_sweep(dir: &Path, agent: &Path, pack: &Path, seed: u32, out: &str) {
     let r = Wt::new(dir)
-        .args(["run", "--jobs", "2", "--seed", &seed.to_string(), "--out", out, "--pack"])
+        .args([
+            "run",
+            "--jobs",
+            "2",
+            "--seed",
+            &seed.to_string(),
+            "--out",
+            out,
+            "--pack",
+        ])
         .arg(pack)
         .arg("--agent")
         .arg(agent)
@@ -231,7 +240,10 @@ fn the_gate_holds_on_identical_agents_and_catches_a_broad_drop_and_a_big_one() {
             let none = Wt::new(dir.path())
                 .args(["compare", &base, &new, "--gate", "--correction", "none"])
                 .run();
-            assert_eq!(none.code, 1, "uncorrected, this pair is a false alarm: {none}");
+            assert_eq!(
+                none.code, 1,
+                "uncorrected, this pair is a false alarm: {none}"
+            );
         }
     }
     // Every scenario a little worse (90 % → 75 %): no scenario alone shows it, the pack does.
@@ -240,7 +252,14 @@ fn the_gate_holds_on_identical_agents_and_catches_a_broad_drop_and_a_big_one() {
     coin_sweep(dir.path(), &agent, &base, 7, "broad-base");
     coin_sweep(dir.path(), &agent, &worse, 8, "broad-new");
     let r = Wt::new(dir.path())
-        .args(["compare", "broad-base", "broad-new", "--gate", "--format", "json"])
+        .args([
+            "compare",
+            "broad-base",
+            "broad-new",
+            "--gate",
+            "--format",
+            "json",
+        ])
         .run();
     assert_eq!(r.code, 1, "{r}");
     let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
@@ -251,7 +270,14 @@ fn the_gate_holds_on_identical_agents_and_catches_a_broad_drop_and_a_big_one() {
     let one = coin_pack(dir.path(), "one", &rates, 10);
     coin_sweep(dir.path(), &agent, &one, 9, "one-new");
     let r = Wt::new(dir.path())
-        .args(["compare", "broad-base", "one-new", "--gate", "--format", "json"])
+        .args([
+            "compare",
+            "broad-base",
+            "one-new",
+            "--gate",
+            "--format",
+            "json",
+        ])
         .run();
     assert_eq!(r.code, 1, "{r}");
     let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
@@ -263,4 +289,47 @@ fn the_gate_holds_on_identical_agents_and_catches_a_broad_drop_and_a_big_one() {
         .map(|s| s["scenario_id"].as_str().unwrap())
         .collect();
     assert_eq!(regressed, ["s17"], "{v}");
+}
+
+#[test]
+fn plan_says_how_many_runs_catch_a_drop_and_which_drop_runs_catch() {
+    let dir = tmp();
+    let r = Wt::new(dir.path())
+        .args([
+            "compare",
+            "--plan",
+            "--from",
+            "0.9",
+            "--drop",
+            "0.2",
+            "--scenarios",
+            "30",
+        ])
+        .args(["--format", "json"])
+        .run();
+    assert_eq!(r.code, 0, "{r}");
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    let n = v["one_scenario"].as_f64().unwrap() as u64;
+    assert!((60..400).contains(&n), "{v}");
+    assert!(v["every_scenario"].as_f64().unwrap() < n as f64, "{v}");
+    // With those runs, that drop (or a smaller one) is what the gate catches.
+    let back = Wt::new(dir.path())
+        .args([
+            "compare",
+            "--plan",
+            "--from",
+            "0.9",
+            "--runs",
+            &n.to_string(),
+        ])
+        .args(["--scenarios", "30", "--format", "json"])
+        .run();
+    let b: serde_json::Value = serde_json::from_str(&back.stdout).unwrap();
+    assert!(b["one_scenario"].as_f64().unwrap() <= 0.2 + 1e-9, "{b}");
+    // Missing what it needs: one line, exit 2.
+    let bad = Wt::new(dir.path())
+        .args(["compare", "--plan", "--from", "0.9"])
+        .run();
+    assert_eq!(bad.code, 2, "{bad}");
+    assert!(bad.stderr.contains("--drop DROP"), "{bad}");
 }

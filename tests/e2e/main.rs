@@ -1,8 +1,8 @@
 //! The end-to-end suite: builds the workspace's binaries and plugins from source and drives
 //! the real `wt` binary.
 
-mod hardening;
 mod gate;
+mod hardening;
 mod harness;
 mod hooks;
 mod hostile;

@@ -584,8 +584,9 @@ fn compare_flags_a_significant_regression_and_gates_on_it() {
     let r = wt(dir.path(), &["compare", "base", "new", "--gate"]);
     assert_eq!(r.code, 3, "{r}");
     assert!(
-        r.stderr
-            .contains("incomplete: 1 scenario(s) only in BASE, not judged against NEW: refund-damaged"),
+        r.stderr.contains(
+            "incomplete: 1 scenario(s) only in BASE, not judged against NEW: refund-damaged"
+        ),
         "{r}"
     );
     let r = wt(

@@ -43,6 +43,26 @@ pub(crate) struct CompareArgs {
     /// Scenarios on one side only do not make the comparison incomplete.
     #[arg(long)]
     pub allow_missing: bool,
+    /// Plan instead of compare (no run directories): how many runs a side the gate needs to
+    /// catch a drop of `--drop` from `--from`, or, with `--runs`, which drop that many runs
+    /// can catch — with `--power`, in a pack of `--scenarios`.
+    #[arg(long)]
+    pub plan: bool,
+    /// Plan: the baseline pass rate (0–1).
+    #[arg(long, value_name = "RATE", requires = "plan", value_parser = parse_rate)]
+    pub from: Option<f64>,
+    /// Plan: the drop of pass rate to catch, e.g. 0.2 for 90 % → 70 %.
+    #[arg(long, value_name = "DROP", requires = "plan", value_parser = parse_rate, conflicts_with = "runs")]
+    pub drop: Option<f64>,
+    /// Plan: runs a side you have (or can afford).
+    #[arg(long, value_name = "N", requires = "plan")]
+    pub runs: Option<u64>,
+    /// Plan: the chance of catching the drop to aim for.
+    #[arg(long, default_value_t = 0.8, value_parser = parse_rate, requires = "plan")]
+    pub power: f64,
+    /// Plan: scenarios in the pack.
+    #[arg(long, default_value_t = 1, requires = "plan")]
+    pub scenarios: u64,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
@@ -53,6 +73,49 @@ pub(crate) struct CompareArgs {
     /// otherwise.
     #[arg(long)]
     pub gate: bool,
+}
+
+fn parse_rate(s: &str) -> Result<f64, String> {
+    let a: f64 = s.parse().map_err(|e| format!("{e}"))?;
+    if a > 0.0 && a < 1.0 {
+        Ok(a)
+    } else {
+        Err("a rate strictly between 0 and 1, e.g. 0.9".into())
+    }
+}
+
+/// `wt compare --plan`.
+fn plan(args: &CompareArgs) -> anyhow::Result<u8> {
+    let Some(from) = args.from else {
+        return Err(CodedError::usage(
+            "--plan needs --from RATE (the baseline pass rate), and --drop DROP or --runs N",
+        )
+        .into());
+    };
+    if args.drop.is_none() && args.runs.is_none() {
+        return Err(CodedError::usage("--plan needs --drop DROP (runs needed to catch it) or --runs N (the drop N runs can catch)").into());
+    }
+    if args.drop.is_some_and(|d| d > from) {
+        return Err(CodedError::usage("--drop cannot be larger than --from").into());
+    }
+    let p = crate::report::plan::plan(
+        args.alpha,
+        args.power,
+        args.scenarios,
+        from,
+        args.drop,
+        args.runs,
+    );
+    let text = match args.format {
+        Format::Json => {
+            let mut t = serde_json::to_string_pretty(&p)?;
+            t.push('\n');
+            t
+        }
+        _ => p.text.iter().map(|l| format!("{l}\n")).collect(),
+    };
+    args.output.emit(&text)?;
+    Ok(exit::SUCCESS)
 }
 
 fn parse_alpha(s: &str) -> Result<f64, String> {
@@ -66,6 +129,9 @@ fn parse_alpha(s: &str) -> Result<f64, String> {
 
 pub(crate) fn run(args: CompareArgs) -> anyhow::Result<u8> {
     args.output.check()?;
+    if args.plan {
+        return plan(&args);
+    }
     let base: Vec<PathBuf> = args.base.into_iter().chain(args.more_base).collect();
     let new: Vec<PathBuf> = args.new.into_iter().chain(args.more_new).collect();
     if base.is_empty() || new.is_empty() {

@@ -15,9 +15,9 @@ pub(crate) use super::gate::Change;
 use super::gate::{self, PackTest, ScenarioDecision, Tally};
 use super::stats::Correction;
 use super::table::{md, md_code, p_is, p_shown, pct, rate_with_interval};
-use std::collections::HashSet;
 use super::{Report, ScenarioSummary, stats};
 use crate::exit;
+use std::collections::HashSet;
 
 /// One side of a scenario's comparison.
 #[derive(Clone, Debug, Serialize)]
@@ -339,7 +339,8 @@ impl Comparison {
         };
         let base_info = SideInfo::new(base_dirs, base);
         let new_info = SideInfo::new(new_dirs, new);
-        let (only_in_base, only_in_new) = (one_sided(&base_by, &new_by), one_sided(&new_by, &base_by));
+        let (only_in_base, only_in_new) =
+            (one_sided(&base_by, &new_by), one_sided(&new_by, &base_by));
         let mut incomplete: Vec<String> = base_info
             .partial_sweeps
             .iter()
@@ -347,7 +348,10 @@ impl Comparison {
             .map(|s| format!("sweep {s} is incomplete: some runs never ran"))
             .collect();
         if !settings.allow_missing {
-            for (side, other, list) in [("BASE", "NEW", &only_in_base), ("NEW", "BASE", &only_in_new)] {
+            for (side, other, list) in [
+                ("BASE", "NEW", &only_in_base),
+                ("NEW", "BASE", &only_in_new),
+            ] {
                 if !list.is_empty() {
                     let names: Vec<&str> = list.iter().map(|o| o.scenario_id.as_str()).collect();
                     incomplete.push(format!(
@@ -799,7 +803,13 @@ mod tests {
     #[test]
     fn verdicts_follow_fisher_and_the_run_floor() {
         let dirs = ["d".to_owned()];
-        let c = Comparison::new(&dirs, &report("s", 10, 0), &dirs, &report("s", 2, 8), SETTINGS);
+        let c = Comparison::new(
+            &dirs,
+            &report("s", 10, 0),
+            &dirs,
+            &report("s", 2, 8),
+            SETTINGS,
+        );
         let s = &c.scenarios[0];
         assert_eq!(s.verdict, Change::Regressed, "{}", s.why);
         // One-sided (scipy: fisher_exact([[2, 8], [10, 0]], alternative="less")).
@@ -815,20 +825,44 @@ mod tests {
             c.summary
         );
 
-        let c = Comparison::new(&dirs, &report("s", 2, 8), &dirs, &report("s", 10, 0), SETTINGS);
+        let c = Comparison::new(
+            &dirs,
+            &report("s", 2, 8),
+            &dirs,
+            &report("s", 10, 0),
+            SETTINGS,
+        );
         assert_eq!(c.scenarios[0].verdict, Change::Improved);
         assert_eq!(c.scenarios[0].disappeared.len(), 1);
         assert_eq!(c.gate, exit::SUCCESS);
 
-        let c = Comparison::new(&dirs, &report("s", 9, 1), &dirs, &report("s", 8, 2), SETTINGS);
+        let c = Comparison::new(
+            &dirs,
+            &report("s", 9, 1),
+            &dirs,
+            &report("s", 8, 2),
+            SETTINGS,
+        );
         assert_eq!(c.scenarios[0].verdict, Change::Unchanged);
         assert_eq!(c.gate, exit::SUCCESS);
 
-        let c = Comparison::new(&dirs, &report("s", 3, 0), &dirs, &report("s", 0, 3), SETTINGS);
+        let c = Comparison::new(
+            &dirs,
+            &report("s", 3, 0),
+            &dirs,
+            &report("s", 0, 3),
+            SETTINGS,
+        );
         assert_eq!(c.scenarios[0].verdict, Change::NotEnoughRuns);
         assert_eq!(c.gate, exit::SUCCESS);
 
-        let c = Comparison::new(&dirs, &report("a", 1, 0), &dirs, &report("b", 1, 0), SETTINGS);
+        let c = Comparison::new(
+            &dirs,
+            &report("a", 1, 0),
+            &dirs,
+            &report("b", 1, 0),
+            SETTINGS,
+        );
         assert_eq!(
             (c.only_in_base.len(), c.only_in_new.len(), c.scenarios.len()),
             (1, 1, 0)
@@ -840,7 +874,13 @@ mod tests {
             allow_missing: true,
             ..SETTINGS
         };
-        let c = Comparison::new(&dirs, &report("a", 1, 0), &dirs, &report("b", 1, 0), allowed);
+        let c = Comparison::new(
+            &dirs,
+            &report("a", 1, 0),
+            &dirs,
+            &report("b", 1, 0),
+            allowed,
+        );
         assert_eq!(c.gate, exit::SUCCESS);
         // A directory on both sides is worth a warning.
         assert!(c.warnings[0].contains("on both sides"), "{:?}", c.warnings);

@@ -192,8 +192,17 @@ mod tests {
         let mut pack = vec![t(9, 10, 9, 10); 29];
         pack.push(drop);
         let d = decide(&pack, 0.05, Correction::Holm);
-        assert_eq!(d.scenarios[29].change, Change::Regressed, "{:?}", d.scenarios[29]);
-        assert!(d.scenarios[..29].iter().all(|s| s.change == Change::Unchanged));
+        assert_eq!(
+            d.scenarios[29].change,
+            Change::Regressed,
+            "{:?}",
+            d.scenarios[29]
+        );
+        assert!(
+            d.scenarios[..29]
+                .iter()
+                .all(|s| s.change == Change::Unchanged)
+        );
         // A drop that is significant alone (one-sided p ≈ 0.016 < 0.025) is not among 30.
         let modest = t(10, 10, 5, 10);
         assert_eq!(

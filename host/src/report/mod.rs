@@ -15,6 +15,7 @@ pub(crate) mod gate;
 pub(crate) mod html;
 pub(crate) mod junit;
 pub(crate) mod load;
+pub(crate) mod plan;
 pub(crate) mod stats;
 pub(crate) mod table;
 pub(crate) mod triage;
@@ -306,7 +307,10 @@ impl Report {
 /// The gate: 3 if any run or scenario could not be judged or a sweep is partial (its missing
 /// runs were never judged), else 1 if any run failed, else 0 — what a single sweep over the
 /// same runs would have exited with.
-pub(crate) fn gate_code<'a>(aggs: impl IntoIterator<Item = &'a AggregateResult>, partial: bool) -> u8 {
+pub(crate) fn gate_code<'a>(
+    aggs: impl IntoIterator<Item = &'a AggregateResult>,
+    partial: bool,
+) -> u8 {
     if partial {
         return crate::exit::RUN_ERROR;
     }

@@ -157,7 +157,6 @@ pub(crate) fn fisher_floor(a_runs: u64, b_runs: u64) -> f64 {
     fisher_two_sided(a_runs, a_runs, 0, b_runs).min(fisher_two_sided(0, a_runs, b_runs, b_runs))
 }
 
-
 /// The fewest runs per side (equal on both) at which some outcome could reach a one-sided
 /// `p < alpha`.
 pub(crate) fn runs_needed_one_sided(alpha: f64) -> u64 {
@@ -253,7 +252,12 @@ mod tests {
             assert!(close(*a, b, 1e-12), "{bh:?}");
         }
         assert_eq!(adjust(&p, Correction::None), p);
-        let strata = [(9, 10, 8, 10), (7, 10, 5, 10), (10, 10, 9, 10), (6, 12, 4, 11)];
+        let strata = [
+            (9, 10, 8, 10),
+            (7, 10, 5, 10),
+            (10, 10, 9, 10),
+            (6, 12, 4, 11),
+        ];
         let (z, one_sided) = cmh_regression(&strata);
         assert!(close(z * z, 1.424089357825608, 1e-12), "{z}");
         // statrs and scipy normal tails agree to about 1e-11 here.

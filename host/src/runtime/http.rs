@@ -262,7 +262,10 @@ impl AgentHandle for HttpAgent {
     }
 
     fn take_refused(&mut self) -> Vec<super::RefusedCall> {
-        self.run.as_ref().map(McpRun::take_refused).unwrap_or_default()
+        self.run
+            .as_ref()
+            .map(McpRun::take_refused)
+            .unwrap_or_default()
     }
 
     fn send(&mut self, session_id: &str, text: &str, mut ctx: TurnCtx<'_>) -> Reply {

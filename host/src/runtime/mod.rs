@@ -32,8 +32,8 @@ pub(crate) mod net;
 pub(crate) mod openai;
 pub(crate) mod process;
 
-pub use net::Wait;
 pub(crate) use net::DEFAULT_MAX_RESPONSE_BYTES;
+pub use net::Wait;
 
 /// A provisioning, reset or teardown failure.
 #[derive(Debug, thiserror::Error)]
@@ -670,7 +670,11 @@ pub(crate) fn check_endpoint(url: &str, what: &str) -> Result<(), RuntimeError> 
 /// send `Authorization: Basic …`, and `api_key_env` sends `Authorization: Bearer …`; with
 /// both, the request would carry two `Authorization` headers, and which one a server reads is
 /// anyone's guess. `what` names where the URL came from.
-pub(crate) fn check_one_credential(url: &str, what: &str, agent: &Agent) -> Result<(), RuntimeError> {
+pub(crate) fn check_one_credential(
+    url: &str,
+    what: &str,
+    agent: &Agent,
+) -> Result<(), RuntimeError> {
     if agent.api_key_env().is_some() && crate::secrets::has_password(url) {
         return Err(RuntimeError(format!(
             "{what} carries a user:password and `api_key_env` names an API key: a request would carry two Authorization headers; keep one of them"
