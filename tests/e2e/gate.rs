@@ -144,8 +144,7 @@ fn a_forbidden_call_after_the_reply_is_refused_recorded_and_fails_the_run() {
     // The journal's last word on the verdict agrees with the score file.
     let last = j
         .iter()
-        .filter(|e| e["event"] == "RunScored" || e["event"] == "RunRescored")
-        .next_back()
+        .rfind(|e| e["event"] == "RunScored" || e["event"] == "RunRescored")
         .unwrap();
     assert_eq!(last["verdict"], "FAIL", "{j:?}");
 }
