@@ -990,6 +990,18 @@ fn html_compare_renders_both_sides_with_verdicts() {
     );
     assert!(dom.contains("NEW is worse"));
     assert!(dom.contains("appeared — constraint"));
+    // Rates and intervals as text, the pack test, and the regressed scenario's failing runs.
+    assert!(
+        dom.contains("100% [57–100]") && dom.contains("0% [0–43]"),
+        "{dom}"
+    );
+    assert!(dom.contains("Pack: regressed across scenarios"), "{dom}");
+    assert!(
+        dom.contains("Failing runs of regressed scenarios (NEW)")
+            && dom.contains("order-status — 5 run(s) did not pass")
+            && dom.contains("#0 FAIL — "),
+        "{dom}"
+    );
 }
 
 #[test]

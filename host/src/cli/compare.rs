@@ -161,7 +161,9 @@ pub(crate) fn run(args: CompareArgs) -> anyhow::Result<u8> {
         Format::Table => super::report::for_terminal(&c.to_table()),
         Format::Markdown => super::report::for_reader(c.to_markdown()),
         Format::Json => c.to_json(),
-        Format::Html => super::report::for_reader(crate::report::html::compare_page(&c)),
+        Format::Html => {
+            super::report::for_reader(crate::report::html::compare_page(&c, &new_report))
+        }
     };
     args.output.emit(&text)?;
     if args.format != Format::Table {

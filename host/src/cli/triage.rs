@@ -22,7 +22,7 @@ pub(crate) fn run(args: TriageArgs) -> anyhow::Result<u8> {
     for w in &loaded.warnings {
         crate::term::err_line(&format!("warning: {w}"));
     }
-    let clusters = triage::triage(&loaded.runs);
+    let clusters = triage::triage_all(&loaded.runs, &loaded.scenario_errors, true);
     let mut out = std::io::stdout().lock();
     if args.json {
         serde_json::to_writer_pretty(&mut out, &clusters)?;

@@ -259,6 +259,11 @@ fn overlap_warnings(
     out
 }
 
+/// The most table rows (and list items) of each kind in `--format markdown`, so that a
+/// comparison of any pack fits a pull-request comment (GitHub's limit is 65,536
+/// characters): the rest is counted.
+const MD_MAX_ROWS: usize = 50;
+
 /// Failure reasons per scenario: (layer, normalized detail) → runs.
 fn reasons(r: &Report) -> BTreeMap<&str, BTreeMap<(String, String), u32>> {
     let mut out: BTreeMap<&str, BTreeMap<(String, String), u32>> = BTreeMap::new();
@@ -517,23 +522,53 @@ impl Comparison {
         let _ = writeln!(out, "- NEW: {}", self.new.describe_quoting(md_code));
         let _ = writeln!(out, "- {}", self.method());
         let _ = writeln!(out, "- pack: {}\n", self.pack_line());
-        out.push_str(
-            "| Scenario | Base | New | Diff | p (adj.) | Verdict | p50 Δ | p95 Δ | Why |\n\
-             |---|---:|---:|---:|---:|---|---:|---:|---|\n",
-        );
-        for s in &self.scenarios {
+        let head = "| Scenario | Base | New | Diff | p (adj.) | Verdict | p50 Δ | p95 Δ | Why |\n\
+             |---|---:|---:|---:|---:|---|---:|---:|---|\n";
+        let row = |s: &ScenarioComparison| {
             let [b, n, d, p, v, p50, p95, why] = cells(s);
             let mark = match s.verdict {
                 Change::Regressed => "🔴 ",
                 Change::Improved => "🟢 ",
                 _ => "",
             };
-            let _ = writeln!(
-                out,
-                "| `{}` | {b} | {n} | {d} | {p} | {mark}{v} | {p50} | {p95} | {} |",
+            format!(
+                "| `{}` | {b} | {n} | {d} | {p} | {mark}{v} | {p50} | {p95} | {} |\n",
                 s.scenario_id,
                 md(&why)
+            )
+        };
+        // Changed scenarios first, in full up to a cap; unchanged ones collapsed.
+        let (changed, unchanged): (Vec<&ScenarioComparison>, Vec<&ScenarioComparison>) = self
+            .scenarios
+            .iter()
+            .partition(|s| s.verdict != Change::Unchanged);
+        if !changed.is_empty() {
+            out.push_str(head);
+            for s in changed.iter().take(MD_MAX_ROWS) {
+                out.push_str(&row(s));
+            }
+            if changed.len() > MD_MAX_ROWS {
+                let _ = writeln!(
+                    out,
+                    "\n… and {} more scenario(s) with a verdict (see `--format json`)",
+                    changed.len() - MD_MAX_ROWS
+                );
+            }
+        }
+        if !unchanged.is_empty() {
+            let _ = writeln!(
+                out,
+                "\n<details><summary>{} unchanged scenario(s)</summary>\n",
+                unchanged.len()
             );
+            out.push_str(head);
+            for s in unchanged.iter().take(MD_MAX_ROWS) {
+                out.push_str(&row(s));
+            }
+            if unchanged.len() > MD_MAX_ROWS {
+                let _ = writeln!(out, "\n… and {} more", unchanged.len() - MD_MAX_ROWS);
+            }
+            out.push_str("\n</details>\n");
         }
         let changes: Vec<String> = self
             .scenarios
@@ -564,8 +599,11 @@ impl Comparison {
             .collect();
         if !changes.is_empty() {
             let _ = writeln!(out, "\n#### Failures that appeared or disappeared\n");
-            for c in changes {
+            for c in changes.iter().take(MD_MAX_ROWS) {
                 let _ = writeln!(out, "{c}");
+            }
+            if changes.len() > MD_MAX_ROWS {
+                let _ = writeln!(out, "- … and {} more", changes.len() - MD_MAX_ROWS);
             }
         }
         for (label, list) in [
@@ -573,10 +611,14 @@ impl Comparison {
             ("Only in NEW", &self.only_in_new),
         ] {
             if !list.is_empty() {
-                let names: Vec<String> = list
+                let mut names: Vec<String> = list
                     .iter()
+                    .take(MD_MAX_ROWS)
                     .map(|o| format!("`{}` ({}/{})", o.scenario_id, o.passed, o.runs))
                     .collect();
+                if list.len() > MD_MAX_ROWS {
+                    names.push(format!("… and {} more", list.len() - MD_MAX_ROWS));
+                }
                 let _ = writeln!(out, "\n{label}: {}", names.join(", "));
             }
         }
@@ -884,5 +926,35 @@ mod tests {
         assert_eq!(c.gate, exit::SUCCESS);
         // A directory on both sides is worth a warning.
         assert!(c.warnings[0].contains("on both sides"), "{:?}", c.warnings);
+    }
+
+    #[test]
+    fn markdown_of_a_large_pack_fits_a_pull_request_comment() {
+        let runs = |pass: u32| -> Vec<_> {
+            (0..300)
+                .flat_map(|k| {
+                    (0..10).map(move |i| {
+                        let v = if i < pass {
+                            Verdict::Pass
+                        } else {
+                            Verdict::Fail
+                        };
+                        run(&format!("scenario-{k:03}"), i, v)
+                    })
+                })
+                .collect()
+        };
+        let (base, new) = (Report::from_runs(&runs(9)), Report::from_runs(&runs(8)));
+        let dirs = ["d".to_owned()];
+        let c = Comparison::new(&dirs, &base, &dirs, &new, SETTINGS);
+        let md = c.to_markdown();
+        assert!(md.len() < 65_536, "{} characters", md.len());
+        assert!(
+            md.contains("<details><summary>300 unchanged scenario(s)</summary>"),
+            "{md}"
+        );
+        assert!(md.contains("… and 250 more"), "{md}");
+        // 9/10 → 8/10 everywhere: the pack test says what no scenario can.
+        assert!(c.pack.regressed && c.gate == exit::RUN_FAILED);
     }
 }

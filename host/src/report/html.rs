@@ -33,6 +33,15 @@ pub(crate) const MAX_CLUSTERS: usize = 200;
 pub(crate) const MAX_TEXT: usize = 1000;
 /// Most turns and tool calls shown per run.
 pub(crate) const MAX_TURNS: usize = 12;
+
+/// The turns a run's details show: all of them, or the first `MAX_TURNS - 1` and the last
+/// (the final reply, which the outcome layer judges, is never the one cut).
+fn shown_turns<T>(turns: &[T]) -> Vec<&T> {
+    if turns.len() <= MAX_TURNS {
+        return turns.iter().collect();
+    }
+    turns[..MAX_TURNS - 1].iter().chain(turns.last()).collect()
+}
 pub(crate) const MAX_TOOL_CALLS: usize = 20;
 
 const CSP: &str = "default-src 'none'; style-src 'unsafe-inline'";
@@ -297,7 +306,10 @@ fn run_details(run: &LoadedRun, base: Option<&Path>, open: bool) -> Markup {
                 h3 { "Turns (" (t.turns.len()) ")" }
                 table.turns {
                     tr { th { "#" } th { "input" } th { "reply" } th.num { "ms" } }
-                    @for turn in t.turns.iter().take(MAX_TURNS) {
+                    @for (k, turn) in shown_turns(&t.turns).into_iter().enumerate() {
+                        @if k + 1 == MAX_TURNS && t.turns.len() > MAX_TURNS {
+                            tr { td colspan="4" { p.muted { (t.turns.len() - MAX_TURNS) " more turn(s) not shown; the last turn, which the outcome is judged on, follows." } } }
+                        }
                         tr {
                             td { (turn.index) }
                             td { pre { (cut(&turn.input)) } }
@@ -313,9 +325,6 @@ fn run_details(run: &LoadedRun, base: Option<&Path>, open: bool) -> Markup {
                             td.num { (turn.latency_ms) }
                         }
                     }
-                }
-                @if t.turns.len() > MAX_TURNS {
-                    p.muted { (t.turns.len() - MAX_TURNS) " more turn(s) not shown." }
                 }
                 @let calls = &t.evidence.tool_calls;
                 h3 { "Tool calls (" (calls.len()) ")" }
@@ -377,7 +386,7 @@ fn rung_blurb(r: Rung) -> &'static str {
 }
 
 fn failures_section(report: &Report, base: Option<&Path>) -> Markup {
-    let clusters = triage::triage_with(&report.loaded, false);
+    let clusters = triage::triage_all(&report.loaded, &report.scenario_errors, false);
     let by_id: HashMap<&str, &LoadedRun> = report
         .loaded
         .iter()
@@ -617,8 +626,13 @@ fn side_cells(s: &SideStats) -> Markup {
     }
 }
 
-/// `wt compare --format html`: the two sides' pass rates side by side, with the verdicts.
-pub(crate) fn compare_page(c: &Comparison) -> String {
+/// Most failing NEW runs listed per regressed scenario on the compare page.
+const MAX_REGRESSED_RUNS: usize = 5;
+
+/// `wt compare --format html`: the two sides' pass rates side by side, with the verdicts,
+/// and for each regressed scenario some of NEW's runs that did not pass (`new`, the NEW
+/// side's report).
+pub(crate) fn compare_page(c: &Comparison, new: &Report) -> String {
     let header = html! {
         h1 { "Wind Tunnel comparison" }
         p { (c.summary) }
@@ -676,6 +690,26 @@ pub(crate) fn compare_page(c: &Comparison) -> String {
                     ul {
                         @for r in &s.appeared { li.fail { "appeared — " (r.layer) ": " code { (cut(&r.reason)) } " (" (r.new_runs) "/" (s.new.runs) " runs)" } }
                         @for r in &s.disappeared { li.pass { "disappeared — " (r.layer) ": " code { (cut(&r.reason)) } " (was " (r.base_runs) "/" (s.base.runs) " runs)" } }
+                    }
+                }
+            }
+        }
+        @let regressed: Vec<&str> = c.scenarios.iter().filter(|s| s.verdict == Change::Regressed).map(|s| s.scenario_id.as_str()).collect();
+        @if !regressed.is_empty() {
+            section #regressed-runs {
+                h2 { "Failing runs of regressed scenarios (NEW)" }
+                @for id in &regressed {
+                    @let failing: Vec<&super::RunRow> = new.runs.iter().filter(|r| r.scenario_id == *id && r.verdict != Some(windtunnel_sdk::model::Verdict::Pass)).collect();
+                    h3 { (id) " — " (failing.len()) " run(s) did not pass" @if failing.len() > MAX_REGRESSED_RUNS { ", " (MAX_REGRESSED_RUNS) " shown" } }
+                    ul {
+                        @for r in failing.iter().take(MAX_REGRESSED_RUNS) {
+                            li.fail {
+                                "#" (r.run_index) " " (r.verdict.map_or("UNSCORED", |v| v.as_str())) " — "
+                                @if let Some(e) = &r.error { (cut(e)) }
+                                @else { @for (l, d) in &r.failures { strong { (l) } ": " (cut(d)) " " } }
+                                " · " code { (r.trace) }
+                            }
+                        }
                     }
                 }
             }
@@ -763,7 +797,13 @@ mod tests {
         assert!(
             page.contains("Showing full details for <strong>100</strong> of <strong>201</strong>")
         );
-        assert!(page.contains("3 more turn(s) not shown."));
+        assert!(page.contains("3 more turn(s) not shown; the last turn"));
+        // The last turn (index MAX_TURNS + 2) is shown, the ones before it after the cut not.
+        assert!(
+            page.contains(&format!("<td>{}</td>", MAX_TURNS + 2)),
+            "the final turn"
+        );
+        assert!(!page.contains(&format!("<td>{}</td>", MAX_TURNS + 1)));
         assert!(page.contains(&format!("[cut: {} characters in all]", MAX_TEXT + 1)));
         assert_eq!(
             page.matches("class=\"scenario-row\"").count(),

@@ -1,6 +1,8 @@
 //! The JUnit view of a [`Report`]: a test suite per scenario, a test case per run; FAIL is a
-//! failure, ERROR (or a missing score) an error, and a scenario that could not run at all is
-//! one errored test case carrying its reason.
+//! failure, ERROR (or a missing score) an error, and each run of a scenario that could not
+//! run at all is an errored test case carrying its reason — so JUnit counts the same runs as
+//! every other view. Test case names are `<scenario>#<run index>`, with the sweep's short id
+//! added where runs of several sweeps (merged shards, reruns) would share a name.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -73,7 +75,8 @@ impl Sink for SweepRuns {
 impl Report {
     pub(crate) fn to_junit(&self) -> String {
         let mut report = quick_junit::Report::new("wt");
-        let mut suites: BTreeMap<&str, TestSuite> = BTreeMap::new();
+        // (scenario, name, sweep, case) for every run, then names made unique.
+        let mut cases: Vec<(String, String, String, TestCase)> = Vec::new();
         for r in &self.runs {
             let status = match r.verdict {
                 Some(Verdict::Pass) => TestCaseStatus::success(),
@@ -100,29 +103,60 @@ impl Report {
                     s
                 }
             };
-            let mut case = TestCase::new(format!("{}#{}", r.scenario_id, r.run_index), status);
+            let mut case = TestCase::new(String::new(), status);
             case.set_classname(r.scenario_id.clone());
             case.set_time(std::time::Duration::from_millis(r.latency_ms));
             case.add_property(quick_junit::Property::new("run_id", r.run_id.clone()));
             case.add_property(quick_junit::Property::new("trace", r.trace.clone()));
-            suites
-                .entry(&r.scenario_id)
-                .or_insert_with(|| TestSuite::new(r.scenario_id.clone()))
-                .add_test_case(case);
+            cases.push((
+                r.scenario_id.clone(),
+                format!("{}#{}", r.scenario_id, r.run_index),
+                r.sweep_id.clone(),
+                case,
+            ));
         }
         for e in &self.scenario_errors {
-            let mut s = TestCaseStatus::non_success(NonSuccessKind::Error);
-            s.set_message(e.error.clone());
-            s.set_type("ERROR");
-            s.set_description(format!(
-                "the scenario could not run: {} run(s) of sweep {} never ran",
-                e.runs, e.sweep_id
-            ));
-            let mut case = TestCase::new(format!("{} (scenario)", e.scenario_id), s);
-            case.set_classname(e.scenario_id.clone());
+            for k in 0..e.runs {
+                let mut s = TestCaseStatus::non_success(NonSuccessKind::Error);
+                s.set_message(e.error.clone());
+                s.set_type("ERROR");
+                s.set_description(format!(
+                    "the scenario could not run: its {} run(s) in sweep {} never ran",
+                    e.runs, e.sweep_id
+                ));
+                let mut case = TestCase::new(String::new(), s);
+                case.set_classname(e.scenario_id.clone());
+                cases.push((
+                    e.scenario_id.clone(),
+                    format!("{}#{k}", e.scenario_id),
+                    e.sweep_id.clone(),
+                    case,
+                ));
+            }
+        }
+        let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+        for (_, name, _, _) in &cases {
+            *seen.entry(name.clone()).or_default() += 1;
+        }
+        let mut used = std::collections::HashSet::new();
+        let mut suites: BTreeMap<String, TestSuite> = BTreeMap::new();
+        for (scenario, name, sweep, mut case) in cases {
+            let base = if seen[&name] > 1 {
+                let short: String = sweep.chars().take(8).collect();
+                format!("{name} @{short}")
+            } else {
+                name
+            };
+            let mut unique = base.clone();
+            let mut n = 2;
+            while !used.insert(unique.clone()) {
+                unique = format!("{base} ({n})");
+                n += 1;
+            }
+            case.name = unique.into();
             suites
-                .entry(&e.scenario_id)
-                .or_insert_with(|| TestSuite::new(e.scenario_id.clone()))
+                .entry(scenario.clone())
+                .or_insert_with(|| TestSuite::new(scenario))
                 .add_test_case(case);
         }
         report.add_test_suites(suites.into_values());
@@ -148,5 +182,38 @@ mod tests {
             junit.contains("<failure") && junit.contains("<error"),
             "{junit}"
         );
+    }
+
+    #[test]
+    fn every_run_is_a_test_case_once_with_a_unique_name() {
+        // Two sweeps' runs of one scenario, merged, and a scenario that could not run.
+        let mut runs = vec![run("a", 0, Verdict::Pass), run("a", 1, Verdict::Pass)];
+        for (i, mut r) in [run("a", 0, Verdict::Fail), run("a", 1, Verdict::Pass)]
+            .into_iter()
+            .enumerate()
+        {
+            r.0.sweep_id = "sweep-two".into();
+            r.0.run_id = format!("other-{i}");
+            runs.push(r);
+        }
+        let errors = vec![ScenarioError {
+            sweep_id: "sweep-one".into(),
+            scenario_id: "b".into(),
+            runs: 3,
+            error: "provisioning failed".into(),
+        }];
+        let junit = Report::from_sweep(&runs, errors).to_junit();
+        assert_eq!(junit.matches("<testcase").count(), 7, "{junit}");
+        assert_eq!(junit.matches("<error").count(), 3, "{junit}");
+        let names: Vec<&str> = junit
+            .split("name=\"")
+            .skip(1)
+            .map(|s| &s[..s.find('"').unwrap()])
+            .filter(|n| n.contains('#'))
+            .collect();
+        let unique: std::collections::HashSet<&&str> = names.iter().collect();
+        assert_eq!(unique.len(), names.len(), "{names:?}");
+        assert!(names.contains(&"a#0 @sweep-tw"), "{names:?}");
+        assert!(names.contains(&"b#2"), "{names:?}");
     }
 }

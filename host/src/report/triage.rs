@@ -240,12 +240,45 @@ fn judge(run: &LoadedRun) -> Option<(Verdict, Vec<String>, String, Rung, String)
     ))
 }
 
-/// Clusters the failing runs among `runs`, lowest rung first, then most frequent.
-pub(crate) fn triage(runs: &[LoadedRun]) -> Vec<Cluster> {
-    triage_with(runs, true)
+/// [`triage_with`] over the runs, plus one cluster per scenario that could not run at all:
+/// each of its runs counts as an ERROR run that never ran, as in every other view, on the
+/// wiring rung (the agent could not be set up for it, or its world's preconditions failed).
+pub(crate) fn triage_all(
+    runs: &[LoadedRun],
+    scenario_errors: &[super::ScenarioError],
+    debriefs: bool,
+) -> Vec<Cluster> {
+    let mut out = triage_with(runs, debriefs);
+    for e in scenario_errors {
+        let n = e.runs as usize;
+        out.push(Cluster {
+            scenario_id: e.scenario_id.clone(),
+            verdict: Verdict::Error,
+            failed_layers: Vec::new(),
+            reason: normalize(&e.error),
+            rung: Rung::Wiring,
+            evidence: format!(
+                "the scenario could not run: its {n} run(s) never ran (sweep {}): {}",
+                e.sweep_id, e.error
+            ),
+            runs: (0..n)
+                .map(|k| format!("{}#{k} (never ran)", e.scenario_id))
+                .collect(),
+            of: n,
+            debriefs: Vec::new(),
+        });
+    }
+    out.sort_by(|a, b| {
+        a.rung
+            .cmp(&b.rung)
+            .then(b.runs.len().cmp(&a.runs.len()))
+            .then(a.scenario_id.cmp(&b.scenario_id))
+    });
+    out
 }
 
-/// [`triage`], optionally without reading debrief artifacts (views that read them for the
+/// Clusters the failing runs among `runs`, lowest rung first, then most frequent,
+/// optionally without reading debrief artifacts (views that read them for the
 /// runs they show only).
 pub(crate) fn triage_with(runs: &[LoadedRun], debriefs: bool) -> Vec<Cluster> {
     let mut per_scenario: BTreeMap<&str, usize> = BTreeMap::new();
