@@ -341,7 +341,10 @@ fn a_scenario_that_could_not_run_counts_the_same_in_every_view() {
     let pack = write_pack(
         dir.path(),
         &[
-            ("fine.toml", "id = \"fine\"\nruns = 2\nturns = [\"hello\"]\n"),
+            (
+                "fine.toml",
+                "id = \"fine\"\nruns = 2\nturns = [\"hello\"]\n",
+            ),
             (
                 "broken.toml",
                 "id = \"broken\"\nruns = 3\nturns = [\"hello\"]\npreconditions = [{ path = \"ready\", equals = true }]\n[world]\nready = false\n",
@@ -353,13 +356,21 @@ fn a_scenario_that_could_not_run_counts_the_same_in_every_view() {
         .arg(&pack)
         .run();
     assert_eq!(r.code, 3, "{r}");
-    let report = Wt::new(dir.path()).args(["report", "--format", "json"]).run();
+    let report = Wt::new(dir.path())
+        .args(["report", "--format", "json"])
+        .run();
     let v: serde_json::Value = serde_json::from_str(&report.stdout).unwrap();
-    assert_eq!((v["pack"]["runs"].as_u64(), v["pack"]["errored"].as_u64()), (Some(5), Some(3)), "{v}");
+    assert_eq!(
+        (v["pack"]["runs"].as_u64(), v["pack"]["errored"].as_u64()),
+        (Some(5), Some(3)),
+        "{v}"
+    );
     let junit = std::fs::read_to_string(dir.path().join("junit.xml")).unwrap();
     assert_eq!(junit.matches("<testcase").count(), 5, "{junit}");
     assert_eq!(junit.matches("<error").count(), 3, "{junit}");
-    let j = Wt::new(dir.path()).args(["report", "--format", "junit"]).run();
+    let j = Wt::new(dir.path())
+        .args(["report", "--format", "junit"])
+        .run();
     assert_eq!(j.stdout.matches("<testcase").count(), 5, "{j}");
     let triage = Wt::new(dir.path()).args(["triage", "--json"]).run();
     let t: serde_json::Value = serde_json::from_str(&triage.stdout).unwrap();
@@ -370,9 +381,12 @@ fn a_scenario_that_could_not_run_counts_the_same_in_every_view() {
         .find(|c| c["scenario_id"] == "broken")
         .unwrap_or_else(|| panic!("triage leaves it out: {t}"));
     assert_eq!(broken["runs"].as_array().unwrap().len(), 3, "{broken}");
-    let html = Wt::new(dir.path()).args(["report", "--format", "html"]).run();
+    let html = Wt::new(dir.path())
+        .args(["report", "--format", "html"])
+        .run();
     assert!(
-        html.stdout.contains("of <strong>3</strong> runs that did not pass"),
+        html.stdout
+            .contains("of <strong>3</strong> runs that did not pass"),
         "the page counts them"
     );
 }
