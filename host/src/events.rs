@@ -119,6 +119,18 @@ pub enum Event {
     RunEnded {
         stem: String,
     },
+    /// `wt run --until-decided`: after a run of the scenario, where its comparison with the
+    /// baseline stands — `continue`, `regressed`, `not_regressed` (both whatever the
+    /// remaining runs do: its runs stop), or `undetermined` (every run made; `wt compare`
+    /// decides). `p_value`: the one-sided regression p-value if the remaining runs pass as
+    /// the ones so far did.
+    Look {
+        runs: u64,
+        passed: u64,
+        max_runs: u64,
+        p_value: f64,
+        decision: String,
+    },
     ScenarioEnded {
         runs: u32,
         passed: u32,
@@ -159,6 +171,7 @@ impl Event {
             Event::RunScored { .. } => "RunScored",
             Event::RunRescored { .. } => "RunRescored",
             Event::RunEnded { .. } => "RunEnded",
+            Event::Look { .. } => "Look",
             Event::ScenarioEnded { .. } => "ScenarioEnded",
             Event::SweepEnded { .. } => "SweepEnded",
             Event::Warning { .. } => "Warning",

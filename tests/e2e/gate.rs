@@ -390,3 +390,69 @@ fn a_scenario_that_could_not_run_counts_the_same_in_every_view() {
         "the page counts them"
     );
 }
+
+#[test]
+fn until_decided_stops_clear_scenarios_early_and_journals_each_look() {
+    let dir = tmp();
+    let agent = sh_agent(dir.path(), "coin", COIN_AGENT, &[], "mcp = false");
+    let base = coin_pack(dir.path(), "base", &[90; 3], 20);
+    coin_sweep(dir.path(), &agent, &base, 1, "baseline");
+    // NEW: s01 collapses; s00 and s02 are as good as ever.
+    let new = coin_pack(dir.path(), "new", &[90, 0, 90], 20);
+    let r = Wt::new(dir.path())
+        .args(["run", "--jobs", "1", "--seed", "2", "--out", "new-runs"])
+        .args([
+            "--baseline",
+            "baseline",
+            "--until-decided",
+            "--max-runs",
+            "20",
+            "--pack",
+        ])
+        .arg(&new)
+        .arg("--agent")
+        .arg(&agent)
+        .run();
+    assert_eq!(r.code, 1, "{r}");
+    assert!(
+        r.stderr.contains("until decided, against the baseline:"),
+        "{r}"
+    );
+    let j = journal(&dir.path().join("new-runs"));
+    let looks = events(&j, "Look");
+    let last = |id: &str| {
+        looks
+            .iter()
+            .rfind(|l| l["scenario_id"] == id)
+            .unwrap_or_else(|| panic!("no look at {id}: {looks:?}"))
+            .to_owned()
+    };
+    let collapsed = last("s01");
+    assert_eq!(collapsed["decision"], "regressed", "{collapsed}");
+    assert!(collapsed["runs"].as_u64().unwrap() < 20, "{collapsed}");
+    for id in ["s00", "s02"] {
+        let l = last(id);
+        assert_eq!(l["decision"], "not_regressed", "{l}");
+        assert!(l["runs"].as_u64().unwrap() < 20, "{l}");
+    }
+    // Every look is journaled, one per run made; the runs made are the traces written.
+    let traces = trace_paths(&dir.path().join("new-runs")).len();
+    assert_eq!(looks.len(), traces, "{looks:?}");
+    assert!(traces < 60, "{traces} runs made of 60");
+    // And the comparison of what ran agrees.
+    let cmp = Wt::new(dir.path())
+        .args([
+            "compare", "baseline", "new-runs", "--gate", "--format", "json",
+        ])
+        .run();
+    assert_eq!(cmp.code, 1, "{cmp}");
+    let v: serde_json::Value = serde_json::from_str(&cmp.stdout).unwrap();
+    let regressed: Vec<&str> = v["scenarios"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["verdict"] == "regressed")
+        .map(|s| s["scenario_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(regressed, ["s01"], "{v}");
+}

@@ -345,23 +345,23 @@ fn i02_a_hook_that_reads_the_agents_key_from_the_environment_cannot_write_it_any
     let dir = tmp();
     let plugins = plugin_dir(dir.path(), &["wt_test_hostile"]);
     let key = "agent-key-QxYzMnoPqRsTuvWx";
-    let agent = agent_file(
+    // A process agent that needs the key (passed through to it alone) and replies.
+    let agent = crate::harness::sh_agent(
         dir.path(),
-        "a.toml",
-        "label = \"a\"\nruntime = \"demo\"\napi_key_env = \"WT_E2E_AGENT_KEY\"\n",
+        "a",
+        "read -r line; echo '{\"type\": \"reply\", \"text\": \"Order 1234 has shipped.\"}'; cat >/dev/null",
+        &[],
+        "mcp = false\napi_key_env = \"WT_E2E_AGENT_KEY\"",
+    );
+    let pack = write_pack(
+        dir.path(),
+        &[("s.toml", "id = \"s\"\nturns = [\"Where is order 1234?\"]\n")],
     );
     for isolate in [false, true] {
         let out = if isolate { "runs-isolated" } else { "runs" };
         let mut wt = Wt::new(dir.path())
-            .args([
-                "run",
-                "--filter",
-                "order-status",
-                "--runs",
-                "1",
-                "--out",
-                out,
-            ])
+            .args(["run", "--runs", "1", "--out", out, "--pack"])
+            .arg(&pack)
             .args(["--hook", "forger", "--plugin-dir"])
             .arg(&plugins)
             .arg("--agent")
@@ -1077,8 +1077,12 @@ fn i12_junit_is_built_from_this_sweeps_own_runs() {
         .run();
     assert_eq!(r.code, 3, "{r}");
     let junit = std::fs::read_to_string(dir.path().join("broken.xml")).unwrap();
+    // One errored test case per run that never ran, as every view counts them.
     assert!(
-        junit.contains("name=\"broken (scenario)\"") && junit.contains("precondition failed"),
+        junit.contains("name=\"broken#0\"")
+            && junit.contains("name=\"broken#1\"")
+            && junit.matches("<error").count() == 2
+            && junit.contains("precondition failed"),
         "{junit}"
     );
 }

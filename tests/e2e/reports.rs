@@ -477,7 +477,8 @@ fn a_scenario_that_could_not_provision_gates_as_error_from_the_journal() {
     );
     let junit = wt(dir.path(), &["report", "broken", "--format", "junit"]);
     assert!(
-        junit.stdout.contains("order-status (scenario)") && junit.stdout.contains("<error"),
+        junit.stdout.contains("name=\"order-status#1\"")
+            && junit.stdout.matches("<error").count() == 2,
         "{junit}"
     );
     let only = wt(dir.path(), &["report", "broken", "--gate"]);

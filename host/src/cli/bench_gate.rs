@@ -8,6 +8,11 @@
 //! - one scenario drops (0.9 → 0.7, 0.9 → 0.4; the others stay at 0.9): power;
 //! - every scenario drops 0.9 → 0.8 (a broad small drop): power.
 //!
+//! And `wt run --until-decided` against the same baseline draws (NEW's runs made one at a time, each
+//! scenario stopping once its comparison is decided, at most `runs` runs): how often it finds
+//! a regression, against the fixed-size design it curtails (each scenario at α/2 / m, every
+//! run made), and the share of runs it saves.
+//!
 //! No network, no files; the seed fixes every draw.
 
 use crate::report::gate::{self, Tally};
@@ -84,13 +89,24 @@ pub(crate) fn run(args: BenchGateArgs) -> anyhow::Result<u8> {
         args.reps, args.alpha, args.correction, args.seed
     ));
     term::out_line(&format!(
-        "{:<22} {:>9} {:>5}  {:>9} {:>9}  {:>6}",
-        "case", "scenarios", "runs", "gate", "old rule", "±1 se"
+        "{:<22} {:>9} {:>5}  {:>9} {:>9}  {:>6}  {:>9} {:>9} {:>11}",
+        "case",
+        "scenarios",
+        "runs",
+        "gate",
+        "old rule",
+        "±1 se",
+        "fixed m",
+        "sequential",
+        "runs saved"
     ));
     for case in &CASES {
         for &m in &args.scenarios {
             for &n in &args.runs {
                 let (mut gate_fails, mut old_fails) = (0u32, 0u32);
+                let (mut fixed_fails, mut seq_fails, mut seq_runs) = (0u32, 0u32, 0u64);
+                let half = args.alpha * gate::SCENARIO_SHARE;
+                let strict = half / m as f64;
                 let mut tallies = vec![
                     Tally {
                         base_pass: 0,
@@ -112,16 +128,51 @@ pub(crate) fn run(args: BenchGateArgs) -> anyhow::Result<u8> {
                     if gate::old_rule_regressed(&tallies, args.alpha) {
                         old_fails += 1;
                     }
+                    // The fixed design `--until-decided` curtails, on these draws; then the
+                    // sequential one, NEW's runs drawn one at a time.
+                    if tallies.iter().any(|t| {
+                        crate::report::stats::fisher_one_sided(t.base_pass, n, t.new_pass, n).0
+                            < strict
+                    }) {
+                        fixed_fails += 1;
+                    }
+                    let mut found = false;
+                    for (i, t) in tallies.iter().enumerate() {
+                        let (_, pn) = (case.rates)(i, m);
+                        let (mut passed, mut runs) = (0u64, 0u64);
+                        loop {
+                            passed += rng.binomial(1, pn);
+                            runs += 1;
+                            let (look, _) =
+                                gate::look((t.base_pass, n), passed, runs, n, strict, half);
+                            match look {
+                                gate::Look::Continue => continue,
+                                gate::Look::Regressed => found = true,
+                                _ => {}
+                            }
+                            break;
+                        }
+                        seq_runs += runs;
+                    }
+                    if found {
+                        seq_fails += 1;
+                    }
                 }
                 let rate = |k: u32| f64::from(k) / f64::from(args.reps.max(1));
                 let (g, o) = (rate(gate_fails), rate(old_fails));
                 let se = (g.max(0.001) * (1.0 - g).max(0.001) / f64::from(args.reps.max(1))).sqrt();
+                let planned = u64::from(args.reps) * m as u64 * n;
+                let saved =
+                    100.0 * (planned - seq_runs.min(planned)) as f64 / planned.max(1) as f64;
                 term::out_line(&format!(
-                    "{:<22} {m:>9} {n:>5}  {:>8.1}% {:>8.1}%  {:>5.1}%",
+                    "{:<22} {m:>9} {n:>5}  {:>8.1}% {:>8.1}%  {:>5.1}%  {:>8.1}% {:>9.1}% {:>10.0}%",
                     case.name,
                     g * 100.0,
                     o * 100.0,
-                    se * 100.0
+                    se * 100.0,
+                    rate(fixed_fails) * 100.0,
+                    rate(seq_fails) * 100.0,
+                    saved
                 ));
             }
         }

@@ -66,6 +66,18 @@ pub(crate) struct RunArgs {
     /// Derive every id from this seed (with WT_FIXED_CLOCK, sweeps become byte-identical).
     #[arg(long, value_name = "N", env = "WT_SEED")]
     pub seed: Option<u64>,
+    /// The baseline run directory `--until-decided` compares with.
+    #[arg(long, value_name = "DIR", requires = "until_decided")]
+    pub baseline: Option<PathBuf>,
+    /// Stop each scenario's runs as soon as its comparison with `--baseline` is decided —
+    /// regressed, or not, whatever its remaining runs would do — making at most
+    /// `--max-runs` runs of it. Close scenarios get every run; clear ones stop early.
+    #[arg(long, requires = "baseline", conflicts_with_all = ["runs", "shard"])]
+    pub until_decided: bool,
+    /// With `--until-decided`: the most runs of each scenario (the fixed design it stops
+    /// early).
+    #[arg(long, value_name = "N", default_value_t = 20, requires = "until_decided", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_runs: u32,
     /// Activate a hook (built-in or plugin); repeatable, fires in flag order. No --hook
     /// means no hooks at all.
     #[arg(long = "hook", value_name = "NAME", help_heading = "Hooks")]
@@ -220,7 +232,13 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<u8> {
     if let Err(e) = interrupt::install(stop.clone(), grace) {
         tracing::warn!("cannot handle Ctrl-C, SIGTERM and SIGHUP: {e}");
     }
-    let planned = runner::planned_runs(&pack.scenarios, args.runs, args.shard, &stop);
+    let sequential = sequential(&args, &pack)?;
+    let runs = if args.until_decided {
+        Some(args.max_runs)
+    } else {
+        args.runs
+    };
+    let planned = runner::planned_runs(&pack.scenarios, runs, args.shard, &stop);
     let lanes = usize::try_from(planned).unwrap_or(usize::MAX);
     // The sweep's identity comes first: isolated hooks' logs are named by its stem.
     let ids = args.seed.map_or_else(Ids::random, Ids::seeded);
@@ -254,7 +272,8 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<u8> {
         cfg.sinks.push(j.clone());
     }
     cfg.pack_name = pack.manifest.name.clone();
-    cfg.runs = args.runs;
+    cfg.runs = runs;
+    cfg.sequential = sequential;
     cfg.jobs = jobs;
     cfg.clock = clock;
     cfg.ids = ids;
@@ -278,6 +297,9 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<u8> {
         term::err_line(&format!("warning: event journal incomplete: {e}"));
     }
     print_summary(&pack.scenarios, &result, &args);
+    if args.until_decided {
+        print_sequential(&result, &args);
+    }
     if let (Some(path), Some(junit)) = (&args.junit, &junit) {
         // This sweep's own runs, as they were scored, and the scenarios it could not run:
         // nothing else in --out counts.
@@ -293,6 +315,80 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<u8> {
         return Ok(crate::exit::INTERRUPTED);
     }
     Ok(result.exit_code())
+}
+
+/// `--until-decided`: the baseline's passes and runs per scenario of the pack. A scenario the
+/// baseline does not have runs `--max-runs` times, with a warning.
+fn sequential(args: &RunArgs, pack: &Pack) -> anyhow::Result<Option<runner::Sequential>> {
+    let Some(dir) = &args.baseline else {
+        return Ok(None);
+    };
+    let base = crate::cli::report::load_report(&crate::cli::run_dirs(vec![dir.clone()])?)?;
+    let mut baseline = std::collections::HashMap::new();
+    for s in &base.scenarios {
+        let a = &s.aggregate;
+        baseline.insert(
+            a.scenario_id.clone(),
+            (u64::from(a.passed), u64::from(a.runs)),
+        );
+    }
+    let missing: Vec<&str> = pack
+        .scenarios
+        .iter()
+        .map(|s| s.id.as_str())
+        .filter(|id| !baseline.contains_key(*id))
+        .collect();
+    if missing.len() == pack.scenarios.len() {
+        return Err(CodedError::usage(format!(
+            "--baseline {}: none of the pack's scenarios is in it",
+            dir.display()
+        ))
+        .into());
+    }
+    if !missing.is_empty() {
+        term::err_line(&format!(
+            "warning: --baseline {} has no runs of {}: they run {} times, without stopping early",
+            dir.display(),
+            missing.join(", "),
+            args.max_runs
+        ));
+    }
+    Ok(Some(runner::Sequential {
+        baseline,
+        alpha: crate::report::REPORT_ALPHA,
+    }))
+}
+
+/// `--until-decided`: where each scenario's comparison stood when its runs stopped, and the
+/// runs that stopping saved.
+fn print_sequential(result: &runner::SweepResult, args: &RunArgs) {
+    let (mut made, mut planned) = (0u64, 0u64);
+    term::err_line("until decided, against the baseline:");
+    for s in &result.scenarios {
+        let Some(q) = &s.sequential else { continue };
+        made += q.runs;
+        planned += q.planned;
+        let decision = match q.decision {
+            "regressed" => "regressed",
+            "not_regressed" => "not regressed",
+            "undetermined" => "undetermined (every run made; wt compare decides)",
+            _ => "stopped before a decision",
+        };
+        term::err_line(&format!(
+            "  {:<24} {decision} after {}/{} runs ({} passed)",
+            s.aggregate.scenario_id, q.runs, q.planned, q.passed
+        ));
+    }
+    if planned > 0 {
+        term::err_line(&format!(
+            "  {made} of {planned} planned runs made ({:.0}% saved); judge them with: wt compare {} {} --gate",
+            100.0 * (planned - made.min(planned)) as f64 / planned as f64,
+            args.baseline
+                .as_ref()
+                .map_or(String::new(), |b| b.display().to_string()),
+            args.out.display()
+        ));
+    }
 }
 
 fn print_summary(scenarios: &[Scenario], result: &runner::SweepResult, args: &RunArgs) {

@@ -238,3 +238,102 @@ mod tests {
         assert_eq!(d.scenarios[1].p_adjusted, d.scenarios[1].p_regression);
     }
 }
+
+/// A look of `wt run --until-decided` at one scenario.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Look {
+    /// The remaining runs could still change the decision.
+    Continue,
+    /// Regressed, whatever the remaining runs do.
+    Regressed,
+    /// Not regressed, whatever the remaining runs do.
+    NotRegressed,
+    /// All runs made, and the p-value falls between the strictest and the most lenient level
+    /// the correction can hold it to: `wt compare` decides, with the other scenarios.
+    Undetermined,
+}
+
+impl Look {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Look::Continue => "continue",
+            Look::Regressed => "regressed",
+            Look::NotRegressed => "not_regressed",
+            Look::Undetermined => "undetermined",
+        }
+    }
+}
+
+/// The sequential rule of `wt run --until-decided`: the gate's fixed-size test at `max_runs`
+/// runs a side, *curtailed* — a scenario stops as soon as the runs it has not made cannot
+/// change that test's outcome. Regressed is decided when NEW would be significantly worse
+/// even if every remaining run passed, at `strict` (α/2 / m: Holm's strictest step, so the
+/// scenario is regressed whatever the others do); not regressed when it would not be even if
+/// every remaining run failed, at `lenient` (α/2: Holm's most lenient step). Each look only
+/// computes early what the final test will say, so looks cost no error rate: the decisions
+/// are those of the fixed-size design. Returns the look and the p-value if the remaining
+/// runs split as the passes so far did.
+pub(crate) fn look(
+    base: (u64, u64),
+    passed: u64,
+    runs: u64,
+    max_runs: u64,
+    strict: f64,
+    lenient: f64,
+) -> (Look, f64) {
+    let (bp, bn) = base;
+    let left = max_runs.saturating_sub(runs);
+    let total = runs + left;
+    let best = stats::fisher_one_sided(bp, bn, passed + left, total).0;
+    let worst = stats::fisher_one_sided(bp, bn, passed, total).0;
+    let likely = if runs == 0 {
+        worst
+    } else {
+        let expected = passed + (left as f64 * passed as f64 / runs as f64).round() as u64;
+        stats::fisher_one_sided(bp, bn, expected.min(total), total).0
+    };
+    let look = if best < strict {
+        Look::Regressed
+    } else if worst >= lenient {
+        Look::NotRegressed
+    } else if left == 0 {
+        Look::Undetermined
+    } else {
+        Look::Continue
+    };
+    (look, likely)
+}
+
+#[cfg(test)]
+mod look_tests {
+    use super::*;
+
+    #[test]
+    fn a_look_stops_only_when_the_remaining_runs_cannot_change_the_outcome() {
+        let base = (19, 20);
+        // Nothing known yet.
+        assert_eq!(look(base, 0, 0, 20, 0.025, 0.025).0, Look::Continue);
+        // 0 of 8 passed: even 12 more passes leave 12/20 against 19/20 — regressed.
+        assert_eq!(look(base, 0, 8, 20, 0.025, 0.025).0, Look::Regressed);
+        // 15 of 15 passed: even 5 failures leave 15/20 — never significant.
+        assert_eq!(look(base, 15, 15, 20, 0.025, 0.025).0, Look::NotRegressed);
+        // Close: keep going.
+        assert_eq!(look(base, 12, 15, 20, 0.025, 0.025).0, Look::Continue);
+        // Each early decision agrees with every way the remaining runs could go.
+        for runs in 0..=20u64 {
+            for passed in 0..=runs {
+                let (l, _) = look(base, passed, runs, 20, 0.01, 0.025);
+                let left = 20 - runs;
+                for more in 0..=left {
+                    let p = stats::fisher_one_sided(19, 20, passed + more, 20).0;
+                    match l {
+                        Look::Regressed => assert!(p < 0.01),
+                        Look::NotRegressed => assert!(p >= 0.025),
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+}

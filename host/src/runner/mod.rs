@@ -68,6 +68,31 @@ pub struct RunConfig {
     pub stop: Arc<Interrupt>,
     /// Run only this shard's (scenario, run index) pairs.
     pub shard: Option<Shard>,
+    /// `--until-decided`: each scenario's runs stop as soon as its comparison with a
+    /// baseline is decided ([`crate::report::gate::look`]).
+    pub sequential: Option<Sequential>,
+}
+
+/// The baseline a sweep with `--until-decided` is compared with as it runs.
+#[derive(Clone, Debug, Default)]
+pub struct Sequential {
+    /// Passes and runs of each scenario on the baseline.
+    pub baseline: std::collections::HashMap<String, (u64, u64)>,
+    /// The comparison's false-alarm rate (the gate's alpha).
+    pub alpha: f64,
+}
+
+/// How a scenario of an `--until-decided` sweep ended.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SequentialOutcome {
+    /// `regressed`, `not_regressed`, `undetermined` (every run made; `wt compare`
+    /// decides), or `continue` (stopped before a decision: interrupted).
+    pub decision: &'static str,
+    /// Runs made, and how many passed, when it was decided.
+    pub runs: u64,
+    pub passed: u64,
+    /// Runs it would have made without stopping.
+    pub planned: u64,
 }
 
 /// Shard `index` of `count` (1-based): a stable subset of a sweep's (scenario, run index)
@@ -125,6 +150,7 @@ impl RunConfig {
             hooks: None,
             stop: Interrupt::new(),
             shard: None,
+            sequential: None,
         }
     }
 
@@ -190,6 +216,9 @@ pub struct ScenarioOutcome {
     pub warnings: Vec<String>,
     /// The first reason a run did not pass (`error: …` or `<layer>: <detail>`), for summaries.
     pub first_problem: Option<String>,
+    /// With `--until-decided`: where the comparison with the baseline stood when the
+    /// scenario's runs stopped.
+    pub sequential: Option<SequentialOutcome>,
 }
 
 /// All scenarios' results, in pack order (also those that failed to provision).
@@ -376,7 +405,8 @@ fn run_scenarios(
         .filter(|(_, plan)| !plan.is_empty())
         .map(|(s, plan)| {
             let runner = scenario::ScenarioRunner::new(cfg, sweep, stream, s, runtime, &stems);
-            sweep::ScenarioState::new(runner, plan, cap)
+            let seq = sequential_tally(cfg, scenarios, s);
+            sweep::ScenarioState::new(runner, plan, cap, seq)
         })
         .collect();
     let total: usize = states.iter().map(|s| s.run_count() as usize).sum();
@@ -403,6 +433,29 @@ fn run_scenarios(
         out.push(state.into_outcome()?);
     }
     Ok((out, cfg.cancelled()))
+}
+
+/// With `--until-decided`, a scenario's sequential comparison: its baseline, and the levels
+/// the gate holds it to (m: the scenarios of this sweep that have a baseline).
+fn sequential_tally(
+    cfg: &RunConfig,
+    scenarios: &[Scenario],
+    s: &Scenario,
+) -> Option<sweep::SeqTally> {
+    let seq = cfg.sequential.as_ref()?;
+    let base = *seq.baseline.get(&s.id)?;
+    let m = scenarios
+        .iter()
+        .filter(|s| seq.baseline.contains_key(&s.id))
+        .count()
+        .max(1);
+    let half = seq.alpha * crate::report::gate::SCENARIO_SHARE;
+    Some(sweep::SeqTally {
+        base,
+        strict: half / m as f64,
+        lenient: half,
+        seen: Mutex::new((0, 0, crate::report::gate::Look::Continue)),
+    })
 }
 
 /// How many runs a sweep of `scenarios` makes (with `runs` overriding each scenario's

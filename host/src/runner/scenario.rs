@@ -75,6 +75,11 @@ impl<'a> ScenarioRunner<'a> {
         );
     }
 
+    /// Emits a scenario-scoped event on the sweep's stream.
+    pub(super) fn publish_scenario(&self, event: events::Event) {
+        self.publish(&self.scope(), event);
+    }
+
     /// Emits a scenario-caused event (not a hook's converse) on the sweep's stream.
     pub(super) fn publish(&self, scope: &Scope, event: events::Event) {
         self.emit(scope, &events::Cause::Scenario, event);
@@ -161,6 +166,7 @@ impl<'a> ScenarioRunner<'a> {
             first_problem: a.error.clone(),
             aggregate: a,
             warnings,
+            sequential: None,
         })
     }
 
@@ -199,6 +205,7 @@ impl<'a> ScenarioRunner<'a> {
             aggregate,
             warnings,
             first_problem: lock(&state.first_problem).take().map(|(_, p)| p),
+            sequential: state.sequential_outcome(),
         })
     }
 

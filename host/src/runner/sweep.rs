@@ -57,10 +57,27 @@ pub(super) struct ScenarioState<'a> {
     pub first_problem: Mutex<Option<(u32, String)>>,
     pub write_failure: Mutex<Option<StoreError>>,
     outcome: Mutex<Option<Result<ScenarioOutcome, StoreError>>>,
+    /// `--until-decided`: the baseline, the levels, and the tally so far.
+    sequential: Option<SeqTally>,
+}
+
+/// A scenario's sequential comparison with its baseline.
+pub(super) struct SeqTally {
+    pub base: (u64, u64),
+    /// α/2 / m and α/2 (see [`crate::report::gate::look`]).
+    pub strict: f64,
+    pub lenient: f64,
+    /// Passes, runs, and the last look.
+    pub seen: Mutex<(u64, u64, crate::report::gate::Look)>,
 }
 
 impl<'a> ScenarioState<'a> {
-    pub(super) fn new(runner: ScenarioRunner<'a>, plan: Plan, cap: usize) -> Self {
+    pub(super) fn new(
+        runner: ScenarioRunner<'a>,
+        plan: Plan,
+        cap: usize,
+        sequential: Option<SeqTally>,
+    ) -> Self {
         let agg = Aggregator::new(&runner.scenario.id);
         ScenarioState {
             runner,
@@ -73,7 +90,50 @@ impl<'a> ScenarioState<'a> {
             first_problem: Mutex::new(None),
             write_failure: Mutex::new(None),
             outcome: Mutex::new(None),
+            sequential,
         }
+    }
+
+    /// With `--until-decided`, counts a finished run and looks: a decided scenario starts
+    /// no further run. The look is journaled.
+    fn look(&self, passed: bool) {
+        use crate::report::gate::Look;
+        let Some(seq) = &self.sequential else {
+            return;
+        };
+        let mut seen = lock(&seq.seen);
+        seen.0 += u64::from(passed);
+        seen.1 += 1;
+        if matches!(seen.2, Look::Regressed | Look::NotRegressed) {
+            // Decided already: runs that were in flight cannot change it.
+            return;
+        }
+        let max_runs = u64::from(self.plan.count);
+        let (look, p_value) =
+            crate::report::gate::look(seq.base, seen.0, seen.1, max_runs, seq.strict, seq.lenient);
+        seen.2 = look;
+        self.runner.publish_scenario(crate::events::Event::Look {
+            runs: seen.1,
+            passed: seen.0,
+            max_runs,
+            p_value,
+            decision: look.as_str().to_owned(),
+        });
+        if look != Look::Continue {
+            self.plan.stop();
+        }
+    }
+
+    /// Where the sequential comparison stood at the end.
+    pub(super) fn sequential_outcome(&self) -> Option<super::SequentialOutcome> {
+        let seq = self.sequential.as_ref()?;
+        let seen = lock(&seq.seen);
+        Some(super::SequentialOutcome {
+            decision: seen.2.as_str(),
+            runs: seen.1,
+            passed: seen.0,
+            planned: u64::from(self.plan.count),
+        })
     }
 
     /// How many runs this sweep runs of the scenario.
@@ -122,6 +182,7 @@ pub(super) fn work(lane: &Lane, states: &[ScenarioState<'_>], cfg: &RunConfig) {
         while let Some(index) = state.take_run(cfg) {
             match runner.run(index, &state.agg) {
                 Ok(score) => {
+                    state.look(score.verdict == windtunnel_sdk::model::Verdict::Pass);
                     if let Some(p) = super::problem(&score) {
                         let mut first = lock(&state.first_problem);
                         if first.as_ref().is_none_or(|(i, _)| index < *i) {
@@ -239,6 +300,8 @@ pub(crate) struct Plan {
     next: AtomicU64,
     /// How many runs were handed out.
     taken: AtomicU64,
+    /// No further run starts (`--until-decided` decided the scenario).
+    stopped: std::sync::atomic::AtomicBool,
 }
 
 impl Plan {
@@ -252,11 +315,20 @@ impl Plan {
             count: count(&scenario.id, of, cfg.shard, &cfg.stop),
             next: AtomicU64::new(0),
             taken: AtomicU64::new(0),
+            stopped: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Starts no further run.
+    fn stop(&self) {
+        self.stopped.store(true, Ordering::Release);
     }
 
     /// The next run index, or `None` when every run was handed out.
     fn take(&self, scenario_id: &str) -> Option<u32> {
+        if self.stopped.load(Ordering::Acquire) {
+            return None;
+        }
         loop {
             let k = self.next.fetch_add(1, Ordering::AcqRel);
             let k = u32::try_from(k).ok().filter(|k| *k < self.of)?;
@@ -268,6 +340,9 @@ impl Plan {
     }
 
     fn left(&self) -> u64 {
+        if self.stopped.load(Ordering::Acquire) {
+            return 0;
+        }
         u64::from(self.count).saturating_sub(self.taken.load(Ordering::Acquire))
     }
 
