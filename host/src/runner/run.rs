@@ -12,9 +12,6 @@ use std::sync::{Arc, Mutex};
 use windtunnel_sdk::model::{Score, Trace, Verdict, WorldObservation};
 
 use super::lock;
-
-/// How long the end of a run waits for a turn cut when `wt` stopped to let go of the agent.
-const END_RUN_PATIENCE: std::time::Duration = std::time::Duration::from_secs(2);
 use super::scenario::{Handle, ScenarioRunner};
 use super::session::SessionConverse;
 use super::sweep::Lane;
@@ -24,6 +21,9 @@ use crate::hooks::dispatch::Artifact;
 use crate::score::{self, Aggregator};
 use crate::store::{self, StoreError};
 use crate::world::World;
+
+/// How long the end of a run waits for a turn cut when `wt` stopped to let go of the agent.
+const END_RUN_PATIENCE: std::time::Duration = std::time::Duration::from_secs(2);
 
 pub(super) struct RunRunner<'s, 'a> {
     pub sc: &'s ScenarioRunner<'a>,
