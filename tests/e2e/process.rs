@@ -885,3 +885,36 @@ fn a_reply_that_is_not_utf8_is_a_protocol_error_in_both_modes() {
         assert!(error.contains("not valid UTF-8"), "{name}: {error}");
     }
 }
+
+#[test]
+fn the_official_python_client_keeps_one_connection_for_all_its_calls() {
+    let dir = tmp();
+    let command = [
+        agent_python().display().to_string(),
+        workspace()
+            .join("tests/agents/mcp_reuse_agent.py")
+            .display()
+            .to_string(),
+        "100".to_owned(),
+    ];
+    let agent = dir.path().join("reuse.toml");
+    std::fs::write(
+        &agent,
+        format!(
+            "label = \"reuse\"\nruntime = \"process\"\nturn_timeout_s = 120\ncommand = {}\n",
+            serde_json::to_string(&command).unwrap()
+        ),
+    )
+    .unwrap();
+    let r = order_status(dir.path(), &agent).run();
+    let t = &traces(&dir.path().join("runs"))[0];
+    let reply = t["turns"][0]["reply"].as_str().unwrap_or_default();
+    let left: usize = reply
+        .strip_prefix("calls=100 connections=")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{reply:?}: {r}"));
+    // One connection is two sockets (both ends on this machine); a reconnecting client left
+    // about 100 in TIME-WAIT.
+    assert!(left <= 4, "{left} sockets after 100 calls: {reply}");
+    assert_eq!(t["evidence"]["tool_calls"].as_array().unwrap().len(), 100);
+}

@@ -31,6 +31,12 @@ pub(super) fn service(slot: Weak<RunSlot>, ended: CancellationToken) -> Service 
         .with_cancellation_token(ended);
     // Loopback only; the listener is bound to 127.0.0.1, and the Host check stays on.
     config.allowed_hosts = vec!["127.0.0.1".into(), "localhost".into()];
+    // Each answer in one JSON body (`Content-Length`), not an SSE stream: a client gets its
+    // whole answer and keeps its connection. With SSE answers, the official Python client
+    // closed the stream with its answer in hand, before the body ended, and so dropped its
+    // connection: a new TCP connection per tool call (195 sockets in TIME-WAIT after 200
+    // calls; 2 now). Sessions stay: each run's service has its own.
+    config.json_response = true;
     StreamableHttpService::new(
         move || Ok(WorldDoor { slot: slot.clone() }),
         Arc::new(LocalSessionManager::default()),
