@@ -57,14 +57,7 @@ fn raw_agent(dir: &Path, mode: &str) -> PathBuf {
             .to_string(),
         mode.to_owned(),
     ];
-    agent_file(
-        dir,
-        &format!("{mode}.toml"),
-        &format!(
-            "label = \"{mode}\"\nruntime = \"process\"\nturn_timeout_s = 60\ncommand = {}\n",
-            serde_json::to_string(&command).unwrap()
-        ),
-    )
+    command_agent(dir, mode, &command, "turn_timeout_s = 60")
 }
 
 #[test]
@@ -76,10 +69,8 @@ fn a_call_rejected_for_its_arguments_does_not_satisfy_a_required_tool() {
     let r = Wt::new(dir.path())
         .args(["run", "--out"])
         .arg(&out)
-        .arg("--pack")
-        .arg(&pack)
-        .arg("--agent")
-        .arg(&agent)
+        .pack(&pack)
+        .agent(&agent)
         .run();
     assert_eq!(r.code, 1, "{r}");
     let s = &scores(&out)[0];
@@ -110,10 +101,8 @@ fn a_forbidden_call_after_the_reply_is_refused_recorded_and_fails_the_run() {
     let r = Wt::new(dir.path())
         .args(["run", "--out"])
         .arg(&out)
-        .arg("--pack")
-        .arg(&pack)
-        .arg("--agent")
-        .arg(&agent)
+        .pack(&pack)
+        .agent(&agent)
         .run();
     assert_eq!(r.code, 1, "{r}");
     let s = &scores(&out)[0];
@@ -198,6 +187,26 @@ fn coin_pack(dir: &Path, name: &str, rates: &[u32], runs: u32) -> PathBuf {
     root
 }
 
+/// `wt compare BASE NEW --gate --format json`: the run and the comparison.
+fn gated(dir: &Path, base: &str, new: &str) -> (Run, serde_json::Value) {
+    let r = Wt::new(dir)
+        .args(["compare", base, new, "--gate", "--format", "json"])
+        .run();
+    let v = serde_json::from_str(&r.stdout).unwrap_or(serde_json::Value::Null);
+    (r, v)
+}
+
+/// The scenarios a comparison found regressed.
+fn regressed(v: &serde_json::Value) -> Vec<&str> {
+    v["scenarios"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|s| s["verdict"] == "regressed")
+        .filter_map(|s| s["scenario_id"].as_str())
+        .collect()
+}
+
 /// Runs `pack` with `--seed seed` into `dir/out`.
 fn coin_sweep(dir: &Path, agent: &Path, pack: &Path, seed: u32, out: &str) {
     let r = Wt::new(dir)
@@ -212,8 +221,7 @@ fn coin_sweep(dir: &Path, agent: &Path, pack: &Path, seed: u32, out: &str) {
             "--pack",
         ])
         .arg(pack)
-        .arg("--agent")
-        .arg(agent)
+        .agent(&agent)
         .run();
     assert!(r.code == 0 || r.code == 1, "{r}");
 }
@@ -250,44 +258,17 @@ fn the_gate_holds_on_identical_agents_and_catches_a_broad_drop_and_a_big_one() {
     let worse = coin_pack(dir.path(), "worse", &[75; 30], 10);
     coin_sweep(dir.path(), &agent, &base, 7, "broad-base");
     coin_sweep(dir.path(), &agent, &worse, 8, "broad-new");
-    let r = Wt::new(dir.path())
-        .args([
-            "compare",
-            "broad-base",
-            "broad-new",
-            "--gate",
-            "--format",
-            "json",
-        ])
-        .run();
+    let (r, v) = gated(dir.path(), "broad-base", "broad-new");
     assert_eq!(r.code, 1, "{r}");
-    let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
     assert_eq!(v["pack"]["regressed"], true, "{}", v["pack"]);
     // One scenario collapses (90 % → 0 %) among 29 unchanged: found, and named.
     let mut rates = vec![90; 30];
     rates[17] = 0;
     let one = coin_pack(dir.path(), "one", &rates, 10);
     coin_sweep(dir.path(), &agent, &one, 9, "one-new");
-    let r = Wt::new(dir.path())
-        .args([
-            "compare",
-            "broad-base",
-            "one-new",
-            "--gate",
-            "--format",
-            "json",
-        ])
-        .run();
+    let (r, v) = gated(dir.path(), "broad-base", "one-new");
     assert_eq!(r.code, 1, "{r}");
-    let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
-    let regressed: Vec<&str> = v["scenarios"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|s| s["verdict"] == "regressed")
-        .map(|s| s["scenario_id"].as_str().unwrap())
-        .collect();
-    assert_eq!(regressed, ["s17"], "{v}");
+    assert_eq!(regressed(&v), ["s17"], "{v}");
 }
 
 #[test]
@@ -410,8 +391,7 @@ fn until_decided_stops_clear_scenarios_early_and_journals_each_look() {
             "--pack",
         ])
         .arg(&new)
-        .arg("--agent")
-        .arg(&agent)
+        .agent(&agent)
         .run();
     assert_eq!(r.code, 1, "{r}");
     assert!(
@@ -440,19 +420,7 @@ fn until_decided_stops_clear_scenarios_early_and_journals_each_look() {
     assert_eq!(looks.len(), traces, "{looks:?}");
     assert!(traces < 60, "{traces} runs made of 60");
     // And the comparison of what ran agrees.
-    let cmp = Wt::new(dir.path())
-        .args([
-            "compare", "baseline", "new-runs", "--gate", "--format", "json",
-        ])
-        .run();
+    let (cmp, v) = gated(dir.path(), "baseline", "new-runs");
     assert_eq!(cmp.code, 1, "{cmp}");
-    let v: serde_json::Value = serde_json::from_str(&cmp.stdout).unwrap();
-    let regressed: Vec<&str> = v["scenarios"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|s| s["verdict"] == "regressed")
-        .map(|s| s["scenario_id"].as_str().unwrap())
-        .collect();
-    assert_eq!(regressed, ["s01"], "{v}");
+    assert_eq!(regressed(&v), ["s01"], "{v}");
 }

@@ -1690,6 +1690,50 @@ fn outside_text_is_escaped_in_every_output_a_person_reads() {
             .contains("` evil\\u{202e}38 snur **boss** [x](http://e.invalid) `"),
         "the label is not a code span: {md}"
     );
+
+    // An agent's reply quoted in a failure reaches `wt run --junit` too.
+    let pack = write_pack(
+        dir.path(),
+        &[(
+            "yes.toml",
+            "id = \"yes\"\nturns = [\"hi\"]\n[expect.outcome]\nreply_contains = [\"yes\"]\n",
+        )],
+    );
+    let liar = crate::harness::sh_agent(
+        dir.path(),
+        "liar",
+        r#"read -r line; echo '{"type": "reply", "text": "no \u202e38 snur"}'; cat >/dev/null"#,
+        &[],
+        "mcp = false",
+    );
+    let r = Wt::new(dir.path())
+        .args(["run", "--out", "liar", "--junit", "liar.xml", "--pack"])
+        .arg(&pack)
+        .arg("--agent")
+        .arg(&liar)
+        .run();
+    assert_eq!(r.code, 1, "{r}");
+    let junit = std::fs::read_to_string(dir.path().join("liar.xml")).unwrap();
+    assert!(junit.contains("38 snur"), "the reply is quoted: {junit}");
+    assert!(
+        !junit.contains('\u{202e}'),
+        "a bidi override in --junit: {junit}"
+    );
+    for args in [
+        vec!["report", "liar", "--format", "junit"],
+        vec!["report", "liar", "--format", "html"],
+        vec!["triage", "liar"],
+    ] {
+        let r = Wt::new(dir.path()).args(&args).run();
+        assert!(
+            r.stdout.contains("38 snur"),
+            "{args:?} quotes the reply: {r}"
+        );
+        assert!(
+            !r.stdout.contains('\u{202e}') && !r.stderr.contains('\u{202e}'),
+            "{args:?}: {r}"
+        );
+    }
 }
 
 #[test]

@@ -228,6 +228,16 @@ impl Wt {
         self
     }
 
+    /// `--pack PACK`.
+    pub fn pack(self, pack: &Path) -> Wt {
+        self.arg("--pack").arg(pack)
+    }
+
+    /// `--agent AGENT`.
+    pub fn agent(self, agent: &Path) -> Wt {
+        self.arg("--agent").arg(agent)
+    }
+
     /// The command itself, for spawning, piping or signalling.
     pub fn command(self) -> Command {
         self.cmd
@@ -769,17 +779,22 @@ pub fn agent_file(dir: &Path, name: &str, toml: &str) -> PathBuf {
     p
 }
 
-/// A `process` agent config `dir/<name>.toml` running `/bin/sh -c script` with `args` after
-/// it, plus `extra` TOML lines.
-pub fn sh_agent(dir: &Path, name: &str, script: &str, args: &[&str], extra: &str) -> PathBuf {
-    let mut command = vec!["/bin/sh".to_owned(), "-c".to_owned(), script.to_owned()];
-    command.extend(args.iter().map(|a| (*a).to_owned()));
+/// A `process` agent config `dir/<name>.toml` running `command`, plus `extra` TOML lines.
+pub fn command_agent(dir: &Path, name: &str, command: &[String], extra: &str) -> PathBuf {
     agent_file(
         dir,
         &format!("{name}.toml"),
         &format!(
             "label = \"{name}\"\nruntime = \"process\"\ncommand = {}\n{extra}\n",
-            serde_json::to_string(&command).unwrap()
+            serde_json::to_string(command).unwrap()
         ),
     )
+}
+
+/// A `process` agent config `dir/<name>.toml` running `/bin/sh -c script` with `args` after
+/// it, plus `extra` TOML lines.
+pub fn sh_agent(dir: &Path, name: &str, script: &str, args: &[&str], extra: &str) -> PathBuf {
+    let mut command = vec!["/bin/sh".to_owned(), "-c".to_owned(), script.to_owned()];
+    command.extend(args.iter().map(|a| (*a).to_owned()));
+    command_agent(dir, name, &command, extra)
 }

@@ -139,10 +139,8 @@ fn a_retry_after_past_the_deadline_pauses_the_endpoint_and_says_until_when() {
     let r = Wt::new(dir.path())
         .args(["run", "--out"])
         .arg(&out)
-        .arg("--pack")
-        .arg(&pack)
-        .arg("--agent")
-        .arg(&agent)
+        .pack(&pack)
+        .agent(&agent)
         .run();
     assert_eq!(r.code, 3, "{r}");
     // Nothing was sent during the pause: one health check, the first run's reset and
@@ -207,10 +205,8 @@ fn lanes_waiting_for_a_concurrency_slot_wait_out_a_pause_too() {
     let r = Wt::new(dir.path())
         .args(["run", "--jobs", "4", "--out"])
         .arg(&out)
-        .arg("--pack")
-        .arg(&pack)
-        .arg("--agent")
-        .arg(&agent)
+        .pack(&pack)
+        .agent(&agent)
         .run();
     assert_eq!(r.code, 0, "{r}");
     let times = times.lock().unwrap().clone();
@@ -261,8 +257,7 @@ fn what_an_agent_starts_outside_its_group_ends_with_its_run() {
     let r = Wt::new(dir.path())
         .args(["run", "--jobs", "1", "--pack"])
         .arg(&pack)
-        .arg("--agent")
-        .arg(&agent)
+        .agent(&agent)
         .run();
     // Each run found nothing of the one before it.
     assert_eq!(r.code, 0, "{r}");
@@ -291,8 +286,7 @@ fn kill_9_of_wt_leaves_no_agent_and_nothing_an_agent_or_a_hook_started() {
         let mut wt = Wt::new(dir.path())
             .args(["run", "--pack"])
             .arg(&pack)
-            .arg("--agent")
-            .arg(&agent)
+            .agent(&agent)
             .args(["--hook", "spawner", "--plugin-dir"])
             .arg(&plugins)
             .env("WT_SPAWNER_MARKER", format!("{marker}-hook"));
@@ -336,10 +330,8 @@ fn an_interrupted_run_records_how_its_agent_process_ended() {
         let wt = Wt::new(dir.path())
             .args(["run", "--out"])
             .arg(&out)
-            .arg("--pack")
-            .arg(&pack)
-            .arg("--agent")
-            .arg(&agent)
+            .pack(&pack)
+            .agent(&agent)
             .env("WT_GRACE_S", "0.2")
             .start();
         wait_for_journal_event(&out, "TurnStarted");
@@ -389,21 +381,13 @@ sys.stdin.read()
 #[test]
 fn library_log_lines_are_plain_and_a_flood_of_them_is_cut_to_a_few() {
     let dir = tmp();
-    let mut command = vec![
+    let command = [
         agent_python().display().to_string(),
         "-c".to_owned(),
         REFUSED_CALLER.to_owned(),
         "40".to_owned(),
     ];
-    command.truncate(4);
-    let agent = agent_file(
-        dir.path(),
-        "caller.toml",
-        &format!(
-            "label = \"caller\"\nruntime = \"process\"\nturn_timeout_s = 60\ncommand = {}\n",
-            serde_json::to_string(&command).unwrap()
-        ),
-    );
+    let agent = command_agent(dir.path(), "caller", &command, "turn_timeout_s = 60");
     let r = Wt::new(dir.path())
         .args(["run", "--runs", "1", "--filter", "order-status", "--agent"])
         .arg(&agent)
@@ -552,8 +536,7 @@ fn pinned_sweeps_racing_into_one_directory_keep_one_id_per_run_everywhere() {
                 .args(["run", "--seed", "1", "--runs", "3", "--hook", "debrief"])
                 .args(["--hook", "recorder", "--plugin-dir"])
                 .arg(&plugins)
-                .arg("--agent")
-                .arg(&agent)
+                .agent(&agent)
                 .arg("--out")
                 .arg(&out)
                 .env("WT_FIXED_CLOCK", CLOCK)
@@ -670,10 +653,8 @@ fn pinned_sweeps_with_retries_waits_and_debriefs_are_byte_identical() {
             .args([
                 "run", "--seed", "7", "--jobs", "1", "--hook", "debrief", "--out", out,
             ])
-            .arg("--pack")
-            .arg(&pack)
-            .arg("--agent")
-            .arg(&agent)
+            .pack(&pack)
+            .agent(&agent)
             .env("WT_FIXED_CLOCK", CLOCK)
             .run();
         assert_eq!(r.code, 1, "{r}");

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use serde_json::{Value, json};
 
 use crate::harness::{
-    PATIENCE, TestServer, Wt, agent_python, poll_until, scores, sh_agent, tmp, traces, wait_for,
-    wait_for_journal_event, workspace, write_pack,
+    PATIENCE, TestServer, Wt, agent_python, command_agent, poll_until, scores, sh_agent, tmp,
+    traces, wait_for, wait_for_journal_event, workspace, write_pack,
 };
 
 /// A pack with one scenario judged on its reply alone (no world, no tools).
@@ -41,16 +41,7 @@ fn agent_script() -> String {
 fn process_agent(dir: &Path, name: &str, args: &[&str], extra: &str) -> PathBuf {
     let mut command = vec![agent_python().display().to_string(), agent_script()];
     command.extend(args.iter().map(|a| (*a).to_owned()));
-    let path = dir.join(format!("{name}.toml"));
-    std::fs::write(
-        &path,
-        format!(
-            "label = \"{name}\"\nruntime = \"process\"\ncommand = {}\n{extra}\n",
-            serde_json::to_string(&command).unwrap()
-        ),
-    )
-    .unwrap();
-    path
+    command_agent(dir, name, &command, extra)
 }
 
 /// `wt run` of one `order-status` run on `agent` (a builder: add settings, then run).
@@ -897,15 +888,7 @@ fn the_official_python_client_keeps_one_connection_for_all_its_calls() {
             .to_string(),
         "100".to_owned(),
     ];
-    let agent = dir.path().join("reuse.toml");
-    std::fs::write(
-        &agent,
-        format!(
-            "label = \"reuse\"\nruntime = \"process\"\nturn_timeout_s = 120\ncommand = {}\n",
-            serde_json::to_string(&command).unwrap()
-        ),
-    )
-    .unwrap();
+    let agent = command_agent(dir.path(), "reuse", &command, "turn_timeout_s = 120");
     let r = order_status(dir.path(), &agent).run();
     let t = &traces(&dir.path().join("runs"))[0];
     let reply = t["turns"][0]["reply"].as_str().unwrap_or_default();

@@ -75,13 +75,18 @@ pub(crate) struct CompareArgs {
     pub gate: bool,
 }
 
-fn parse_rate(s: &str) -> Result<f64, String> {
+/// A number strictly between 0 and 1; `what` says what was expected.
+fn fraction(s: &str, what: &str) -> Result<f64, String> {
     let a: f64 = s.parse().map_err(|e| format!("{e}"))?;
     if a > 0.0 && a < 1.0 {
         Ok(a)
     } else {
-        Err("a rate strictly between 0 and 1, e.g. 0.9".into())
+        Err(what.to_owned())
     }
+}
+
+fn parse_rate(s: &str) -> Result<f64, String> {
+    fraction(s, "a rate strictly between 0 and 1, e.g. 0.9")
 }
 
 /// `wt compare --plan`.
@@ -119,12 +124,7 @@ fn plan(args: &CompareArgs) -> anyhow::Result<u8> {
 }
 
 fn parse_alpha(s: &str) -> Result<f64, String> {
-    let a: f64 = s.parse().map_err(|e| format!("{e}"))?;
-    if a > 0.0 && a < 1.0 {
-        Ok(a)
-    } else {
-        Err("alpha must be between 0 and 1 (exclusive), e.g. 0.05".into())
-    }
+    fraction(s, "alpha must be between 0 and 1 (exclusive), e.g. 0.05")
 }
 
 pub(crate) fn run(args: CompareArgs) -> anyhow::Result<u8> {

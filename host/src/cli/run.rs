@@ -303,8 +303,11 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<u8> {
     if let (Some(path), Some(junit)) = (&args.junit, &junit) {
         // This sweep's own runs, as they were scored, and the scenarios it could not run:
         // nothing else in --out counts.
-        store::write_atomic(path, junit.report().to_junit().as_bytes())
-            .with_context(|| format!("write JUnit report {}", path.display()))?;
+        store::write_atomic(
+            path,
+            crate::cli::report::for_reader(junit.report().to_junit()).as_bytes(),
+        )
+        .with_context(|| format!("write JUnit report {}", path.display()))?;
     }
     drop(guard);
     if stop.requested() {

@@ -33,10 +33,11 @@ pub(crate) fn run(args: TriageArgs) -> anyhow::Result<u8> {
         writeln!(out, "no failing runs among {} run(s)", loaded.runs.len())?;
         return Ok(exit::SUCCESS);
     }
+    // Reasons, evidence and debrief excerpts quote agents: escaped like every terminal line.
+    let mut text = String::new();
     for c in &clusters {
-        writeln!(
-            out,
-            "[{}] {} {}/{} runs {} — {}",
+        text.push_str(&format!(
+            "[{}] {} {}/{} runs {} — {}\n",
             c.rung.as_str(),
             c.scenario_id,
             c.runs.len(),
@@ -47,12 +48,13 @@ pub(crate) fn run(args: TriageArgs) -> anyhow::Result<u8> {
             } else {
                 c.failed_layers.join(", ")
             }
-        )?;
-        writeln!(out, "    reason:   {}", c.reason)?;
-        writeln!(out, "    evidence: {}", c.evidence)?;
+        ));
+        text.push_str(&format!("    reason:   {}\n", c.reason));
+        text.push_str(&format!("    evidence: {}\n", c.evidence));
         for d in c.debriefs.iter().take(2) {
-            writeln!(out, "    debrief:  {d}")?;
+            text.push_str(&format!("    debrief:  {d}\n"));
         }
     }
+    out.write_all(super::report::for_terminal(&text).as_bytes())?;
     Ok(exit::SUCCESS)
 }

@@ -813,7 +813,7 @@ mod tests {
             );
         }
         let clusters = |runs: &[LoadedRun]| {
-            serde_json::to_string(&crate::report::triage::triage_with(runs, false)).unwrap()
+            serde_json::to_string(&crate::report::triage::triage_all(runs, &[], false)).unwrap()
         };
         assert_eq!(clusters(&whole.runs), clusters(&summary.runs));
         let (whole_runs, summary_runs) = (whole.runs.clone(), summary.runs.clone());

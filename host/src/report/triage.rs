@@ -240,7 +240,8 @@ fn judge(run: &LoadedRun) -> Option<(Verdict, Vec<String>, String, Rung, String)
     ))
 }
 
-/// [`triage_with`] over the runs, plus one cluster per scenario that could not run at all:
+/// The failing runs among `runs`, clustered, plus one cluster per scenario that could not
+/// run at all (with `debriefs`, debrief excerpts are read into the clusters):
 /// each of its runs counts as an ERROR run that never ran, as in every other view, on the
 /// wiring rung (the agent could not be set up for it, or its world's preconditions failed).
 pub(crate) fn triage_all(
@@ -248,7 +249,7 @@ pub(crate) fn triage_all(
     scenario_errors: &[super::ScenarioError],
     debriefs: bool,
 ) -> Vec<Cluster> {
-    let mut out = triage_with(runs, debriefs);
+    let mut out = unsorted(runs, debriefs);
     for e in scenario_errors {
         let n = e.runs as usize;
         out.push(Cluster {
@@ -268,19 +269,23 @@ pub(crate) fn triage_all(
             debriefs: Vec::new(),
         });
     }
-    out.sort_by(|a, b| {
+    sort(&mut out);
+    out
+}
+
+/// Lowest rung first, then most frequent, then by scenario.
+fn sort(clusters: &mut [Cluster]) {
+    clusters.sort_by(|a, b| {
         a.rung
             .cmp(&b.rung)
             .then(b.runs.len().cmp(&a.runs.len()))
             .then(a.scenario_id.cmp(&b.scenario_id))
     });
-    out
 }
 
-/// Clusters the failing runs among `runs`, lowest rung first, then most frequent,
-/// optionally without reading debrief artifacts (views that read them for the
-/// runs they show only).
-pub(crate) fn triage_with(runs: &[LoadedRun], debriefs: bool) -> Vec<Cluster> {
+/// The clusters of the failing runs, in no particular order; lowest rung first, then most
+/// frequent, once sorted.
+fn unsorted(runs: &[LoadedRun], debriefs: bool) -> Vec<Cluster> {
     let mut per_scenario: BTreeMap<&str, usize> = BTreeMap::new();
     for r in runs {
         *per_scenario.entry(&r.trace.scenario_id).or_default() += 1;
@@ -311,14 +316,7 @@ pub(crate) fn triage_with(runs: &[LoadedRun], debriefs: bool) -> Vec<Cluster> {
             c.debriefs.push(d);
         }
     }
-    let mut out: Vec<Cluster> = clusters.into_values().collect();
-    out.sort_by(|a, b| {
-        a.rung
-            .cmp(&b.rung)
-            .then(b.runs.len().cmp(&a.runs.len()))
-            .then(a.scenario_id.cmp(&b.scenario_id))
-    });
-    out
+    clusters.into_values().collect()
 }
 
 #[cfg(test)]
