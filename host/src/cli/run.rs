@@ -75,8 +75,8 @@ pub(crate) struct RunArgs {
     #[arg(long, requires = "baseline", conflicts_with_all = ["runs", "shard"])]
     pub until_decided: bool,
     /// With `--until-decided`: the most runs of each scenario (the fixed design it stops
-    /// early).
-    #[arg(long, value_name = "N", default_value_t = 20, requires = "until_decided", value_parser = clap::value_parser!(u32).range(1..))]
+    /// early), 1 to 10,000 (each look's exact test costs time in proportion).
+    #[arg(long, value_name = "N", default_value_t = 20, requires = "until_decided", value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub max_runs: u32,
     /// Activate a hook (built-in or plugin); repeatable, fires in flag order. No --hook
     /// means no hooks at all.
