@@ -218,10 +218,9 @@ fn coin_sweep(dir: &Path, agent: &Path, pack: &Path, seed: u32, out: &str) {
             &seed.to_string(),
             "--out",
             out,
-            "--pack",
         ])
-        .arg(pack)
-        .agent(&agent)
+        .pack(pack)
+        .agent(agent)
         .run();
     assert!(r.code == 0 || r.code == 1, "{r}");
 }
