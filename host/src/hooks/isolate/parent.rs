@@ -46,8 +46,11 @@ const SPIN: Duration = Duration::from_micros(100);
 /// own exit status, not our SIGKILL, is what the warning names).
 const EXIT_GRACE: Duration = Duration::from_secs(2);
 
-/// How long a crash waits for the child's last output to be drained, to quote it.
-const OUTPUT_GRACE: Duration = Duration::from_millis(500);
+/// How long, once the child's process group is killed, its output may take to drain into
+/// the log (and, after a crash, to be quoted). Only a process that left both the group and
+/// the sweep's tag can hold the pipe that long; otherwise the drain ends as soon as the
+/// reader thread is scheduled, which on a loaded machine can take well over 200 ms.
+const OUTPUT_GRACE: Duration = Duration::from_secs(2);
 
 /// How much of the child's most recent output is kept in memory.
 const TAIL: usize = 4096;
@@ -332,7 +335,7 @@ impl Drop for Isolated {
         let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
         reap(&self.pid, st, Duration::from_millis(100));
         // Its log gets its last lines (and the count of what was dropped) before `wt` goes.
-        let _ = self.output.tail(Duration::from_millis(200));
+        let _ = self.output.tail(OUTPUT_GRACE);
     }
 }
 
