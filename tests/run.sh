@@ -25,7 +25,7 @@ if [ ! -x /usr/bin/chromium ]; then
     rm -f "$log"
 fi
 
-if ! target/py-agents/bin/python -c "import mcp" 2>/dev/null; then
+if ! target/py-agents/bin/python -c "import mcp, agents, fakellm" 2>/dev/null; then
     echo "== the e2e agents' Python venv (tests/agents/requirements.txt)"
     rm -rf target/py-agents
     python3 -m venv target/py-agents

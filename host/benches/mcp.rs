@@ -73,8 +73,8 @@ fn main() {
 
     // Over MCP, from a raw JSON-RPC client on loopback.
     let set = ToolSet::new(&spec()).unwrap();
-    let lane = Lane::open(0).unwrap();
-    let run = lane.start_run(set.clone()).unwrap();
+    let lane = Lane::open(0, None).unwrap();
+    let run = lane.start_run(Some(set.clone())).unwrap();
     let url = run.url().to_owned();
     let (tx, rx) = mpsc::channel::<Inbox<Vec<u128>>>();
     run.open_turn(tx.clone());
@@ -140,6 +140,7 @@ fn main() {
                 step += 1;
             }
             Inbox::Agent(times) => break times,
+            Inbox::Model(_) => unreachable!("no model gateway here"),
         }
     };
     client.join().unwrap();

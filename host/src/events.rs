@@ -60,6 +60,21 @@ pub enum Event {
         #[serde(skip_serializing_if = "Option::is_none")]
         error: Option<String>,
     },
+    /// A model call of the turn (the `openai` runtime's own, or an agent's through its
+    /// model gateway).
+    ModelCalled {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        model: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        finish_reason: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        prompt_tokens: Option<u64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        completion_tokens: Option<u64>,
+        latency_ms: u64,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
     /// A request of the turn waited for the endpoint's limits before it was sent:
     /// `paused` (a `Retry-After`), `rate` (`requests_per_minute`), `concurrency`
     /// (`max_concurrency`).
@@ -161,6 +176,7 @@ impl Event {
             Event::RunStarted { .. } => "RunStarted",
             Event::TurnStarted { .. } => "TurnStarted",
             Event::StepDone { .. } => "StepDone",
+            Event::ModelCalled { .. } => "ModelCalled",
             Event::RequestRetried { .. } => "RequestRetried",
             Event::RequestWaited { .. } => "RequestWaited",
             Event::TurnDenied { .. } => "TurnDenied",

@@ -51,6 +51,99 @@ pub(crate) fn bound_evidence(calls: &mut Vec<windtunnel_sdk::model::ToolCall>) -
     })
 }
 
+/// The most model calls a run's trace keeps; the rest are counted in a note. With
+/// [`bound_model_call`], they take at most about 20 MiB beside the tool calls'
+/// [`MAX_EVIDENCE_BYTES`].
+pub(crate) const MAX_MODEL_CALLS: usize = 512;
+
+/// The most bytes a recorded model call keeps of its request's messages, and of its
+/// response.
+pub(crate) const MAX_RECORDED_PART_BYTES: usize = 16 << 10;
+
+/// Keeps the last messages of `messages` that fit in about `max` bytes of JSON (the newest
+/// ones: what this call added to the conversation), with a note of how many went first.
+/// Returns whether it cut.
+pub(crate) fn keep_last(messages: &mut Value, max: usize) -> bool {
+    let Value::Array(list) = messages else {
+        let before = rough_len(messages);
+        cut_value(messages, max);
+        return rough_len(messages) != before;
+    };
+    let sizes: Vec<usize> = list
+        .iter()
+        .map(|m| serde_json::to_vec(m).map_or(usize::MAX / 4, |v| v.len() + 1))
+        .collect();
+    if sizes.iter().sum::<usize>() <= max {
+        return false;
+    }
+    let mut used = 0usize;
+    let keep = sizes
+        .iter()
+        .rev()
+        .take_while(|s| {
+            used += **s;
+            used <= max
+        })
+        .count();
+    let dropped = list.len() - keep;
+    let mut kept: Vec<Value> = list.split_off(dropped);
+    if kept.is_empty()
+        && let Some(mut last) = list.pop()
+    {
+        // Even the newest message alone is too long: it is kept, cut.
+        cut_value(&mut last, max);
+        kept.push(last);
+    }
+    let dropped = dropped - usize::from(kept.len() > keep);
+    let mut out = vec![serde_json::json!({"cut_by_wt": {"messages_not_kept": dropped}})];
+    out.extend(kept);
+    *list = out;
+    true
+}
+
+/// Cuts a model call's record to the sizes `wt` stores: its messages to their newest, its
+/// response and texts to [`MAX_RECORDED_PART_BYTES`].
+pub(crate) fn bound_model_call(call: &mut windtunnel_sdk::model::ModelCall) {
+    if keep_last(&mut call.messages, MAX_RECORDED_PART_BYTES)
+        && !call.truncated.iter().any(|t| t == "messages")
+    {
+        call.truncated.push("messages".into());
+    }
+    if rough_len(&call.response) > MAX_RECORDED_PART_BYTES {
+        cut_value(&mut call.response, MAX_RECORDED_PART_BYTES);
+        if !call.truncated.iter().any(|t| t == "response") {
+            call.truncated.push("response".into());
+        }
+    }
+    for text in [
+        &mut call.error,
+        &mut call.refusal,
+        &mut call.model,
+        &mut call.served_model,
+    ]
+    .into_iter()
+    .flatten()
+    {
+        cut_text(text, 4096);
+    }
+    for r in &mut call.retries {
+        cut_text(&mut r.error, 4096);
+    }
+    call.tools.truncate(256);
+}
+
+/// Keeps the first [`MAX_MODEL_CALLS`] model calls of a run; returns how many there were
+/// when some had to go.
+pub(crate) fn bound_model_calls(
+    calls: &mut Vec<windtunnel_sdk::model::ModelCall>,
+) -> Option<usize> {
+    (calls.len() > MAX_MODEL_CALLS).then(|| {
+        let total = calls.len();
+        calls.truncate(MAX_MODEL_CALLS);
+        total
+    })
+}
+
 /// The largest pack file or agent config `wt` reads.
 pub(crate) const MAX_INPUT_FILE_BYTES: u64 = 4 << 20;
 

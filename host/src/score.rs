@@ -266,6 +266,19 @@ fn integrity(trace: &Trace) -> LayerResult {
     if trace.session_id.is_empty() {
         problems.push("no session id recorded".to_owned());
     }
+    // A reply the model stopped writing because it hit its token limit is not the reply
+    // the agent meant: whatever it says cannot be trusted as evidence of the agent.
+    for (i, c) in trace.evidence.model_calls.iter().enumerate() {
+        if c.finish_reason.as_deref() == Some("length") {
+            let turn = c
+                .turn
+                .map_or_else(|| "outside a turn".to_owned(), |t| format!("turn {t}"));
+            problems.push(format!(
+                "reply truncated by max_tokens: model call {} ({turn}) stopped with finish_reason `length`",
+                i + 1
+            ));
+        }
+    }
     if let Some(c) = trace
         .evidence
         .tool_calls
@@ -285,6 +298,33 @@ fn integrity(trace: &Trace) -> LayerResult {
     } else {
         fail(problems)
     }
+}
+
+/// What a run's model calls add up to; `None` when the run made none `wt` saw. The cost is
+/// given only with `pricing` and when every call that reached the model reported its
+/// usage: a sum that leaves calls out would be a cost that is false.
+pub(crate) fn usage(
+    trace: &Trace,
+    pricing: Option<&dyn Fn(&windtunnel_sdk::model::TokenUsage) -> f64>,
+) -> Option<windtunnel_sdk::model::RunUsage> {
+    let calls = &trace.evidence.model_calls;
+    if calls.is_empty() {
+        return None;
+    }
+    let mut u = windtunnel_sdk::model::RunUsage::default();
+    for c in calls {
+        u.model_calls += 1;
+        match &c.usage {
+            Some(t) => u.tokens.add(t),
+            // A call refused before it reached the model used none.
+            None if c.error.as_deref().is_some_and(|e| e.starts_with("refused")) => {}
+            None => u.unreported += 1,
+        }
+    }
+    u.cost_usd = pricing
+        .filter(|_| u.unreported == 0)
+        .map(|price| price(&u.tokens));
+    Some(u)
 }
 
 /// Why a reply is not well-formed text, if it is not.

@@ -626,6 +626,131 @@ pub struct AgentProcess {
 pub struct Evidence {
     /// Every tool call, in order.
     pub tool_calls: Vec<ToolCall>,
+    /// Every model call `wt` saw, in order (the `openai` runtime's own calls, and calls
+    /// through the model gateway of `process` and `http` agents). Since SDK 1.3.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub model_calls: Vec<ModelCall>,
+}
+
+/// One call to a model: what was asked, what came back, and what it cost in tokens.
+/// Since SDK 1.3.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ModelCall {
+    /// The turn it happened in; absent for a call made while no turn was in progress
+    /// (such a call is refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn: Option<u32>,
+    /// How many of the turn's tool calls were recorded before this call ended: its place
+    /// among them (`tool_calls` with `turn` equal and `step` below this came first).
+    pub after_tool_calls: u32,
+    /// `openai` (the harness's own tool loop) or `gateway` (an agent's call through `wt`'s
+    /// model gateway).
+    pub source: String,
+    /// The model the request asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// The model the response says served it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub served_model: Option<String>,
+    /// The response's `id`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_id: Option<String>,
+    /// The response's `system_fingerprint`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_fingerprint: Option<String>,
+    /// Was the response streamed (server-sent events)?
+    #[serde(default)]
+    pub stream: bool,
+    /// The request's messages, bounded (see `truncated`).
+    #[serde(default)]
+    pub messages: Value,
+    /// The names of the tools the request offered.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<String>,
+    /// The response's first choice: the message (a streamed response assembled), bounded.
+    #[serde(default)]
+    pub response: Value,
+    /// Why the model stopped: `stop`, `tool_calls`, `length`, `content_filter`, ….
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finish_reason: Option<String>,
+    /// The model's refusal, when it refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refusal: Option<String>,
+    /// Tokens, as the response reported them; absent when it reported none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<TokenUsage>,
+    /// Wall time from the request to the end of the response.
+    pub latency_ms: u64,
+    /// Time to the first byte of the response body (streamed responses).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_ms: Option<u64>,
+    /// Why the call failed or was refused, when it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Attempts of this call that failed and were tried again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retries: Vec<Retry>,
+    /// Request or response parts cut to keep the trace bounded (`messages`, `response`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub truncated: Vec<String>,
+}
+
+/// Token counts of one model call, or summed over several. Since SDK 1.3.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct TokenUsage {
+    /// Input tokens (`prompt_tokens`).
+    pub prompt_tokens: u64,
+    /// Output tokens (`completion_tokens`).
+    pub completion_tokens: u64,
+    /// Input tokens served from the provider's cache (`prompt_tokens_details.cached_tokens`).
+    #[serde(default)]
+    pub cached_tokens: u64,
+    /// Output tokens spent on reasoning (`completion_tokens_details.reasoning_tokens`).
+    #[serde(default)]
+    pub reasoning_tokens: u64,
+}
+
+impl TokenUsage {
+    /// Counts from an OpenAI-style `usage` object; `None` when it has neither count.
+    pub fn from_openai(usage: &Value) -> Option<TokenUsage> {
+        let n = |p: &str| usage.pointer(p).and_then(Value::as_u64);
+        let (prompt, completion) = (n("/prompt_tokens"), n("/completion_tokens"));
+        if prompt.is_none() && completion.is_none() {
+            return None;
+        }
+        Some(TokenUsage {
+            prompt_tokens: prompt.unwrap_or(0),
+            completion_tokens: completion.unwrap_or(0),
+            cached_tokens: n("/prompt_tokens_details/cached_tokens").unwrap_or(0),
+            reasoning_tokens: n("/completion_tokens_details/reasoning_tokens").unwrap_or(0),
+        })
+    }
+
+    /// Adds `other` to these counts.
+    pub fn add(&mut self, other: &TokenUsage) {
+        self.prompt_tokens += other.prompt_tokens;
+        self.completion_tokens += other.completion_tokens;
+        self.cached_tokens += other.cached_tokens;
+        self.reasoning_tokens += other.reasoning_tokens;
+    }
+}
+
+/// What a run's model calls added up to, in its score. Since SDK 1.3.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct RunUsage {
+    /// Model calls recorded.
+    pub model_calls: u64,
+    /// Of them, calls whose response reported no usage.
+    #[serde(default)]
+    pub unreported: u64,
+    /// The tokens of the calls that reported usage.
+    pub tokens: TokenUsage,
+    /// Their cost in US dollars, from the agent config's `[pricing]`; absent without prices.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
 }
 
 /// The fixture world before the first turn and after the last.
@@ -857,6 +982,9 @@ pub struct Score {
     /// Why the run is ERROR, when it is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The run's model calls and tokens; absent when `wt` saw no model call. Since SDK 1.3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<RunUsage>,
 }
 
 impl Score {
@@ -876,6 +1004,7 @@ impl Score {
             constraint: LayerResult::pass(""),
             integrity: LayerResult::pass(""),
             error: None,
+            usage: None,
         }
     }
 

@@ -4,7 +4,7 @@
 //!
 //! ```toml
 //! [dev-dependencies]
-//! windtunnel-sdk = { version = "1.2", features = ["testing"] }
+//! windtunnel-sdk = { version = "1.3", features = ["testing"] }
 //! ```
 //!
 //! Three tools, from the smallest to the whole sweep:
@@ -900,6 +900,7 @@ impl Plan {
                     error: None,
                     source: None,
                 }],
+                model_calls: Vec::new(),
             };
         }
         if let Some(world) = &s.world {

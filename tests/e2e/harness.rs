@@ -717,7 +717,7 @@ pub fn agent_python() -> &'static Path {
         let python = venv.join("bin").join("python");
         let works = |py: &Path| {
             Command::new(py)
-                .args(["-c", "import mcp"])
+                .args(["-c", "import mcp, agents, fakellm"])
                 .output()
                 .is_ok_and(|o| o.status.success())
         };
@@ -761,7 +761,7 @@ pub fn agent_python() -> &'static Path {
             Ok(python)
         } else {
             Err(format!(
-                "{} cannot import mcp after the install",
+                "{} cannot import mcp, agents and fakellm after the install",
                 python.display()
             ))
         }

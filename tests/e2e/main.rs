@@ -2,6 +2,7 @@
 //! the real `wt` binary.
 
 mod gate;
+mod gateway;
 mod hardening;
 mod harness;
 mod hooks;

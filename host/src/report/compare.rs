@@ -9,12 +9,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
 use serde::Serialize;
-use windtunnel_sdk::model::{LAYERS, SCHEMA_VERSION};
+use windtunnel_sdk::model::{LAYERS, RunUsage, SCHEMA_VERSION};
 
 pub(crate) use super::gate::Change;
 use super::gate::{self, PackTest, ScenarioDecision, Tally};
 use super::stats::Correction;
-use super::table::{md, md_code, p_is, p_shown, pct, rate_with_interval};
+use super::table::{dollars, md, md_code, p_is, p_shown, pct, rate_with_interval};
 use super::{Report, ScenarioSummary, stats};
 use crate::exit;
 use std::collections::HashSet;
@@ -124,6 +124,9 @@ pub(crate) struct SideInfo {
     /// Sweeps that may not have run to the end, and what the directories cannot account
     /// for (missing shards, empty directories).
     pub partial_sweeps: Vec<String>,
+    /// The side's model calls and tokens, when `wt` saw any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<RunUsage>,
 }
 
 impl SideInfo {
@@ -147,7 +150,16 @@ impl SideInfo {
                 .map(|s| s.sweep_id.clone())
                 .chain(r.gaps.iter().cloned())
                 .collect(),
+            usage: r.usage.clone(),
         }
+    }
+
+    /// Tokens per run, and the cost per run when known.
+    fn per_run(&self) -> Option<(f64, Option<f64>)> {
+        let u = self.usage.as_ref()?;
+        let runs = self.runs.max(1) as f64;
+        let tokens = (u.tokens.prompt_tokens + u.tokens.completion_tokens) as f64;
+        Some((tokens / runs, u.cost_usd.map(|c| c / runs)))
     }
 
     /// `demo on pack demo: 6 runs in runs/ (sweep 1a2b…)`.
@@ -413,6 +425,43 @@ impl Comparison {
         )
     }
 
+    /// `tokens per run 116 → 140 (+20.7%) · cost per run $0.000012 → $0.000015 (+25.0%)`,
+    /// when either side made model calls `wt` saw.
+    pub(crate) fn usage_line(&self) -> Option<String> {
+        let (b, n) = (self.base.per_run(), self.new.per_run());
+        if b.is_none() && n.is_none() {
+            return None;
+        }
+        let change = |from: f64, to: f64| {
+            if from > 0.0 {
+                format!(" ({:+.1}%)", (to - from) / from * 100.0)
+            } else {
+                String::new()
+            }
+        };
+        let tokens =
+            |x: Option<(f64, Option<f64>)>| x.map_or("-".to_owned(), |(t, _)| format!("{t:.0}"));
+        let mut line = format!("tokens per run {} → {}", tokens(b), tokens(n));
+        if let (Some((bt, _)), Some((nt, _))) = (b, n) {
+            line.push_str(&change(bt, nt));
+        }
+        match (b.and_then(|x| x.1), n.and_then(|x| x.1)) {
+            (Some(bc), Some(nc)) => {
+                line.push_str(&format!(
+                    " · cost per run {} → {}{}",
+                    dollars(bc),
+                    dollars(nc),
+                    change(bc, nc)
+                ));
+            }
+            (Some(_), None) | (None, Some(_)) => {
+                line.push_str(" · cost known on one side only");
+            }
+            (None, None) => {}
+        }
+        Some(line)
+    }
+
     /// The pack-level test's result.
     pub(crate) fn pack_line(&self) -> String {
         let p = &self.pack;
@@ -449,7 +498,11 @@ impl Comparison {
         let _ = writeln!(out, "BASE  {}", self.base.describe());
         let _ = writeln!(out, "NEW   {}", self.new.describe());
         let _ = writeln!(out, "({})", self.method());
-        let _ = writeln!(out, "pack: {}\n", self.pack_line());
+        let _ = writeln!(out, "pack: {}", self.pack_line());
+        if let Some(u) = self.usage_line() {
+            let _ = writeln!(out, "model: {u}");
+        }
+        out.push('\n');
         let width = self
             .scenarios
             .iter()
@@ -521,7 +574,11 @@ impl Comparison {
         let _ = writeln!(out, "- BASE: {}", self.base.describe_quoting(md_code));
         let _ = writeln!(out, "- NEW: {}", self.new.describe_quoting(md_code));
         let _ = writeln!(out, "- {}", self.method());
-        let _ = writeln!(out, "- pack: {}\n", self.pack_line());
+        let _ = writeln!(out, "- pack: {}", self.pack_line());
+        if let Some(u) = self.usage_line() {
+            let _ = writeln!(out, "- model: {}", md(&u));
+        }
+        out.push('\n');
         let head = "| Scenario | Base | New | Diff | p (adj.) | Verdict | p50 Δ | p95 Δ | Why |\n\
              |---|---:|---:|---:|---:|---|---:|---:|---|\n";
         let row = |s: &ScenarioComparison| {

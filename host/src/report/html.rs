@@ -19,7 +19,7 @@ use windtunnel_sdk::model::HookProvenance;
 
 use super::compare::{Change, Comparison, SideStats};
 use super::load::{self, MAX_SIDECAR_BYTES, read_bounded};
-use super::table::{failing_layers, pack_line, pct};
+use super::table::{failing_layers, pack_line, pct, usage_line};
 use super::triage::{self, Cluster, Rung};
 use super::{LoadedRun, Report, ScenarioSummary};
 
@@ -544,6 +544,9 @@ pub(crate) fn report_page(report: &Report, base: Option<&Path>) -> String {
                 @for a in p.pass_at_k.iter().filter(|a| a.k > 1) { div.tile { b { (format!("{:.2}", a.value)) } span { "pass@" (a.k) } } }
             }
             p.muted { (pack_line(p)) }
+            @if let Some(u) = &report.usage {
+                p.muted { "Model: " (usage_line(u)) }
+            }
             p { "Gate (" code { "wt report --gate" } "): " strong.gate { (gate_text(report.gate)) } }
             @if report.duplicates > 0 {
                 p.muted { (report.duplicates) " trace file(s) repeat a run already read and are counted once." }
@@ -649,6 +652,9 @@ pub(crate) fn compare_page(c: &Comparison, new: &Report) -> String {
                 (c.method()) ". Gate (" code { "--gate" } "): " strong.gate { (c.gate) }
             }
             p { "Pack: " (c.pack_line()) }
+            @if let Some(u) = c.usage_line() {
+                p { "Model: " (u) }
+            }
             @for i in &c.incomplete {
                 p.warn { "Incomplete: " (i) }
             }

@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::Serialize;
-use windtunnel_sdk::model::{AggregateResult, SCHEMA_VERSION, Verdict};
+use windtunnel_sdk::model::{AggregateResult, RunUsage, SCHEMA_VERSION, Verdict};
 
 use crate::score::Aggregator;
 use crate::store::{StoreError, StoredRun};
@@ -67,6 +67,9 @@ pub(crate) struct RunRow {
     /// The trace file (displayed; paths that are not UTF-8 are shown lossily).
     pub trace: String,
     pub latency_ms: u64,
+    /// The run's model calls and tokens, when `wt` saw any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<RunUsage>,
 }
 
 /// An estimate at one `k`.
@@ -89,6 +92,9 @@ pub(crate) struct ScenarioSummary {
     pub pass_hat_k: Vec<AtK>,
     /// pass@k for k = 1 and k = runs.
     pub pass_at_k: Vec<AtK>,
+    /// The scenario's model calls and tokens, summed over its runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<RunUsage>,
 }
 
 impl ScenarioSummary {
@@ -96,6 +102,7 @@ impl ScenarioSummary {
         let (c, n) = (u64::from(aggregate.passed), u64::from(aggregate.runs));
         let ks = ks(&[1, n]);
         ScenarioSummary {
+            usage: None,
             pass_rate: (n > 0).then(|| c as f64 / n as f64),
             wilson95: stats::wilson(c, n, REPORT_ALPHA).map(|(l, h)| [l, h]),
             pass_hat_k: at_ks(&ks, |k| stats::pass_hat_k(c, n, k)),
@@ -196,6 +203,9 @@ pub(crate) struct Report {
     pub unread: Vec<UnreadRun>,
     /// The exit code of `--gate` (see [`Report::gate`]).
     pub gate: u8,
+    /// Model calls and tokens over every run, when `wt` saw any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<RunUsage>,
     /// The runs themselves, for views that show details (the HTML page).
     #[serde(skip)]
     pub loaded: Vec<LoadedRun>,
@@ -206,11 +216,22 @@ impl Report {
     pub(crate) fn new(loaded: Loaded) -> Report {
         let mut aggs: BTreeMap<String, Aggregator> = BTreeMap::new();
         let mut rows = Vec::with_capacity(loaded.runs.len());
+        let mut usage: BTreeMap<String, RunUsage> = BTreeMap::new();
+        let mut total: Option<RunUsage> = None;
         for run in &loaded.runs {
             let trace = &run.trace;
             aggs.entry(trace.scenario_id.clone())
                 .or_insert_with(|| Aggregator::new(&trace.scenario_id))
                 .add(trace, run.score.as_ref());
+            if let Some(u) = run.score.as_ref().and_then(|s| s.usage.as_ref()) {
+                add_usage(
+                    usage
+                        .entry(trace.scenario_id.clone())
+                        .or_insert_with(|| first(u)),
+                    u,
+                );
+                add_usage(total.get_or_insert_with(|| first(u)), u);
+            }
             rows.push(row(run));
         }
         let mut unread: BTreeMap<&str, u32> = BTreeMap::new();
@@ -239,7 +260,9 @@ impl Report {
                     a.errored += e.runs;
                     a.error.get_or_insert_with(|| e.error.clone());
                 }
-                ScenarioSummary::new(a)
+                let mut summary = ScenarioSummary::new(a);
+                summary.usage = usage.remove(&id);
+                summary
             })
             .collect();
         let partial = loaded.partial_sweeps().next().is_some() || !loaded.gaps.is_empty();
@@ -256,6 +279,7 @@ impl Report {
             gaps: loaded.gaps,
             unread: loaded.unread,
             gate,
+            usage: total,
             loaded: loaded.runs,
         }
     }
@@ -317,6 +341,25 @@ pub(crate) fn gate_code<'a>(
     crate::exit::of_aggregates(aggs)
 }
 
+/// An empty sum to add `u` to: its cost is known until a run without one is added.
+fn first(u: &RunUsage) -> RunUsage {
+    let mut zero = RunUsage::default();
+    zero.cost_usd = u.cost_usd.map(|_| 0.0);
+    zero
+}
+
+/// Adds a run's usage to a sum. The sum has a cost only while every run added has one: a
+/// total that leaves runs out would be false.
+pub(crate) fn add_usage(sum: &mut RunUsage, u: &RunUsage) {
+    sum.model_calls += u.model_calls;
+    sum.unreported += u.unreported;
+    sum.tokens.add(&u.tokens);
+    sum.cost_usd = match (sum.cost_usd, u.cost_usd) {
+        (Some(a), Some(b)) => Some(a + b),
+        _ => None,
+    };
+}
+
 fn row(run: &LoadedRun) -> RunRow {
     let trace = &run.trace;
     let failures = run
@@ -343,6 +386,7 @@ fn row(run: &LoadedRun) -> RunRow {
             None => run.score_problem.clone(),
         },
         trace: run.path.display().to_string(),
+        usage: run.score.as_ref().and_then(|s| s.usage.clone()),
         latency_ms: trace.turns.iter().map(|t| t.latency_ms).sum(),
     }
 }

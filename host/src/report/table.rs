@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use windtunnel_sdk::model::{AggregateResult, LAYERS, Verdict};
+use windtunnel_sdk::model::{AggregateResult, LAYERS, RunUsage, Verdict};
 
 use super::{AtK, PackSummary, Report, RunRow, ScenarioSummary};
 
@@ -97,6 +97,41 @@ pub(crate) fn pack_line(p: &PackSummary) -> String {
     )
 }
 
+/// `4 model calls · 116 tokens in (12 cached) · 52 out (8 reasoning) · $0.000049`; calls
+/// that reported no usage are counted, and then no cost is shown.
+pub(crate) fn usage_line(u: &RunUsage) -> String {
+    let mut parts = vec![format!("{} model call(s)", u.model_calls)];
+    if u.unreported > 0 {
+        parts.push(format!("{} without usage", u.unreported));
+    }
+    let t = &u.tokens;
+    let mut input = format!("{} tokens in", t.prompt_tokens);
+    if t.cached_tokens > 0 {
+        input.push_str(&format!(" ({} cached)", t.cached_tokens));
+    }
+    parts.push(input);
+    let mut output = format!("{} out", t.completion_tokens);
+    if t.reasoning_tokens > 0 {
+        output.push_str(&format!(" ({} reasoning)", t.reasoning_tokens));
+    }
+    parts.push(output);
+    if let Some(c) = u.cost_usd {
+        parts.push(dollars(c));
+    }
+    parts.join(" · ")
+}
+
+/// US dollars with enough digits to tell small costs apart: `$12.34`, `$0.000049`.
+pub(crate) fn dollars(c: f64) -> String {
+    if c >= 1.0 {
+        format!("${c:.2}")
+    } else if c >= 0.01 {
+        format!("${c:.4}")
+    } else {
+        format!("${c:.6}")
+    }
+}
+
 pub(crate) fn failing_layers(a: &AggregateResult) -> String {
     let mut parts: Vec<String> = LAYERS
         .iter()
@@ -162,6 +197,14 @@ impl Report {
             "\n{passed}/{runs} runs passed, {failed} failed, {errored} could not be judged (ERROR)"
         );
         let _ = writeln!(out, "{}", pack_line(&self.pack));
+        if let Some(u) = &self.usage {
+            let _ = writeln!(out, "model: {}", usage_line(u));
+            for s in &self.scenarios {
+                if let Some(u) = &s.usage {
+                    let _ = writeln!(out, "  {:<width$}  {}", s.id(), usage_line(u));
+                }
+            }
+        }
         let mut bad = not_passed(self).peekable();
         if bad.peek().is_some() {
             out.push('\n');
@@ -206,6 +249,9 @@ impl Report {
             );
         }
         let _ = writeln!(out, "\n{}", md(&pack_line(&self.pack)));
+        if let Some(u) = &self.usage {
+            let _ = writeln!(out, "\nModel: {}", md(&usage_line(u)));
+        }
         let mut bad = not_passed(self).peekable();
         if bad.peek().is_some() {
             out.push_str(

@@ -136,7 +136,12 @@ impl<'s, 'a> RunRunner<'s, 'a> {
                 crate::limits::MAX_EVIDENCE_BYTES >> 20
             ));
         }
-        let score = score::score(scenario, &trace);
+        bound_model_calls(&mut trace);
+        // What the run's tokens cost, with the agent config's prices.
+        let pricing = cfg.agent.pricing().copied();
+        let price = pricing.map(|p| move |t: &windtunnel_sdk::model::TokenUsage| p.cost(t));
+        let mut score = score::score(scenario, &trace);
+        score.usage = score::usage(&trace, price.as_ref().map(|p| p as &dyn Fn(&_) -> f64));
         sc.publish(
             &scope,
             events::Event::RunScored {
@@ -182,6 +187,17 @@ impl<'s, 'a> RunRunner<'s, 'a> {
             let end = h.end_run();
             drop(h);
             trace.processes = end.processes;
+            if !end.model_calls.is_empty() {
+                for mut call in end.model_calls {
+                    crate::limits::bound_model_call(&mut call);
+                    if cfg.clock.is_fixed() {
+                        super::turn::pin_model_call(&mut call);
+                    }
+                    sc.publish(&scope, super::turn::model_event(&call));
+                    trace.evidence.model_calls.push(call);
+                }
+                bound_model_calls(&mut trace);
+            }
             if !end.refused.is_empty() {
                 // Refused after the run was scored: they count all the same.
                 record_refused(sc, &scope, &mut trace, end.refused);
@@ -205,6 +221,7 @@ impl<'s, 'a> RunRunner<'s, 'a> {
                 }
                 score = rescored;
             }
+            score.usage = score::usage(&trace, price.as_ref().map(|p| p as &dyn Fn(&_) -> f64));
         }
         let mut artifacts = Vec::new();
         for out in [start_out, scored_out, end_out] {
@@ -268,6 +285,19 @@ impl<'s, 'a> RunRunner<'s, 'a> {
             }
         }
         store::write_json(&store::trace_path(dir, stem), trace)
+    }
+}
+
+/// Keeps the first model calls of a run that fit, with a warning counting the rest.
+fn bound_model_calls(trace: &mut Trace) {
+    if let Some(total) = crate::limits::bound_model_calls(&mut trace.evidence.model_calls) {
+        let w = format!(
+            "{total} model calls: the trace keeps the first {}",
+            crate::limits::MAX_MODEL_CALLS
+        );
+        if !trace.worker_warnings.contains(&w) {
+            trace.worker_warnings.push(w);
+        }
     }
 }
 

@@ -120,6 +120,7 @@ impl TurnRunner<'_, '_> {
             record.retries = reply.retries;
             trace.turns.push(record);
             trace.evidence.tool_calls.extend(reply.tool_calls);
+            trace.evidence.model_calls.extend(reply.model_calls);
             self.warnings(trace, finished);
             if failed {
                 // The session cannot be trusted after a failed turn; stop injecting.
@@ -259,6 +260,9 @@ pub(super) fn publish_terminal(
             },
         );
     }
+    for call in &reply.model_calls {
+        sc.emit(scope, cause, model_event(call));
+    }
     let outcome = outcome(reply);
     let event = match &reply.error {
         Some(e) if outcome == Outcome::Interrupted => events::Event::TurnInterrupted {
@@ -321,6 +325,18 @@ fn pin_durations(reply: &mut Reply) {
         w.wait_ms = 0;
     }
     for r in &mut reply.retries {
+        r.wait_ms = 0;
+    }
+    for c in &mut reply.model_calls {
+        pin_model_call(c);
+    }
+}
+
+/// A model call's durations, pinned to 0 ms (see [`pin_durations`]).
+pub(super) fn pin_model_call(call: &mut windtunnel_sdk::model::ModelCall) {
+    call.latency_ms = 0;
+    call.ttft_ms = call.ttft_ms.map(|_| 0);
+    for r in &mut call.retries {
         r.wait_ms = 0;
     }
 }
@@ -401,6 +417,18 @@ fn cut() -> Reply {
     )
 }
 
+/// The journal's line for a model call.
+pub(super) fn model_event(call: &windtunnel_sdk::model::ModelCall) -> events::Event {
+    events::Event::ModelCalled {
+        model: call.served_model.clone().or_else(|| call.model.clone()),
+        finish_reason: call.finish_reason.clone(),
+        prompt_tokens: call.usage.map(|u| u.prompt_tokens),
+        completion_tokens: call.usage.map(|u| u.completion_tokens),
+        latency_ms: call.latency_ms,
+        error: call.error.clone(),
+    }
+}
+
 /// Cuts what a runtime returned to the sizes `wt` stores.
 fn bound(reply: &mut Reply) {
     let max = MAX_STORED_TEXT_BYTES;
@@ -419,6 +447,9 @@ fn bound(reply: &mut Reply) {
         if let Some(e) = &mut call.error {
             cut_text(e, max);
         }
+    }
+    for call in &mut reply.model_calls {
+        crate::limits::bound_model_call(call);
     }
 }
 

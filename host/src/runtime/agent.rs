@@ -64,11 +64,41 @@ pub struct EndpointLimits {
 /// An OpenAI-compatible chat-completions endpoint; `wt` runs the tool loop.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct OpenAi {
-    /// Base URL.
+    /// Base URL (else `OPENAI_BASE_URL`).
     pub endpoint: Option<String>,
-    /// The variable holding the API key.
+    /// The variable holding the API key (else `OPENAI_API_KEY`, when set).
     pub api_key_env: Option<String>,
     pub limits: EndpointLimits,
+    /// The model's prices.
+    pub pricing: Option<Pricing>,
+    /// How the endpoint is spoken to: extra headers, the key's header.
+    pub wire: Wire,
+    /// Extra fields of every request body (`tool_choice`, `response_format`, `stop`, …).
+    pub body: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+/// How `wt` speaks to an OpenAI-compatible endpoint beyond its URL and key.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+pub struct Wire {
+    /// Extra request headers: a value, or `{ env = "VAR" }` for one read from the
+    /// environment (a secret, redacted like a key).
+    #[serde(default)]
+    pub headers: Option<BTreeMap<String, HeaderValue>>,
+    /// The header that carries the API key, as is (e.g. Azure's `api-key`), instead of
+    /// `Authorization: Bearer <key>`.
+    #[serde(default)]
+    pub api_key_header: Option<String>,
+}
+
+/// A header's value in an agent config.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(untagged)]
+pub enum HeaderValue {
+    Text(String),
+    /// Read from this environment variable (a secret).
+    Env {
+        env: String,
+    },
 }
 
 /// An agent service behind an inject endpoint.
@@ -83,6 +113,103 @@ pub struct Http {
     pub max_sessions: Option<u32>,
     /// Whether the service reaches the fixture world over MCP (default true).
     pub mcp: Option<bool>,
+    /// The model gateway: the service's model calls go through `wt` to this upstream.
+    pub gateway: Option<Gateway>,
+    /// The model's prices (with a gateway).
+    pub pricing: Option<Pricing>,
+}
+
+/// The model gateway of a `process` or `http` agent (`[gateway]`): per run, `wt` serves an
+/// OpenAI-compatible endpoint on loopback and forwards each call to this upstream, recording
+/// it. The fields mean what they mean for the `openai` runtime.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+pub struct Gateway {
+    /// The upstream's base URL (e.g. `https://api.example.com/v1`).
+    pub endpoint: String,
+    /// The variable holding the upstream's API key; the agent never sees it.
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    #[serde(default)]
+    pub retries: Option<u32>,
+    #[serde(default)]
+    pub max_response_bytes: Option<u64>,
+    #[serde(default)]
+    pub max_concurrency: Option<u32>,
+    #[serde(default)]
+    pub requests_per_minute: Option<u32>,
+    /// Also set `OPENAI_BASE_URL` and `OPENAI_API_KEY` for a `process` agent, so that an
+    /// unmodified OpenAI client uses the gateway (default false).
+    #[serde(default)]
+    pub openai_env: bool,
+    /// Extra headers to the upstream, as for the `openai` runtime.
+    #[serde(default)]
+    pub headers: Option<BTreeMap<String, HeaderValue>>,
+    /// The header that carries the upstream's key, as for the `openai` runtime.
+    #[serde(default)]
+    pub api_key_header: Option<String>,
+}
+
+impl Gateway {
+    /// How the upstream is spoken to.
+    pub fn wire(&self) -> Wire {
+        Wire {
+            headers: self.headers.clone(),
+            api_key_header: self.api_key_header.clone(),
+        }
+    }
+
+    /// The upstream's limits.
+    pub fn limits(&self) -> EndpointLimits {
+        EndpointLimits {
+            retries: self.retries,
+            max_response_bytes: self.max_response_bytes,
+            max_concurrency: self.max_concurrency,
+            requests_per_minute: self.requests_per_minute,
+        }
+    }
+}
+
+/// Prices of the agent's model, in US dollars per million tokens (`[pricing]`). `wt` has no
+/// price table of its own: without these, reports show tokens only.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Deserialize)]
+pub struct Pricing {
+    /// Per million input tokens not served from cache.
+    pub input: f64,
+    /// Per million output tokens (reasoning tokens included).
+    pub output: f64,
+    /// Per million input tokens served from cache (default: `input`).
+    #[serde(default)]
+    pub cached: Option<f64>,
+}
+
+impl Pricing {
+    /// What `tokens` cost.
+    pub fn cost(&self, t: &windtunnel_sdk::model::TokenUsage) -> f64 {
+        let cached = t.cached_tokens.min(t.prompt_tokens);
+        let fresh = t.prompt_tokens - cached;
+        (fresh as f64 * self.input
+            + cached as f64 * self.cached.unwrap_or(self.input)
+            + t.completion_tokens as f64 * self.output)
+            / 1e6
+    }
+
+    /// Refuses a negative or non-finite price.
+    pub fn check(&self) -> Result<(), String> {
+        for (name, v) in [
+            ("input", Some(self.input)),
+            ("output", Some(self.output)),
+            ("cached", self.cached),
+        ] {
+            if let Some(v) = v
+                && !(v.is_finite() && v >= 0.0)
+            {
+                return Err(format!(
+                    "`pricing.{name}` must be a price of zero or more (US dollars per million tokens), not {v}"
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// A local command.
@@ -106,7 +233,17 @@ pub struct Process {
     pub mcp: Option<bool>,
     /// Largest stdout (one-shot) or stdout line (session) accepted, in bytes.
     pub max_response_bytes: Option<u64>,
+    /// The model gateway: the agent's model calls go through `wt` to this upstream.
+    pub gateway: Option<Gateway>,
+    /// The model's prices (with a gateway).
+    pub pricing: Option<Pricing>,
 }
+
+/// The variable an `openai` agent takes its key from when it names none.
+pub const OPENAI_API_KEY: &str = "OPENAI_API_KEY";
+
+/// The variable an `openai` agent takes its endpoint from when it names none.
+pub const OPENAI_BASE_URL: &str = "OPENAI_BASE_URL";
 
 /// The runtimes an agent config may name.
 pub const RUNTIMES: [&str; 4] = ["demo", "openai", "http", "process"];
@@ -135,22 +272,46 @@ impl Agent {
         }
     }
 
-    /// The variable naming the API key, for the runtimes that have one.
+    /// The variable naming the API key, for the runtimes that have one. An `openai` agent
+    /// without `api_key_env` uses `OPENAI_API_KEY` when it is set, as OpenAI's clients do.
     pub fn api_key_env(&self) -> Option<&str> {
         match &self.settings {
-            Settings::OpenAi(s) => s.api_key_env.as_deref(),
+            Settings::OpenAi(s) => s.api_key_env.as_deref().or_else(|| {
+                crate::secrets::env_secret(OPENAI_API_KEY)
+                    .is_ok()
+                    .then_some(OPENAI_API_KEY)
+            }),
             Settings::Http(s) => s.api_key_env.as_deref(),
             Settings::Process(s) => s.api_key_env.as_deref(),
             Settings::Demo(_) => None,
         }
     }
 
-    /// The endpoint URL, for the runtimes that have one.
+    /// The endpoint URL as the agent config gives it, for the runtimes that have one.
     pub fn endpoint(&self) -> Option<&str> {
         match &self.settings {
             Settings::OpenAi(s) => s.endpoint.as_deref(),
             Settings::Http(s) => s.endpoint.as_deref(),
             Settings::Demo(_) | Settings::Process(_) => None,
+        }
+    }
+
+    /// The model's prices, for the runtimes that make model calls `wt` sees.
+    pub fn pricing(&self) -> Option<&Pricing> {
+        match &self.settings {
+            Settings::OpenAi(s) => s.pricing.as_ref(),
+            Settings::Http(s) => s.pricing.as_ref(),
+            Settings::Process(s) => s.pricing.as_ref(),
+            Settings::Demo(_) => None,
+        }
+    }
+
+    /// The model gateway, for the runtimes that have one.
+    pub fn gateway(&self) -> Option<&Gateway> {
+        match &self.settings {
+            Settings::Http(s) => s.gateway.as_ref(),
+            Settings::Process(s) => s.gateway.as_ref(),
+            Settings::Demo(_) | Settings::OpenAi(_) => None,
         }
     }
 
@@ -311,6 +472,14 @@ const OWNERS: &[(&str, &str)] = &[
     ("reply_field", "process"),
     ("run_timeout_s", "process"),
     ("state_dir", "process"),
+    ("gateway", "http"),
+    ("gateway", "process"),
+    ("pricing", "openai"),
+    ("headers", "openai"),
+    ("api_key_header", "openai"),
+    ("body", "openai"),
+    ("pricing", "http"),
+    ("pricing", "process"),
 ];
 
 fn default_turn_timeout() -> f64 {
@@ -382,6 +551,10 @@ agent_file!(OpenAiFile {
     max_response_bytes: Option<u64>,
     max_concurrency: Option<u32>,
     requests_per_minute: Option<u32>,
+    pricing: Option<Pricing>,
+    headers: Option<BTreeMap<String, HeaderValue>>,
+    api_key_header: Option<String>,
+    body: Option<serde_json::Map<String, serde_json::Value>>,
 } => |f| Settings::OpenAi(OpenAi {
     endpoint: f.0,
     api_key_env: f.1,
@@ -391,6 +564,12 @@ agent_file!(OpenAiFile {
         max_concurrency: f.4,
         requests_per_minute: f.5,
     },
+    pricing: f.6,
+    wire: Wire {
+        headers: f.7,
+        api_key_header: f.8,
+    },
+    body: f.9,
 }));
 
 agent_file!(HttpFile {
@@ -402,6 +581,8 @@ agent_file!(HttpFile {
     requests_per_minute: Option<u32>,
     max_sessions: Option<u32>,
     mcp: Option<bool>,
+    gateway: Option<Gateway>,
+    pricing: Option<Pricing>,
 } => |f| Settings::Http(Http {
     endpoint: f.0,
     api_key_env: f.1,
@@ -413,6 +594,8 @@ agent_file!(HttpFile {
     },
     max_sessions: f.6,
     mcp: f.7,
+    gateway: f.8,
+    pricing: f.9,
 }));
 
 agent_file!(ProcessFile {
@@ -425,6 +608,8 @@ agent_file!(ProcessFile {
     state_dir: Option<String>,
     mcp: Option<bool>,
     max_response_bytes: Option<u64>,
+    gateway: Option<Gateway>,
+    pricing: Option<Pricing>,
 } => |f| Settings::Process(Process {
     command: f.0,
     env: f.1,
@@ -435,6 +620,8 @@ agent_file!(ProcessFile {
     state_dir: f.6,
     mcp: f.7,
     max_response_bytes: f.8,
+    gateway: f.9,
+    pricing: f.10,
 }));
 
 #[cfg(test)]

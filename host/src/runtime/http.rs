@@ -13,7 +13,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use windtunnel_sdk::model::{Scenario, ToolCall, TurnErrorKind};
+use windtunnel_sdk::model::{ModelCall, Scenario, ToolCall, TurnErrorKind};
 
 use super::net::{Log, Net, Request};
 use super::{
@@ -32,6 +32,8 @@ pub(crate) struct HttpRuntime {
     key: Option<String>,
     /// One client and one set of limits for the endpoint, shared by every lane.
     net: Net,
+    /// The model gateway's upstream, when the agent has one.
+    gateway: Option<Arc<super::gateway::Upstream>>,
 }
 
 impl HttpRuntime {
@@ -50,7 +52,12 @@ impl HttpRuntime {
         };
         super::check_endpoint(base.trim(), what)?;
         super::check_one_credential(base.trim(), what, agent)?;
+        let gateway = match &settings.gateway {
+            Some(g) => Some(Arc::new(super::gateway::Upstream::new(agent, g)?)),
+            None => None,
+        };
         Ok(HttpRuntime {
+            gateway,
             agent: agent.clone(),
             settings: settings.clone(),
             base: base.trim().trim_end_matches('/').to_owned(),
@@ -75,13 +82,19 @@ impl Runtime for HttpRuntime {
         lane: usize,
     ) -> Result<Box<dyn AgentHandle>, RuntimeError> {
         // Each lane its own MCP listener: nothing one session's client does reaches another.
-        let (door, tools) = if self.agent.reaches_world() {
-            let tools = ToolSet::new(&scenario.tools).map_err(|e| RuntimeError(e.to_string()))?;
-            let door = mcp::Lane::open(u32::try_from(lane).unwrap_or(u32::MAX))
-                .map_err(|e| RuntimeError(e.to_string()))?;
-            (Some(door), Some(tools))
-        } else {
-            (None, None)
+        let tools = match self.agent.reaches_world() {
+            true => Some(ToolSet::new(&scenario.tools).map_err(|e| RuntimeError(e.to_string()))?),
+            false => None,
+        };
+        let door = match tools.is_some() || self.gateway.is_some() {
+            true => Some(
+                mcp::Lane::open(
+                    u32::try_from(lane).unwrap_or(u32::MAX),
+                    self.gateway.clone(),
+                )
+                .map_err(|e| RuntimeError(e.to_string()))?,
+            ),
+            false => None,
         };
         let handle = HttpAgent {
             door,
@@ -91,6 +104,9 @@ impl Runtime for HttpRuntime {
             base: self.base.clone(),
             key: self.key.clone(),
             scenario_id: scenario.id.clone(),
+            told: super::told(&self.agent),
+            run_id: None,
+            outside_models: Vec::new(),
             lane,
             timeout: super::turn_timeout(&self.agent),
         };
@@ -117,6 +133,12 @@ struct HttpAgent {
     base: String,
     key: Option<String>,
     scenario_id: String,
+    /// What the agent config tells the agent (`model`, `soul`, `sampling`).
+    told: Vec<(&'static str, Value)>,
+    /// The run in progress.
+    run_id: Option<String>,
+    /// Model calls of the run that no turn took.
+    outside_models: Vec<windtunnel_sdk::model::ModelCall>,
     /// The session slot this handle drives; its reset names it.
     lane: usize,
     timeout: Duration,
@@ -133,6 +155,7 @@ impl HttpAgent {
     ) -> Result<Value, TurnError> {
         let url = format!("{}{path}", self.base);
         let req = Request {
+            headers: &[],
             method,
             url: &url,
             auth: self.key.as_deref(),
@@ -145,6 +168,7 @@ impl HttpAgent {
     fn call_ok(&self, method: &str, path: &str, body: Option<&Value>) -> Result<(), TurnError> {
         let url = format!("{}{path}", self.base);
         let req = Request {
+            headers: &[],
             method,
             url: &url,
             auth: self.key.as_deref(),
@@ -187,16 +211,17 @@ impl HttpAgent {
         &self,
         body: &Value,
         ctx: &mut TurnCtx<'_>,
-    ) -> (Result<Value, TurnError>, Vec<ToolCall>, Log) {
+    ) -> (Result<Value, TurnError>, Vec<ToolCall>, Vec<ModelCall>, Log) {
         let Some(run) = &self.run else {
             let mut log = Log::default();
             let resp = self.call("POST", "/inject", Some(body), ctx.timeout, &mut log);
-            return (resp, Vec::new(), log);
+            return (resp, Vec::new(), Vec::new(), log);
         };
         type Answer = (Result<Value, TurnError>, Log);
         let (tx, rx) = mpsc::channel::<Inbox<Answer>>();
         run.open_turn(tx.clone());
         let mut calls = Vec::new();
+        let mut models = Vec::new();
         let timeout = ctx.timeout;
         let answer = std::thread::scope(|s| {
             let request = s.spawn(move || {
@@ -209,6 +234,9 @@ impl HttpAgent {
                     Ok(Inbox::Tool(req)) => {
                         let step = calls.len() as u32;
                         calls.push(mcp::execute(ctx, run.tools(), step, req));
+                    }
+                    Ok(Inbox::Model(call)) => {
+                        models.push(mcp::stamp_model(*call, ctx.index, calls.len()));
                     }
                     Ok(Inbox::Agent(answer)) => break answer,
                     Err(_) if request.is_finished() => {
@@ -226,8 +254,12 @@ impl HttpAgent {
             }
         });
         run.close_turn();
-        mcp::refuse_pending(&rx, "refused: the turn ended before the call ran");
-        (answer.0, calls, answer.1)
+        let late = mcp::refuse_pending(&rx, "refused: the turn ended before the call ran");
+        models.extend(
+            late.into_iter()
+                .map(|c| mcp::stamp_model(c, ctx.index, calls.len())),
+        );
+        (answer.0, calls, models, answer.1)
     }
 }
 
@@ -241,11 +273,12 @@ impl AgentHandle for HttpAgent {
         .map_err(|e| RuntimeError(e.message))
     }
 
-    fn begin_run(&mut self, _run: &RunInfo) -> Result<(), RuntimeError> {
+    fn begin_run(&mut self, run: &RunInfo) -> Result<(), RuntimeError> {
         self.run = None;
-        if let (Some(door), Some(tools)) = (&self.door, &self.tools) {
+        self.run_id = Some(run.run_id.clone());
+        if let Some(door) = &self.door {
             self.run = Some(
-                door.start_run(tools.clone())
+                door.start_run(self.tools.clone())
                     .map_err(|e| RuntimeError(e.to_string()))?,
             );
         }
@@ -254,9 +287,14 @@ impl AgentHandle for HttpAgent {
 
     fn end_run(&mut self) -> RunEnd {
         let refused = self.take_refused();
-        self.run = None;
+        let mut model_calls = std::mem::take(&mut self.outside_models);
+        if let Some(run) = self.run.take() {
+            model_calls.extend(run.take_model_calls());
+        }
+        self.run_id = None;
         RunEnd {
             refused,
+            model_calls,
             ..RunEnd::default()
         }
     }
@@ -274,11 +312,24 @@ impl AgentHandle for HttpAgent {
             "scenario_id": self.scenario_id,
             "turn": ctx.index,
             "text": text,
+            "lane": self.lane,
         });
-        if let Some(run) = &self.run {
-            body["mcp_url"] = json!(run.url());
+        if let Some(id) = &self.run_id {
+            body["run_id"] = json!(id);
         }
-        let (resp, mcp_calls, log) = self.inject(&body, &mut ctx);
+        for (name, value) in &self.told {
+            body[*name] = value.clone();
+        }
+        if let Some(run) = &self.run {
+            if run.serves_mcp() {
+                body["mcp_url"] = json!(run.url());
+            }
+            if let Some(url) = run.model_url() {
+                body["model_url"] = json!(url);
+                body["model_token"] = json!(run.model_token());
+            }
+        }
+        let (resp, mcp_calls, models, log) = self.inject(&body, &mut ctx);
         let url = format!("{}/inject", self.base);
         let protocol = |message: String, mut calls: Vec<ToolCall>, reported: Vec<ToolCall>| {
             calls.extend(reported);
@@ -319,7 +370,9 @@ impl AgentHandle for HttpAgent {
                 }
             }
         };
-        reply.with_log(log)
+        let mut reply = reply.with_log(log);
+        reply.model_calls = models;
+        reply
     }
 
     fn probe_state(&mut self) -> Option<Value> {

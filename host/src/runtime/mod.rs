@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use windtunnel_sdk::model::{
-    AgentProcess, Retry, Scenario, Surface, ToolCall, ToolSpec, TurnErrorKind,
+    AgentProcess, ModelCall, Retry, Scenario, Surface, ToolCall, ToolSpec, TurnErrorKind,
 };
 
 use crate::interrupt::Interrupt;
@@ -26,6 +26,7 @@ pub use agent::{Agent, RUNTIMES, Settings};
 
 pub mod agent;
 pub(crate) mod demo;
+internal_mod!(gateway);
 pub(crate) mod http;
 internal_mod!(mcp);
 pub(crate) mod net;
@@ -34,6 +35,104 @@ pub(crate) mod process;
 
 pub(crate) use net::DEFAULT_MAX_RESPONSE_BYTES;
 pub use net::Wait;
+
+/// What an agent config tells an agent `wt` does not drive itself (`process`, `http`):
+/// `model`, `soul` and `[sampling]`, each only when set. A `process` agent gets them as
+/// `WT_AGENT_MODEL`, `WT_AGENT_SOUL` and `WT_AGENT_SAMPLING` (JSON); an `http` agent as
+/// `model`, `soul` and `sampling` in each inject.
+pub(crate) fn told(agent: &Agent) -> Vec<(&'static str, Value)> {
+    let mut told = Vec::new();
+    if let Some(m) = &agent.model {
+        told.push(("model", json!(m)));
+    }
+    if !agent.soul.is_empty() {
+        told.push(("soul", json!(agent.soul)));
+    }
+    let sampling = serde_json::to_value(&agent.sampling).unwrap_or(Value::Null);
+    if sampling.as_object().is_some_and(|o| !o.is_empty()) {
+        told.push(("sampling", sampling));
+    }
+    told
+}
+
+/// Request headers, as names and values.
+pub(crate) type Headers = Vec<(String, String)>;
+
+/// The headers of every request to an OpenAI-compatible endpoint (`headers`, and the key
+/// in `api_key_header`), and the key to send as `Authorization: Bearer` when it goes there.
+/// `what` prefixes the settings' names in messages (`gateway.` for the gateway's).
+pub(crate) fn wire_headers(
+    wire: &agent::Wire,
+    key: Option<String>,
+    what: &str,
+) -> Result<(Headers, Option<String>), RuntimeError> {
+    let name_ok = |name: &str, field: &str| -> Result<(), RuntimeError> {
+        if ::http::HeaderName::from_bytes(name.as_bytes()).is_err() {
+            return Err(RuntimeError(format!(
+                "`{what}{field}`: {name:?} is not a header name"
+            )));
+        }
+        let lower = name.to_ascii_lowercase();
+        if matches!(
+            lower.as_str(),
+            "authorization"
+                | "host"
+                | "content-length"
+                | "content-type"
+                | "transfer-encoding"
+                | "connection"
+        ) {
+            return Err(RuntimeError(format!(
+                "`{what}{field}`: {name} is set by wt itself"
+            )));
+        }
+        Ok(())
+    };
+    let mut headers = Vec::new();
+    for (name, value) in wire.headers.iter().flatten() {
+        name_ok(name, "headers")?;
+        let value = match value {
+            agent::HeaderValue::Text(t) => t.clone(),
+            agent::HeaderValue::Env { env } => {
+                secret_var(Some(env), &format!("{what}headers.{name}"))?.unwrap_or_default()
+            }
+        };
+        if ::http::HeaderValue::from_str(&value).is_err() {
+            return Err(RuntimeError(format!(
+                "`{what}headers.{name}`: the value is not a valid header value (a control character?)"
+            )));
+        }
+        headers.push((name.clone(), value));
+    }
+    match (&wire.api_key_header, key) {
+        (Some(h), Some(k)) => {
+            name_ok(h, "api_key_header")?;
+            headers.push((h.clone(), k));
+            Ok((headers, None))
+        }
+        (Some(_), None) => Err(RuntimeError(format!(
+            "`{what}api_key_header` names the header for a key, but no key is configured (`{what}api_key_env`)"
+        ))),
+        (None, key) => Ok((headers, key)),
+    }
+}
+
+/// The environment variables an agent config's headers are read from (secrets).
+fn header_vars(agent: &Agent) -> Vec<&str> {
+    let wire = match &agent.settings {
+        Settings::OpenAi(s) => s.wire.headers.as_ref(),
+        _ => None,
+    };
+    let gateway = agent.gateway().and_then(|g| g.headers.as_ref());
+    wire.into_iter()
+        .chain(gateway)
+        .flatten()
+        .filter_map(|(_, v)| match v {
+            agent::HeaderValue::Env { env } => Some(env.as_str()),
+            agent::HeaderValue::Text(_) => None,
+        })
+        .collect()
+}
 
 /// A provisioning, reset or teardown failure.
 #[derive(Debug, thiserror::Error)]
@@ -76,6 +175,8 @@ pub struct Reply {
     pub retries: Vec<Retry>,
     /// What the turn's requests waited for before they were sent (the endpoint's limits).
     pub waits: Vec<Wait>,
+    /// Model calls of the turn, in order, with `turn` and `after_tool_calls` set.
+    pub model_calls: Vec<ModelCall>,
 }
 
 impl Reply {
@@ -203,6 +304,9 @@ pub struct RunEnd {
     /// Tool calls refused since the last [`AgentHandle::take_refused`], up to the end of
     /// the run.
     pub refused: Vec<RefusedCall>,
+    /// Model calls of the run that no turn took (made between turns, or outliving their
+    /// turn).
+    pub model_calls: Vec<ModelCall>,
 }
 
 /// A tool call the agent made that was refused and never ran (see [`mcp::Refused`]).
@@ -281,12 +385,18 @@ pub(crate) const DEFAULT_NETWORK_JOBS: usize = 16;
 /// names one: set, not empty, and a single line. The key is only ever sent to the endpoint,
 /// never stored or printed.
 pub(crate) fn api_key(agent: &Agent) -> Result<Option<String>, RuntimeError> {
-    let Some(var) = agent.api_key_env() else {
+    secret_var(agent.api_key_env(), "api_key_env")
+}
+
+/// The secret in the environment variable `var` names, if it names one (`field` is the
+/// setting that named it, for the message).
+pub(crate) fn secret_var(var: Option<&str>, field: &str) -> Result<Option<String>, RuntimeError> {
+    let Some(var) = var else {
         return Ok(None);
     };
     let bad = |why: &str| {
         RuntimeError(format!(
-            "environment variable {var} (named by api_key_env) {why}"
+            "environment variable {var} (named by {field}) {why}"
         ))
     };
     match crate::secrets::env_secret(var) {
@@ -312,12 +422,19 @@ pub(crate) unsafe fn seal_secrets(agent: &Agent) {
         Settings::Process(p) => p.env_passthrough.as_deref().unwrap_or_default(),
         _ => &[],
     };
-    let names = agent.api_key_env().into_iter().chain(
-        passthrough
-            .iter()
-            .map(String::as_str)
-            .filter(|n| crate::secrets::is_secret_name(n)),
-    );
+    let gateway_key = agent.gateway().and_then(|g| g.api_key_env.as_deref());
+    let headers = header_vars(agent);
+    let names = agent
+        .api_key_env()
+        .into_iter()
+        .chain(gateway_key)
+        .chain(headers)
+        .chain(
+            passthrough
+                .iter()
+                .map(String::as_str)
+                .filter(|n| crate::secrets::is_secret_name(n)),
+        );
     // SAFETY: passed on to the caller.
     unsafe { crate::secrets::seal_env(names) };
 }
@@ -330,6 +447,39 @@ pub(crate) fn redactor(agent: &Agent) -> Redactor {
     }
     if let Some(e) = agent.endpoint() {
         r.add(e);
+    }
+    if let Some(g) = agent.gateway() {
+        if let Ok(Some(key)) = gateway::upstream_key(g) {
+            r.add(&key);
+        }
+        r.add(&g.endpoint);
+    }
+    for var in header_vars(agent) {
+        if let Ok(value) = crate::secrets::env_secret(var) {
+            r.add(&value);
+        }
+    }
+    // Literal header values under a secret-looking name are secrets too.
+    let wires = match &agent.settings {
+        Settings::OpenAi(s) => s.wire.headers.as_ref(),
+        _ => None,
+    };
+    for (name, value) in wires
+        .into_iter()
+        .chain(agent.gateway().and_then(|g| g.headers.as_ref()))
+        .flatten()
+    {
+        if let agent::HeaderValue::Text(t) = value
+            && (crate::secrets::is_secret_name(name) || name.to_ascii_lowercase().contains("auth"))
+        {
+            r.add(t);
+        }
+    }
+    if let Settings::OpenAi(s) = &agent.settings
+        && s.endpoint.is_none()
+        && let Ok(url) = std::env::var(agent::OPENAI_BASE_URL)
+    {
+        r.add(&url);
     }
     if let Ok(url) = std::env::var(http::INJECT_URL_ENV) {
         r.add(&url);
@@ -376,6 +526,20 @@ struct Redacting<T: ?Sized> {
 impl<T: ?Sized> Redacting<T> {
     fn error(&self, e: RuntimeError) -> RuntimeError {
         RuntimeError(self.redactor.scrub(&e.0).into_owned())
+    }
+
+    fn scrub_models(&self, calls: &mut [ModelCall]) {
+        let r = &self.redactor;
+        for c in calls {
+            r.scrub_value(&mut c.messages);
+            r.scrub_value(&mut c.response);
+            for t in [&mut c.error, &mut c.refusal].into_iter().flatten() {
+                r.scrub_string(t);
+            }
+            for retry in &mut c.retries {
+                r.scrub_string(&mut retry.error);
+            }
+        }
     }
 
     fn scrub_refused(&self, refused: &mut [RefusedCall]) {
@@ -431,6 +595,7 @@ impl AgentHandle for Redacting<dyn AgentHandle> {
             self.redactor.scrub_string(&mut p.stderr_tail);
         }
         self.scrub_refused(&mut end.refused);
+        self.scrub_models(&mut end.model_calls);
         end
     }
 
@@ -459,6 +624,7 @@ impl AgentHandle for Redacting<dyn AgentHandle> {
                 r.scrub_string(e);
             }
         }
+        self.scrub_models(&mut reply.model_calls);
         reply
     }
 
@@ -623,6 +789,31 @@ pub fn validate_agent(agent: &Agent) -> Result<(), String> {
         endpoint_limit("max_concurrency", l.max_concurrency)?;
         endpoint_limit("requests_per_minute", l.requests_per_minute)
     };
+    if let Some(p) = agent.pricing() {
+        p.check()?;
+        if agent.runtime() != "openai" && agent.gateway().is_none() {
+            return Err(format!(
+                "`pricing` has no effect without `[gateway]`: `wt` sees the model calls of a {} agent only through its gateway",
+                agent.runtime()
+            ));
+        }
+    }
+    if let Some(g) = agent.gateway() {
+        let limits = g.limits();
+        let field = |e: String| e.replacen('`', "`gateway.", 1);
+        response_bytes(limits.max_response_bytes).map_err(field)?;
+        if limits.retries.is_some_and(|r| r > MAX_RETRIES) {
+            return Err(format!("`gateway.retries` must be at most {MAX_RETRIES}"));
+        }
+        endpoint_limit("max_concurrency", limits.max_concurrency).map_err(field)?;
+        endpoint_limit("requests_per_minute", limits.requests_per_minute).map_err(field)?;
+        if g.api_key_env.is_some() && g.api_key_env.as_deref() == agent.api_key_env() {
+            return Err(format!(
+                "`gateway.api_key_env` and `api_key_env` name the same variable {}: the gateway keeps the upstream's key from the agent, which gets a per-run token instead; drop `api_key_env`",
+                agent.api_key_env().unwrap_or_default()
+            ));
+        }
+    }
     match &agent.settings {
         Settings::Demo(_) => Ok(()),
         Settings::OpenAi(s) => limits(&s.limits),

@@ -198,6 +198,8 @@ pub struct Log {
 
 /// One request.
 pub(crate) struct Request<'a> {
+    /// Headers sent beside the ones `wt` sets (the gateway forwards an agent's own).
+    pub headers: &'a [(String, String)],
     pub method: &'a str,
     pub url: &'a str,
     pub auth: Option<&'a str>,
@@ -210,6 +212,8 @@ struct Failure {
     retryable: bool,
     /// The server's `Retry-After`, when it sent one.
     retry_after: Option<Duration>,
+    /// The server's HTTP status, when it answered with one.
+    status: Option<u16>,
 }
 
 impl Failure {
@@ -218,6 +222,7 @@ impl Failure {
             error: TurnError::new(kind, message),
             retryable: false,
             retry_after: None,
+            status: None,
         }
     }
 }
@@ -230,8 +235,11 @@ impl Net {
         settings: &super::agent::EndpointLimits,
         redactor: crate::secrets::Redactor,
     ) -> Result<Net, RuntimeError> {
+        // A redirect is never followed: the client would turn a POST into a GET (301, 302,
+        // 303) and send the agent's request, or its key, somewhere the config never named.
         let client = HttpClient::builder()
             .connect_timeout(connect_timeout)
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| RuntimeError(format!("cannot build an HTTP client: {}", chain(&e))))?;
         let limits = Limits {
@@ -257,6 +265,11 @@ impl Net {
         })
     }
 
+    /// The largest reply body accepted (`max_response_bytes`).
+    pub(crate) fn max_body(&self) -> u64 {
+        self.max_body
+    }
+
     /// Sends `req`, retrying what is worth retrying until `deadline`, and returns the 2xx
     /// reply's body. Retries are appended to `log`.
     pub(crate) fn text(
@@ -265,6 +278,30 @@ impl Net {
         deadline: Instant,
         log: &mut Log,
     ) -> Result<String, TurnError> {
+        self.exchange(req, deadline, log, None).map_err(|(e, _)| e)
+    }
+
+    /// Sends `req` as [`Net::text`] does (the same limits, retries and errors), and hands a
+    /// 2xx reply to `sink` as it arrives: its head, then its body chunk by chunk, within
+    /// `max_response_bytes`. Nothing is retried once the head went to the sink. A failure
+    /// carries the upstream's HTTP status, when it answered with one.
+    pub(crate) fn forward(
+        &self,
+        req: &Request<'_>,
+        deadline: Instant,
+        log: &mut Log,
+        sink: &mut dyn Sink,
+    ) -> Result<(), (TurnError, Option<u16>)> {
+        self.exchange(req, deadline, log, Some(sink)).map(drop)
+    }
+
+    fn exchange(
+        &self,
+        req: &Request<'_>,
+        deadline: Instant,
+        log: &mut Log,
+        mut sink: Option<&mut dyn Sink>,
+    ) -> Result<String, (TurnError, Option<u16>)> {
         let mut backoff = backon::ExponentialBuilder::default()
             .with_min_delay(Duration::from_millis(100))
             .with_max_delay(Duration::from_secs(2))
@@ -275,14 +312,21 @@ impl Net {
         loop {
             let slot = match self.limits.admit(deadline, &mut log.waits) {
                 Ok(slot) => slot,
-                Err(Held::Deadline) => return Err(timed_out(req, attempt)),
-                Err(Held::Paused(until)) => return Err(paused(req, until)),
+                Err(Held::Deadline) => return Err((timed_out(req, attempt), None)),
+                Err(Held::Paused(until)) => return Err((paused(req, until), None)),
             };
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err(timed_out(req, attempt));
+                return Err((timed_out(req, attempt), None));
             }
-            let sent = self.once(req, left);
+            let sent = self.once(
+                req,
+                left,
+                match sink {
+                    Some(ref mut s) => Some(&mut **s as &mut dyn Sink),
+                    None => None,
+                },
+            );
             let failure = match sent {
                 Ok(text) => return Ok(text),
                 Err(f) => f,
@@ -305,14 +349,14 @@ impl Net {
                         .message
                         .push_str(&format!(" (after {} attempts)", attempt + 1));
                 }
-                return Err(error);
+                return Err((error, failure.status));
             };
             let wait = failure.retry_after.map_or(delay, |ra| ra.max(delay));
             let left = deadline.saturating_duration_since(Instant::now());
             if wait >= left {
                 let mut error = failure.error;
                 error.message.push_str(" (no time left to retry)");
-                return Err(error);
+                return Err((error, failure.status));
             }
             attempt += 1;
             tracing::debug!(
@@ -353,11 +397,19 @@ impl Net {
     }
 
     /// One attempt.
-    fn once(&self, req: &Request<'_>, timeout: Duration) -> Result<String, Failure> {
+    fn once(
+        &self,
+        req: &Request<'_>,
+        timeout: Duration,
+        sink: Option<&mut dyn Sink>,
+    ) -> Result<String, Failure> {
         let (method, url) = (req.method, req.url);
         let verb = reqwest::Method::from_bytes(method.as_bytes())
             .map_err(|e| Failure::fatal(TurnErrorKind::Protocol, format!("{method} {url}: {e}")))?;
         let mut builder = self.client.request(verb, url).timeout(timeout);
+        for (name, value) in req.headers {
+            builder = builder.header(name, value);
+        }
         if let Some(key) = req.auth {
             builder = builder.bearer_auth(key);
         }
@@ -390,11 +442,17 @@ impl Net {
                 error: TurnError::new(kind, format!("{method} {url}: {what}")),
                 retryable,
                 retry_after: None,
+                status: None,
             }
         };
         let resp = builder.send().map_err(|e| transport(e, false))?;
         let status = resp.status();
         let retry_after = retry_after(resp.headers());
+        let resp_location = resp
+            .headers()
+            .get(reqwest::header::LOCATION)
+            .and_then(|v| v.to_str().ok())
+            .map(|l| l.chars().take(512).collect::<String>());
         let too_big = || {
             Failure::fatal(
                 TurnErrorKind::Protocol,
@@ -406,6 +464,11 @@ impl Net {
         };
         if resp.content_length().is_some_and(|n| n > self.max_body) {
             return Err(too_big());
+        }
+        if let Some(sink) = sink
+            && status.is_success()
+        {
+            return self.stream(req, resp, sink).map(|()| String::new());
         }
         let mut bytes = Vec::new();
         resp.take(self.max_body.saturating_add(1))
@@ -435,8 +498,23 @@ impl Net {
         if status.is_success() {
             return Ok(text);
         }
-        let body = self.redactor.excerpt(text.trim(), ERROR_BODY_EXCERPT);
         let code = status.as_u16();
+        if status.is_redirection() {
+            let location = resp_location.as_deref().unwrap_or("nowhere");
+            let location = self.redactor.scrub(location);
+            return Err(Failure {
+                error: TurnError::new(
+                    TurnErrorKind::Transport,
+                    format!(
+                        "{method} {url}: HTTP {code}, a redirect to {location}: wt does not follow redirects (a {method} would not stay a {method}); put the final URL in the agent config"
+                    ),
+                ),
+                retryable: false,
+                retry_after: None,
+                status: Some(code),
+            });
+        }
+        let body = self.redactor.excerpt(text.trim(), ERROR_BODY_EXCERPT);
         let retryable = code == 429 || status.is_server_error();
         Err(Failure {
             error: TurnError::new(
@@ -445,8 +523,79 @@ impl Net {
             ),
             retryable,
             retry_after: retry_after.filter(|_| code == 429 || code == 503),
+            status: Some(code),
         })
     }
+
+    /// Hands a 2xx reply to `sink` as it arrives, within `max_response_bytes`.
+    fn stream(
+        &self,
+        req: &Request<'_>,
+        mut resp: reqwest::blocking::Response,
+        sink: &mut dyn Sink,
+    ) -> Result<(), Failure> {
+        let (method, url) = (req.method, req.url);
+        let content_type = resp
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let gone = || {
+            Failure::fatal(
+                TurnErrorKind::Transport,
+                format!("{method} {url}: the caller went away before the reply ended"),
+            )
+        };
+        if !sink.head(resp.status().as_u16(), content_type.as_deref()) {
+            return Err(gone());
+        }
+        let mut total = 0u64;
+        let mut chunk = vec![0u8; 16 << 10];
+        loop {
+            let n = match resp.read(&mut chunk) {
+                Ok(0) => return Ok(()),
+                Ok(n) => n,
+                Err(e) => {
+                    let what = if e.kind() == std::io::ErrorKind::TimedOut
+                        || chain(&e).contains("timed out")
+                    {
+                        (TurnErrorKind::Timeout, "timed out reading the body".into())
+                    } else {
+                        (
+                            TurnErrorKind::Transport,
+                            format!("reading the body: {}", chain(&e)),
+                        )
+                    };
+                    return Err(Failure::fatal(
+                        what.0,
+                        format!("{method} {url}: {}", what.1),
+                    ));
+                }
+            };
+            total += n as u64;
+            if total > self.max_body {
+                return Err(Failure::fatal(
+                    TurnErrorKind::Protocol,
+                    format!(
+                        "{method} {url}: reply exceeded {} bytes (max_response_bytes)",
+                        self.max_body
+                    ),
+                ));
+            }
+            if !sink.chunk(&chunk[..n]) {
+                return Err(gone());
+            }
+        }
+    }
+}
+
+/// Where [`Net::forward`] hands a 2xx reply as it arrives.
+pub(crate) trait Sink {
+    /// The reply's status and content type, before any of its body. `false`: the receiver
+    /// is gone, stop.
+    fn head(&mut self, status: u16, content_type: Option<&str>) -> bool;
+    /// The next bytes of the body. `false`: the receiver is gone, stop.
+    fn chunk(&mut self, bytes: &[u8]) -> bool;
 }
 
 /// A request not sent because the endpoint asked, with a `Retry-After`, to wait past the

@@ -8,12 +8,17 @@
 //! time and only ever sent in the `Authorization` header; it is never written anywhere.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use windtunnel_sdk::model::{Scenario, ToolSpec, TurnErrorKind};
 
+use super::gateway;
 use super::net::{Log, Net, Request};
+
+/// The `source` of the runtime's own model calls.
+const SOURCE: &str = "openai";
 use super::{Agent, AgentHandle, Reply, Runtime, RuntimeError, TurnCtx, tool_schemas};
 
 /// The `openai` runtime.
@@ -21,6 +26,10 @@ pub(crate) struct OpenAiRuntime {
     agent: Agent,
     url: String,
     key: Option<String>,
+    /// Extra headers of every request (`headers`, the key in `api_key_header`).
+    headers: Arc<Vec<(String, String)>>,
+    /// Extra fields of every request body (`[body]`).
+    body: serde_json::Map<String, Value>,
     /// One client and one set of limits for the endpoint, shared by every lane.
     net: Net,
 }
@@ -30,28 +39,35 @@ impl OpenAiRuntime {
         agent: &Agent,
         settings: &super::agent::OpenAi,
     ) -> Result<Self, RuntimeError> {
-        let base = settings.endpoint.as_deref().ok_or_else(|| {
-            RuntimeError(
-                "the openai runtime needs `endpoint` (base URL, e.g. http://localhost:8000/v1)"
-                    .into(),
-            )
-        })?;
+        // The config's endpoint, else OPENAI_BASE_URL, as OpenAI's clients read it.
+        let from_env = std::env::var(super::agent::OPENAI_BASE_URL)
+            .ok()
+            .filter(|v| !v.trim().is_empty());
+        let (base, what) = match (&settings.endpoint, &from_env) {
+            (Some(e), _) => (e.as_str(), "`endpoint`"),
+            (None, Some(e)) => (e.as_str(), super::agent::OPENAI_BASE_URL),
+            (None, None) => {
+                return Err(RuntimeError(
+                    "the openai runtime needs `endpoint` (base URL, e.g. http://localhost:8000/v1) or OPENAI_BASE_URL"
+                        .into(),
+                ));
+            }
+        };
         if agent.model.as_deref().is_none_or(|m| m.trim().is_empty()) {
             return Err(RuntimeError("the openai runtime needs `model`".into()));
         }
-        super::check_endpoint(base.trim(), "`endpoint`")?;
-        super::check_one_credential(base.trim(), "`endpoint`", agent)?;
-        let key = super::api_key(agent)?;
-        let base = base.trim().trim_end_matches('/');
-        let url = if base.ends_with("/chat/completions") {
-            base.to_owned()
-        } else {
-            format!("{base}/chat/completions")
-        };
+        let url = gateway::chat_url(base.trim(), what)?;
+        super::check_one_credential(base.trim(), what, agent)?;
+        let (headers, key) = super::wire_headers(&settings.wire, super::api_key(agent)?, "")?;
+        if let Some(body) = &settings.body {
+            check_body(body, agent)?;
+        }
         Ok(OpenAiRuntime {
             agent: agent.clone(),
             url,
             key,
+            headers: Arc::new(headers),
+            body: settings.body.clone().unwrap_or_default(),
             net: Net::new(
                 Duration::from_secs(10),
                 &settings.limits,
@@ -61,12 +77,37 @@ impl OpenAiRuntime {
     }
 }
 
+/// The request fields `wt` owns, which `[body]` may not set.
+const OWNED_FIELDS: [&str; 4] = ["model", "messages", "tools", "stream"];
+
+/// Refuses a `[body]` field `wt` sets itself, or one `[sampling]` sets too.
+fn check_body(body: &serde_json::Map<String, Value>, agent: &Agent) -> Result<(), RuntimeError> {
+    if let Some(k) = body.keys().find(|k| OWNED_FIELDS.contains(&k.as_str())) {
+        return Err(RuntimeError(format!(
+            "`body.{k}` is set by wt itself (it owns {}); remove it",
+            OWNED_FIELDS.join(", ")
+        )));
+    }
+    let sampling = serde_json::to_value(&agent.sampling).unwrap_or(Value::Null);
+    if let Some(k) = body
+        .keys()
+        .find(|k| sampling.get(k.as_str()).is_some_and(|v| !v.is_null()))
+    {
+        return Err(RuntimeError(format!(
+            "`body.{k}` and `[sampling]` both set `{k}`; set it in one place"
+        )));
+    }
+    Ok(())
+}
+
 impl Runtime for OpenAiRuntime {
     fn provision(&self, scenario: &Scenario) -> Result<Box<dyn AgentHandle>, RuntimeError> {
         Ok(Box::new(OpenAiAgent {
             net: self.net.clone(),
             url: self.url.clone(),
             key: self.key.clone(),
+            headers: self.headers.clone(),
+            body: self.body.clone(),
             agent: self.agent.clone(),
             tools: scenario.tools.clone(),
             schemas: tool_schemas(&scenario.tools),
@@ -84,6 +125,8 @@ struct OpenAiAgent {
     net: Net,
     url: String,
     key: Option<String>,
+    headers: Arc<Vec<(String, String)>>,
+    body: serde_json::Map<String, Value>,
     agent: Agent,
     tools: Vec<ToolSpec>,
     schemas: Vec<Value>,
@@ -113,6 +156,9 @@ impl OpenAiAgent {
         if let Some(seed) = s.seed {
             body["seed"] = json!(seed);
         }
+        for (k, v) in &self.body {
+            body[k] = v.clone();
+        }
         body
     }
 }
@@ -134,28 +180,46 @@ impl AgentHandle for OpenAiAgent {
         });
         messages.push(json!({"role": "user", "content": text}));
         let mut calls = Vec::new();
+        let mut models = Vec::new();
         let mut log = Log::default();
         for _ in 0..self.agent.max_steps {
             let body = self.request(&messages);
             let req = Request {
+                headers: &self.headers,
                 method: "POST",
                 url: &self.url,
                 auth: self.key.as_deref(),
                 body: Some(&body),
             };
-            let resp = match self.net.json(&req, deadline, &mut log) {
-                Ok(r) => r,
+            let started = Instant::now();
+            let retried = log.retries.len();
+            let sent = self.net.json(&req, deadline, &mut log);
+            // Every call is evidence, a failed one too.
+            let mut record =
+                super::mcp::stamp_model(gateway::request_record(&body), ctx.index, calls.len());
+            record.source = SOURCE.to_owned();
+            record.latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+            record.retries = log.retries[retried..].to_vec();
+            let resp = match sent {
+                Ok(r) => {
+                    gateway::completion_record(&mut record, &r);
+                    models.push(record);
+                    r
+                }
                 Err(e) => {
+                    record.error = Some(e.message.clone());
+                    models.push(record);
                     return Reply {
                         error: Some(e),
                         tool_calls: calls,
+                        model_calls: models,
                         ..Reply::default()
                     }
                     .with_log(log);
                 }
             };
             let Some(message) = resp.pointer("/choices/0/message").filter(|m| m.is_object()) else {
-                let reply = Reply::failed(
+                let mut reply = Reply::failed(
                     TurnErrorKind::Protocol,
                     format!(
                         "malformed chat completion from {}: no choices[0].message in {}",
@@ -164,6 +228,7 @@ impl AgentHandle for OpenAiAgent {
                     ),
                     calls,
                 );
+                reply.model_calls = models;
                 return reply.with_log(log);
             };
             let tool_calls = message
@@ -172,14 +237,23 @@ impl AgentHandle for OpenAiAgent {
                 .filter(|a| !a.is_empty())
                 .cloned();
             let Some(tool_calls) = tool_calls else {
-                let content = match message.get("content") {
+                let mut content = match message.get("content") {
                     Some(Value::String(s)) => s.clone(),
                     Some(Value::Null) | None => String::new(),
                     Some(other) => other.to_string(),
                 };
+                // A refusal is the model's answer: the user would read it, so it is judged
+                // as the reply (and recorded as a refusal on the model call).
+                if content.trim().is_empty()
+                    && let Some(refusal) = message.get("refusal").and_then(Value::as_str)
+                {
+                    content = refusal.to_owned();
+                }
                 messages.push(json!({"role": "assistant", "content": content}));
                 self.sessions.insert(session_id.to_owned(), messages);
-                return Reply::text(content, calls).with_log(log);
+                let mut reply = Reply::text(content, calls);
+                reply.model_calls = models;
+                return reply.with_log(log);
             };
             messages.push(json!({
                 "role": "assistant",
@@ -231,15 +305,16 @@ impl AgentHandle for OpenAiAgent {
                 calls.push(call);
             }
         }
-        Reply::failed(
+        let mut reply = Reply::failed(
             TurnErrorKind::Agent,
             format!(
                 "no final reply after {} model calls (max_steps); the model kept calling tools",
                 self.agent.max_steps
             ),
             calls,
-        )
-        .with_log(log)
+        );
+        reply.model_calls = models;
+        reply.with_log(log)
     }
 
     fn teardown(&mut self) -> Result<(), RuntimeError> {

@@ -29,7 +29,7 @@ use nix::sys::signal::{Signal, killpg};
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
-use windtunnel_sdk::model::{AgentProcess, Scenario, ToolCall, TurnErrorKind};
+use windtunnel_sdk::model::{AgentProcess, ModelCall, Scenario, ToolCall, TurnErrorKind};
 
 use super::{AgentHandle, Reply, RunEnd, RunInfo, Runtime, RuntimeError, TurnCtx};
 use crate::runtime::mcp::{self, Inbox, McpRun, ToolSet};
@@ -49,7 +49,14 @@ pub(crate) const EXIT_GRACE: Duration = Duration::from_secs(5);
 const TICK: Duration = Duration::from_millis(25);
 
 /// Placeholders `command` may contain.
-const PLACEHOLDERS: [&str; 5] = ["input", "mcp_config", "session_id", "turn", "run_id"];
+const PLACEHOLDERS: [&str; 6] = [
+    "input",
+    "mcp_config",
+    "session_id",
+    "turn",
+    "run_id",
+    "model_url",
+];
 
 /// Process groups alive right now, killed on `wt`'s abrupt exit paths ([`kill_all`]).
 static LIVE: Mutex<Vec<i32>> = Mutex::new(Vec::new());
@@ -136,6 +143,21 @@ pub(crate) fn validate(agent: &super::agent::Process) -> Result<(), String> {
     if agent.mcp == Some(false) && used.contains(&"mcp_config") {
         return Err("`command` uses {mcp_config} but `mcp = false`".into());
     }
+    if agent.gateway.is_none() && used.contains(&"model_url") {
+        return Err("`command` uses {model_url} but the agent has no `[gateway]`".into());
+    }
+    if agent.gateway.as_ref().is_some_and(|g| g.openai_env) {
+        let named = agent.env.iter().flatten().map(|(k, _)| k);
+        let passed = agent.env_passthrough.iter().flatten();
+        if let Some(n) = named
+            .chain(passed)
+            .find(|n| *n == "OPENAI_BASE_URL" || *n == "OPENAI_API_KEY")
+        {
+            return Err(format!(
+                "{n} is set by the gateway (`gateway.openai_env = true`); remove it from `env` and `env_passthrough`"
+            ));
+        }
+    }
     if let Some(f) = &agent.reply_field
         && (f.trim().is_empty() || f.split('.').any(str::is_empty))
     {
@@ -173,7 +195,7 @@ fn check_env_name(name: &str) -> Result<(), String> {
     }
     if name.starts_with("WT_") {
         return Err(format!(
-            "{name} is set by wt itself (WT_MCP_URL, WT_RUN_ID, WT_SESSION_ID, WT_TURN)"
+            "{name} is set by wt itself (WT_MCP_URL, WT_MODEL_URL, WT_MODEL_TOKEN, WT_AGENT_*, WT_RUN_ID, WT_SESSION_ID, WT_TURN)"
         ));
     }
     Ok(())
@@ -189,6 +211,8 @@ struct Config {
     max_output: usize,
     reply_field: Option<String>,
     state_dir: Option<PathBuf>,
+    /// The model gateway's upstream, when the agent has one.
+    gateway: Option<Arc<super::gateway::Upstream>>,
 }
 
 /// The `process` runtime.
@@ -198,10 +222,14 @@ pub(crate) struct ProcessRuntime {
 
 impl ProcessRuntime {
     pub(crate) fn new(
-        _agent: &super::Agent,
+        whole: &super::Agent,
         agent: &super::agent::Process,
     ) -> Result<Self, RuntimeError> {
         validate(agent).map_err(RuntimeError)?;
+        let gateway = match &agent.gateway {
+            Some(g) => Some(Arc::new(super::gateway::Upstream::new(whole, g)?)),
+            None => None,
+        };
         let command = agent.command.clone().unwrap_or_default();
         let mode = if command.iter().any(|a| placeholders(a).contains(&"input")) {
             Mode::OneShot
@@ -229,6 +257,13 @@ impl ProcessRuntime {
         for (k, v) in agent.env.iter().flatten() {
             env.insert(k.clone(), v.clone());
         }
+        for (name, value) in super::told(whole) {
+            let text = match value {
+                Value::String(s) => s,
+                other => other.to_string(),
+            };
+            env.insert(format!("WT_AGENT_{}", name.to_uppercase()), text);
+        }
         Ok(ProcessRuntime {
             config: Arc::new(Config {
                 command,
@@ -244,6 +279,7 @@ impl ProcessRuntime {
                 .unwrap_or(usize::MAX),
                 reply_field: agent.reply_field.clone(),
                 state_dir: agent.state_dir.as_ref().map(PathBuf::from),
+                gateway,
             }),
         })
     }
@@ -260,13 +296,19 @@ impl Runtime for ProcessRuntime {
         lane: usize,
     ) -> Result<Box<dyn AgentHandle>, RuntimeError> {
         // Each lane its own MCP listener: nothing one lane's agent does reaches another.
-        let (lane, tools) = if self.config.mcp {
-            let tools = ToolSet::new(&scenario.tools).map_err(|e| RuntimeError(e.to_string()))?;
-            let lane = mcp::Lane::open(u32::try_from(lane).unwrap_or(u32::MAX))
-                .map_err(|e| RuntimeError(e.to_string()))?;
-            (Some(lane), Some(tools))
-        } else {
-            (None, None)
+        let tools = match self.config.mcp {
+            true => Some(ToolSet::new(&scenario.tools).map_err(|e| RuntimeError(e.to_string()))?),
+            false => None,
+        };
+        let lane = match self.config.mcp || self.config.gateway.is_some() {
+            true => Some(
+                mcp::Lane::open(
+                    u32::try_from(lane).unwrap_or(u32::MAX),
+                    self.config.gateway.clone(),
+                )
+                .map_err(|e| RuntimeError(e.to_string()))?,
+            ),
+            false => None,
         };
         let dir = tempfile::Builder::new()
             .prefix("wt-agent-")
@@ -280,6 +322,9 @@ impl Runtime for ProcessRuntime {
             run: None,
             processes: Vec::new(),
             refused: Vec::new(),
+            turn_models: Vec::new(),
+            outside_models: Vec::new(),
+            scenario_id: scenario.id.clone(),
         }))
     }
 
@@ -617,6 +662,12 @@ struct ProcessAgent {
     processes: Vec<AgentProcess>,
     /// Tool calls of the current run refused and not yet taken.
     refused: Vec<super::RefusedCall>,
+    /// The model calls of the turn being answered.
+    turn_models: Vec<ModelCall>,
+    /// Model calls of the run that no turn took.
+    outside_models: Vec<ModelCall>,
+    /// The scenario this handle serves (in each session-mode turn line).
+    scenario_id: String,
 }
 
 /// Why a wait for the agent ended early.
@@ -647,7 +698,17 @@ impl ProcessAgent {
     fn env(&self, run: &LiveRun, turn: Option<u32>) -> Vec<(String, String)> {
         let mut env = self.config.env.clone();
         if let Some(m) = &run.mcp {
-            env.push(("WT_MCP_URL".into(), m.url().to_owned()));
+            if m.serves_mcp() {
+                env.push(("WT_MCP_URL".into(), m.url().to_owned()));
+            }
+            if let Some(url) = m.model_url() {
+                env.push(("WT_MODEL_URL".into(), url.to_owned()));
+                env.push(("WT_MODEL_TOKEN".into(), m.model_token().to_owned()));
+                if self.config.gateway.as_ref().is_some_and(|g| g.openai_env) {
+                    env.push(("OPENAI_BASE_URL".into(), url.to_owned()));
+                    env.push(("OPENAI_API_KEY".into(), m.model_token().to_owned()));
+                }
+            }
         }
         env.push(("WT_RUN_ID".into(), run.info.run_id.clone()));
         env.push(("WT_SESSION_ID".into(), run.info.session_id.clone()));
@@ -659,12 +720,12 @@ impl ProcessAgent {
 
     fn start(&mut self, info: &RunInfo) -> Result<(), RuntimeError> {
         self.finish_run();
-        let mcp = match (&self.lane, &self.tools) {
-            (Some(lane), Some(tools)) => Some(
-                lane.start_run(tools.clone())
+        let mcp = match &self.lane {
+            Some(lane) => Some(
+                lane.start_run(self.tools.clone())
                     .map_err(|e| RuntimeError(e.to_string()))?,
             ),
-            _ => None,
+            None => None,
         };
         let wants_config = self
             .config
@@ -672,7 +733,7 @@ impl ProcessAgent {
             .iter()
             .any(|a| placeholders(a).contains(&"mcp_config"));
         let mcp_config = match (&mcp, wants_config) {
-            (Some(m), true) => {
+            (Some(m), true) if m.serves_mcp() => {
                 let path = self.dir.path().join(format!("run-{}.mcp.json", info.index));
                 let doc = json!({"mcpServers": {"wt": {"type": "http", "url": m.url()}}});
                 crate::store::write_json(&path, &doc)
@@ -755,6 +816,7 @@ impl ProcessAgent {
         }
         if let Some(m) = run.mcp.take() {
             self.refused.extend(m.take_refused());
+            self.outside_models.extend(m.take_model_calls());
         }
         if let Some(p) = run.mcp_config.take() {
             let _ = std::fs::remove_file(p);
@@ -768,6 +830,7 @@ impl ProcessAgent {
         rx: &Receiver<Inbox<Out>>,
         ctx: &mut TurnCtx<'_>,
         calls: &mut Vec<ToolCall>,
+        models: &mut Vec<ModelCall>,
         deadline: (Instant, &'static str),
         mut on_agent: impl FnMut(Out) -> Option<R>,
     ) -> Result<R, Stop> {
@@ -787,6 +850,9 @@ impl ProcessAgent {
                     }
                     _ => req.respond(mcp::ToolOutcome::Refused("no MCP for this agent".into())),
                 },
+                Ok(Inbox::Model(call)) => {
+                    models.push(mcp::stamp_model(*call, ctx.index, calls.len()));
+                }
                 Ok(Inbox::Agent(out)) => {
                     if let Some(r) = on_agent(out) {
                         return Ok(r);
@@ -839,6 +905,7 @@ impl ProcessAgent {
             "text": text,
             "session_id": run.info.session_id,
             "run_id": run.info.run_id,
+            "scenario_id": self.scenario_id,
         });
         if let Some(m) = &run.mcp {
             m.open_turn(session.tx.clone());
@@ -848,6 +915,7 @@ impl ProcessAgent {
             .as_ref()
             .is_some_and(|l| l.send(format!("{line}\n")).is_ok());
         let mut calls = Vec::new();
+        let mut models = Vec::new();
         let pgid = session.proc.as_ref().map(|p| p.pgid);
         let outcome = if sent {
             Self::pump(
@@ -855,6 +923,7 @@ impl ProcessAgent {
                 &session.rx,
                 &mut ctx,
                 &mut calls,
+                &mut models,
                 deadline,
                 |out| match out {
                     Out::Line(Ok(l)) => session_line(&l, index),
@@ -877,8 +946,14 @@ impl ProcessAgent {
         };
         if let Some(m) = &run.mcp {
             m.close_turn();
-            mcp::refuse_pending(&session.rx, "refused: the turn ended before the call ran");
+            let late =
+                mcp::refuse_pending(&session.rx, "refused: the turn ended before the call ran");
+            models.extend(
+                late.into_iter()
+                    .map(|c| mcp::stamp_model(c, index, calls.len())),
+            );
         }
+        self.turn_models = models;
         match outcome {
             Ok(Ok(reply)) => Reply::text(reply, calls),
             Ok(Err((kind, message))) if message.is_empty() => {
@@ -975,6 +1050,7 @@ impl ProcessAgent {
         }
         drop(tx);
         let mut calls = Vec::new();
+        let mut models = Vec::new();
         let mut stdout: Option<Result<Vec<u8>, String>> = None;
         let mut exited = false;
         let outcome = Self::pump(
@@ -982,6 +1058,7 @@ impl ProcessAgent {
             &rx,
             &mut ctx,
             &mut calls,
+            &mut models,
             deadline,
             |out| {
                 match out {
@@ -1004,8 +1081,13 @@ impl ProcessAgent {
         );
         if let Some(m) = &run.mcp {
             m.close_turn();
-            mcp::refuse_pending(&rx, "refused: the turn ended before the call ran");
+            let late = mcp::refuse_pending(&rx, "refused: the turn ended before the call ran");
+            models.extend(
+                late.into_iter()
+                    .map(|c| mcp::stamp_model(c, index, calls.len())),
+            );
         }
+        self.turn_models = models;
         let stop = outcome.err();
         match &stop {
             Some(Stop::Deadline(why)) => proc.kill(why),
@@ -1101,6 +1183,11 @@ fn replace_placeholders(arg: &str, run: &LiveRun, input: Option<&str>) -> String
             Some("mcp_config") => run.mcp_config.as_ref().map(|p| p.display().to_string()),
             Some("session_id") => Some(run.info.session_id.clone()),
             Some("run_id") => Some(run.info.run_id.clone()),
+            Some("model_url") => run
+                .mcp
+                .as_ref()
+                .and_then(|m| m.model_url())
+                .map(str::to_owned),
             _ => None,
         };
         match (name, value) {
@@ -1198,10 +1285,12 @@ impl AgentHandle for ProcessAgent {
                 return Reply::failed(TurnErrorKind::Agent, e.0, Vec::new());
             }
         }
-        match self.config.mode {
+        let mut reply = match self.config.mode {
             Mode::Session => self.send_session(text, ctx),
             Mode::OneShot => self.send_one_shot(text, ctx),
-        }
+        };
+        reply.model_calls = std::mem::take(&mut self.turn_models);
+        reply
     }
 
     fn end_run(&mut self) -> RunEnd {
@@ -1209,6 +1298,7 @@ impl AgentHandle for ProcessAgent {
         RunEnd {
             processes: std::mem::take(&mut self.processes),
             refused: std::mem::take(&mut self.refused),
+            model_calls: std::mem::take(&mut self.outside_models),
         }
     }
 

@@ -40,7 +40,9 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
+use windtunnel_sdk::model::ModelCall;
 
+use super::gateway;
 pub use tools::ToolSet;
 
 /// Largest MCP request body accepted, in bytes. Tool arguments are small; a larger body is
@@ -92,21 +94,36 @@ impl ToolRequest {
     }
 }
 
-/// What a turn's thread waits on: tool calls from the MCP door, or its own agent's events.
+/// What a turn's thread waits on: tool calls from the MCP door, model calls the gateway
+/// finished, or its own agent's events.
 #[derive(Debug)]
 pub enum Inbox<T> {
     Tool(ToolRequest),
+    Model(Box<ModelCall>),
     Agent(T),
 }
 
 type Gate = Box<dyn Fn(ToolRequest) -> Result<(), ToolRequest> + Send + Sync>;
+type ModelGate = Box<dyn Fn(Box<ModelCall>) -> Result<(), Box<ModelCall>> + Send + Sync>;
+
+/// The most model calls a run keeps that no turn took; the rest are counted.
+const MAX_KEPT_MODEL_CALLS: usize = 256;
 
 /// One run's endpoint: its tools, and the gate to the thread running its current turn.
 struct RunSlot {
     token: String,
+    /// The run's tools (none when the run does not serve MCP).
     tools: Arc<ToolSet>,
+    /// Does the run serve the fixture world over MCP?
+    serves_mcp: bool,
     /// Open while a turn runs: delivers tool requests to the turn's thread.
     gate: Mutex<Option<Gate>>,
+    /// Open while a turn runs: delivers finished model calls to the turn's thread.
+    model_gate: Mutex<Option<ModelGate>>,
+    /// The bearer token of the run's model gateway.
+    model_token: String,
+    /// Model calls no turn took, and how many more there were.
+    model_kept: Mutex<(Vec<ModelCall>, u64)>,
     service: door::Service,
     ended: CancellationToken,
     /// Calls refused while the run lives (no turn in progress, the turn ended first), and
@@ -126,6 +143,32 @@ pub struct Refused {
 
 /// The most refused calls kept per run; the rest are counted.
 const MAX_REFUSED: usize = 256;
+
+impl gateway::RunDoor for RunSlot {
+    fn model_token(&self) -> &str {
+        &self.model_token
+    }
+
+    fn turn_open(&self) -> bool {
+        lock(&self.model_gate).is_some() && !self.ended.is_cancelled()
+    }
+
+    fn deliver(&self, call: Box<ModelCall>) -> Result<(), Box<ModelCall>> {
+        match &*lock(&self.model_gate) {
+            Some(gate) => gate(call),
+            None => Err(call),
+        }
+    }
+
+    fn keep(&self, call: ModelCall) {
+        let mut k = lock(&self.model_kept);
+        if k.0.len() < MAX_KEPT_MODEL_CALLS {
+            k.0.push(call);
+        } else {
+            k.1 += 1;
+        }
+    }
+}
 
 impl RunSlot {
     fn record_refused(&self, name: String, arguments: Value, why: &str) {
@@ -168,6 +211,8 @@ fn runtime() -> Result<&'static tokio::runtime::Runtime, McpError> {
 
 struct LaneInner {
     addr: SocketAddr,
+    /// The model gateway's upstream, when the agent has one.
+    gateway: Option<Arc<gateway::Upstream>>,
     current: Mutex<Option<Arc<RunSlot>>>,
     /// Open connections (finished ones are pruned as new ones arrive).
     conns: Mutex<Vec<tokio::task::AbortHandle>>,
@@ -189,8 +234,12 @@ pub struct Lane {
 }
 
 impl Lane {
-    /// Opens lane `index` on a fresh loopback port.
-    pub fn open(index: u32) -> Result<Lane, McpError> {
+    /// Opens lane `index` on a fresh loopback port, serving each run's model gateway too
+    /// when `gateway` is given.
+    pub fn open(
+        index: u32,
+        gateway: Option<Arc<gateway::Upstream>>,
+    ) -> Result<Lane, McpError> {
         let rt = runtime()?;
         let std_listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(McpError::Listen)?;
         std_listener
@@ -204,6 +253,7 @@ impl Lane {
         tracing::debug!("MCP lane {index} listens on {addr}");
         let inner = Arc::new(LaneInner {
             addr,
+            gateway,
             current: Mutex::new(None),
             conns: Mutex::new(Vec::new()),
             closed: CancellationToken::new(),
@@ -212,15 +262,22 @@ impl Lane {
         Ok(Lane { inner })
     }
 
-    /// Starts a run on this lane: a fresh endpoint serving `tools`. The previous run of the
-    /// lane, if still open, ends first.
-    pub fn start_run(&self, tools: Arc<ToolSet>) -> Result<McpRun, McpError> {
+    /// Starts a run on this lane: a fresh endpoint serving `tools` (`None`: the run serves
+    /// only the model gateway). The previous run of the lane, if still open, ends first.
+    pub fn start_run(&self, tools: Option<Arc<ToolSet>>) -> Result<McpRun, McpError> {
         let token = random_token()?;
+        let model_token = format!("wt-run-{}", random_token()?);
         let ended = CancellationToken::new();
         let slot = Arc::new_cyclic(|weak: &std::sync::Weak<RunSlot>| RunSlot {
             token: token.clone(),
-            tools: tools.clone(),
+            serves_mcp: tools.is_some(),
+            tools: tools.clone().unwrap_or_else(|| {
+                ToolSet::new(&[]).expect("an empty tool set has no schema to refuse")
+            }),
             gate: Mutex::new(None),
+            model_gate: Mutex::new(None),
+            model_token,
+            model_kept: Mutex::new((Vec::new(), 0)),
             service: door::service(weak.clone(), ended.clone()),
             ended: ended.clone(),
             refused: Mutex::new((Vec::new(), 0)),
@@ -231,6 +288,11 @@ impl Lane {
         }
         Ok(McpRun {
             url: format!("http://{}/runs/{token}/mcp", self.inner.addr),
+            model_url: self
+                .inner
+                .gateway
+                .as_ref()
+                .map(|_| format!("http://{}/runs/{token}/v1", self.inner.addr)),
             slot,
             lane: self.inner.clone(),
         })
@@ -251,6 +313,7 @@ impl Drop for Lane {
 /// on, its sessions and streams close, and so does every connection of the lane.
 pub struct McpRun {
     url: String,
+    model_url: Option<String>,
     slot: Arc<RunSlot>,
     lane: Arc<LaneInner>,
 }
@@ -261,26 +324,64 @@ impl McpRun {
         &self.url
     }
 
+    /// The run's tools (none when the run serves only the model gateway).
     pub fn tools(&self) -> &Arc<ToolSet> {
         &self.slot.tools
     }
 
-    /// Opens the gate for a turn: tool calls go to `tx` as [`Inbox::Tool`] until
-    /// [`McpRun::close_turn`].
+    /// Does this run serve the fixture world over MCP?
+    pub fn serves_mcp(&self) -> bool {
+        self.slot.serves_mcp
+    }
+
+    /// The run's model gateway (OpenAI-compatible base URL), when the agent has one.
+    pub fn model_url(&self) -> Option<&str> {
+        self.model_url.as_deref()
+    }
+
+    /// The bearer token the run's model gateway takes.
+    pub fn model_token(&self) -> &str {
+        &self.slot.model_token
+    }
+
+    /// Model calls of the run that no turn took (refused between turns, or outliving
+    /// their turn), and a note of how many more there were.
+    pub fn take_model_calls(&self) -> Vec<ModelCall> {
+        let (mut kept, more) = std::mem::take(&mut *lock(&self.slot.model_kept));
+        if more > 0 {
+            let mut note = ModelCall::default();
+            note.source = gateway::SOURCE.to_owned();
+            note.error = Some(format!("{more} more model call(s) outside a turn not kept"));
+            kept.push(note);
+        }
+        kept
+    }
+
+    /// Opens the gate for a turn: tool calls go to `tx` as [`Inbox::Tool`] and finished
+    /// model calls as [`Inbox::Model`] until [`McpRun::close_turn`].
     pub fn open_turn<T: Send + 'static>(&self, tx: std::sync::mpsc::Sender<Inbox<T>>) {
+        let models = tx.clone();
         let gate: Gate = Box::new(move |req| {
             tx.send(Inbox::Tool(req)).map_err(|e| match e.0 {
                 Inbox::Tool(req) => req,
-                Inbox::Agent(_) => unreachable!("only tool requests are sent through the gate"),
+                _ => unreachable!("only tool requests are sent through the gate"),
+            })
+        });
+        let model_gate: ModelGate = Box::new(move |call| {
+            models.send(Inbox::Model(call)).map_err(|e| match e.0 {
+                Inbox::Model(call) => call,
+                _ => unreachable!("only model calls are sent through the model gate"),
             })
         });
         *lock(&self.slot.gate) = Some(gate);
+        *lock(&self.slot.model_gate) = Some(model_gate);
     }
 
     /// Closes the gate: calls from now on are refused until the next turn opens it. Calls
     /// already delivered but not executed are the caller's to refuse (see [`refuse_pending`]).
     pub fn close_turn(&self) {
         lock(&self.slot.gate).take();
+        lock(&self.slot.model_gate).take();
     }
 
     /// The calls refused since the last look, and how many more were refused than kept
@@ -311,17 +412,24 @@ impl Drop for McpRun {
 
 fn end_slot(lane: &LaneInner, slot: &RunSlot) {
     lock(&slot.gate).take();
+    lock(&slot.model_gate).take();
     slot.ended.cancel();
     lane.close_connections();
 }
 
-/// Refuses every tool request still queued in `rx` (the turn is over).
-pub fn refuse_pending<T>(rx: &std::sync::mpsc::Receiver<Inbox<T>>, why: &str) {
+/// Refuses every tool request still queued in `rx` (the turn is over), and returns the
+/// model calls queued there: they happened during the turn, and are its evidence.
+#[must_use]
+pub fn refuse_pending<T>(rx: &std::sync::mpsc::Receiver<Inbox<T>>, why: &str) -> Vec<ModelCall> {
+    let mut models = Vec::new();
     while let Ok(msg) = rx.try_recv() {
-        if let Inbox::Tool(req) = msg {
-            req.respond(ToolOutcome::Refused(why.to_owned()));
+        match msg {
+            Inbox::Tool(req) => req.respond(ToolOutcome::Refused(why.to_owned())),
+            Inbox::Model(call) => models.push(*call),
+            Inbox::Agent(_) => {}
         }
     }
+    models
 }
 
 /// Executes a delivered call on the turn's thread, through the one tool-execution path,
@@ -348,6 +456,14 @@ pub fn execute(
         Some(e) => ToolOutcome::Failed(e.clone()),
     };
     req.respond(outcome);
+    call
+}
+
+/// A model call as evidence of turn `turn`, placed after the turn's first `tool_calls`
+/// tool calls.
+pub fn stamp_model(mut call: ModelCall, turn: u32, tool_calls: usize) -> ModelCall {
+    call.turn = Some(turn);
+    call.after_tool_calls = u32::try_from(tool_calls).unwrap_or(u32::MAX);
     call
 }
 
@@ -390,17 +506,28 @@ async fn accept_loop(listener: tokio::net::TcpListener, lane: Arc<LaneInner>) {
 
 type Response = http::Response<BoxBody<Bytes, Infallible>>;
 
-/// Sends a request to the run its path names, if that run is the lane's live one.
+/// Sends a request to the run its path names, if that run is the lane's live one: its MCP
+/// endpoint (`/runs/<token>/mcp`) or its model gateway (`/runs/<token>/v1/…`).
 async fn route(lane: &LaneInner, req: http::Request<hyper::body::Incoming>) -> Response {
-    let token = req
-        .uri()
-        .path()
+    let path = req.uri().path().to_owned();
+    let (token, rest) = path
         .strip_prefix("/runs/")
-        .and_then(|rest| rest.strip_suffix("/mcp"))
-        .map(str::to_owned);
-    let slot = lock(&lane.current).clone();
-    match (token, slot) {
-        (Some(t), Some(slot)) if t == slot.token && !slot.ended.is_cancelled() => {
+        .and_then(|r| r.split_once('/'))
+        .unwrap_or_default();
+    let slot = lock(&lane.current)
+        .clone()
+        .filter(|s| s.token == token && !s.ended.is_cancelled());
+    if let Some(model) = rest.strip_prefix("v1/") {
+        return match (slot, &lane.gateway) {
+            (Some(slot), Some(up)) => {
+                let door: Arc<dyn gateway::RunDoor> = slot;
+                gateway::serve(up.clone(), door, model, req).await
+            }
+            _ => refused(),
+        };
+    }
+    match (rest == "mcp", slot) {
+        (true, Some(slot)) if slot.serves_mcp => {
             let mut service = slot.service.clone();
             match tower_service::Service::call(&mut service, req).await {
                 Ok(resp) => resp,

@@ -163,18 +163,19 @@ fn turn<R: Send + 'static>(
                     calls.push(execute(&mut ctx, run.tools(), step, req));
                 }
                 Inbox::Agent(r) => break r,
+                Inbox::Model(_) => panic!("no model gateway here"),
             }
         }
     });
     run.close_turn();
-    refuse_pending(&rx, "turn over");
+    let _ = refuse_pending(&rx, "turn over");
     (result, calls)
 }
 
 #[test]
 fn tools_are_listed_from_the_pack_and_calls_run_on_the_turns_world() {
-    let lane = Lane::open(0).unwrap();
-    let run = lane.start_run(tools()).unwrap();
+    let lane = Lane::open(0, None).unwrap();
+    let run = lane.start_run(Some(tools())).unwrap();
     let mut w = world();
     let url = run.url().to_owned();
     let ((list, ok, bad_args, unknown), calls) = turn(&run, &mut w, || {
@@ -219,8 +220,8 @@ fn tools_are_listed_from_the_pack_and_calls_run_on_the_turns_world() {
 
 #[test]
 fn calls_outside_a_turn_after_the_run_or_to_another_run_are_refused() {
-    let lane = Lane::open(0).unwrap();
-    let first = lane.start_run(tools()).unwrap();
+    let lane = Lane::open(0, None).unwrap();
+    let first = lane.start_run(Some(tools())).unwrap();
     let mut c = Client::new(first.url());
     c.initialize();
     // No turn in progress: not executed.
@@ -228,7 +229,7 @@ fn calls_outside_a_turn_after_the_run_or_to_another_run_are_refused() {
     assert_eq!(m.unwrap()["error"]["code"], -32001);
     let first_url = first.url().to_owned();
     let first_session = c.session.clone();
-    let second = lane.start_run(tools()).unwrap();
+    let second = lane.start_run(Some(tools())).unwrap();
     drop(first);
     // The ended run's address is dead, even with its session. (Its connections were closed
     // with it, so this is a fresh one.)
@@ -253,8 +254,8 @@ fn calls_outside_a_turn_after_the_run_or_to_another_run_are_refused() {
 
 #[test]
 fn malformed_and_oversized_requests_are_refused_and_the_lane_keeps_serving() {
-    let lane = Lane::open(0).unwrap();
-    let run = lane.start_run(tools()).unwrap();
+    let lane = Lane::open(0, None).unwrap();
+    let run = lane.start_run(Some(tools())).unwrap();
     let mut c = Client::new(run.url());
     c.initialize();
     let (status, _) = c.raw(b"{\"jsonrpc\": \"2.0\", \"id\": 1, \"method\": ".to_vec());
@@ -275,10 +276,10 @@ fn malformed_and_oversized_requests_are_refused_and_the_lane_keeps_serving() {
 
 #[test]
 fn a_client_that_never_finishes_blocks_nobody_and_is_cut_with_its_run() {
-    let lane = Lane::open(0).unwrap();
-    let other_lane = Lane::open(1).unwrap();
-    let run = lane.start_run(tools()).unwrap();
-    let other = other_lane.start_run(tools()).unwrap();
+    let lane = Lane::open(0, None).unwrap();
+    let other_lane = Lane::open(1, None).unwrap();
+    let run = lane.start_run(Some(tools())).unwrap();
+    let other = other_lane.start_run(Some(tools())).unwrap();
     // Half a request, never finished, on each lane.
     let mut stuck = Vec::new();
     for addr in [lane.inner.addr, other_lane.inner.addr] {
@@ -327,8 +328,8 @@ fn a_client_that_never_finishes_blocks_nobody_and_is_cut_with_its_run() {
 
 #[test]
 fn a_turn_that_ends_refuses_the_calls_it_did_not_run() {
-    let lane = Lane::open(0).unwrap();
-    let run = lane.start_run(tools()).unwrap();
+    let lane = Lane::open(0, None).unwrap();
+    let run = lane.start_run(Some(tools())).unwrap();
     let mut c = Client::new(run.url());
     c.initialize();
     let (tx, rx) = mpsc::channel::<Inbox<()>>();
@@ -353,8 +354,8 @@ fn a_turn_that_ends_refuses_the_calls_it_did_not_run() {
 
 #[test]
 fn a_lane_closes_connections_beyond_its_cap_at_once() {
-    let lane = Lane::open(0).unwrap();
-    let run = lane.start_run(tools()).unwrap();
+    let lane = Lane::open(0, None).unwrap();
+    let run = lane.start_run(Some(tools())).unwrap();
     let mut idle = Vec::new();
     for _ in 0..MAX_CONNECTIONS_PER_LANE {
         idle.push(std::net::TcpStream::connect(lane.inner.addr).unwrap());
@@ -427,4 +428,80 @@ fn schemas_that_cannot_be_served_are_refused_and_outside_refs_never_resolved() {
         .to_string();
     assert!(e.contains("is not a valid JSON Schema"), "{e}");
     assert!(started.elapsed() < Duration::from_secs(2));
+}
+
+/// A gateway run whose upstream is `upstream`, serving no MCP.
+fn gateway_run(upstream: &str) -> (Lane, McpRun) {
+    let gw = crate::runtime::agent::Gateway {
+        endpoint: format!("{upstream}/v1"),
+        ..Default::default()
+    };
+    let process = crate::runtime::agent::Process {
+        gateway: Some(gw.clone()),
+        ..Default::default()
+    };
+    let agent = crate::runtime::Agent::new("gw", crate::runtime::Settings::Process(process));
+    let up = Arc::new(gateway::Upstream::new(&agent, &gw).unwrap());
+    let lane = Lane::open(0, Some(up)).unwrap();
+    let run = lane.start_run(None).unwrap();
+    (lane, run)
+}
+
+fn post_model(url: &str, token: &str) -> (u16, Value) {
+    let resp = reqwest::blocking::Client::new()
+        .post(format!("{url}/chat/completions"))
+        .bearer_auth(token)
+        .header("content-type", "application/json")
+        .body(json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).to_string())
+        .send()
+        .unwrap();
+    let status = resp.status().as_u16();
+    let text = resp.text().unwrap_or_default();
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+#[test]
+fn a_model_call_between_turns_is_refused_recorded_and_never_forwarded() {
+    // The upstream is a port nobody listens on: a forwarded call would fail with 502.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let upstream = format!("http://{}", dead.local_addr().unwrap());
+    drop(dead);
+    let (_lane, run) = gateway_run(&upstream);
+    let url = run.model_url().unwrap().to_owned();
+    assert!(!run.serves_mcp());
+    // No turn in progress: refused, recorded, not forwarded.
+    let (status, body) = post_model(&url, run.model_token());
+    assert_eq!(status, 409, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("no turn"));
+    // Another token: refused and not recorded (it is not this run's agent).
+    assert_eq!(post_model(&url, "wt-run-guess").0, 401);
+    let kept = run.take_model_calls();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert_eq!(kept[0].turn, None);
+    assert_eq!(kept[0].messages, json!([{"role": "user", "content": "hi"}]));
+    assert!(kept[0].error.as_deref().unwrap().starts_with("refused"));
+    // The MCP side is not served for a gateway-only run.
+    let mcp = reqwest::blocking::Client::new()
+        .post(run.url())
+        .header("content-type", "application/json")
+        .body(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).to_string())
+        .send()
+        .unwrap();
+    assert_eq!(mcp.status().as_u16(), 404);
+    // During a turn the call goes through (and fails upstream: 502, recorded for the turn).
+    let (tx, rx) = mpsc::channel::<Inbox<()>>();
+    run.open_turn(tx);
+    let (status, _) = post_model(&url, run.model_token());
+    assert_eq!(status, 502);
+    match rx.recv_timeout(Duration::from_secs(10)).unwrap() {
+        Inbox::Model(call) => {
+            assert!(call.error.as_deref().unwrap().contains("cannot connect"), "{call:?}");
+        }
+        other => panic!("{other:?}"),
+    }
+    run.close_turn();
+    // After the run, its address is refused.
+    let model_url = url.clone();
+    drop(run);
+    assert_eq!(post_model(&model_url, "x").0, 404);
 }

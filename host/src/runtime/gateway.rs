@@ -1,0 +1,579 @@
+//! The model gateway: the model side of `process` and `http` agents.
+//!
+//! With `[gateway]` in its agent config, each run of the agent gets an OpenAI-compatible
+//! chat-completions endpoint on its lane's loopback listener (the one that serves the run's
+//! MCP endpoint), at `http://127.0.0.1:<port>/runs/<token>/v1`, and a per-run bearer token.
+//! The agent learns both from `WT_MODEL_URL` and `WT_MODEL_TOKEN` (and, opted in, from
+//! `OPENAI_BASE_URL` and `OPENAI_API_KEY`), an http agent from `model_url` and `model_token`
+//! in each inject. Each call is forwarded to the upstream the config names, with the
+//! upstream's key, which the agent never sees, under the upstream's limits (`max_concurrency`,
+//! `requests_per_minute`, `Retry-After`, retries), exactly as the `openai` runtime's own
+//! calls are ([`super::net::Net`]). The reply goes back to the agent as it arrives (a
+//! streamed reply stays streamed), and the call is recorded as a [`ModelCall`] of the turn,
+//! in order among the turn's tool calls.
+//!
+//! A call is served only while one of the run's turns is in progress, as a tool call is: one
+//! made between turns is refused (HTTP 409) and recorded as refused; one whose token or
+//! address is not the live run's is refused (HTTP 401 or 404) and never forwarded.
+
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, oneshot};
+use windtunnel_sdk::model::{ModelCall, TokenUsage};
+
+use super::agent::Gateway;
+use super::net::{Log, Net, Request, Sink};
+use super::{Agent, RuntimeError};
+use crate::limits::{MAX_RECORDED_PART_BYTES, cut_text, cut_value, keep_last};
+
+/// The `source` of calls through the gateway.
+pub(crate) const SOURCE: &str = "gateway";
+
+/// Largest request body the gateway accepts from an agent.
+pub(crate) const MAX_REQUEST_BYTES: usize = 8 << 20;
+
+
+/// The upstream's key, from the variable `gateway.api_key_env` names.
+pub(crate) fn upstream_key(g: &Gateway) -> Result<Option<String>, RuntimeError> {
+    super::secret_var(g.api_key_env.as_deref(), "gateway.api_key_env")
+}
+
+/// Where a gateway forwards to, shared by every lane of the sweep: one client, one set of
+/// limits.
+pub struct Upstream {
+    url: String,
+    key: Option<String>,
+    /// Extra headers of every forwarded request (`gateway.headers`, the key in
+    /// `gateway.api_key_header`).
+    headers: Vec<(String, String)>,
+    net: Net,
+    /// How long one call may take, end to end (the agent's turn timeout).
+    timeout: Duration,
+    /// Set `OPENAI_BASE_URL` and `OPENAI_API_KEY` for process agents.
+    pub(crate) openai_env: bool,
+}
+
+impl Upstream {
+    pub fn new(agent: &Agent, g: &Gateway) -> Result<Upstream, RuntimeError> {
+        let url = chat_url(g.endpoint.trim(), "`gateway.endpoint`")?;
+        if g.api_key_env.is_some() && crate::secrets::has_password(&g.endpoint) {
+            return Err(RuntimeError(
+                "`gateway.endpoint` carries a user:password and `gateway.api_key_env` names an API key: a request would carry two Authorization headers; keep one of them".into(),
+            ));
+        }
+        let (headers, key) = super::wire_headers(&g.wire(), upstream_key(g)?, "gateway.")?;
+        Ok(Upstream {
+            url,
+            key,
+            headers,
+            net: Net::new(
+                Duration::from_secs(10),
+                &g.limits(),
+                super::redactor(agent),
+            )?,
+            timeout: super::turn_timeout(agent),
+            openai_env: g.openai_env,
+        })
+    }
+}
+
+/// `<base>/chat/completions`, the base's query string kept (Azure's `api-version`); a
+/// fragment is refused.
+pub(crate) fn chat_url(base: &str, what: &str) -> Result<String, RuntimeError> {
+    super::check_endpoint(base, what)?;
+    let mut url = reqwest::Url::parse(base).map_err(|e| RuntimeError(format!("{what}: {e}")))?;
+    if url.fragment().is_some() {
+        return Err(RuntimeError(format!(
+            "{what} has a fragment (`#…`), which is never sent to a server; remove it"
+        )));
+    }
+    let path = url.path().trim_end_matches('/').to_owned();
+    if !path.ends_with("/chat/completions") {
+        url.set_path(&format!("{path}/chat/completions"));
+    }
+    Ok(url.to_string())
+}
+
+/// What the gateway needs of the run a call is addressed to (the lane's run slot).
+pub(crate) trait RunDoor: Send + Sync {
+    /// The run's bearer token.
+    fn model_token(&self) -> &str;
+    /// Is one of the run's turns in progress?
+    fn turn_open(&self) -> bool;
+    /// Hands a finished call to the turn in progress; gives it back when none takes it.
+    fn deliver(&self, call: Box<ModelCall>) -> Result<(), Box<ModelCall>>;
+    /// Keeps a call no turn took (refused between turns, or outliving its turn) for the
+    /// run's record.
+    fn keep(&self, call: ModelCall);
+}
+
+pub(crate) type Response = http::Response<http_body_util::combinators::BoxBody<Bytes, Infallible>>;
+
+/// An OpenAI-shaped error answer.
+fn error(status: u16, kind: &str, message: &str) -> Response {
+    let body = json!({"error": {"message": message, "type": kind, "code": null}});
+    http::Response::builder()
+        .status(status)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(Full::new(Bytes::from(body.to_string())).boxed())
+        .unwrap_or_else(|_| http::Response::new(Full::new(Bytes::new()).boxed()))
+}
+
+/// Serves one request addressed to a run's gateway: `rest` is the path after `/v1/`.
+pub(crate) async fn serve(
+    upstream: Arc<Upstream>,
+    door: Arc<dyn RunDoor>,
+    rest: &str,
+    req: http::Request<hyper::body::Incoming>,
+) -> Response {
+    let started = Instant::now();
+    if rest != "chat/completions" {
+        return error(
+            404,
+            "not_found",
+            "wt's model gateway serves POST /chat/completions only",
+        );
+    }
+    if req.method() != http::Method::POST {
+        return error(405, "method_not_allowed", "use POST");
+    }
+    let bearer = req
+        .headers()
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or_default();
+    if !same(bearer.trim().as_bytes(), door.model_token().as_bytes()) {
+        return error(
+            401,
+            "invalid_api_key",
+            "this run's gateway takes its own token (WT_MODEL_TOKEN) as the bearer token",
+        );
+    }
+    let mut headers = forwarded_headers(req.headers());
+    // The config's headers win over the agent's of the same name.
+    headers.retain(|(n, _)| {
+        !upstream
+            .headers
+            .iter()
+            .any(|(c, _)| c.eq_ignore_ascii_case(n))
+    });
+    headers.extend(upstream.headers.iter().cloned());
+    let body = match Limited::new(req.into_body(), MAX_REQUEST_BYTES).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(_) => {
+            return error(
+                413,
+                "request_too_large",
+                &format!("a request to the gateway is at most {MAX_REQUEST_BYTES} bytes"),
+            );
+        }
+    };
+    let body: Value = match serde_json::from_slice(&body) {
+        Ok(v @ Value::Object(_)) => v,
+        _ => {
+            return error(
+                400,
+                "invalid_request_error",
+                "the request body is not a JSON object",
+            );
+        }
+    };
+    let mut call = request_record(&body);
+    if !door.turn_open() {
+        let why = "refused: no turn of this run is in progress (model calls go through only during a turn)";
+        call.error = Some(why.to_owned());
+        call.latency_ms = millis(started.elapsed());
+        door.keep(call);
+        return error(409, "wt_refused", why);
+    }
+    let (head_tx, head_rx) = oneshot::channel();
+    let (body_tx, body_rx) = mpsc::channel::<Bytes>(32);
+    let up = upstream.clone();
+    let forwarding = tokio::task::spawn_blocking(move || {
+        let mut sink = Forward {
+            head: Some(head_tx),
+            body: body_tx,
+            copy: Vec::new(),
+            max_copy: usize::try_from(up.net.max_body()).unwrap_or(usize::MAX),
+            first_byte: None,
+            started,
+            content_type: None,
+        };
+        let req = Request {
+            headers: &headers,
+            method: "POST",
+            url: &up.url,
+            auth: up.key.as_deref(),
+            body: Some(&body),
+        };
+        let mut log = Log::default();
+        let sent = up
+            .net
+            .forward(&req, started + up.timeout, &mut log, &mut sink);
+        call.retries = log.retries;
+        call.latency_ms = millis(started.elapsed());
+        call.ttft_ms = sink.first_byte.map(|t| millis(t - started));
+        match sent {
+            Ok(()) => response_record(&mut call, &sink.copy, sink.content_type.as_deref()),
+            Err((e, status)) => {
+                call.error = Some(e.message.clone());
+                if let Some(tx) = sink.head.take() {
+                    let _ = tx.send(Err((e, status)));
+                }
+                // A reply cut off midway: what arrived is still what the agent saw.
+                if !sink.copy.is_empty() {
+                    response_record(&mut call, &sink.copy, sink.content_type.as_deref());
+                }
+            }
+        }
+        if let Err(mut call) = door.deliver(Box::new(call)) {
+            call.error
+                .get_or_insert_with(|| "the turn ended before this model call did".into());
+            door.keep(*call);
+        }
+    });
+    match head_rx.await {
+        Ok(Ok((status, content_type))) => {
+            let mut resp = http::Response::builder().status(status);
+            if let Some(ct) = content_type {
+                resp = resp.header(http::header::CONTENT_TYPE, ct);
+            }
+            resp.body(ChannelBody(body_rx).boxed())
+                .unwrap_or_else(|_| error(502, "wt_gateway_error", "bad upstream head"))
+        }
+        Ok(Err((e, status))) => {
+            // The upstream's own refusal (a 4xx) reaches the agent as such; anything else
+            // is the gateway's failure to get an answer.
+            let code = match status {
+                Some(s) if (400..500).contains(&s) && s != 429 => s,
+                _ if e.kind == windtunnel_sdk::model::TurnErrorKind::Timeout => 504,
+                _ => 502,
+            };
+            error(code, "wt_gateway_error", &e.message)
+        }
+        Err(_) => {
+            let _ = forwarding.await;
+            error(
+                502,
+                "wt_gateway_error",
+                "the gateway's forwarding ended without an answer",
+            )
+        }
+    }
+}
+
+/// The agent's own headers the gateway passes on: `OpenAI-*` and `X-*` ones (an
+/// organization, a project, a trace id), never a credential. Everything else — the
+/// connection's headers, `Authorization` (the run's token, replaced by the upstream's key),
+/// `api-key`, cookies — stays here.
+fn forwarded_headers(headers: &http::HeaderMap) -> Vec<(String, String)> {
+    headers
+        .iter()
+        .filter(|(name, _)| {
+            let n = name.as_str();
+            (n.starts_with("openai-") || n.starts_with("x-"))
+                && !matches!(n, "x-api-key" | "x-forwarded-for" | "x-real-ip")
+                && !n.contains("auth")
+                && !n.contains("token")
+                && !n.contains("key")
+        })
+        .filter_map(|(name, value)| Some((name.as_str().to_owned(), value.to_str().ok()?.to_owned())))
+        .take(32)
+        .collect()
+}
+
+/// Compares two tokens in time independent of where they differ.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+type Head = Result<(u16, Option<String>), (super::TurnError, Option<u16>)>;
+
+/// Hands the upstream's reply to the agent's response as it arrives, keeping a copy for the
+/// record.
+struct Forward {
+    head: Option<oneshot::Sender<Head>>,
+    body: mpsc::Sender<Bytes>,
+    copy: Vec<u8>,
+    max_copy: usize,
+    first_byte: Option<Instant>,
+    started: Instant,
+    content_type: Option<String>,
+}
+
+impl Sink for Forward {
+    fn head(&mut self, status: u16, content_type: Option<&str>) -> bool {
+        self.content_type = content_type.map(str::to_owned);
+        let _ = self.started;
+        self.head
+            .take()
+            .is_some_and(|tx| tx.send(Ok((status, self.content_type.clone()))).is_ok())
+    }
+
+    fn chunk(&mut self, bytes: &[u8]) -> bool {
+        self.first_byte.get_or_insert_with(Instant::now);
+        if self.copy.len() < self.max_copy {
+            let room = self.max_copy - self.copy.len();
+            self.copy.extend_from_slice(&bytes[..bytes.len().min(room)]);
+        }
+        self.body.blocking_send(Bytes::copy_from_slice(bytes)).is_ok()
+    }
+}
+
+/// A response body fed from a channel.
+struct ChannelBody(mpsc::Receiver<Bytes>);
+
+impl http_body::Body for ChannelBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Infallible>>> {
+        self.0
+            .poll_recv(cx)
+            .map(|b| b.map(|b| Ok(http_body::Frame::data(b))))
+    }
+}
+
+/// The request's side of a call's record.
+pub(crate) fn request_record(body: &Value) -> ModelCall {
+    let mut call = ModelCall::default();
+    call.source = SOURCE.to_owned();
+    call.model = body.get("model").and_then(Value::as_str).map(str::to_owned);
+    call.stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    call.messages = body.get("messages").cloned().unwrap_or(Value::Null);
+    if keep_last(&mut call.messages, MAX_RECORDED_PART_BYTES) {
+        call.truncated.push("messages".into());
+    }
+    call.tools = body
+        .get("tools")
+        .and_then(Value::as_array)
+        .map(|tools| {
+            tools
+                .iter()
+                .filter_map(|t| {
+                    t.pointer("/function/name")
+                        .or_else(|| t.get("name"))
+                        .and_then(Value::as_str)
+                })
+                .take(256)
+                .map(|n| {
+                    let mut n = n.to_owned();
+                    cut_text(&mut n, 256);
+                    n
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    call
+}
+
+/// Fills the response's side of a call's record from the reply's bytes: a chat completion,
+/// or the server-sent events of a streamed one.
+pub(crate) fn response_record(call: &mut ModelCall, bytes: &[u8], content_type: Option<&str>) {
+    let text = String::from_utf8_lossy(bytes);
+    let sse = content_type.is_some_and(|c| c.starts_with("text/event-stream"))
+        || text.trim_start().starts_with("data:");
+    if sse {
+        call.stream = true;
+        assemble_stream(call, &text);
+    } else {
+        match serde_json::from_str::<Value>(&text) {
+            Ok(v) => completion_record(call, &v),
+            Err(e) => {
+                call.error.get_or_insert_with(|| {
+                    format!(
+                        "the upstream's reply is not JSON ({e}): {}",
+                        crate::score::excerpt(&text)
+                    )
+                });
+            }
+        }
+    }
+    if crate::limits::rough_len(&call.response) > MAX_RECORDED_PART_BYTES {
+        cut_value(&mut call.response, MAX_RECORDED_PART_BYTES);
+        call.truncated.push("response".into());
+    }
+}
+
+/// What a chat completion says, into `call`: its first choice's message, finish reason,
+/// refusal, usage, id, served model and fingerprint.
+pub(crate) fn completion_record(call: &mut ModelCall, resp: &Value) {
+    let s = |p: &str| resp.pointer(p).and_then(Value::as_str).map(str::to_owned);
+    call.response_id = s("/id");
+    call.served_model = s("/model");
+    call.system_fingerprint = s("/system_fingerprint");
+    call.finish_reason = s("/choices/0/finish_reason");
+    call.refusal = s("/choices/0/message/refusal");
+    call.usage = resp.get("usage").and_then(TokenUsage::from_openai);
+    call.response = resp
+        .pointer("/choices/0/message")
+        .cloned()
+        .unwrap_or(Value::Null);
+}
+
+/// Assembles a streamed chat completion's chunks into one message.
+fn assemble_stream(call: &mut ModelCall, text: &str) {
+    let mut content = String::new();
+    let mut refusal = String::new();
+    let mut tool_calls: Vec<Value> = Vec::new();
+    for line in text.lines() {
+        let Some(data) = line.strip_prefix("data:").map(str::trim) else {
+            continue;
+        };
+        if data == "[DONE]" {
+            continue;
+        }
+        let Ok(chunk) = serde_json::from_str::<Value>(data) else {
+            continue;
+        };
+        let s = |p: &str| chunk.pointer(p).and_then(Value::as_str).map(str::to_owned);
+        call.response_id = call.response_id.take().or_else(|| s("/id"));
+        call.served_model = call.served_model.take().or_else(|| s("/model"));
+        call.system_fingerprint = call
+            .system_fingerprint
+            .take()
+            .or_else(|| s("/system_fingerprint"));
+        if let Some(u) = chunk.get("usage").and_then(TokenUsage::from_openai) {
+            call.usage = Some(u);
+        }
+        let Some(choice) = chunk.pointer("/choices/0") else {
+            continue;
+        };
+        if let Some(r) = choice.get("finish_reason").and_then(Value::as_str) {
+            call.finish_reason = Some(r.to_owned());
+        }
+        let Some(delta) = choice.get("delta") else {
+            continue;
+        };
+        if let Some(c) = delta.get("content").and_then(Value::as_str) {
+            content.push_str(c);
+        }
+        if let Some(r) = delta.get("refusal").and_then(Value::as_str) {
+            refusal.push_str(r);
+        }
+        for tc in delta
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let i = tc.get("index").and_then(Value::as_u64).unwrap_or(0) as usize;
+            if i >= 256 {
+                continue;
+            }
+            while tool_calls.len() <= i {
+                tool_calls.push(json!({"id": null, "type": "function", "function": {"name": "", "arguments": ""}}));
+            }
+            let slot = &mut tool_calls[i];
+            if let Some(id) = tc.get("id").and_then(Value::as_str) {
+                slot["id"] = json!(id);
+            }
+            for part in ["name", "arguments"] {
+                if let Some(p) = tc.pointer(&format!("/function/{part}")).and_then(Value::as_str)
+                {
+                    let mut joined = slot["function"][part].as_str().unwrap_or("").to_owned();
+                    joined.push_str(p);
+                    slot["function"][part] = json!(joined);
+                }
+            }
+        }
+    }
+    let mut message = json!({"role": "assistant", "content": if content.is_empty() { Value::Null } else { json!(content) }});
+    if !tool_calls.is_empty() {
+        message["tool_calls"] = Value::Array(tool_calls);
+    }
+    if !refusal.is_empty() {
+        message["refusal"] = json!(refusal);
+        call.refusal = Some(refusal);
+    }
+    call.response = message;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_query_string_is_kept_and_a_fragment_refused() {
+        assert_eq!(
+            chat_url("https://x.example/openai/v1?api-version=2024-10", "e").unwrap(),
+            "https://x.example/openai/v1/chat/completions?api-version=2024-10"
+        );
+        assert_eq!(
+            chat_url("http://h:1/v1/", "e").unwrap(),
+            "http://h:1/v1/chat/completions"
+        );
+        assert_eq!(
+            chat_url("http://h:1/v1/chat/completions", "e").unwrap(),
+            "http://h:1/v1/chat/completions"
+        );
+        assert!(
+            chat_url("http://h/v1#x", "e")
+                .unwrap_err()
+                .0
+                .contains("fragment")
+        );
+    }
+
+    #[test]
+    fn a_streamed_reply_is_assembled_with_its_tool_calls_and_usage() {
+        let sse = concat!(
+            "data: {\"id\":\"c1\",\"model\":\"m-2\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"}}]}\n\n",
+            "data: {\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"t1\",\"function\":{\"name\":\"lookup\",\"arguments\":\"\"}}]}}]}\n\n",
+            "data: {\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"{\\\"id\\\":\"}}]}}]}\n\n",
+            "data: {\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"1}\"}}]}}]}\n\n",
+            "data: {\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\n",
+            "data: {\"id\":\"c1\",\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":3,\"prompt_tokens_details\":{\"cached_tokens\":2}}}\n\n",
+            "data: [DONE]\n\n"
+        );
+        let mut call = ModelCall::default();
+        response_record(&mut call, sse.as_bytes(), Some("text/event-stream"));
+        assert!(call.stream);
+        assert_eq!(call.response_id.as_deref(), Some("c1"));
+        assert_eq!(call.served_model.as_deref(), Some("m-2"));
+        assert_eq!(call.finish_reason.as_deref(), Some("tool_calls"));
+        assert_eq!(
+            call.response.pointer("/tool_calls/0/function/arguments"),
+            Some(&json!("{\"id\":1}"))
+        );
+        let u = call.usage.unwrap();
+        assert_eq!(
+            (u.prompt_tokens, u.completion_tokens, u.cached_tokens),
+            (7, 3, 2)
+        );
+    }
+
+    #[test]
+    fn long_conversations_keep_their_newest_messages() {
+        let mut m = json!([
+            {"role": "system", "content": "s".repeat(10_000)},
+            {"role": "user", "content": "u".repeat(10_000)},
+            {"role": "tool", "content": "newest"}
+        ]);
+        assert!(keep_last(&mut m, 12_000));
+        let list = m.as_array().unwrap();
+        assert_eq!(list[0], json!({"cut_by_wt": {"messages_not_kept": 1}}));
+        assert_eq!(list.len(), 3);
+        assert_eq!(list[2]["content"], "newest");
+        let mut small = json!([{"role": "user", "content": "hi"}]);
+        assert!(!keep_last(&mut small, 12_000));
+        let mut one_huge = json!([{"role": "user", "content": "x".repeat(100_000)}]);
+        assert!(keep_last(&mut one_huge, 12_000));
+        assert!(serde_json::to_vec(&one_huge).unwrap().len() < 14_000);
+    }
+}
