@@ -269,13 +269,15 @@ fn integrity(trace: &Trace) -> LayerResult {
     // A reply the model stopped writing because it hit its token limit is not the reply
     // the agent meant: whatever it says cannot be trusted as evidence of the agent.
     for (i, c) in trace.evidence.model_calls.iter().enumerate() {
-        if c.finish_reason.as_deref() == Some("length") {
+        // `length` (OpenAI), `max_tokens` (Anthropic).
+        if matches!(c.finish_reason.as_deref(), Some("length" | "max_tokens")) {
             let turn = c
                 .turn
                 .map_or_else(|| "outside a turn".to_owned(), |t| format!("turn {t}"));
             problems.push(format!(
-                "reply truncated by max_tokens: model call {} ({turn}) stopped with finish_reason `length`",
-                i + 1
+                "reply truncated by max_tokens: model call {} ({turn}) stopped with finish_reason `{}`",
+                i + 1,
+                c.finish_reason.as_deref().unwrap_or_default()
             ));
         }
     }

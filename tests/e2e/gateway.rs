@@ -715,3 +715,261 @@ fn a_redirect_of_a_post_is_an_error_that_names_it_never_a_silent_get() {
     assert!(error.contains("HTTP 302, a redirect to"), "{error}");
     assert!(error.contains("/elsewhere"), "{error}");
 }
+
+/// The demo pack's three flows, as fakellm answers them in Anthropic's shape: each step's
+/// text names the step, and the rule for the next step matches the message before the last
+/// (the model's own, with its tool use).
+const DEMO_RULES: &str = r#"
+rules:
+  - name: refunded
+    when: {previous_message_contains: "Issuing the refund"}
+    respond: {content: "I've issued a refund for order 5678."}
+  - name: refund
+    when: {previous_message_contains: "Looking up order 5678"}
+    respond:
+      content: "Issuing the refund."
+      tool_calls: [{name: issue_refund, arguments: {order_id: "5678", reason: "damaged"}}]
+  - name: ticketed
+    when: {previous_message_contains: "Opening a ticket"}
+    respond: {content: "I've opened a ticket: a colleague will contact you."}
+  - name: ticket
+    when: {previous_message_contains: "still processing"}
+    respond:
+      content: "Opening a ticket."
+      tool_calls: [{name: create_ticket, arguments: {order_id: "9012", summary: "Customer asks for a human about order 9012"}}]
+  - name: processing
+    when: {previous_message_contains: "Looking up order 9012"}
+    respond: {content: "Order 9012 is still processing. How can I help?"}
+  - name: shipped
+    when: {previous_message_contains: "Looking up order 1234"}
+    respond: {content: "Order 1234 has shipped."}
+  - name: lookup-5678
+    when: {messages_contain: "5678"}
+    respond:
+      content: "Looking up order 5678."
+      tool_calls: [{name: lookup_order, arguments: {order_id: "5678"}}]
+  - name: lookup-9012
+    when: {messages_contain: "9012"}
+    respond:
+      content: "Looking up order 9012."
+      tool_calls: [{name: lookup_order, arguments: {order_id: "9012"}}]
+  - name: lookup-1234
+    when: {messages_contain: "1234"}
+    respond:
+      content: "Looking up order 1234."
+      tool_calls: [{name: lookup_order, arguments: {order_id: "1234"}}]
+"#;
+
+#[test]
+fn the_anthropic_runtime_passes_the_demo_pack_against_fakellm_and_records_each_message() {
+    let dir = tmp();
+    let llm = FakeLlm::start(dir.path(), DEMO_RULES);
+    let agent = agent_file(
+        dir.path(),
+        "claude.toml",
+        &format!(
+            "label = \"claude\"\nruntime = \"anthropic\"\nmodel = \"claude-test\"\nendpoint = \"{}/v1\"\napi_key_env = \"ANTHROPIC_KEY\"\n\n[pricing]\ninput = 3.0\noutput = 15.0\n",
+            llm.base
+        ),
+    );
+    let out = dir.path().join("runs");
+    let r = Wt::new(dir.path())
+        .args(["run", "--out"])
+        .arg(&out)
+        .arg("--agent")
+        .arg(&agent)
+        .env("ANTHROPIC_KEY", "sk-ant-test-4471")
+        .run();
+    assert_eq!(r.code, 0, "{r}");
+    let all = traces(&out);
+    assert_eq!(all.len(), 6);
+    let stats = llm.stats().unwrap();
+    let recorded: usize = all
+        .iter()
+        .map(|t| t["evidence"]["model_calls"].as_array().unwrap().len())
+        .sum();
+    // Every request fakellm answered is a model call in a trace, on its Anthropic door.
+    assert_eq!(stats["total_requests"], recorded);
+    assert!(
+        stats["recent"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e["api"] == "anthropic" && e["model"] == "claude-test")
+    );
+    for t in &all {
+        let calls = t["evidence"]["model_calls"].as_array().unwrap();
+        let tools = t["evidence"]["tool_calls"].as_array().unwrap();
+        // A tool use per call but the last; each call after the tool calls before it.
+        assert_eq!(
+            calls.len(),
+            tools.len() + t["turns"].as_array().unwrap().len()
+        );
+        assert!(calls.iter().all(|c| c["source"] == "anthropic"));
+        assert!(
+            calls
+                .iter()
+                .all(|c| c["usage"]["prompt_tokens"].as_u64() > Some(0))
+        );
+        let reasons: Vec<&str> = calls
+            .iter()
+            .map(|c| c["finish_reason"].as_str().unwrap())
+            .collect();
+        assert!(
+            reasons.iter().all(|r| ["tool_use", "end_turn"].contains(r)),
+            "{reasons:?}"
+        );
+        assert_eq!(reasons.last(), Some(&"end_turn"));
+    }
+    for s in scores(&out) {
+        assert_eq!(s["verdict"], "PASS", "{s}");
+        assert!(s["usage"]["cost_usd"].as_f64().unwrap() > 0.0);
+    }
+}
+
+#[test]
+fn the_anthropic_runtime_sends_its_key_and_version_and_flags_a_cut_reply() {
+    let dir = tmp();
+    let server = TestServer::start(|_| {
+        (
+            200,
+            json!({"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-served",
+                   "stop_reason": "max_tokens",
+                   "content": [{"type": "text", "text": "Order 1234 has sh"}],
+                   "usage": {"input_tokens": 20, "output_tokens": 8}})
+            .to_string(),
+        )
+    });
+    let agent = agent_file(
+        dir.path(),
+        "claude.toml",
+        &format!(
+            "label = \"claude\"\nruntime = \"anthropic\"\nmodel = \"claude-test\"\nsoul = \"Be brief.\"\nendpoint = \"{}/v1\"\n\n[sampling]\nmax_tokens = 8\n",
+            server.base
+        ),
+    );
+    let out = dir.path().join("runs");
+    let r = order_status(dir.path(), &out, &agent)
+        .env("ANTHROPIC_API_KEY", "sk-ant-env-9921")
+        .run();
+    assert_eq!(r.code, 1, "{r}");
+    let req = &server.seen()[0];
+    assert_eq!(req.url, "/v1/messages");
+    let header = |name: &str| {
+        req.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.clone())
+    };
+    assert_eq!(header("x-api-key").as_deref(), Some("sk-ant-env-9921"));
+    assert_eq!(header("anthropic-version").as_deref(), Some("2023-06-01"));
+    assert_eq!(header("authorization"), None);
+    let body: Value = serde_json::from_str(&req.body).unwrap();
+    assert_eq!(body["max_tokens"], 8);
+    assert_eq!(body["system"], "Be brief.");
+    assert_eq!(body["tools"][0]["name"], "lookup_order");
+    assert!(body["tools"][0]["input_schema"].is_object());
+    let s = &scores(&out)[0];
+    assert!(
+        s["integrity"]["detail"]
+            .to_string()
+            .contains("truncated by max_tokens"),
+        "{s}"
+    );
+    // A seed the Messages API would ignore is refused, not silently dropped.
+    let seeded = agent_file(
+        dir.path(),
+        "seeded.toml",
+        &format!(
+            "label = \"s\"\nruntime = \"anthropic\"\nmodel = \"m\"\nendpoint = \"{}/v1\"\n[sampling]\nseed = 3\n",
+            server.base
+        ),
+    );
+    let r = Wt::new(dir.path())
+        .args(["run", "--agent"])
+        .arg(&seeded)
+        .run();
+    assert_eq!(r.code, 2, "{r}");
+    assert!(r.stderr.contains("takes no seed"), "{r}");
+}
+
+/// A one-shot agent speaking Anthropic's Messages API to its gateway, as Anthropic's clients
+/// find it (`ANTHROPIC_BASE_URL`, `ANTHROPIC_API_KEY`), once plain and once streamed.
+const MESSAGES_PROBE: &str = r#"
+import json, os, sys, urllib.request
+base, key = os.environ["ANTHROPIC_BASE_URL"], os.environ["ANTHROPIC_API_KEY"]
+out = []
+for stream in (False, True):
+    body = {"model": "claude-test", "max_tokens": 64, "stream": stream,
+            "messages": [{"role": "user", "content": sys.argv[1]}],
+            "tools": [{"name": "lookup_order", "input_schema": {"type": "object"}}]}
+    req = urllib.request.Request(base + "/v1/messages", data=json.dumps(body).encode(), method="POST",
+        headers={"x-api-key": key, "anthropic-version": "2023-06-01", "content-type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        out.append((r.status, r.headers.get("content-type"), len(r.read())))
+print(json.dumps(out))
+"#;
+
+#[test]
+fn the_gateway_serves_the_anthropic_shape_plain_and_streamed() {
+    let dir = tmp();
+    let llm = FakeLlm::start(dir.path(), DEMO_RULES);
+    let agent = command_agent(
+        dir.path(),
+        "messages",
+        &[
+            agent_python().display().to_string(),
+            "-c".into(),
+            MESSAGES_PROBE.into(),
+            "{input}".into(),
+        ],
+        &format!(
+            "turn_timeout_s = 60.0\n\n[gateway]\nendpoint = \"{}/v1\"\napi_key_env = \"UPSTREAM_KEY\"\napi_key_header = \"x-api-key\"\nanthropic_env = true\n",
+            llm.base
+        ),
+    );
+    let out = dir.path().join("runs");
+    let r = order_status(dir.path(), &out, &agent)
+        .env("UPSTREAM_KEY", UPSTREAM_KEY)
+        .run();
+    assert!(r.code == 0 || r.code == 1, "{r}");
+    let t = &traces(&out)[0];
+    let reply: Value =
+        serde_json::from_str(t["turns"][0]["reply"].as_str().unwrap_or("null")).unwrap();
+    assert_eq!(reply[0][0], 200, "{reply}");
+    assert!(
+        reply[1][1]
+            .as_str()
+            .unwrap()
+            .starts_with("text/event-stream"),
+        "{reply}"
+    );
+    let stats = llm.stats().unwrap();
+    assert_eq!(stats["total_requests"], 2);
+    assert!(
+        stats["recent"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e["api"] == "anthropic")
+    );
+    let calls = t["evidence"]["model_calls"].as_array().unwrap();
+    assert_eq!(calls.len(), 2, "{calls:#?}");
+    for (c, stream) in calls.iter().zip([false, true]) {
+        assert_eq!(c["stream"], stream);
+        assert_eq!(c["finish_reason"], "tool_use", "{c}");
+        assert!(c["error"].is_null(), "{c}");
+        // The tool use, assembled from the stream's pieces when streamed.
+        let blocks = c["response"]["content"].as_array().unwrap();
+        let tool = blocks.iter().find(|b| b["type"] == "tool_use").unwrap();
+        assert_eq!(tool["name"], "lookup_order");
+        assert_eq!(tool["input"], json!({"order_id": "1234"}), "{c}");
+        assert!(c["usage"]["completion_tokens"].as_u64().unwrap() > 0, "{c}");
+    }
+    for (name, bytes) in files(&out) {
+        assert!(
+            !String::from_utf8_lossy(&bytes).contains(UPSTREAM_KEY),
+            "{name} holds the upstream's key"
+        );
+    }
+}

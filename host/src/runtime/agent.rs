@@ -37,6 +37,8 @@ pub struct Agent {
 pub enum Settings {
     Demo(Demo),
     OpenAi(OpenAi),
+    /// Anthropic's Messages API: the same settings as `openai`, another wire.
+    Anthropic(OpenAi),
     Http(Http),
     Process(Process),
 }
@@ -141,6 +143,10 @@ pub struct Gateway {
     /// unmodified OpenAI client uses the gateway (default false).
     #[serde(default)]
     pub openai_env: bool,
+    /// Also set `ANTHROPIC_BASE_URL` and `ANTHROPIC_API_KEY` for a `process` agent, so that
+    /// an unmodified Anthropic client uses the gateway (default false).
+    #[serde(default)]
+    pub anthropic_env: bool,
     /// Extra headers to the upstream, as for the `openai` runtime.
     #[serde(default)]
     pub headers: Option<BTreeMap<String, HeaderValue>>,
@@ -245,8 +251,14 @@ pub const OPENAI_API_KEY: &str = "OPENAI_API_KEY";
 /// The variable an `openai` agent takes its endpoint from when it names none.
 pub const OPENAI_BASE_URL: &str = "OPENAI_BASE_URL";
 
+/// The variable an `anthropic` agent takes its key from when it names none.
+pub const ANTHROPIC_API_KEY: &str = "ANTHROPIC_API_KEY";
+
+/// The variable an `anthropic` agent takes its endpoint from when it names none.
+pub const ANTHROPIC_BASE_URL: &str = "ANTHROPIC_BASE_URL";
+
 /// The runtimes an agent config may name.
-pub const RUNTIMES: [&str; 4] = ["demo", "openai", "http", "process"];
+pub const RUNTIMES: [&str; 5] = ["demo", "openai", "anthropic", "http", "process"];
 
 impl Agent {
     /// An agent with this label, `settings`, and every shared setting at its default.
@@ -262,11 +274,12 @@ impl Agent {
         }
     }
 
-    /// The runtime's name: `demo`, `openai`, `http` or `process`.
+    /// The runtime's name: `demo`, `openai`, `anthropic`, `http` or `process`.
     pub fn runtime(&self) -> &'static str {
         match self.settings {
             Settings::Demo(_) => "demo",
             Settings::OpenAi(_) => "openai",
+            Settings::Anthropic(_) => "anthropic",
             Settings::Http(_) => "http",
             Settings::Process(_) => "process",
         }
@@ -281,6 +294,11 @@ impl Agent {
                     .is_ok()
                     .then_some(OPENAI_API_KEY)
             }),
+            Settings::Anthropic(s) => s.api_key_env.as_deref().or_else(|| {
+                crate::secrets::env_secret(ANTHROPIC_API_KEY)
+                    .is_ok()
+                    .then_some(ANTHROPIC_API_KEY)
+            }),
             Settings::Http(s) => s.api_key_env.as_deref(),
             Settings::Process(s) => s.api_key_env.as_deref(),
             Settings::Demo(_) => None,
@@ -290,7 +308,7 @@ impl Agent {
     /// The endpoint URL as the agent config gives it, for the runtimes that have one.
     pub fn endpoint(&self) -> Option<&str> {
         match &self.settings {
-            Settings::OpenAi(s) => s.endpoint.as_deref(),
+            Settings::OpenAi(s) | Settings::Anthropic(s) => s.endpoint.as_deref(),
             Settings::Http(s) => s.endpoint.as_deref(),
             Settings::Demo(_) | Settings::Process(_) => None,
         }
@@ -299,7 +317,7 @@ impl Agent {
     /// The model's prices, for the runtimes that make model calls `wt` sees.
     pub fn pricing(&self) -> Option<&Pricing> {
         match &self.settings {
-            Settings::OpenAi(s) => s.pricing.as_ref(),
+            Settings::OpenAi(s) | Settings::Anthropic(s) => s.pricing.as_ref(),
             Settings::Http(s) => s.pricing.as_ref(),
             Settings::Process(s) => s.pricing.as_ref(),
             Settings::Demo(_) => None,
@@ -311,7 +329,7 @@ impl Agent {
         match &self.settings {
             Settings::Http(s) => s.gateway.as_ref(),
             Settings::Process(s) => s.gateway.as_ref(),
-            Settings::Demo(_) | Settings::OpenAi(_) => None,
+            Settings::Demo(_) | Settings::OpenAi(_) | Settings::Anthropic(_) => None,
         }
     }
 
@@ -321,7 +339,7 @@ impl Agent {
         match &self.settings {
             Settings::Http(s) => s.mcp.unwrap_or(true),
             Settings::Process(s) => s.mcp.unwrap_or(true),
-            Settings::Demo(_) | Settings::OpenAi(_) => true,
+            Settings::Demo(_) | Settings::OpenAi(_) | Settings::Anthropic(_) => true,
         }
     }
 
@@ -341,7 +359,7 @@ impl Agent {
         };
         match &self.settings {
             Settings::Demo(s) => a.fault.clone_from(&s.fault),
-            Settings::OpenAi(s) => {
+            Settings::OpenAi(s) | Settings::Anthropic(s) => {
                 a.endpoint.clone_from(&s.endpoint);
                 a.api_key_env.clone_from(&s.api_key_env);
                 limits(&mut a, &s.limits);
@@ -386,6 +404,13 @@ impl Agent {
         let (shared, settings) = match runtime.as_str() {
             "demo" => read::<DemoFile>(text, "demo")?.split(),
             "openai" => read::<OpenAiFile>(text, "openai")?.split(),
+            "anthropic" => {
+                let (shared, settings) = read::<OpenAiFile>(text, "anthropic")?.split();
+                match settings {
+                    Settings::OpenAi(s) => (shared, Settings::Anthropic(s)),
+                    other => (shared, other),
+                }
+            }
             "http" => read::<HttpFile>(text, "http")?.split(),
             "process" => read::<ProcessFile>(text, "process")?.split(),
             other => {
@@ -450,18 +475,24 @@ fn read<F: serde::de::DeserializeOwned>(
 const OWNERS: &[(&str, &str)] = &[
     ("fault", "demo"),
     ("endpoint", "openai"),
+    ("endpoint", "anthropic"),
     ("endpoint", "http"),
     ("api_key_env", "openai"),
+    ("api_key_env", "anthropic"),
     ("api_key_env", "http"),
     ("api_key_env", "process"),
     ("retries", "openai"),
+    ("retries", "anthropic"),
     ("retries", "http"),
     ("max_response_bytes", "openai"),
+    ("max_response_bytes", "anthropic"),
     ("max_response_bytes", "http"),
     ("max_response_bytes", "process"),
     ("max_concurrency", "openai"),
+    ("max_concurrency", "anthropic"),
     ("max_concurrency", "http"),
     ("requests_per_minute", "openai"),
+    ("requests_per_minute", "anthropic"),
     ("requests_per_minute", "http"),
     ("max_sessions", "http"),
     ("mcp", "http"),
@@ -475,9 +506,13 @@ const OWNERS: &[(&str, &str)] = &[
     ("gateway", "http"),
     ("gateway", "process"),
     ("pricing", "openai"),
+    ("pricing", "anthropic"),
     ("headers", "openai"),
+    ("headers", "anthropic"),
     ("api_key_header", "openai"),
+    ("api_key_header", "anthropic"),
     ("body", "openai"),
+    ("body", "anthropic"),
     ("pricing", "http"),
     ("pricing", "process"),
 ];

@@ -49,6 +49,8 @@ pub(crate) fn upstream_key(g: &Gateway) -> Result<Option<String>, RuntimeError> 
 /// limits.
 pub struct Upstream {
     url: String,
+    /// `<endpoint>/messages`: the Anthropic shape.
+    messages_url: String,
     key: Option<String>,
     /// Extra headers of every forwarded request (`gateway.headers`, the key in
     /// `gateway.api_key_header`).
@@ -58,11 +60,23 @@ pub struct Upstream {
     timeout: Duration,
     /// Set `OPENAI_BASE_URL` and `OPENAI_API_KEY` for process agents.
     pub(crate) openai_env: bool,
+    /// Set `ANTHROPIC_BASE_URL` and `ANTHROPIC_API_KEY` for process agents.
+    pub(crate) anthropic_env: bool,
+}
+
+/// The two API shapes the gateway serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Shape {
+    /// OpenAI's chat completions (`/chat/completions`).
+    Chat,
+    /// Anthropic's Messages API (`/messages`).
+    Messages,
 }
 
 impl Upstream {
     pub fn new(agent: &Agent, g: &Gateway) -> Result<Upstream, RuntimeError> {
         let url = chat_url(g.endpoint.trim(), "`gateway.endpoint`")?;
+        let messages_url = api_url(g.endpoint.trim(), "messages", "`gateway.endpoint`")?;
         if g.api_key_env.is_some() && crate::secrets::has_password(&g.endpoint) {
             return Err(RuntimeError(
                 "`gateway.endpoint` carries a user:password and `gateway.api_key_env` names an API key: a request would carry two Authorization headers; keep one of them".into(),
@@ -71,6 +85,7 @@ impl Upstream {
         let (headers, key) = super::wire_headers(&g.wire(), upstream_key(g)?, "gateway.")?;
         Ok(Upstream {
             url,
+            messages_url,
             key,
             headers,
             net: Net::new(
@@ -80,6 +95,7 @@ impl Upstream {
             )?,
             timeout: super::turn_timeout(agent),
             openai_env: g.openai_env,
+            anthropic_env: g.anthropic_env,
         })
     }
 }
@@ -87,6 +103,12 @@ impl Upstream {
 /// `<base>/chat/completions`, the base's query string kept (Azure's `api-version`); a
 /// fragment is refused.
 pub(crate) fn chat_url(base: &str, what: &str) -> Result<String, RuntimeError> {
+    api_url(base, "chat/completions", what)
+}
+
+/// `<base>/<path>`, the base's query string kept; a fragment is refused. A base that
+/// already ends with `path` is taken as it is.
+pub(crate) fn api_url(base: &str, path: &str, what: &str) -> Result<String, RuntimeError> {
     super::check_endpoint(base, what)?;
     let mut url = reqwest::Url::parse(base).map_err(|e| RuntimeError(format!("{what}: {e}")))?;
     if url.fragment().is_some() {
@@ -94,9 +116,9 @@ pub(crate) fn chat_url(base: &str, what: &str) -> Result<String, RuntimeError> {
             "{what} has a fragment (`#…`), which is never sent to a server; remove it"
         )));
     }
-    let path = url.path().trim_end_matches('/').to_owned();
-    if !path.ends_with("/chat/completions") {
-        url.set_path(&format!("{path}/chat/completions"));
+    let base_path = url.path().trim_end_matches('/').to_owned();
+    if !base_path.ends_with(&format!("/{path}")) {
+        url.set_path(&format!("{base_path}/{path}"));
     }
     Ok(url.to_string())
 }
@@ -116,9 +138,12 @@ pub(crate) trait RunDoor: Send + Sync {
 
 pub(crate) type Response = http::Response<http_body_util::combinators::BoxBody<Bytes, Infallible>>;
 
-/// An OpenAI-shaped error answer.
-fn error(status: u16, kind: &str, message: &str) -> Response {
-    let body = json!({"error": {"message": message, "type": kind, "code": null}});
+/// An error answer in the shape the agent's client reads.
+fn error(shape: Shape, status: u16, kind: &str, message: &str) -> Response {
+    let body = match shape {
+        Shape::Chat => json!({"error": {"message": message, "type": kind, "code": null}}),
+        Shape::Messages => json!({"type": "error", "error": {"type": kind, "message": message}}),
+    };
     http::Response::builder()
         .status(status)
         .header(http::header::CONTENT_TYPE, "application/json")
@@ -134,27 +159,39 @@ pub(crate) async fn serve(
     req: http::Request<hyper::body::Incoming>,
 ) -> Response {
     let started = Instant::now();
-    if rest != "chat/completions" {
-        return error(
-            404,
-            "not_found",
-            "wt's model gateway serves POST /chat/completions only",
-        );
-    }
+    let shape = match rest {
+        "chat/completions" => Shape::Chat,
+        "messages" => Shape::Messages,
+        _ => {
+            return error(
+                Shape::Chat,
+                404,
+                "not_found",
+                "wt's model gateway serves POST /chat/completions and POST /messages",
+            );
+        }
+    };
     if req.method() != http::Method::POST {
-        return error(405, "method_not_allowed", "use POST");
+        return error(shape, 405, "method_not_allowed", "use POST");
     }
-    let bearer = req
-        .headers()
-        .get(http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or_default();
-    if !same(bearer.trim().as_bytes(), door.model_token().as_bytes()) {
+    // The token as OpenAI's clients send a key (a bearer token) or as Anthropic's do.
+    let header = |name: &str| {
+        req.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .trim()
+            .to_owned()
+    };
+    let bearer = header("authorization");
+    let bearer = bearer.strip_prefix("Bearer ").unwrap_or_default();
+    let token = door.model_token().as_bytes();
+    if !same(bearer.trim().as_bytes(), token) && !same(header("x-api-key").as_bytes(), token) {
         return error(
+            shape,
             401,
             "invalid_api_key",
-            "this run's gateway takes its own token (WT_MODEL_TOKEN) as the bearer token",
+            "this run's gateway takes its own token (WT_MODEL_TOKEN), as a bearer token or in x-api-key",
         );
     }
     let mut headers = forwarded_headers(req.headers());
@@ -170,6 +207,7 @@ pub(crate) async fn serve(
         Ok(b) => b.to_bytes(),
         Err(_) => {
             return error(
+                shape,
                 413,
                 "request_too_large",
                 &format!("a request to the gateway is at most {MAX_REQUEST_BYTES} bytes"),
@@ -180,6 +218,7 @@ pub(crate) async fn serve(
         Ok(v @ Value::Object(_)) => v,
         _ => {
             return error(
+                shape,
                 400,
                 "invalid_request_error",
                 "the request body is not a JSON object",
@@ -192,7 +231,7 @@ pub(crate) async fn serve(
         call.error = Some(why.to_owned());
         call.latency_ms = millis(started.elapsed());
         door.keep(call);
-        return error(409, "wt_refused", why);
+        return error(shape, 409, "wt_refused", why);
     }
     let (head_tx, head_rx) = oneshot::channel();
     let (body_tx, body_rx) = mpsc::channel::<Bytes>(32);
@@ -210,7 +249,10 @@ pub(crate) async fn serve(
         let req = Request {
             headers: &headers,
             method: "POST",
-            url: &up.url,
+            url: match shape {
+                Shape::Chat => &up.url,
+                Shape::Messages => &up.messages_url,
+            },
             auth: up.key.as_deref(),
             body: Some(&body),
         };
@@ -222,7 +264,7 @@ pub(crate) async fn serve(
         call.latency_ms = millis(started.elapsed());
         call.ttft_ms = sink.first_byte.map(|t| millis(t - started));
         match sent {
-            Ok(()) => response_record(&mut call, &sink.copy, sink.content_type.as_deref()),
+            Ok(()) => response_record(&mut call, &sink.copy, sink.content_type.as_deref(), shape),
             Err((e, status)) => {
                 call.error = Some(e.message.clone());
                 if let Some(tx) = sink.head.take() {
@@ -230,7 +272,7 @@ pub(crate) async fn serve(
                 }
                 // A reply cut off midway: what arrived is still what the agent saw.
                 if !sink.copy.is_empty() {
-                    response_record(&mut call, &sink.copy, sink.content_type.as_deref());
+                    response_record(&mut call, &sink.copy, sink.content_type.as_deref(), shape);
                 }
             }
         }
@@ -247,7 +289,7 @@ pub(crate) async fn serve(
                 resp = resp.header(http::header::CONTENT_TYPE, ct);
             }
             resp.body(ChannelBody(body_rx).boxed())
-                .unwrap_or_else(|_| error(502, "wt_gateway_error", "bad upstream head"))
+                .unwrap_or_else(|_| error(shape, 502, "wt_gateway_error", "bad upstream head"))
         }
         Ok(Err((e, status))) => {
             // The upstream's own refusal (a 4xx) reaches the agent as such; anything else
@@ -257,11 +299,12 @@ pub(crate) async fn serve(
                 _ if e.kind == windtunnel_sdk::model::TurnErrorKind::Timeout => 504,
                 _ => 502,
             };
-            error(code, "wt_gateway_error", &e.message)
+            error(shape, code, "wt_gateway_error", &e.message)
         }
         Err(_) => {
             let _ = forwarding.await;
             error(
+                shape,
                 502,
                 "wt_gateway_error",
                 "the gateway's forwarding ended without an answer",
@@ -279,7 +322,7 @@ fn forwarded_headers(headers: &http::HeaderMap) -> Vec<(String, String)> {
         .iter()
         .filter(|(name, _)| {
             let n = name.as_str();
-            (n.starts_with("openai-") || n.starts_with("x-"))
+            (n.starts_with("openai-") || n.starts_with("anthropic-") || n.starts_with("x-"))
                 && !matches!(n, "x-api-key" | "x-forwarded-for" | "x-real-ip")
                 && !n.contains("auth")
                 && !n.contains("token")
@@ -382,17 +425,28 @@ pub(crate) fn request_record(body: &Value) -> ModelCall {
     call
 }
 
-/// Fills the response's side of a call's record from the reply's bytes: a chat completion,
-/// or the server-sent events of a streamed one.
-pub(crate) fn response_record(call: &mut ModelCall, bytes: &[u8], content_type: Option<&str>) {
+/// Fills the response's side of a call's record from the reply's bytes: a chat completion
+/// or a message, or the server-sent events of a streamed one.
+pub(crate) fn response_record(
+    call: &mut ModelCall,
+    bytes: &[u8],
+    content_type: Option<&str>,
+    shape: Shape,
+) {
     let text = String::from_utf8_lossy(bytes);
+    let start = text.trim_start();
     let sse = content_type.is_some_and(|c| c.starts_with("text/event-stream"))
-        || text.trim_start().starts_with("data:");
+        || start.starts_with("data:")
+        || start.starts_with("event:");
     if sse {
         call.stream = true;
-        assemble_stream(call, &text);
+        match shape {
+            Shape::Chat => assemble_stream(call, &text),
+            Shape::Messages => assemble_message_stream(call, &text),
+        }
     } else {
         match serde_json::from_str::<Value>(&text) {
+            Ok(v) if shape == Shape::Messages => super::anthropic::message_record(call, &v),
             Ok(v) => completion_record(call, &v),
             Err(e) => {
                 call.error.get_or_insert_with(|| {
@@ -424,6 +478,80 @@ pub(crate) fn completion_record(call: &mut ModelCall, resp: &Value) {
         .pointer("/choices/0/message")
         .cloned()
         .unwrap_or(Value::Null);
+}
+
+/// The JSON payloads of a stream's `data:` lines.
+fn stream_data(text: &str) -> impl Iterator<Item = Value> + '_ {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data:").map(str::trim))
+        .filter(|d| *d != "[DONE]")
+        .filter_map(|d| serde_json::from_str(d).ok())
+}
+
+/// Assembles a streamed Messages API reply (its events) into one message.
+fn assemble_message_stream(call: &mut ModelCall, text: &str) {
+    let mut message = json!({});
+    let mut blocks: Vec<Value> = Vec::new();
+    let mut usage = serde_json::Map::new();
+    for event in stream_data(text) {
+        match event.get("type").and_then(Value::as_str) {
+            Some("message_start") => {
+                message = event.get("message").cloned().unwrap_or_else(|| json!({}));
+                if let Some(u) = message.get("usage").and_then(Value::as_object) {
+                    usage.extend(u.clone());
+                }
+            }
+            Some("content_block_start") => {
+                let i = event.get("index").and_then(Value::as_u64).unwrap_or(0) as usize;
+                if i < 256 {
+                    while blocks.len() <= i {
+                        blocks.push(Value::Null);
+                    }
+                    blocks[i] = event.get("content_block").cloned().unwrap_or(Value::Null);
+                }
+            }
+            Some("content_block_delta") => {
+                let i = event.get("index").and_then(Value::as_u64).unwrap_or(0) as usize;
+                let (Some(block), Some(delta)) = (blocks.get_mut(i), event.get("delta")) else {
+                    continue;
+                };
+                for (field, part) in [("text", "text"), ("partial_json", "partial_json")] {
+                    if let Some(p) = delta.get(part).and_then(Value::as_str) {
+                        let mut joined = block.get(field).and_then(Value::as_str).unwrap_or("").to_owned();
+                        joined.push_str(p);
+                        block[field] = json!(joined);
+                    }
+                }
+            }
+            Some("message_delta") => {
+                if let Some(r) = event.pointer("/delta/stop_reason") {
+                    message["stop_reason"] = r.clone();
+                }
+                if let Some(u) = event.get("usage").and_then(Value::as_object) {
+                    usage.extend(u.clone());
+                }
+            }
+            _ => {}
+        }
+    }
+    // A tool use's input arrives as JSON text in pieces.
+    for b in &mut blocks {
+        if let Some(Ok(input)) = b
+            .get("partial_json")
+            .and_then(Value::as_str)
+            .map(serde_json::from_str::<Value>)
+        {
+            b["input"] = input;
+        }
+        if let Some(o) = b.as_object_mut() {
+            o.remove("partial_json");
+        }
+    }
+    message["content"] = Value::Array(blocks);
+    if !usage.is_empty() {
+        message["usage"] = Value::Object(usage);
+    }
+    super::anthropic::message_record(call, &message);
 }
 
 /// Assembles a streamed chat completion's chunks into one message.
@@ -542,7 +670,7 @@ mod tests {
             "data: [DONE]\n\n"
         );
         let mut call = ModelCall::default();
-        response_record(&mut call, sse.as_bytes(), Some("text/event-stream"));
+        response_record(&mut call, sse.as_bytes(), Some("text/event-stream"), Shape::Chat);
         assert!(call.stream);
         assert_eq!(call.response_id.as_deref(), Some("c1"));
         assert_eq!(call.served_model.as_deref(), Some("m-2"));

@@ -2,7 +2,7 @@
 //! [`AgentHandle`] per scenario; the runner drives it with `reset_state`, `begin_run`,
 //! `send`, `end_run` and `teardown`. Built-ins: `demo` (in-process, deterministic, with
 //! fault modes), `openai` (any OpenAI-compatible chat-completions endpoint, tool loop run by
-//! the harness), `http` (an agent service behind an inject endpoint; see
+//! the harness), `anthropic` (the Messages API, likewise), `http` (an agent service behind an inject endpoint; see
 //! `docs/http-runtime-protocol.md`) and `process` (a local agent process; see
 //! `docs/process-runtime.md`). The last two reach the fixture world over MCP
 //! ([`crate::runtime::mcp`]).
@@ -25,6 +25,7 @@ use crate::world::World;
 pub use agent::{Agent, RUNTIMES, Settings};
 
 pub mod agent;
+pub(crate) mod anthropic;
 pub(crate) mod demo;
 internal_mod!(gateway);
 pub(crate) mod http;
@@ -120,7 +121,7 @@ pub(crate) fn wire_headers(
 /// The environment variables an agent config's headers are read from (secrets).
 fn header_vars(agent: &Agent) -> Vec<&str> {
     let wire = match &agent.settings {
-        Settings::OpenAi(s) => s.wire.headers.as_ref(),
+        Settings::OpenAi(s) | Settings::Anthropic(s) => s.wire.headers.as_ref(),
         _ => None,
     };
     let gateway = agent.gateway().and_then(|g| g.headers.as_ref());
@@ -461,7 +462,7 @@ pub(crate) fn redactor(agent: &Agent) -> Redactor {
     }
     // Literal header values under a secret-looking name are secrets too.
     let wires = match &agent.settings {
-        Settings::OpenAi(s) => s.wire.headers.as_ref(),
+        Settings::OpenAi(s) | Settings::Anthropic(s) => s.wire.headers.as_ref(),
         _ => None,
     };
     for (name, value) in wires
@@ -475,10 +476,12 @@ pub(crate) fn redactor(agent: &Agent) -> Redactor {
             r.add(t);
         }
     }
-    if let Settings::OpenAi(s) = &agent.settings
-        && s.endpoint.is_none()
-        && let Ok(url) = std::env::var(agent::OPENAI_BASE_URL)
-    {
+    let base_var = match &agent.settings {
+        Settings::OpenAi(s) if s.endpoint.is_none() => Some(agent::OPENAI_BASE_URL),
+        Settings::Anthropic(s) if s.endpoint.is_none() => Some(agent::ANTHROPIC_BASE_URL),
+        _ => None,
+    };
+    if let Some(Ok(url)) = base_var.map(std::env::var) {
         r.add(&url);
     }
     if let Ok(url) = std::env::var(http::INJECT_URL_ENV) {
@@ -511,6 +514,9 @@ pub fn for_agent(agent: &Agent) -> Result<Box<dyn Runtime>, RuntimeError> {
     let inner: Box<dyn Runtime> = match &agent.settings {
         Settings::Demo(s) => Box::new(demo::DemoRuntime::new(s).map_err(scrub)?),
         Settings::OpenAi(s) => Box::new(openai::OpenAiRuntime::new(agent, s).map_err(scrub)?),
+        Settings::Anthropic(s) => {
+            Box::new(anthropic::AnthropicRuntime::new(agent, s).map_err(scrub)?)
+        }
         Settings::Http(s) => Box::new(http::HttpRuntime::new(agent, s).map_err(scrub)?),
         Settings::Process(s) => Box::new(process::ProcessRuntime::new(agent, s).map_err(scrub)?),
     };
@@ -791,7 +797,9 @@ pub fn validate_agent(agent: &Agent) -> Result<(), String> {
     };
     if let Some(p) = agent.pricing() {
         p.check()?;
-        if agent.runtime() != "openai" && agent.gateway().is_none() {
+        if matches!(agent.settings, Settings::Http(_) | Settings::Process(_))
+            && agent.gateway().is_none()
+        {
             return Err(format!(
                 "`pricing` has no effect without `[gateway]`: `wt` sees the model calls of a {} agent only through its gateway",
                 agent.runtime()
@@ -816,7 +824,7 @@ pub fn validate_agent(agent: &Agent) -> Result<(), String> {
     }
     match &agent.settings {
         Settings::Demo(_) => Ok(()),
-        Settings::OpenAi(s) => limits(&s.limits),
+        Settings::OpenAi(s) | Settings::Anthropic(s) => limits(&s.limits),
         Settings::Http(s) => {
             limits(&s.limits)?;
             endpoint_limit("max_sessions", s.max_sessions)

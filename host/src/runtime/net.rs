@@ -1,4 +1,4 @@
-//! HTTP for the network runtimes (`openai`, `http`): one request under a deadline, a cap on
+//! HTTP for the network runtimes (`openai`, `anthropic`, `http`) and the model gateway: one request under a deadline, a cap on
 //! the response body, failures classified into [`TurnError`] kinds, and retries.
 //!
 //! Retries: HTTP 429 and 5xx, and a connection closed before any response arrived, are tried

@@ -16,54 +16,72 @@ use windtunnel_sdk::model::{Scenario, ToolSpec, TurnErrorKind};
 
 use super::gateway;
 use super::net::{Log, Net, Request};
+use windtunnel_sdk::model::ModelCall;
 
 /// The `source` of the runtime's own model calls.
 const SOURCE: &str = "openai";
 use super::{Agent, AgentHandle, Reply, Runtime, RuntimeError, TurnCtx, tool_schemas};
 
-/// The `openai` runtime.
-pub(crate) struct OpenAiRuntime {
-    agent: Agent,
-    url: String,
-    key: Option<String>,
+/// Where a harness-run model runtime (`openai`, `anthropic`) sends its calls and how: the
+/// URL, the key, the headers, the extra body fields and one client with the endpoint's
+/// limits, shared by every lane.
+#[derive(Clone)]
+pub(super) struct Endpoint {
+    pub url: String,
+    /// Sent as `Authorization: Bearer`; `None` when the key goes in a header of its own.
+    pub key: Option<String>,
     /// Extra headers of every request (`headers`, the key in `api_key_header`).
-    headers: Arc<Vec<(String, String)>>,
+    pub headers: Arc<super::Headers>,
     /// Extra fields of every request body (`[body]`).
-    body: serde_json::Map<String, Value>,
-    /// One client and one set of limits for the endpoint, shared by every lane.
-    net: Net,
+    pub body: serde_json::Map<String, Value>,
+    pub net: Net,
 }
 
-impl OpenAiRuntime {
-    pub(crate) fn new(
+impl Endpoint {
+    /// The endpoint of `settings`: its `endpoint`, else the variable `base_var`, with `path`
+    /// appended; `key_header` is where the key goes when `api_key_header` does not say.
+    pub(super) fn new(
         agent: &Agent,
         settings: &super::agent::OpenAi,
-    ) -> Result<Self, RuntimeError> {
-        // The config's endpoint, else OPENAI_BASE_URL, as OpenAI's clients read it.
-        let from_env = std::env::var(super::agent::OPENAI_BASE_URL)
+        base_var: &str,
+        path: &str,
+        key_header: Option<&str>,
+    ) -> Result<Endpoint, RuntimeError> {
+        let runtime = agent.runtime();
+        // The config's endpoint, else the variable the provider's own clients read.
+        let from_env = std::env::var(base_var)
             .ok()
             .filter(|v| !v.trim().is_empty());
         let (base, what) = match (&settings.endpoint, &from_env) {
             (Some(e), _) => (e.as_str(), "`endpoint`"),
-            (None, Some(e)) => (e.as_str(), super::agent::OPENAI_BASE_URL),
+            (None, Some(e)) => (e.as_str(), base_var),
             (None, None) => {
-                return Err(RuntimeError(
-                    "the openai runtime needs `endpoint` (base URL, e.g. http://localhost:8000/v1) or OPENAI_BASE_URL"
-                        .into(),
-                ));
+                return Err(RuntimeError(format!(
+                    "the {runtime} runtime needs `endpoint` (base URL, e.g. http://localhost:8000/v1) or {base_var}"
+                )));
             }
         };
         if agent.model.as_deref().is_none_or(|m| m.trim().is_empty()) {
-            return Err(RuntimeError("the openai runtime needs `model`".into()));
+            return Err(RuntimeError(format!("the {runtime} runtime needs `model`")));
         }
-        let url = gateway::chat_url(base.trim(), what)?;
+        let url = gateway::api_url(base.trim(), path, what)?;
         super::check_one_credential(base.trim(), what, agent)?;
-        let (headers, key) = super::wire_headers(&settings.wire, super::api_key(agent)?, "")?;
+        let mut wire = settings.wire.clone();
+        if wire.api_key_header.is_none() {
+            wire.api_key_header = key_header.map(str::to_owned);
+        }
+        let key = super::api_key(agent)?;
+        let (headers, key) = if key.is_none() && settings.wire.api_key_header.is_none() {
+            // No key: a default key header has nothing to carry.
+            wire.api_key_header = None;
+            super::wire_headers(&wire, None, "")?
+        } else {
+            super::wire_headers(&wire, key, "")?
+        };
         if let Some(body) = &settings.body {
             check_body(body, agent)?;
         }
-        Ok(OpenAiRuntime {
-            agent: agent.clone(),
+        Ok(Endpoint {
             url,
             key,
             headers: Arc::new(headers),
@@ -75,13 +93,69 @@ impl OpenAiRuntime {
             )?,
         })
     }
+
+    /// One call of a tool loop, recorded: the request, the reply or the failure, and the
+    /// retries it took. `fill` reads the reply into the record.
+    pub(super) fn call(
+        &self,
+        body: &Value,
+        deadline: Instant,
+        log: &mut Log,
+        record: &mut ModelCall,
+        fill: impl FnOnce(&mut ModelCall, &Value),
+    ) -> Result<Value, super::TurnError> {
+        let req = Request {
+            headers: &self.headers,
+            method: "POST",
+            url: &self.url,
+            auth: self.key.as_deref(),
+            body: Some(body),
+        };
+        let started = Instant::now();
+        let retried = log.retries.len();
+        let sent = self.net.json(&req, deadline, log);
+        record.latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        record.retries = log.retries[retried..].to_vec();
+        match &sent {
+            Ok(r) => fill(record, r),
+            Err(e) => record.error = Some(e.message.clone()),
+        }
+        sent
+    }
+}
+
+/// The `openai` runtime.
+pub(crate) struct OpenAiRuntime {
+    agent: Agent,
+    endpoint: Endpoint,
+}
+
+impl OpenAiRuntime {
+    pub(crate) fn new(
+        agent: &Agent,
+        settings: &super::agent::OpenAi,
+    ) -> Result<Self, RuntimeError> {
+        Ok(OpenAiRuntime {
+            agent: agent.clone(),
+            endpoint: Endpoint::new(
+                agent,
+                settings,
+                super::agent::OPENAI_BASE_URL,
+                "chat/completions",
+                None,
+            )?,
+        })
+    }
 }
 
 /// The request fields `wt` owns, which `[body]` may not set.
 const OWNED_FIELDS: [&str; 4] = ["model", "messages", "tools", "stream"];
 
 /// Refuses a `[body]` field `wt` sets itself, or one `[sampling]` sets too.
-fn check_body(body: &serde_json::Map<String, Value>, agent: &Agent) -> Result<(), RuntimeError> {
+pub(super) fn check_body(
+    body: &serde_json::Map<String, Value>,
+    agent: &Agent,
+) -> Result<(), RuntimeError> {
     if let Some(k) = body.keys().find(|k| OWNED_FIELDS.contains(&k.as_str())) {
         return Err(RuntimeError(format!(
             "`body.{k}` is set by wt itself (it owns {}); remove it",
@@ -103,11 +177,7 @@ fn check_body(body: &serde_json::Map<String, Value>, agent: &Agent) -> Result<()
 impl Runtime for OpenAiRuntime {
     fn provision(&self, scenario: &Scenario) -> Result<Box<dyn AgentHandle>, RuntimeError> {
         Ok(Box::new(OpenAiAgent {
-            net: self.net.clone(),
-            url: self.url.clone(),
-            key: self.key.clone(),
-            headers: self.headers.clone(),
-            body: self.body.clone(),
+            endpoint: self.endpoint.clone(),
             agent: self.agent.clone(),
             tools: scenario.tools.clone(),
             schemas: tool_schemas(&scenario.tools),
@@ -122,11 +192,7 @@ impl Runtime for OpenAiRuntime {
 }
 
 struct OpenAiAgent {
-    net: Net,
-    url: String,
-    key: Option<String>,
-    headers: Arc<Vec<(String, String)>>,
-    body: serde_json::Map<String, Value>,
+    endpoint: Endpoint,
     agent: Agent,
     tools: Vec<ToolSpec>,
     schemas: Vec<Value>,
@@ -156,7 +222,7 @@ impl OpenAiAgent {
         if let Some(seed) = s.seed {
             body["seed"] = json!(seed);
         }
-        for (k, v) in &self.body {
+        for (k, v) in &self.endpoint.body {
             body[k] = v.clone();
         }
         body
@@ -184,31 +250,21 @@ impl AgentHandle for OpenAiAgent {
         let mut log = Log::default();
         for _ in 0..self.agent.max_steps {
             let body = self.request(&messages);
-            let req = Request {
-                headers: &self.headers,
-                method: "POST",
-                url: &self.url,
-                auth: self.key.as_deref(),
-                body: Some(&body),
-            };
-            let started = Instant::now();
-            let retried = log.retries.len();
-            let sent = self.net.json(&req, deadline, &mut log);
             // Every call is evidence, a failed one too.
             let mut record =
                 super::mcp::stamp_model(gateway::request_record(&body), ctx.index, calls.len());
             record.source = SOURCE.to_owned();
-            record.latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-            record.retries = log.retries[retried..].to_vec();
+            let sent = self.endpoint.call(
+                &body,
+                deadline,
+                &mut log,
+                &mut record,
+                gateway::completion_record,
+            );
+            models.push(record);
             let resp = match sent {
-                Ok(r) => {
-                    gateway::completion_record(&mut record, &r);
-                    models.push(record);
-                    r
-                }
+                Ok(r) => r,
                 Err(e) => {
-                    record.error = Some(e.message.clone());
-                    models.push(record);
                     return Reply {
                         error: Some(e),
                         tool_calls: calls,
@@ -223,7 +279,7 @@ impl AgentHandle for OpenAiAgent {
                     TurnErrorKind::Protocol,
                     format!(
                         "malformed chat completion from {}: no choices[0].message in {}",
-                        self.url,
+                        self.endpoint.url,
                         crate::score::excerpt(&resp.to_string())
                     ),
                     calls,

@@ -146,16 +146,22 @@ pub(crate) fn validate(agent: &super::agent::Process) -> Result<(), String> {
     if agent.gateway.is_none() && used.contains(&"model_url") {
         return Err("`command` uses {model_url} but the agent has no `[gateway]`".into());
     }
-    if agent.gateway.as_ref().is_some_and(|g| g.openai_env) {
+    if let Some(g) = &agent.gateway {
+        let mut taken = Vec::new();
+        if g.openai_env {
+            taken.extend(["OPENAI_BASE_URL", "OPENAI_API_KEY"].map(|n| (n, "openai_env")));
+        }
+        if g.anthropic_env {
+            taken.extend(["ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY"].map(|n| (n, "anthropic_env")));
+        }
         let named = agent.env.iter().flatten().map(|(k, _)| k);
         let passed = agent.env_passthrough.iter().flatten();
-        if let Some(n) = named
-            .chain(passed)
-            .find(|n| *n == "OPENAI_BASE_URL" || *n == "OPENAI_API_KEY")
-        {
-            return Err(format!(
-                "{n} is set by the gateway (`gateway.openai_env = true`); remove it from `env` and `env_passthrough`"
-            ));
+        for n in named.chain(passed) {
+            if let Some((_, flag)) = taken.iter().find(|(t, _)| t == n) {
+                return Err(format!(
+                    "{n} is set by the gateway (`gateway.{flag} = true`); remove it from `env` and `env_passthrough`"
+                ));
+            }
         }
     }
     if let Some(f) = &agent.reply_field
@@ -704,9 +710,16 @@ impl ProcessAgent {
             if let Some(url) = m.model_url() {
                 env.push(("WT_MODEL_URL".into(), url.to_owned()));
                 env.push(("WT_MODEL_TOKEN".into(), m.model_token().to_owned()));
-                if self.config.gateway.as_ref().is_some_and(|g| g.openai_env) {
+                let gateway = self.config.gateway.as_ref();
+                if gateway.is_some_and(|g| g.openai_env) {
                     env.push(("OPENAI_BASE_URL".into(), url.to_owned()));
                     env.push(("OPENAI_API_KEY".into(), m.model_token().to_owned()));
+                }
+                if gateway.is_some_and(|g| g.anthropic_env) {
+                    // Anthropic's clients add `/v1/messages` to their base URL.
+                    let base = url.strip_suffix("/v1").unwrap_or(url);
+                    env.push(("ANTHROPIC_BASE_URL".into(), base.to_owned()));
+                    env.push(("ANTHROPIC_API_KEY".into(), m.model_token().to_owned()));
                 }
             }
         }
