@@ -23,6 +23,29 @@ fn order_status(dir: &Path, out: impl AsRef<Path>, agent: &Path) -> Wt {
         .arg(agent)
 }
 
+/// A pack of one scenario, `ask`, run twice and judged on its reply alone.
+fn ask_pack(dir: &Path) -> PathBuf {
+    crate::harness::write_pack(
+        dir,
+        &[(
+            "ask.toml",
+            "id = \"ask\"\nruns = 2\nturns = [\"where is it?\"]\n[expect.outcome]\nreply_contains = [\"shipped\"]\n",
+        )],
+    )
+}
+
+/// `wt run` of `pack` on `agent` into `out`.
+fn run_pack(dir: &Path, out: &Path, pack: &Path, agent: &Path) -> crate::harness::Run {
+    Wt::new(dir)
+        .args(["run", "--out"])
+        .arg(out)
+        .arg("--pack")
+        .arg(pack)
+        .arg("--agent")
+        .arg(agent)
+        .run()
+}
+
 /// The key the upstream takes; the agent must never see it, and no file may hold it.
 const UPSTREAM_KEY: &str = "sk-upstream-7d41c0ffee93a5";
 
@@ -517,13 +540,7 @@ fn an_http_agent_gets_its_runs_gateway_lane_and_run_id_in_each_inject() {
             json!({"session_id": inject["session_id"], "reply": reply}).to_string(),
         )
     });
-    let pack = crate::harness::write_pack(
-        dir.path(),
-        &[(
-            "ask.toml",
-            "id = \"ask\"\nruns = 2\nturns = [\"where is it?\"]\n[expect.outcome]\nreply_contains = [\"shipped\"]\n",
-        )],
-    );
+    let pack = ask_pack(dir.path());
     let agent = agent_file(
         dir.path(),
         "svc.toml",
@@ -533,14 +550,7 @@ fn an_http_agent_gets_its_runs_gateway_lane_and_run_id_in_each_inject() {
         ),
     );
     let out = dir.path().join("runs");
-    let r = Wt::new(dir.path())
-        .args(["run", "--out"])
-        .arg(&out)
-        .arg("--pack")
-        .arg(&pack)
-        .arg("--agent")
-        .arg(&agent)
-        .run();
+    let r = run_pack(dir.path(), &out, &pack, &agent);
     assert_eq!(r.code, 0, "{r}");
     let injects: Vec<Value> = service
         .seen()
@@ -972,4 +982,55 @@ fn the_gateway_serves_the_anthropic_shape_plain_and_streamed() {
             "{name} holds the upstream's key"
         );
     }
+}
+
+#[test]
+fn compare_shows_what_a_change_did_to_tokens_and_cost_per_run() {
+    let dir = tmp();
+    let pack = ask_pack(dir.path());
+    let side = |name: &str, prompt: u64| {
+        let server = TestServer::start(move |_| {
+            (
+                200,
+                json!({"choices": [{"index": 0, "finish_reason": "stop",
+                       "message": {"role": "assistant", "content": "Order 1234 has shipped."}}],
+                       "usage": {"prompt_tokens": prompt, "completion_tokens": 100}})
+                .to_string(),
+            )
+        });
+        let agent = agent_file(
+            dir.path(),
+            &format!("{name}.toml"),
+            &format!(
+                "label = \"{name}\"\nruntime = \"openai\"\nmodel = \"m\"\nendpoint = \"{}/v1\"\n\n[pricing]\ninput = 1.0\noutput = 10.0\n",
+                server.base
+            ),
+        );
+        let out = dir.path().join(name);
+        let r = run_pack(dir.path(), &out, &pack, &agent);
+        assert_eq!(r.code, 0, "{r}");
+        out
+    };
+    let base = side("base", 1000);
+    let new = side("new", 3000);
+    let r = Wt::new(dir.path())
+        .arg("compare")
+        .arg(&base)
+        .arg(&new)
+        .run();
+    assert_eq!(r.code, 0, "{r}");
+    // One model call a run: 1,100 tokens and $0.002 against 3,100 and $0.004.
+    assert!(
+        r.stdout
+            .contains("model: tokens per run 1100 → 3100 (+181.8%) · cost per run $0.002000 → $0.004000 (+100.0%)"),
+        "{r}"
+    );
+    let json = Wt::new(dir.path())
+        .args(["compare", "--format", "json"])
+        .arg(&base)
+        .arg(&new)
+        .run();
+    let doc: Value = serde_json::from_str(&json.stdout).unwrap();
+    assert_eq!(doc["new"]["usage"]["tokens"]["prompt_tokens"], 6000);
+    assert_eq!(doc["base"]["usage"]["model_calls"], 2);
 }

@@ -505,3 +505,32 @@ fn a_model_call_between_turns_is_refused_recorded_and_never_forwarded() {
     drop(run);
     assert_eq!(post_model(&model_url, "x").0, 404);
 }
+
+#[test]
+fn a_gateway_request_too_large_or_not_json_is_refused_and_the_lane_keeps_serving() {
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let upstream = format!("http://{}", dead.local_addr().unwrap());
+    drop(dead);
+    let (_lane, run) = gateway_run(&upstream);
+    let url = format!("{}/chat/completions", run.model_url().unwrap());
+    let (tx, _rx) = mpsc::channel::<Inbox<()>>();
+    run.open_turn(tx);
+    let post = |body: Vec<u8>| {
+        reqwest::blocking::Client::new()
+            .post(&url)
+            .bearer_auth(run.model_token())
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .map(|r| r.status().as_u16())
+    };
+    let huge = vec![b' '; crate::runtime::gateway::MAX_REQUEST_BYTES + 1];
+    // The server may close the connection before the client has sent it all.
+    assert!(post(huge).map_or(true, |s| s == 413));
+    assert_eq!(post(b"[1, 2]".to_vec()).unwrap(), 400);
+    assert_eq!(post(b"{not json".to_vec()).unwrap(), 400);
+    // Refused before any forward: nothing recorded, and the lane still answers.
+    assert!(run.take_model_calls().is_empty());
+    assert_eq!(post(b"{}".to_vec()).unwrap(), 502);
+    run.close_turn();
+}
