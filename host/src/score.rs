@@ -269,8 +269,12 @@ fn integrity(trace: &Trace) -> LayerResult {
     // A reply the model stopped writing because it hit its token limit is not the reply
     // the agent meant: whatever it says cannot be trusted as evidence of the agent.
     for (i, c) in trace.evidence.model_calls.iter().enumerate() {
-        // `length` (OpenAI), `max_tokens` (Anthropic).
-        if matches!(c.finish_reason.as_deref(), Some("length" | "max_tokens")) {
+        // `length` (chat completions), `max_tokens` (Anthropic), `max_output_tokens`
+        // (an incomplete Responses API response).
+        if matches!(
+            c.finish_reason.as_deref(),
+            Some("length" | "max_tokens" | "max_output_tokens")
+        ) {
             let turn = c
                 .turn
                 .map_or_else(|| "outside a turn".to_owned(), |t| format!("turn {t}"));

@@ -1034,3 +1034,87 @@ fn compare_shows_what_a_change_did_to_tokens_and_cost_per_run() {
     assert_eq!(doc["new"]["usage"]["tokens"]["prompt_tokens"], 6000);
     assert_eq!(doc["base"]["usage"]["model_calls"], 2);
 }
+
+/// A one-shot agent calling OpenAI's Responses API through its gateway, plain then streamed.
+const RESPONSES_PROBE: &str = r#"
+import json, os, sys, urllib.request
+out = []
+for stream in (False, True):
+    body = {"model": "m-r", "stream": stream, "input": [{"role": "user", "content": sys.argv[1]}]}
+    req = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/responses", data=json.dumps(body).encode(),
+        method="POST", headers={"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"], "Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        out.append(r.status)
+print(json.dumps(out))
+"#;
+
+#[test]
+fn the_gateway_passes_the_responses_api_and_reads_its_usage_and_cut_replies() {
+    let dir = tmp();
+    let response = |status: &str| {
+        json!({"id": "resp_1", "object": "response", "model": "m-r-served", "status": status,
+               "incomplete_details": if status == "incomplete" { json!({"reason": "max_output_tokens"}) } else { Value::Null },
+               "output": [{"type": "message", "role": "assistant",
+                           "content": [{"type": "output_text", "text": "Order 1234 has sh"}]}],
+               "usage": {"input_tokens": 30, "output_tokens": 7,
+                         "input_tokens_details": {"cached_tokens": 10},
+                         "output_tokens_details": {"reasoning_tokens": 3}}})
+    };
+    let upstream = TestServer::start_with_headers(move |s| {
+        if s.body.contains("\"stream\":true") {
+            let done = json!({"type": "response.completed", "response": response("incomplete")});
+            let body = format!(
+                "event: response.created\ndata: {{\"type\":\"response.created\",\"response\":{{\"id\":\"resp_1\",\"status\":\"in_progress\"}}}}\n\nevent: response.completed\ndata: {done}\n\n"
+            );
+            (
+                200,
+                vec![("Content-Type".into(), "text/event-stream".into())],
+                body,
+            )
+        } else {
+            (200, Vec::new(), response("completed").to_string())
+        }
+    });
+    let agent = command_agent(
+        dir.path(),
+        "responses",
+        &[
+            agent_python().display().to_string(),
+            "-c".into(),
+            RESPONSES_PROBE.into(),
+            "{input}".into(),
+        ],
+        &format!(
+            "turn_timeout_s = 60.0\n\n[gateway]\nendpoint = \"{}/v1\"\nopenai_env = true\n",
+            upstream.base
+        ),
+    );
+    let out = dir.path().join("runs");
+    let r = order_status(dir.path(), &out, &agent).run();
+    assert_eq!(r.code, 1, "{r}");
+    assert!(upstream.seen().iter().all(|s| s.url == "/v1/responses"));
+    let t = &traces(&out)[0];
+    assert_eq!(t["turns"][0]["reply"], "[200, 200]");
+    let calls = t["evidence"]["model_calls"].as_array().unwrap();
+    assert_eq!(calls.len(), 2, "{calls:#?}");
+    assert_eq!(calls[0]["finish_reason"], "stop");
+    assert_eq!(
+        calls[0]["messages"][0]["content"],
+        "Hi, where is my order 1234?"
+    );
+    assert_eq!(calls[1]["stream"], true);
+    assert_eq!(calls[1]["finish_reason"], "max_output_tokens");
+    for c in calls {
+        assert_eq!(c["served_model"], "m-r-served");
+        assert_eq!(c["usage"]["prompt_tokens"], 30);
+        assert_eq!(c["usage"]["cached_tokens"], 10);
+        assert_eq!(c["usage"]["reasoning_tokens"], 3);
+    }
+    let s = &scores(&out)[0];
+    assert!(
+        s["integrity"]["detail"]
+            .to_string()
+            .contains("stopped with finish_reason `max_output_tokens`"),
+        "{s}"
+    );
+}

@@ -51,6 +51,8 @@ pub struct Upstream {
     url: String,
     /// `<endpoint>/messages`: the Anthropic shape.
     messages_url: String,
+    /// `<endpoint>/responses`: OpenAI's Responses API.
+    responses_url: String,
     key: Option<String>,
     /// Extra headers of every forwarded request (`gateway.headers`, the key in
     /// `gateway.api_key_header`).
@@ -71,12 +73,15 @@ pub(crate) enum Shape {
     Chat,
     /// Anthropic's Messages API (`/messages`).
     Messages,
+    /// OpenAI's Responses API (`/responses`), the default of OpenAI's newer SDKs.
+    Responses,
 }
 
 impl Upstream {
     pub fn new(agent: &Agent, g: &Gateway) -> Result<Upstream, RuntimeError> {
         let url = chat_url(g.endpoint.trim(), "`gateway.endpoint`")?;
         let messages_url = api_url(g.endpoint.trim(), "messages", "`gateway.endpoint`")?;
+        let responses_url = api_url(g.endpoint.trim(), "responses", "`gateway.endpoint`")?;
         if g.api_key_env.is_some() && crate::secrets::has_password(&g.endpoint) {
             return Err(RuntimeError(
                 "`gateway.endpoint` carries a user:password and `gateway.api_key_env` names an API key: a request would carry two Authorization headers; keep one of them".into(),
@@ -86,6 +91,7 @@ impl Upstream {
         Ok(Upstream {
             url,
             messages_url,
+            responses_url,
             key,
             headers,
             net: Net::new(
@@ -141,7 +147,9 @@ pub(crate) type Response = http::Response<http_body_util::combinators::BoxBody<B
 /// An error answer in the shape the agent's client reads.
 fn error(shape: Shape, status: u16, kind: &str, message: &str) -> Response {
     let body = match shape {
-        Shape::Chat => json!({"error": {"message": message, "type": kind, "code": null}}),
+        Shape::Chat | Shape::Responses => {
+            json!({"error": {"message": message, "type": kind, "code": null}})
+        }
         Shape::Messages => json!({"type": "error", "error": {"type": kind, "message": message}}),
     };
     http::Response::builder()
@@ -162,12 +170,13 @@ pub(crate) async fn serve(
     let shape = match rest {
         "chat/completions" => Shape::Chat,
         "messages" => Shape::Messages,
+        "responses" => Shape::Responses,
         _ => {
             return error(
                 Shape::Chat,
                 404,
                 "not_found",
-                "wt's model gateway serves POST /chat/completions and POST /messages",
+                "wt's model gateway serves POST /chat/completions, /responses and /messages",
             );
         }
     };
@@ -252,6 +261,7 @@ pub(crate) async fn serve(
             url: match shape {
                 Shape::Chat => &up.url,
                 Shape::Messages => &up.messages_url,
+                Shape::Responses => &up.responses_url,
             },
             auth: up.key.as_deref(),
             body: Some(&body),
@@ -398,7 +408,12 @@ pub(crate) fn request_record(body: &Value) -> ModelCall {
     call.source = SOURCE.to_owned();
     call.model = body.get("model").and_then(Value::as_str).map(str::to_owned);
     call.stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
-    call.messages = body.get("messages").cloned().unwrap_or(Value::Null);
+    // Chat completions and Messages send `messages`; the Responses API sends `input`.
+    call.messages = body
+        .get("messages")
+        .or_else(|| body.get("input"))
+        .cloned()
+        .unwrap_or(Value::Null);
     if keep_last(&mut call.messages, MAX_RECORDED_PART_BYTES) {
         call.truncated.push("messages".into());
     }
@@ -443,10 +458,21 @@ pub(crate) fn response_record(
         match shape {
             Shape::Chat => assemble_stream(call, &text),
             Shape::Messages => assemble_message_stream(call, &text),
+            // The last event, `response.completed` (or `.incomplete`, `.failed`), carries
+            // the whole response.
+            Shape::Responses => {
+                if let Some(r) = stream_data(&text)
+                    .filter_map(|e| e.get("response").cloned())
+                    .last()
+                {
+                    responses_record(call, &r);
+                }
+            }
         }
     } else {
         match serde_json::from_str::<Value>(&text) {
             Ok(v) if shape == Shape::Messages => super::anthropic::message_record(call, &v),
+            Ok(v) if shape == Shape::Responses => responses_record(call, &v),
             Ok(v) => completion_record(call, &v),
             Err(e) => {
                 call.error.get_or_insert_with(|| {
@@ -552,6 +578,50 @@ fn assemble_message_stream(call: &mut ModelCall, text: &str) {
         message["usage"] = Value::Object(usage);
     }
     super::anthropic::message_record(call, &message);
+}
+
+/// What a Responses API response says, into `call`: its output items, status (an
+/// incomplete response's reason as the finish reason: `max_output_tokens` is a cut reply),
+/// usage, id and model; a refusal's text.
+pub(crate) fn responses_record(call: &mut ModelCall, resp: &Value) {
+    let s = |p: &str| resp.pointer(p).and_then(Value::as_str).map(str::to_owned);
+    call.response_id = s("/id");
+    call.served_model = s("/model");
+    call.finish_reason = match s("/status").as_deref() {
+        Some("incomplete") => s("/incomplete_details/reason").or(Some("incomplete".into())),
+        Some("completed") => {
+            let calls_tool = resp
+                .get("output")
+                .and_then(Value::as_array)
+                .is_some_and(|o| o.iter().any(|i| i["type"] == "function_call"));
+            Some(if calls_tool { "tool_calls" } else { "stop" }.into())
+        }
+        other => other.map(str::to_owned),
+    };
+    let output = resp.get("output").cloned().unwrap_or(Value::Null);
+    let refusal: String = output
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|i| i.get("content").and_then(Value::as_array).into_iter().flatten())
+        .filter(|c| c["type"] == "refusal")
+        .filter_map(|c| c.get("refusal").and_then(Value::as_str))
+        .collect();
+    if !refusal.is_empty() {
+        call.refusal = Some(refusal);
+    }
+    call.response = json!({"output": output});
+    if let Some(u) = resp.get("usage") {
+        let n = |p: &str| u.pointer(p).and_then(Value::as_u64);
+        if n("/input_tokens").is_some() || n("/output_tokens").is_some() {
+            let mut t = TokenUsage::default();
+            t.prompt_tokens = n("/input_tokens").unwrap_or(0);
+            t.completion_tokens = n("/output_tokens").unwrap_or(0);
+            t.cached_tokens = n("/input_tokens_details/cached_tokens").unwrap_or(0);
+            t.reasoning_tokens = n("/output_tokens_details/reasoning_tokens").unwrap_or(0);
+            call.usage = Some(t);
+        }
+    }
 }
 
 /// Assembles a streamed chat completion's chunks into one message.
