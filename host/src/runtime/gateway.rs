@@ -252,7 +252,6 @@ pub(crate) async fn serve(
             copy: Vec::new(),
             max_copy: usize::try_from(up.net.max_body()).unwrap_or(usize::MAX),
             first_byte: None,
-            started,
             content_type: None,
         };
         let req = Request {
@@ -286,9 +285,9 @@ pub(crate) async fn serve(
                 }
             }
         }
-        if let Err(mut call) = door.deliver(Box::new(call)) {
-            call.error
-                .get_or_insert_with(|| "the turn ended before this model call did".into());
+        // A call that outlived its turn is kept for the run, without a turn: it happened,
+        // and its tokens count.
+        if let Err(call) = door.deliver(Box::new(call)) {
             door.keep(*call);
         }
     });
@@ -362,14 +361,12 @@ struct Forward {
     copy: Vec<u8>,
     max_copy: usize,
     first_byte: Option<Instant>,
-    started: Instant,
     content_type: Option<String>,
 }
 
 impl Sink for Forward {
     fn head(&mut self, status: u16, content_type: Option<&str>) -> bool {
         self.content_type = content_type.map(str::to_owned);
-        let _ = self.started;
         self.head
             .take()
             .is_some_and(|tx| tx.send(Ok((status, self.content_type.clone()))).is_ok())
