@@ -362,8 +362,14 @@ fn two_runs_at_once_see_only_their_own_world() {
         .arg("--agent")
         .arg(&agent)
         .run();
-    assert_eq!(r.code, 0, "{r}");
     let traces = traces(&dir.path().join("runs"));
+    // On failure, each agent's own words: the end of its stderr.
+    let tails: Vec<&Value> = traces
+        .iter()
+        .flat_map(|t| t["processes"].as_array().into_iter().flatten())
+        .map(|p| &p["stderr_tail"])
+        .collect();
+    assert_eq!(r.code, 0, "{r}\nagents' stderr: {tails:#?}");
     for (id, mine) in [("left", "1111"), ("right", "2222")] {
         let t = by_scenario(&traces, id)[0];
         // Both agents met, so both runs were live at once; each found only its own order,
