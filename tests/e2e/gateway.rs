@@ -46,6 +46,14 @@ fn run_pack(dir: &Path, out: &Path, pack: &Path, agent: &Path) -> crate::harness
         .run()
 }
 
+/// A request's header, by name in any case.
+fn header_of(req: &crate::harness::Seen, name: &str) -> Option<String> {
+    req.headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.clone())
+}
+
 /// The key the upstream takes; the agent must never see it, and no file may hold it.
 const UPSTREAM_KEY: &str = "sk-upstream-7d41c0ffee93a5";
 
@@ -611,12 +619,7 @@ fn the_openai_runtime_speaks_the_dialects_endpoints_want() {
     let seen = server.seen();
     assert!(!seen.is_empty());
     let req = &seen[0];
-    let header = |name: &str| {
-        req.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.clone())
-    };
+    let header = |name: &str| header_of(req, name);
     assert_eq!(req.url, "/openai/v1/chat/completions?api-version=2024-10");
     assert_eq!(header("api-key").as_deref(), Some("az-secret-key-5521"));
     assert_eq!(header("authorization"), None);
@@ -865,12 +868,7 @@ fn the_anthropic_runtime_sends_its_key_and_version_and_flags_a_cut_reply() {
     assert_eq!(r.code, 1, "{r}");
     let req = &server.seen()[0];
     assert_eq!(req.url, "/v1/messages");
-    let header = |name: &str| {
-        req.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.clone())
-    };
+    let header = |name: &str| header_of(req, name);
     assert_eq!(header("x-api-key").as_deref(), Some("sk-ant-env-9921"));
     assert_eq!(header("anthropic-version").as_deref(), Some("2023-06-01"));
     assert_eq!(header("authorization"), None);

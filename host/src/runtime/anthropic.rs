@@ -112,16 +112,8 @@ impl AnthropicAgent {
         if !self.schemas.is_empty() {
             body["tools"] = Value::from(self.schemas.clone());
         }
-        if let Some(t) = s.temperature {
-            body["temperature"] = json!(t);
-        }
-        if let Some(p) = s.top_p {
-            body["top_p"] = json!(p);
-        }
-        for (k, v) in &self.endpoint.body {
-            body[k] = v.clone();
-        }
-        body
+        // `seed` was refused at load; `max_tokens` is the one set above.
+        self.endpoint.complete(body, s)
     }
 }
 

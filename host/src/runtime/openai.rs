@@ -94,6 +94,24 @@ impl Endpoint {
         })
     }
 
+    /// A request body with the set `[sampling]` fields (same names in both APIs) and the
+    /// config's `[body]` fields added.
+    pub(super) fn complete(
+        &self,
+        mut body: Value,
+        sampling: &windtunnel_sdk::model::Sampling,
+    ) -> Value {
+        if let Ok(Value::Object(set)) = serde_json::to_value(sampling) {
+            for (k, v) in set {
+                body[k] = v;
+            }
+        }
+        for (k, v) in &self.body {
+            body[k] = v.clone();
+        }
+        body
+    }
+
     /// One call of a tool loop, recorded: the request, the reply or the failure, and the
     /// retries it took. `fill` reads the reply into the record.
     pub(super) fn call(
@@ -209,23 +227,7 @@ impl OpenAiAgent {
         if !self.schemas.is_empty() {
             body["tools"] = Value::from(self.schemas.clone());
         }
-        let s = &self.agent.sampling;
-        if let Some(t) = s.temperature {
-            body["temperature"] = json!(t);
-        }
-        if let Some(p) = s.top_p {
-            body["top_p"] = json!(p);
-        }
-        if let Some(m) = s.max_tokens {
-            body["max_tokens"] = json!(m);
-        }
-        if let Some(seed) = s.seed {
-            body["seed"] = json!(seed);
-        }
-        for (k, v) in &self.endpoint.body {
-            body[k] = v.clone();
-        }
-        body
+        self.endpoint.complete(body, &self.agent.sampling)
     }
 }
 
