@@ -334,4 +334,21 @@ mod tests {
         cut_value(&mut big, 100);
         assert_eq!(big["cut_by_wt"]["bytes"], 501);
     }
+
+    #[test]
+    fn a_trace_keeps_at_most_512_model_calls_each_bounded() {
+        use windtunnel_sdk::model::ModelCall;
+        let mut huge = ModelCall::default();
+        huge.messages = serde_json::json!([{"role": "user", "content": "x".repeat(100_000)}]);
+        huge.response = serde_json::json!({"content": "y".repeat(100_000)});
+        huge.error = Some("e".repeat(10_000));
+        bound_model_call(&mut huge);
+        let bytes = serde_json::to_vec(&huge).unwrap().len();
+        assert!(bytes < 2 * MAX_RECORDED_PART_BYTES + 6_000, "{bytes}");
+        assert_eq!(huge.truncated, ["messages", "response"]);
+        let mut calls = vec![ModelCall::default(); MAX_MODEL_CALLS + 3];
+        assert_eq!(bound_model_calls(&mut calls), Some(MAX_MODEL_CALLS + 3));
+        assert_eq!(calls.len(), MAX_MODEL_CALLS);
+        assert_eq!(bound_model_calls(&mut calls), None);
+    }
 }

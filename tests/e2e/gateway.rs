@@ -154,8 +154,19 @@ fn an_unmodified_openai_agents_agent_is_recorded_call_for_call_through_the_gatew
         let llm = FakeLlm::start(dir.path(), SUPPORT_RULES);
         let agent = openai_agents_agent(dir.path(), &llm.base, stream);
         let out = dir.path().join("runs");
+        // One agent process at a time: each imports the Agents SDK, seconds of CPU, and the
+        // rest of the suite shares the machine.
         let r = Wt::new(dir.path())
-            .args(["run", "--runs", "2", "--filter", "order-status", "--out"])
+            .args([
+                "run",
+                "--runs",
+                "2",
+                "--jobs",
+                "1",
+                "--filter",
+                "order-status",
+                "--out",
+            ])
             .arg(&out)
             .arg("--agent")
             .arg(&agent)

@@ -234,7 +234,7 @@ fn failure(mode: &str) -> Option<(u16, String)> {
     match mode {
         "http500" => Some((500, r#"{"error":"boom"}"#.into())),
         "slow" => {
-            // Far past the agents' 4 s turn deadline, which leaves the other modes room on a
+            // Past the agents' 7 s turn deadline, which leaves the other modes room on a
             // loaded machine (a 500 and its retry must answer within it).
             std::thread::sleep(Duration::from_secs(10));
             None
@@ -310,7 +310,7 @@ fn openai_runtime_runs_the_tool_loop_and_never_writes_the_key() {
         format!(
             "label = \"local-model\"\nruntime = \"openai\"\nmodel = \"test-model\"\n\
              endpoint = \"{}/v1\"\napi_key_env = \"WT_E2E_API_KEY\"\nsoul = \"Be brief.\"\n\
-             turn_timeout_s = 4.0\nretries = 1\n[sampling]\ntemperature = 0.0\n",
+             turn_timeout_s = 7.0\nretries = 1\n[sampling]\ntemperature = 0.0\n",
             server.base
         ),
     )
@@ -444,7 +444,7 @@ fn http_runtime_injects_turns_and_reports_failures_as_error() {
     std::fs::write(
         &agent,
         format!(
-            "label = \"svc\"\nruntime = \"http\"\nendpoint = \"http://127.0.0.1:{}\"\nturn_timeout_s = 4.0\nretries = 1\n",
+            "label = \"svc\"\nruntime = \"http\"\nendpoint = \"http://127.0.0.1:{}\"\nturn_timeout_s = 7.0\nretries = 1\n",
             dead_port()
         ),
     )
