@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
-use windtunnel_sdk::model::{Scenario, ToolEffect, is_slug};
+use windtunnel_sdk::model::{FileCheck, Scenario, ToolEffect, WorldServer, is_slug};
 
 use crate::world::lookup;
 
@@ -20,6 +20,9 @@ pub struct PackManifest {
     pub description: String,
     #[serde(default)]
     pub version: Option<String>,
+    /// A world server for every scenario of the pack that declares none of its own.
+    #[serde(default)]
+    pub world_server: Option<WorldServer>,
 }
 
 /// A validated pack.
@@ -129,11 +132,30 @@ impl Pack {
             let text = crate::limits::read_input_file(&path, true).map_err(io(&path))?;
             files.push((path.display().to_string(), text));
         }
-        Pack::from_sources(
+        let mut pack = Pack::from_sources(
             &dir.display().to_string(),
             (&manifest_path.display().to_string(), &manifest),
             files,
-        )
+        )?;
+        // What a world server names relative to the pack is resolved now; `files` must be a
+        // directory of the pack.
+        let pack_dir = std::path::absolute(dir).map_err(io(dir))?;
+        for s in &mut pack.scenarios {
+            if let Some(ws) = &mut s.world_server {
+                crate::world::server::resolve_files(ws, &pack_dir);
+                if let Some(files) = &ws.files {
+                    let meta = std::fs::symlink_metadata(files);
+                    if !meta.as_ref().is_ok_and(std::fs::Metadata::is_dir) {
+                        return Err(PackError::invalid(
+                            &format!("scenario `{}`", s.id),
+                            "world_server.files",
+                            format!("{files} is not a directory of the pack"),
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(pack)
     }
 
     /// Parses and validates a pack from file names and contents.
@@ -142,6 +164,7 @@ impl Pack {
         manifest: (&str, &str),
         scenarios: Vec<(String, String)>,
     ) -> Result<Pack, PackError> {
+        let manifest_file = manifest.0;
         let manifest: PackManifest = parse_toml(manifest.0, manifest.1)?;
         if scenarios.is_empty() {
             return Err(PackError::Empty {
@@ -150,8 +173,14 @@ impl Pack {
         }
         let mut seen: BTreeMap<String, String> = BTreeMap::new();
         let mut out = Vec::new();
+        if let Some(ws) = &manifest.world_server {
+            validate_server(manifest_file, ws)?;
+        }
         for (file, text) in scenarios {
-            let scenario: Scenario = parse_toml(&file, &text)?;
+            let mut scenario: Scenario = parse_toml(&file, &text)?;
+            if scenario.world_server.is_none() {
+                scenario.world_server = manifest.world_server.clone();
+            }
             crate::strict::check_effects(&text)
                 .map_err(|e| PackError::invalid(&file, e.place(), e.message))?;
             validate(&file, &scenario)?;
@@ -280,8 +309,39 @@ fn validate(file: &str, s: &Scenario) -> Result<(), PackError> {
                 "tool acts on the fixture world, but the scenario has no `world`".into(),
             );
         };
+        for (j, c) in tool.when.iter().enumerate() {
+            let at = format!("{place}.when[{j}]");
+            if c.path.is_some() == c.arg.is_some() {
+                return bad(
+                    &at,
+                    "a condition reads the world (`path`) or the arguments (`arg`): name exactly one".into(),
+                );
+            }
+            if c.equals.is_none() && c.exists.is_none() {
+                return bad(
+                    &at,
+                    "a condition with neither `equals` nor `exists` would always hold".into(),
+                );
+            }
+            if c.error.trim().is_empty() {
+                return bad(
+                    &at,
+                    "`error` is empty: say what the agent is told when the condition does not hold"
+                        .into(),
+                );
+            }
+        }
         let (path, must_exist) = match &tool.effect {
             ToolEffect::Read { path, .. } => (path, true),
+            ToolEffect::Find { path, by } => {
+                if by.is_empty() {
+                    return bad(
+                        &format!("{place}.effect.by"),
+                        "`by` is empty: name the fields to match (field = \"argument\")".into(),
+                    );
+                }
+                (path, true)
+            }
             ToolEffect::Write { path, key_arg, .. } => (path, key_arg.is_some()),
             ToolEffect::Append { path, .. } => (path, true),
             // Strict parsing refuses unknown kinds; a kind added to the SDK must be
@@ -340,9 +400,46 @@ fn validate(file: &str, s: &Scenario) -> Result<(), PackError> {
             );
         }
     }
+    if let Some(ws) = &s.world_server {
+        validate_server(file, ws)?;
+        let reads_world = !s.preconditions.is_empty() || !s.expect.outcome.world.is_empty();
+        if reads_world && ws.state.is_none() && s.world.is_none() {
+            return bad(
+                "world_server.state",
+                "the scenario's world checks read the world server's state, but `[world_server]` has no `state` call".into(),
+            );
+        }
+    }
+    if !s.expect.outcome.files.is_empty()
+        && s.world_server
+            .as_ref()
+            .is_none_or(|ws| ws.command.is_none())
+    {
+        return bad(
+            "expect.outcome.files",
+            "file checks read the run's scratch directory, which only a `command` world server has"
+                .into(),
+        );
+    }
+    for (i, f) in s.expect.outcome.files.iter().enumerate() {
+        check_file_check(file, &format!("expect.outcome.files[{i}]"), f)?;
+    }
     // A tool an expectation names but the scenario does not declare is a typo: a
-    // constraint on it could never fail, a requirement never pass.
-    if !s.tools.is_empty() {
+    // constraint on it could never fail, a requirement never pass. A world server's tools
+    // are known here when `tools` lists them; otherwise once the server lists them.
+    let server_names_known = match &s.world_server {
+        None => true,
+        Some(ws) => match &ws.tools {
+            Some(list) => {
+                for (i, t) in list.iter().enumerate() {
+                    names.insert(t.clone(), i);
+                }
+                true
+            }
+            None => false,
+        },
+    };
+    if !names.is_empty() && server_names_known {
         let named = [
             (
                 "expect.trajectory.required_tools",
@@ -367,6 +464,133 @@ fn validate(file: &str, s: &Scenario) -> Result<(), PackError> {
                 }
             }
         }
+    }
+    Ok(())
+}
+
+/// Checks a `[world_server]` table: a command or a URL, how long-lived, and what `wt` calls.
+fn validate_server(file: &str, ws: &WorldServer) -> Result<(), PackError> {
+    let bad = |place: &str, msg: String| Err(PackError::invalid(file, place, msg));
+    match (&ws.command, &ws.url) {
+        (Some(_), Some(_)) | (None, None) => {
+            return bad(
+                "world_server",
+                "give either `command` (a stdio MCP server wt starts) or `url` (a streamable-HTTP one), not both".into(),
+            );
+        }
+        (Some(argv), None) if argv.first().is_none_or(|p| p.trim().is_empty()) => {
+            return bad("world_server.command", "is empty: name the program".into());
+        }
+        (None, Some(url)) => {
+            if !(url.starts_with("http://") || url.starts_with("https://"))
+                || reqwest::Url::parse(url).is_err()
+            {
+                return bad("world_server.url", format!("{url:?} is not an http(s) URL"));
+            }
+            if ws.reset.is_empty() {
+                return bad(
+                    "world_server.reset",
+                    "a `url` world server keeps its state between runs: declare the `reset` calls that bring it back to its starting state".into(),
+                );
+            }
+            if ws.files.is_some() {
+                return bad(
+                    "world_server.files",
+                    "a `url` world server has no scratch directory of wt's to copy files into"
+                        .into(),
+                );
+            }
+        }
+        _ => {}
+    }
+    match ws.per.as_deref() {
+        None | Some("run") => {}
+        Some("lane") if ws.url.is_none() => {
+            if ws.reset.is_empty() {
+                return bad(
+                    "world_server.reset",
+                    "`per = \"lane\"` keeps one server for a lane's runs: declare the `reset` calls that bring it back to its starting state between them".into(),
+                );
+            }
+        }
+        Some("lane") => {}
+        Some(other) => {
+            return bad(
+                "world_server.per",
+                format!(
+                    "unknown value {other:?}: use \"run\" (a fresh server per run) or \"lane\""
+                ),
+            );
+        }
+    }
+    for (field, v) in [
+        ("start_timeout_s", ws.start_timeout_s),
+        ("call_timeout_s", ws.call_timeout_s),
+    ] {
+        if let Some(v) = v
+            && !(v.is_finite() && v > 0.0 && v <= 3600.0)
+        {
+            return bad(
+                &format!("world_server.{field}"),
+                format!("{v} is not a number of seconds in (0, 3600]"),
+            );
+        }
+    }
+    for k in ws.env.keys() {
+        if k.is_empty() || k.contains(['=', '\0']) {
+            return bad(
+                "world_server.env",
+                format!("{k:?} is not an environment variable name"),
+            );
+        }
+    }
+    let calls = ws
+        .setup
+        .iter()
+        .chain(&ws.reset)
+        .chain(ws.state.as_ref())
+        .map(|c| (c.tool.as_str(), &c.arguments));
+    for (tool, args) in calls {
+        if tool.trim().is_empty() || !args.is_object() {
+            return bad(
+                "world_server",
+                format!(
+                    "a call of wt's (setup, reset, state) needs a `tool` and an `arguments` table (got tool {tool:?})"
+                ),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// A file check names a path inside the run's scratch directory and says what must hold.
+fn check_file_check(file: &str, place: &str, f: &FileCheck) -> Result<(), PackError> {
+    let bad = |msg: String| Err(PackError::invalid(file, place, msg));
+    let p = std::path::Path::new(&f.path);
+    if f.path.is_empty()
+        || p.is_absolute()
+        || p.components()
+            .any(|c| !matches!(c, std::path::Component::Normal(_)))
+    {
+        return bad(format!(
+            "{:?} is not a path inside the run's scratch directory (relative, no `..`)",
+            f.path
+        ));
+    }
+    if f.exists.is_none() && f.equals.is_none() && f.contains.is_none() && f.json.is_none() {
+        return bad(format!(
+            "file check on `{}` has no `exists`, `equals`, `contains` or `json`: it would always hold",
+            f.path
+        ));
+    }
+    if let Some(j) = &f.json
+        && j.equals.is_none()
+        && j.exists.is_none()
+    {
+        return bad(format!(
+            "the `json` check on `{}` has neither `equals` nor `exists`",
+            f.path
+        ));
     }
     Ok(())
 }

@@ -111,15 +111,84 @@ fn outcome(s: &Scenario, trace: &Trace) -> LayerResult {
             }
         }
     }
+    for check in &exp.files {
+        let seen = trace.world.as_ref().and_then(|w| w.files.get(&check.path));
+        if let Err(e) = file_check(check, seen) {
+            problems.push(format!("file `{}`: {e}", check.path));
+        }
+    }
     if problems.is_empty() {
+        let files = if exp.files.is_empty() {
+            String::new()
+        } else {
+            format!(", {} file check(s)", exp.files.len())
+        };
         pass(format!(
-            "{} reply check(s) and {} world check(s) hold",
+            "{} reply check(s) and {} world check(s){files} hold",
             exp.reply_contains.len() + exp.reply_excludes.len(),
             exp.world.len()
         ))
     } else {
         fail(problems)
     }
+}
+
+/// Does a file check hold on the file as observed after the last turn?
+fn file_check(
+    check: &windtunnel_sdk::model::FileCheck,
+    seen: Option<&windtunnel_sdk::model::ObservedFile>,
+) -> Result<(), String> {
+    let Some(seen) = seen else {
+        return Err("not observed (the run has no scratch directory)".into());
+    };
+    if let Some(want) = check.exists
+        && want != seen.exists
+    {
+        return Err(match (want, &seen.note) {
+            (true, Some(note)) => format!("should exist but does not ({note})"),
+            (true, None) => "should exist but does not".into(),
+            (false, _) => format!("should not exist but has {} bytes", seen.bytes),
+        });
+    }
+    let wants_text = check.equals.is_some() || check.contains.is_some() || check.json.is_some();
+    if !wants_text {
+        return Ok(());
+    }
+    let Some(text) = &seen.text else {
+        return Err(match &seen.note {
+            Some(note) => format!("cannot be checked: {note}"),
+            None if !seen.exists => "does not exist".into(),
+            None => "cannot be checked: its text was not kept".into(),
+        });
+    };
+    if let Some(want) = &check.equals
+        && text != want
+    {
+        return Err(format!("is {}, expected {}", excerpt(text), excerpt(want)));
+    }
+    if let Some(want) = &check.contains
+        && !text.contains(want.as_str())
+    {
+        return Err(format!(
+            "does not contain {want:?} (it is {})",
+            excerpt(text)
+        ));
+    }
+    if let Some(j) = &check.json {
+        let doc = serde_json::from_str::<serde_json::Value>(text)
+            .ok()
+            .or_else(|| {
+                // JSON Lines: an array of the lines.
+                text.lines()
+                    .filter(|l| !l.trim().is_empty())
+                    .map(|l| serde_json::from_str(l).ok())
+                    .collect::<Option<Vec<_>>>()
+                    .map(serde_json::Value::Array)
+            })
+            .ok_or("is neither JSON nor JSON Lines")?;
+        World::new(Some(&doc)).check(j)?;
+    }
+    Ok(())
 }
 
 /// The tools the run called successfully, in order: a call that failed its schema, errored

@@ -136,10 +136,11 @@ pub(crate) fn from_toml<T: DeserializeOwned>(text: &str) -> Result<T, StrictErro
 /// `read`, `write` or `append`, or a field that does not apply to the kind (`value` on a
 /// `read`, …). The data model reads such effects leniently (for hooks); a pack must not.
 pub(crate) fn check_effects(text: &str) -> Result<(), StrictError> {
-    const KINDS: [(&str, &[&str]); 3] = [
+    const KINDS: [(&str, &[&str]); 4] = [
         ("read", &["kind", "path", "key_arg"]),
         ("write", &["kind", "path", "key_arg", "value_arg", "value"]),
         ("append", &["kind", "path", "value_arg"]),
+        ("find", &["kind", "path", "by"]),
     ];
     let Ok(doc) = ImDocument::parse(text) else {
         return Ok(());
@@ -160,7 +161,13 @@ pub(crate) fn check_effects(text: &str) -> Result<(), StrictError> {
             let at = effect.get("kind").and_then(Item::span).map(|s| s.start);
             return Err(StrictError::at_offset(
                 text,
-                format!("unknown variant `{kind}`, expected one of `read`, `write`, `append`"),
+                if kind == "server" {
+                    "a world server's tools come from the server (`[world_server]`), not from `tools`".to_owned()
+                } else {
+                    format!(
+                        "unknown variant `{kind}`, expected one of `read`, `write`, `append`, `find`"
+                    )
+                },
                 at,
             ));
         };

@@ -77,6 +77,10 @@ pub struct Scenario {
     /// What each scorer layer checks.
     #[serde(default)]
     pub expect: Expectations,
+    /// An MCP server that is (part of) the world: its tools are offered beside `tools`, its
+    /// state tool is what world checks read (since 1.4).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub world_server: Option<WorldServer>,
 }
 
 impl Scenario {
@@ -93,6 +97,7 @@ impl Scenario {
             tools: Vec::new(),
             preconditions: Vec::new(),
             expect: Expectations::default(),
+            world_server: None,
         }
     }
 }
@@ -111,6 +116,10 @@ pub struct ToolSpec {
     pub parameters: Value,
     /// What a call does to the world.
     pub effect: ToolEffect,
+    /// Conditions a call must meet to run; the first that does not hold fails the call with
+    /// its `error` (since 1.4).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub when: Vec<ToolCondition>,
 }
 
 impl ToolSpec {
@@ -121,6 +130,7 @@ impl ToolSpec {
             description: String::new(),
             parameters: empty_object_schema(),
             effect,
+            when: Vec::new(),
         }
     }
 }
@@ -168,11 +178,26 @@ pub enum ToolEffect {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         value_arg: Option<String>,
     },
+    /// Returns the elements of the array (or the values of the object) at `path` whose
+    /// fields equal the arguments `by` names: `by = { customer = "customer_id" }` selects
+    /// the elements whose `customer` is the call's `customer_id` (since 1.4).
+    Find {
+        /// The array (or object) to search.
+        path: String,
+        /// Element field → the argument whose value it must equal.
+        by: BTreeMap<String, String>,
+    },
+    /// A tool of the scenario's world server: the call is forwarded to it (since 1.4). Set
+    /// by `wt` from the server's `tools/list`; a pack never declares it.
+    Server {
+        /// The world server's name.
+        server: String,
+    },
     /// An effect kind this SDK does not know (from a newer `wt`).
     Unknown,
 }
 
-const EFFECT_KINDS: &[&str] = &["read", "write", "append"];
+const EFFECT_KINDS: &[&str] = &["read", "write", "append", "find"];
 
 // Written by hand rather than derived: derived internally tagged enums buffer their fields,
 // which hides unknown fields from `strict::deserialize`. Reading the fields as one struct
@@ -193,6 +218,10 @@ impl<'de> Deserialize<'de> for ToolEffect {
             value_arg: Option<String>,
             #[serde(default)]
             value: Option<Value>,
+            #[serde(default)]
+            by: Option<BTreeMap<String, String>>,
+            #[serde(default)]
+            server: Option<String>,
         }
 
         let f = Fields::deserialize(deserializer)?;
@@ -208,6 +237,9 @@ impl<'de> Deserialize<'de> for ToolEffect {
             }
         };
         let path = |p: Option<String>| p.ok_or_else(|| D::Error::missing_field("path"));
+        if f.kind != "find" {
+            refuse("by", f.by.is_some())?;
+        }
         match f.kind.as_str() {
             "read" => {
                 refuse("value_arg", f.value_arg.is_some())?;
@@ -231,6 +263,19 @@ impl<'de> Deserialize<'de> for ToolEffect {
                     value_arg: f.value_arg,
                 })
             }
+            "find" => {
+                refuse("key_arg", f.key_arg.is_some())?;
+                refuse("value_arg", f.value_arg.is_some())?;
+                refuse("value", f.value.is_some())?;
+                Ok(ToolEffect::Find {
+                    path: path(f.path)?,
+                    by: f.by.ok_or_else(|| D::Error::missing_field("by"))?,
+                })
+            }
+            // A world server's tools come from the server, never from a pack.
+            "server" if !strict => Ok(ToolEffect::Server {
+                server: f.server.unwrap_or_default(),
+            }),
             other if strict => Err(D::Error::unknown_variant(other, EFFECT_KINDS)),
             _ => Ok(ToolEffect::Unknown),
         }
@@ -272,6 +317,115 @@ impl WorldCheck {
     }
 }
 
+/// A condition a tool call must meet to run (`ToolSpec::when`): a check on the world
+/// (`path`, where `{arg}` stands for the value of the call's argument `arg`) or on the call's
+/// arguments (`arg`, a dotted path into them), with the precondition syntax (`equals`,
+/// `exists`). When it does not hold, the call fails with `error` and changes nothing.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ToolCondition {
+    /// A dotted path into the world; `{name}` is replaced by the argument `name`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// A dotted path into the call's arguments.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arg: Option<String>,
+    /// The value expected there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub equals: Option<Value>,
+    /// Whether something must (or must not) be there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exists: Option<bool>,
+    /// What the agent is told when the condition does not hold.
+    pub error: String,
+}
+
+/// An MCP server that serves (part of) a scenario's world (`[world_server]` in a scenario
+/// or in `pack.toml`). `wt` starts it (`command`, over stdio) or connects to it (`url`,
+/// streamable HTTP), offers its tools to the agent through `wt`'s own tool path, and reads
+/// its state with the `state` call for world checks.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct WorldServer {
+    /// The server's name in traces and errors (default: from its command or URL).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name: String,
+    /// The program and its arguments, started in the run's scratch directory;
+    /// `{run_dir}` and `{pack_dir}` are replaced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+    /// A streamable-HTTP MCP endpoint on this machine, instead of `command`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// Environment of the server process; values may use `{run_dir}` and `{pack_dir}`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// The tools offered to the agent (default: every tool the server lists).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Vec<String>>,
+    /// Descriptions that replace the server's, by tool name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub descriptions: BTreeMap<String, String>,
+    /// The call whose result is the world that checks read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<ServerCall>,
+    /// Calls made before the first turn (not evidence).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub setup: Vec<ServerCall>,
+    /// A directory (relative to the pack) copied into each run's scratch directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files: Option<String>,
+    /// `run` (default): a fresh server per run; `lane`: one server per lane, with `reset`
+    /// called before each run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per: Option<String>,
+    /// Calls that bring a kept server back to its starting state (`per = "lane"`, `url`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reset: Vec<ServerCall>,
+    /// Seconds the server may take to start and answer `initialize` (default 20).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_timeout_s: Option<f64>,
+    /// Seconds one call may take (default 30).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_timeout_s: Option<f64>,
+}
+
+/// A call `wt` itself makes to a world server (setup, reset, state).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ServerCall {
+    /// The server's tool.
+    pub tool: String,
+    /// Its arguments.
+    #[serde(default = "empty_object")]
+    pub arguments: Value,
+}
+
+fn empty_object() -> Value {
+    Value::Object(serde_json::Map::new())
+}
+
+/// A check on a file of the run's scratch directory after the last turn
+/// (`expect.outcome.files`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct FileCheck {
+    /// Relative to the run's scratch directory.
+    pub path: String,
+    /// Whether the file must (or must not) exist.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exists: Option<bool>,
+    /// The whole text it must have.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub equals: Option<String>,
+    /// Text it must contain.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contains: Option<String>,
+    /// A check on the file read as JSON (or JSON Lines, as an array of the lines).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub json: Option<WorldCheck>,
+}
+
 /// What each scorer layer checks.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
@@ -300,6 +454,9 @@ pub struct OutcomeExpect {
     /// Checks on the world after the last turn.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub world: Vec<WorldCheck>,
+    /// Checks on files of the run's scratch directory after the last turn (since 1.4).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<FileCheck>,
 }
 
 /// Trajectory layer: which tools were called, and in which order.
@@ -596,6 +753,9 @@ pub struct ToolCall {
     /// (`mcp`); absent for the built-in loop.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
+    /// The world server that executed the call, when a world server did (since 1.4).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
 }
 
 /// How an agent process of the `process` runtime ended.
@@ -761,6 +921,46 @@ pub struct WorldObservation {
     pub before: Value,
     /// After the last turn.
     pub after: Value,
+    /// The files `expect.outcome.files` checks, as found after the last turn (since 1.4).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub files: BTreeMap<String, ObservedFile>,
+    /// The world server of the run, and how it ended (since 1.4).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<WorldServerRecord>,
+}
+
+/// A file of the run's scratch directory as found after the last turn.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ObservedFile {
+    /// Was there a regular file?
+    pub exists: bool,
+    /// Its size.
+    #[serde(default)]
+    pub bytes: u64,
+    /// Its text, when it is UTF-8 and small enough to keep.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// Why the text is not kept (too large, not UTF-8, not a regular file, a link).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// A run's world server: which, and how its process ended.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct WorldServerRecord {
+    /// Its name.
+    pub name: String,
+    /// How its process ended (`command` servers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit: Option<String>,
+    /// The last bytes it wrote to stderr.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub stderr_tail: String,
+    /// How many bytes it wrote to stderr in all.
+    #[serde(default)]
+    pub stderr_bytes: u64,
 }
 
 /// Where an active hook came from, recorded in each trace when hooks are active.

@@ -899,6 +899,7 @@ impl Plan {
                     result: json!({"status": "shipped", "item": "kettle"}),
                     error: None,
                     source: None,
+                    server: None,
                 }],
                 model_calls: Vec::new(),
             };
@@ -907,6 +908,7 @@ impl Plan {
             trace.world = Some(WorldObservation {
                 before: world.clone(),
                 after: world.clone(),
+                ..WorldObservation::default()
             });
         }
         let mut score = Score::new(&run_id, &s.id, verdict);

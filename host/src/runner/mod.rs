@@ -38,6 +38,7 @@ mod scenario;
 mod session;
 mod sweep;
 mod turn;
+mod world;
 
 /// How to run a sweep.
 pub struct RunConfig {
@@ -399,12 +400,24 @@ fn run_scenarios(
         .unwrap_or(usize::MAX)
         .min(cfg.jobs.max(1));
     // A shard provisions only the scenarios it has runs of.
-    let states: Vec<sweep::ScenarioState<'_>> = scenarios
+    let planned: Vec<(&Scenario, sweep::Plan)> = scenarios
         .iter()
         .map(|s| (s, sweep::Plan::new(cfg, s)))
         .filter(|(_, plan)| !plan.is_empty())
-        .map(|(s, plan)| {
-            let runner = scenario::ScenarioRunner::new(cfg, sweep, stream, s, runtime, &stems);
+        .collect();
+    // Scenarios with a world server offer its tools too: listed once, before any run.
+    let stop = || cfg.cancelled();
+    let prepared = world::prepare(&planned.iter().map(|(s, _)| *s).collect::<Vec<_>>(), &stop);
+    let states: Vec<sweep::ScenarioState<'_>> = planned
+        .into_iter()
+        .zip(&prepared)
+        .map(|((original, plan), prepared)| {
+            let (s, unable) = match prepared {
+                Ok(s) => (s, None),
+                Err(why) => (original, Some(why.clone())),
+            };
+            let mut runner = scenario::ScenarioRunner::new(cfg, sweep, stream, s, runtime, &stems);
+            runner.world_unable = unable;
             let seq = sequential_tally(cfg, scenarios, s);
             sweep::ScenarioState::new(runner, plan, cap, seq)
         })
@@ -420,6 +433,7 @@ fn run_scenarios(
                 .observer
                 .lane(index)
                 .unwrap_or_else(|| cfg.observer.clone()),
+            world: Mutex::new(None),
         })
         .collect();
     std::thread::scope(|s| {

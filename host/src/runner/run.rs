@@ -68,6 +68,36 @@ impl<'s, 'a> RunRunner<'s, 'a> {
             }
         }
         trace.surface = sc.surface.clone();
+        // The run's world server, in its starting state; the scenario's preconditions are
+        // checked on its state.
+        let mut run_world = None;
+        if trace.error.is_none()
+            && let Some(ws) = &scenario.world_server
+        {
+            let stop = || cfg.cancelled();
+            let mut w = lock(&world);
+            let (hold, ready) = super::world::open(ws, self.lane, &mut w, &stop);
+            run_world = hold;
+            match ready {
+                Err(e) => {
+                    trace.error = Some(format!(
+                        "world server `{}`: {e}",
+                        crate::world::server::name_of(ws)
+                    ));
+                }
+                Ok(()) if ws.state.is_some() => {
+                    let broken: Vec<String> = scenario
+                        .preconditions
+                        .iter()
+                        .filter_map(|c| w.check(c).err())
+                        .collect();
+                    if !broken.is_empty() {
+                        trace.error = Some(format!("precondition failed: {}", broken.join("; ")));
+                    }
+                }
+                Ok(()) => {}
+            }
+        }
         let scope = Scope {
             scenario_id: Some(scenario.id.clone()),
             run_id: Some(run_id.clone()),
@@ -105,13 +135,38 @@ impl<'s, 'a> RunRunner<'s, 'a> {
             }
             .inject(&mut trace);
         }
-        if scenario.world.is_some() {
+        if scenario.world.is_some() || scenario.world_server.is_some() {
             // A turn cut when wt stopped may still hold the world on its own thread; the run
             // is ERROR then, and its world is not observed.
             match super::try_lock(&world) {
-                Some(w) => {
+                Some(mut w) => {
                     let mut seen = WorldObservation::default();
                     seen.before = before;
+                    if let Some(hold) = run_world.take() {
+                        // The state after the last turn; a server that broke on the way
+                        // makes the run ERROR, naming it.
+                        let read = if trace.error.is_none() {
+                            w.refresh()
+                        } else {
+                            Ok(())
+                        };
+                        let broke = w
+                            .server_broken()
+                            .or_else(|| read.err().map(|e| (hold.name(), e)));
+                        if let Some((name, why)) = broke {
+                            trace
+                                .error
+                                .get_or_insert(format!("world server `{name}`: {why}"));
+                        }
+                        let (record, files) = super::world::close(
+                            hold,
+                            self.lane,
+                            &mut w,
+                            &scenario.expect.outcome.files,
+                        );
+                        seen.server = record;
+                        seen.files = files;
+                    }
                     seen.after = w.state().clone();
                     trace.world = Some(seen);
                 }

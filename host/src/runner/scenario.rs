@@ -42,6 +42,9 @@ pub(super) struct ScenarioRunner<'a> {
     runtime: &'a dyn Runtime,
     /// Keys of the stems taken (see [`stem_key`]).
     stems: &'a Mutex<HashSet<u64>>,
+    /// Why the scenario's world server cannot serve it (it did not start, or its tools do
+    /// not fit the scenario): every run is ERROR.
+    pub world_unable: Option<String>,
 }
 
 impl<'a> ScenarioRunner<'a> {
@@ -61,6 +64,7 @@ impl<'a> ScenarioRunner<'a> {
             scenario,
             runtime,
             stems,
+            world_unable: None,
         }
     }
 
@@ -110,6 +114,12 @@ impl<'a> ScenarioRunner<'a> {
                 warnings,
             });
         }
+        if let Some(why) = &self.world_unable {
+            return Err(Unable {
+                why: why.clone(),
+                warnings,
+            });
+        }
         let handle: Handle = match self.runtime.provision(scenario) {
             Ok(h) => Arc::new(Mutex::new(h)),
             Err(e) => {
@@ -119,10 +129,17 @@ impl<'a> ScenarioRunner<'a> {
                 });
             }
         };
+        // A world server's state is known only once a run's server is up: its
+        // preconditions are checked per run, on the state before the first turn.
         let fixture = World::new(scenario.world.as_ref());
+        let per_run = scenario
+            .world_server
+            .as_ref()
+            .is_some_and(|ws| ws.state.is_some());
         let broken: Vec<String> = scenario
             .preconditions
             .iter()
+            .filter(|_| !per_run)
             .filter_map(|c| fixture.check(c).err())
             .collect();
         if !broken.is_empty() {

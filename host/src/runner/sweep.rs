@@ -28,6 +28,8 @@ use crate::store::StoreError;
 /// One worker of the pool, with the observer its hook calls go through.
 pub(super) struct Lane {
     pub observer: Arc<dyn RunObserver>,
+    /// The world server this lane keeps between its runs (`per = "lane"`).
+    pub world: Mutex<Option<super::world::Kept>>,
 }
 
 /// Where a scenario is in its life.

@@ -256,14 +256,23 @@ impl TurnCtx<'_> {
         source: Option<&str>,
         check: impl FnOnce(&ToolSpec, &Value) -> Result<(), String>,
     ) -> ToolCall {
-        let (result, error) = match tools.iter().find(|t| t.name == name) {
+        let spec = tools.iter().find(|t| t.name == name);
+        let (result, error) = match spec {
             None => (Value::Null, Some(format!("unknown tool `{name}`"))),
             Some(spec) => match check(spec, &args).and_then(|()| self.world.execute(spec, &args)) {
                 Ok(v) => (v, None),
                 Err(e) => (Value::Null, Some(e)),
             },
         };
-        tool_call(self.index, step, name, args, result, error, source)
+        let mut call = tool_call(self.index, step, name, args, result, error, source);
+        if let Some(ToolSpec {
+            effect: windtunnel_sdk::model::ToolEffect::Server { server },
+            ..
+        }) = spec
+        {
+            call.server = Some(server.clone());
+        }
+        call
     }
 }
 

@@ -62,7 +62,7 @@ const PLACEHOLDERS: [&str; 6] = [
 static LIVE: Mutex<Vec<i32>> = Mutex::new(Vec::new());
 
 /// The live process groups, to add one: [`kill_all`] then runs on every way out of a sweep.
-fn live_groups() -> std::sync::MutexGuard<'static, Vec<i32>> {
+pub(crate) fn live_groups() -> std::sync::MutexGuard<'static, Vec<i32>> {
     static AT_STOP: std::sync::Once = std::sync::Once::new();
     AT_STOP.call_once(|| crate::interrupt::at_stop(kill_all));
     LIVE.lock()
@@ -361,15 +361,15 @@ enum Out {
 
 /// The last bytes of a stream, and how many there were.
 #[derive(Default)]
-struct Tail {
+pub(crate) struct Tail {
     bytes: VecDeque<u8>,
-    total: u64,
+    pub(crate) total: u64,
 }
 
 impl Tail {
     /// The tail as text, starting with `…` when earlier bytes were dropped: the redactor
     /// treats the place after a `…` as a cut edge, where a secret may have been split.
-    fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         let bytes: Vec<u8> = self.bytes.iter().copied().collect();
         let text = String::from_utf8_lossy(&bytes);
         // The cut may have split a character at the front: drop the replacement it made.
@@ -540,7 +540,7 @@ impl Drop for Proc {
     }
 }
 
-fn unregister(pgid: i32) {
+pub(crate) fn unregister(pgid: i32) {
     let mut live = LIVE
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -623,7 +623,7 @@ fn read_stdout(out: std::process::ChildStdout, mode: StdoutMode, tx: &Sender<Inb
     send(Out::Eof);
 }
 
-fn read_tail(mut err: std::process::ChildStderr, tail: &Mutex<Tail>) {
+pub(crate) fn read_tail(mut err: std::process::ChildStderr, tail: &Mutex<Tail>) {
     let mut buf = [0u8; 8192];
     loop {
         match err.read(&mut buf) {

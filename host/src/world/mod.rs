@@ -1,42 +1,156 @@
 //! The fixture world: a scenario's JSON state and the one implementation of what a declared
-//! tool does to it ([`ToolEffect`] read / write / append on dotted paths).
+//! tool does to it ([`ToolEffect`] read / write / append / find on dotted paths, behind the
+//! tool's `when` conditions), and, for a scenario with a world server, the connection its
+//! tools are forwarded through ([`server`]).
 //!
-//! Every runtime that runs the tool loop in the harness (`demo`, `openai`) executes tool calls
-//! here, so a tool behaves the same whichever agent calls it. This module never scores.
+//! Every tool call — from the harness's own tool loop (`demo`, `openai`, `anthropic`) or
+//! through a run's MCP door — is executed here, so a tool behaves the same whichever agent
+//! calls it. This module never scores.
+
+pub mod server;
 
 use serde_json::{Map, Value};
-use windtunnel_sdk::model::{ToolEffect, ToolSpec, WorldCheck};
+use windtunnel_sdk::model::{ServerCall, ToolCondition, ToolEffect, ToolSpec, WorldCheck};
+
+use server::{Called, Server};
 
 /// A scenario's mutable world state for one run.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Debug, Default)]
 pub struct World {
+    /// The built-in JSON world.
     state: Value,
+    /// The run's world server, when the scenario has one.
+    server: Option<Server>,
+    /// The server's `state` call, and its last answer.
+    state_call: Option<ServerCall>,
+    snapshot: Option<Value>,
+    /// A server call happened since the snapshot was taken.
+    stale: bool,
+    /// What checks read: the JSON world with the server's snapshot over it.
+    view: Option<Value>,
 }
 
 impl World {
     pub fn new(state: Option<&Value>) -> Self {
         World {
             state: state.cloned().unwrap_or(Value::Null),
+            ..World::default()
         }
     }
 
+    /// Adds the run's world server; `state_call` is what [`World::refresh`] reads.
+    pub fn attach(&mut self, server: Server, state_call: Option<ServerCall>) {
+        self.server = Some(server);
+        self.state_call = state_call;
+        self.snapshot = None;
+        self.view = None;
+        self.stale = true;
+    }
+
+    /// Takes the world server back (to stop it, or for its lane to keep).
+    pub fn detach(&mut self) -> Option<Server> {
+        self.server.take()
+    }
+
+    /// The world server, while attached.
+    pub fn server_mut(&mut self) -> Option<&mut Server> {
+        self.server.as_mut()
+    }
+
+    /// Why the world server broke, if it did.
+    pub fn server_broken(&self) -> Option<(String, String)> {
+        let s = self.server.as_ref()?;
+        s.broken().map(|why| (s.name().to_owned(), why.to_owned()))
+    }
+
+    /// Reads the server's state again (its `state` call). Without a server or a state
+    /// call there is nothing to read.
+    pub fn refresh(&mut self) -> Result<(), String> {
+        let (Some(server), Some(call)) = (self.server.as_mut(), self.state_call.as_ref()) else {
+            return Ok(());
+        };
+        let snapshot = server.call_own("state", call)?;
+        self.snapshot = Some(snapshot);
+        self.stale = false;
+        self.rebuild_view();
+        Ok(())
+    }
+
+    fn rebuild_view(&mut self) {
+        self.view = self.snapshot.as_ref().map(|snap| match (&self.state, snap) {
+            (Value::Null, _) => snap.clone(),
+            (Value::Object(mine), Value::Object(theirs)) => {
+                let mut both = mine.clone();
+                both.extend(theirs.iter().map(|(k, v)| (k.clone(), v.clone())));
+                Value::Object(both)
+            }
+            // A server state that is not an object cannot sit beside an object world: the
+            // server's wins, as the state checks are written against it.
+            _ => snap.clone(),
+        });
+    }
+
+    /// What checks read: the JSON world, with the server's last snapshot over it.
     pub fn state(&self) -> &Value {
-        &self.state
+        self.view.as_ref().unwrap_or(&self.state)
     }
 
     /// The value at a dotted path (`orders.1234.status`; array elements by index).
     pub fn get(&self, path: &str) -> Option<&Value> {
-        lookup(&self.state, path)
+        lookup(self.state(), path)
     }
 
     /// Runs `tool` with `args` against the world and returns the tool's result.
     pub fn execute(&mut self, tool: &ToolSpec, args: &Value) -> Result<Value, String> {
-        match &tool.effect {
+        if !tool.when.is_empty() {
+            if self.stale && self.server.is_some() {
+                self.refresh()?;
+            }
+            for c in &tool.when {
+                self.condition(c, args)?;
+            }
+        }
+        let result = match &tool.effect {
+            ToolEffect::Server { .. } => {
+                let Some(server) = self.server.as_mut() else {
+                    return Err("the world server is not running".into());
+                };
+                self.stale = true;
+                return match server.call(&tool.name, args) {
+                    Ok(Called::Done(v)) => Ok(v),
+                    Ok(Called::Failed(why)) => Err(why),
+                    Err(why) => Err(format!("world server `{}` failed: {why}", server.name())),
+                };
+            }
             ToolEffect::Read { path, key_arg } => {
                 let path = extend(path, key_arg.as_deref(), args)?;
                 self.get(&path)
                     .cloned()
                     .ok_or_else(|| format!("nothing at `{path}`"))
+            }
+            ToolEffect::Find { path, by } => {
+                let target = self
+                    .get(path)
+                    .ok_or_else(|| format!("nothing at `{path}`"))?;
+                let wanted: Vec<(&str, &Value)> = by
+                    .iter()
+                    .map(|(field, arg)| Ok((field.as_str(), arg_value(args, arg)?)))
+                    .collect::<Result<_, String>>()?;
+                let items: Box<dyn Iterator<Item = &Value>> = match target {
+                    Value::Array(a) => Box::new(a.iter()),
+                    Value::Object(m) => Box::new(m.values()),
+                    _ => return Err(format!("`{path}` is neither an array nor an object")),
+                };
+                Ok(Value::Array(
+                    items
+                        .filter(|item| {
+                            wanted.iter().all(|(field, want)| {
+                                lookup(item, field).is_some_and(|v| loose_eq(v, want))
+                            })
+                        })
+                        .cloned()
+                        .collect(),
+                ))
             }
             ToolEffect::Write {
                 path,
@@ -68,7 +182,26 @@ impl World {
                 Ok(Value::from(array.len()))
             }
             _ => Err("this wt cannot run this tool effect".into()),
+        };
+        if self.snapshot.is_some() {
+            self.rebuild_view();
         }
+        result
+    }
+
+    /// Does the tool condition `c` hold for a call with `args`? `Err` is its `error`.
+    fn condition(&self, c: &ToolCondition, args: &Value) -> Result<(), String> {
+        let found = match (&c.path, &c.arg) {
+            (Some(path), _) => self.get(&fill(path, args)?),
+            (None, Some(arg)) => lookup(args, arg),
+            (None, None) => None,
+        };
+        let holds = c.exists.is_none_or(|e| e == found.is_some())
+            && c
+                .equals
+                .as_ref()
+                .is_none_or(|want| found.is_some_and(|v| loose_eq(v, want)));
+        if holds { Ok(()) } else { Err(c.error.clone()) }
     }
 
     /// Does `check` hold? `Err` says why not, in words a person can act on.
@@ -133,11 +266,26 @@ fn arg_value<'a>(args: &'a Value, name: &str) -> Result<&'a Value, String> {
         .ok_or_else(|| format!("missing argument `{name}`"))
 }
 
-fn extend(path: &str, key_arg: Option<&str>, args: &Value) -> Result<String, String> {
-    let Some(arg) = key_arg else {
-        return Ok(path.to_owned());
-    };
-    let key = match arg_value(args, arg)? {
+/// `path` with each `{name}` replaced by the value of the argument `name`.
+fn fill(path: &str, args: &Value) -> Result<String, String> {
+    let mut out = String::with_capacity(path.len());
+    let mut rest = path;
+    while let Some(open) = rest.find('{') {
+        out.push_str(&rest[..open]);
+        let Some(close) = rest[open..].find('}') else {
+            out.push_str(&rest[open..]);
+            return Ok(out);
+        };
+        let name = &rest[open + 1..open + close];
+        out.push_str(&key_text(name, arg_value(args, name)?)?);
+        rest = &rest[open + close + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+fn key_text(arg: &str, v: &Value) -> Result<String, String> {
+    let key = match v {
         Value::String(s) => s.clone(),
         Value::Number(n) => n.to_string(),
         other => return Err(format!("argument `{arg}` must be a string, got {other}")),
@@ -145,6 +293,14 @@ fn extend(path: &str, key_arg: Option<&str>, args: &Value) -> Result<String, Str
     if key.is_empty() || key.contains('.') {
         return Err(format!("argument `{arg}` is not a valid key: {key:?}"));
     }
+    Ok(key)
+}
+
+fn extend(path: &str, key_arg: Option<&str>, args: &Value) -> Result<String, String> {
+    let Some(arg) = key_arg else {
+        return Ok(path.to_owned());
+    };
+    let key = key_text(arg, arg_value(args, arg)?)?;
     Ok(if path.is_empty() {
         key
     } else {

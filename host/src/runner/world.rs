@@ -1,0 +1,236 @@
+//! World servers in a sweep: each scenario's server tools are listed once before its runs
+//! ([`prepare`]); each run gets a server in a fresh state ([`open`]) — a fresh process in a
+//! fresh scratch directory, or its lane's kept one after the `reset` calls — and gives it up
+//! when its turns are over ([`close`]), with the state and the checked files observed.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+use windtunnel_sdk::model::{FileCheck, ObservedFile, Scenario, WorldServer, WorldServerRecord};
+
+use super::sweep::Lane;
+use crate::world::World;
+use crate::world::server::{self, Server};
+
+/// The most bytes of a checked file kept in the trace.
+pub(crate) const MAX_OBSERVED_FILE_BYTES: u64 = 1 << 20;
+
+/// A lane's server kept between its runs (`per = "lane"`).
+pub(super) struct Kept {
+    spec: WorldServer,
+    server: Server,
+    dir: tempfile::TempDir,
+}
+
+/// Each scenario as it runs: with a world server, its tools are the declared ones followed by
+/// the server's (listed by a server started for the purpose). `Err` says why the scenario
+/// cannot run, naming the server.
+pub(super) fn prepare(
+    scenarios: &[&Scenario],
+    stop: &dyn Fn() -> bool,
+) -> Vec<Result<Scenario, String>> {
+    let mut listed: HashMap<String, Result<Vec<windtunnel_sdk::model::ToolSpec>, String>> =
+        HashMap::new();
+    scenarios
+        .iter()
+        .map(|s| {
+            let mut s = (*s).clone();
+            let Some(ws) = &s.world_server else {
+                return Ok(s);
+            };
+            let key = serde_json::to_string(ws).unwrap_or_default();
+            let tools = listed
+                .entry(key)
+                .or_insert_with(|| server::discover(ws, stop))
+                .clone()
+                .map_err(|e| format!("world server `{}`: {e}", server::name_of(ws)))?;
+            for t in tools {
+                if s.tools.iter().any(|d| d.name == t.name) {
+                    return Err(format!(
+                        "world server `{}` lists a tool `{}`, which the scenario declares too",
+                        server::name_of(ws),
+                        t.name
+                    ));
+                }
+                s.tools.push(t);
+            }
+            let exp = &s.expect;
+            for name in exp
+                .trajectory
+                .required_tools
+                .iter()
+                .chain(&exp.constraint.forbidden_tools)
+            {
+                if !s.tools.iter().any(|t| &t.name == name) {
+                    return Err(format!(
+                        "the scenario's expectations name a tool `{name}` that neither the scenario nor world server `{}` offers",
+                        server::name_of(ws)
+                    ));
+                }
+            }
+            Ok(s)
+        })
+        .collect()
+}
+
+/// A run's hold on its world server.
+pub(super) struct RunWorld {
+    spec: WorldServer,
+    dir: Option<tempfile::TempDir>,
+}
+
+impl RunWorld {
+    /// The server's name.
+    pub(super) fn name(&self) -> String {
+        server::name_of(&self.spec)
+    }
+
+    /// The run's scratch directory (none for a `url` server).
+    pub(super) fn dir(&self) -> Option<&Path> {
+        self.dir.as_ref().map(tempfile::TempDir::path)
+    }
+}
+
+/// Gives the run a world server in its starting state, attached to `world`: the lane's kept
+/// one after its `reset` calls, or a fresh one (for a `url` server, a fresh session after
+/// them); then the `setup` calls, then the first state snapshot. The error names what
+/// failed; a server that started is attached (and the hold returned) even then, so that
+/// [`close`] stops it and records how it ended.
+pub(super) fn open(
+    spec: &WorldServer,
+    lane: &Lane,
+    world: &mut World,
+    stop: &dyn Fn() -> bool,
+) -> (Option<RunWorld>, Result<(), String>) {
+    let per_lane = spec.url.is_none() && spec.per.as_deref() == Some("lane");
+    let kept = if per_lane {
+        super::lock(&lane.world)
+            .take()
+            .filter(|k| k.spec == *spec && k.server.broken().is_none())
+    } else {
+        None
+    };
+    let reused = kept.is_some();
+    let (server, dir) = match kept {
+        Some(k) => (k.server, Some(k.dir)),
+        None => {
+            let dir = match spec.url {
+                Some(_) => None,
+                None => match server::scratch(spec) {
+                    Ok(d) => Some(d),
+                    Err(e) => return (None, Err(e)),
+                },
+            };
+            let at = dir
+                .as_ref()
+                .map_or_else(std::env::temp_dir, |d| d.path().to_owned());
+            match Server::start(spec, &at, stop) {
+                Ok(s) => (s, dir),
+                Err(e) => return (None, Err(e)),
+            }
+        }
+    };
+    world.attach(server, spec.state.clone());
+    let run_world = RunWorld {
+        spec: spec.clone(),
+        dir,
+    };
+    let ready = (|| {
+        let server = world.server_mut().expect("just attached");
+        if reused || spec.url.is_some() {
+            for call in &spec.reset {
+                server.call_own("reset", call)?;
+            }
+        }
+        for call in &spec.setup {
+            server.call_own("setup", call)?;
+        }
+        world.refresh()
+    })();
+    (Some(run_world), ready)
+}
+
+/// The run is over for its world server: the checked files are read, and the server is
+/// stopped (or kept by the lane, when it lives per lane and is sound). Returns how the
+/// server ended and the files found.
+pub(super) fn close(
+    run_world: RunWorld,
+    lane: &Lane,
+    world: &mut World,
+    checks: &[FileCheck],
+) -> (Option<WorldServerRecord>, BTreeMap<String, ObservedFile>) {
+    let files = match run_world.dir() {
+        Some(dir) => checks
+            .iter()
+            .map(|c| (c.path.clone(), observe(dir, &c.path)))
+            .collect(),
+        None => BTreeMap::new(),
+    };
+    let Some(server) = world.detach() else {
+        return (None, files);
+    };
+    let per_lane = run_world.spec.url.is_none() && run_world.spec.per.as_deref() == Some("lane");
+    let record = if per_lane && server.broken().is_none() {
+        let record = server.record();
+        if let Some(dir) = run_world.dir {
+            *super::lock(&lane.world) = Some(Kept {
+                spec: run_world.spec,
+                server,
+                dir,
+            });
+        }
+        record
+    } else {
+        server.stop()
+    };
+    (Some(record), files)
+}
+
+/// A file of the scratch directory as found now: never read through a symbolic link (in
+/// any component), at most [`MAX_OBSERVED_FILE_BYTES`] kept.
+pub(super) fn observe(dir: &Path, rel: &str) -> ObservedFile {
+    let mut seen = ObservedFile::default();
+    let mut at = dir.to_path_buf();
+    let parts: Vec<_> = Path::new(rel).components().collect();
+    for (i, c) in parts.iter().enumerate() {
+        at.push(c);
+        match std::fs::symlink_metadata(&at) {
+            Err(_) => return seen,
+            Ok(m) if m.file_type().is_symlink() => {
+                seen.note = Some(format!(
+                    "`{}` is a symbolic link: wt does not follow links out of the scratch directory",
+                    Path::new(rel)
+                        .components()
+                        .take(i + 1)
+                        .collect::<std::path::PathBuf>()
+                        .display()
+                ));
+                return seen;
+            }
+            Ok(m) if i + 1 < parts.len() && !m.is_dir() => return seen,
+            Ok(_) => {}
+        }
+    }
+    let meta = match std::fs::symlink_metadata(&at) {
+        Ok(m) => m,
+        Err(_) => return seen,
+    };
+    if !meta.is_file() {
+        seen.note = Some("not a regular file".into());
+        return seen;
+    }
+    seen.exists = true;
+    seen.bytes = meta.len();
+    if meta.len() > MAX_OBSERVED_FILE_BYTES {
+        seen.note = Some(format!(
+            "{} bytes, more than the {MAX_OBSERVED_FILE_BYTES} a checked file may have",
+            meta.len()
+        ));
+        return seen;
+    }
+    match crate::limits::read_input_file(&at, true) {
+        Ok(text) => seen.text = Some(text),
+        Err(e) => seen.note = Some(format!("cannot be read as text: {e}")),
+    }
+    seen
+}
