@@ -10,6 +10,8 @@
 #   third-party MCP clients on the official Python SDK. The suite builds it itself when
 #   missing; building it here keeps pip out of the tests' time and makes a PyPI problem an
 #   early, plain error.
+# - The reference MCP servers the suite uses as scenario worlds (target/npm-worlds, from
+#   tests/worlds/package-lock.json, with `npm ci`): node and npm must be installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,6 +32,17 @@ if ! target/py-agents/bin/python -c "import mcp, agents, fakellm" 2>/dev/null; t
     rm -rf target/py-agents
     python3 -m venv target/py-agents
     target/py-agents/bin/python -m pip install -q -r tests/agents/requirements.txt
+fi
+
+# The npm world servers the suite uses as scenario worlds (tests/worlds/package-lock.json):
+# installed with `npm ci` into target/npm-worlds when missing or out of date.
+if ! cmp -s tests/worlds/package-lock.json target/npm-worlds/package-lock.json \
+    || [ ! -e target/npm-worlds/node_modules/.bin/mcp-server-memory ]; then
+    echo "== the e2e world servers (tests/worlds/package.json, npm ci)"
+    rm -rf target/npm-worlds
+    mkdir -p target/npm-worlds
+    cp tests/worlds/package.json tests/worlds/package-lock.json target/npm-worlds/
+    (cd target/npm-worlds && npm ci --no-audit --no-fund --loglevel=error)
 fi
 
 # Every package of the lock file, for every platform: the hook-crate tests run cargo

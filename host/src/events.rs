@@ -59,6 +59,9 @@ pub enum Event {
         tool: String,
         #[serde(skip_serializing_if = "Option::is_none")]
         error: Option<String>,
+        /// The world server that executed the call, when one did.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        server: Option<String>,
     },
     /// A model call of the turn (the `openai` runtime's own, or an agent's through its
     /// model gateway).

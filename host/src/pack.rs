@@ -653,6 +653,102 @@ mod tests {
     }
 
     #[test]
+    fn world_servers_and_new_checks_are_validated() {
+        let err = |text: &str| one(text).unwrap_err().to_string();
+        let base = "id = \"a\"\nturns = [\"x\"]\n";
+        let e = err(&format!(
+            "{base}[world_server]\ncommand = [\"srv\"]\nurl = \"http://127.0.0.1:1/mcp\"\n"
+        ));
+        assert!(
+            e.contains("either `command`") && e.contains("not both"),
+            "{e}"
+        );
+        let e = err(&format!(
+            "{base}[world_server]\nurl = \"http://127.0.0.1:1/mcp\"\n"
+        ));
+        assert!(
+            e.contains("world_server.reset") && e.contains("keeps its state"),
+            "{e}"
+        );
+        let e = err(&format!(
+            "{base}[world_server]\ncommand = [\"srv\"]\nper = \"lane\"\n"
+        ));
+        assert!(e.contains("world_server.reset"), "{e}");
+        let e = err(&format!(
+            "{base}[world_server]\ncommand = [\"srv\"]\nper = \"sweep\"\n"
+        ));
+        assert!(
+            e.contains("world_server.per") && e.contains("\"sweep\""),
+            "{e}"
+        );
+        let e = err(&format!(
+            "{base}[world_server]\ncommand = [\"srv\"]\nbogus = 1\n"
+        ));
+        assert!(e.contains("bogus"), "{e}");
+        let e = err(&format!(
+            "{base}[[expect.outcome.world]]\npath = \"n\"\nequals = 1\n[world_server]\ncommand = [\"srv\"]\n"
+        ));
+        assert!(e.contains("no `state` call"), "{e}");
+        let e = err(&format!(
+            "{base}[[expect.outcome.files]]\npath = \"out.txt\"\nexists = true\n"
+        ));
+        assert!(e.contains("only a `command` world server has"), "{e}");
+        let e = err(&format!(
+            "{base}[world_server]\ncommand = [\"srv\"]\n[[expect.outcome.files]]\npath = \"../etc/passwd\"\nexists = true\n"
+        ));
+        assert!(e.contains("inside the run's scratch directory"), "{e}");
+        let e = err(&format!(
+            "{base}[world_server]\ncommand = [\"srv\"]\ntools = [\"look\"]\n[expect.trajectory]\nrequired_tools = [\"lookk\"]\n"
+        ));
+        assert!(e.contains("no tool `lookk`"), "{e}");
+        // A server's tool named in `tools` may be required; one the server lists later is
+        // checked when it lists them.
+        one(&format!(
+            "{base}[world_server]\ncommand = [\"srv\"]\ntools = [\"look\"]\n[expect.trajectory]\nrequired_tools = [\"look\"]\n"
+        ))
+        .unwrap();
+        one(&format!(
+            "{base}[world_server]\ncommand = [\"srv\"]\n[expect.trajectory]\nrequired_tools = [\"anything\"]\n"
+        ))
+        .unwrap();
+        // A pack's own tools cannot claim to be a server's.
+        let e = err(&format!(
+            "{base}world = {{}}\n[[tools]]\nname = \"t\"\neffect = {{ kind = \"server\" }}\n"
+        ));
+        assert!(e.contains("come from the server"), "{e}");
+        let e = err(&format!(
+            "{base}world = {{ o = {{}} }}\n[[tools]]\nname = \"t\"\neffect = {{ kind = \"read\", path = \"o\" }}\nwhen = [{{ path = \"o\", arg = \"x\", exists = true, error = \"e\" }}]\n"
+        ));
+        assert!(e.contains("name exactly one"), "{e}");
+        let e = err(&format!(
+            "{base}world = {{ o = [] }}\n[[tools]]\nname = \"t\"\neffect = {{ kind = \"find\", path = \"o\", by = {{}} }}\n"
+        ));
+        assert!(e.contains("`by` is empty"), "{e}");
+    }
+
+    #[test]
+    fn a_pack_level_world_server_serves_every_scenario() {
+        let p = Pack::from_sources(
+            "t",
+            (
+                "pack.toml",
+                "name = \"t\"\n[world_server]\nname = \"m\"\ncommand = [\"srv\"]\n",
+            ),
+            vec![
+                ("a.toml".into(), "id = \"a\"\nturns = [\"x\"]\n".into()),
+                (
+                    "b.toml".into(),
+                    "id = \"b\"\nturns = [\"x\"]\n[world_server]\nname = \"own\"\ncommand = [\"other\"]\n"
+                        .into(),
+                ),
+            ],
+        )
+        .unwrap();
+        assert_eq!(p.scenarios[0].world_server.as_ref().unwrap().name, "m");
+        assert_eq!(p.scenarios[1].world_server.as_ref().unwrap().name, "own");
+    }
+
+    #[test]
     fn patterns() {
         assert!(matches_pattern("refund", "refund-damaged"));
         assert!(matches_pattern("*-status", "order-status"));

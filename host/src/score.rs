@@ -564,6 +564,75 @@ max_steps = 2
     }
 
     #[test]
+    fn file_checks_read_the_observed_files() {
+        use windtunnel_sdk::model::ObservedFile;
+        let s: Scenario = toml::from_str(
+            r#"
+id = "s"
+turns = ["hi"]
+[[expect.outcome.files]]
+path = "notes.txt"
+contains = "delivered"
+[[expect.outcome.files]]
+path = "graph.jsonl"
+json = { path = "1.name", equals = "b" }
+[[expect.outcome.files]]
+path = "gone.txt"
+exists = false
+"#,
+        )
+        .unwrap();
+        let seen = |text: &str| {
+            let mut f = ObservedFile::default();
+            f.exists = true;
+            f.bytes = text.len() as u64;
+            f.text = Some(text.into());
+            f
+        };
+        let mut t = trace("ok", &[]);
+        let files = &mut t.world.as_mut().unwrap().files;
+        files.insert("notes.txt".into(), seen("order 1 delivered"));
+        files.insert(
+            "graph.jsonl".into(),
+            seen("{\"name\":\"a\"}\n{\"name\":\"b\"}\n"),
+        );
+        files.insert("gone.txt".into(), ObservedFile::default());
+        assert_eq!(score(&s, &t).verdict, Verdict::Pass, "{:?}", score(&s, &t));
+        let files = &mut t.world.as_mut().unwrap().files;
+        files.insert("notes.txt".into(), seen("order 1 lost"));
+        files.insert("graph.jsonl".into(), seen("{\"name\":\"a\"}\n"));
+        files.insert("gone.txt".into(), seen("x"));
+        let sc = score(&s, &t);
+        assert_eq!(sc.failed_layers(), ["outcome"]);
+        let d = &sc.outcome.detail;
+        assert!(
+            d.contains("file `notes.txt`: does not contain \"delivered\""),
+            "{d}"
+        );
+        assert!(d.contains("file `graph.jsonl`: `1.name` is absent"), "{d}");
+        assert!(d.contains("file `gone.txt`: should not exist"), "{d}");
+        // A file too large to keep cannot pass a content check.
+        let mut big = ObservedFile::default();
+        big.exists = true;
+        big.bytes = 5 << 20;
+        big.note = Some("too large".into());
+        t.world
+            .as_mut()
+            .unwrap()
+            .files
+            .insert("notes.txt".into(), big);
+        assert!(
+            score(&s, &t)
+                .outcome
+                .detail
+                .contains("cannot be checked: too large")
+        );
+        // Not observed at all (no scratch directory): the check fails, never passes.
+        t.world.as_mut().unwrap().files.clear();
+        assert!(score(&s, &t).outcome.detail.contains("not observed"));
+    }
+
+    #[test]
     fn turn_error_is_error_verdict() {
         let s = scenario();
         let mut t = trace("", &[]);

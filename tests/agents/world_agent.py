@@ -7,6 +7,8 @@ Policies (--policy):
   correct   records a delivery with add_observations; answers a status question from open_nodes
   wrong     records the wrong status ("status: lost") and guesses a status without looking it up
   forbidden deletes the order it is asked about
+  script    runs the calls a turn spells out: "do: note text=hi | notes" calls `note` with
+            {"text": "hi"}, then `notes` with {}; values are JSON when they parse as JSON
 """
 
 import argparse
@@ -32,7 +34,30 @@ def value(result):
         return text
 
 
+async def script(client, text):
+    said = []
+    for step in text[len("do:"):].split("|"):
+        words = step.split()
+        if not words:
+            continue
+        args = {}
+        for w in words[1:]:
+            k, _, v = w.partition("=")
+            try:
+                args[k] = json.loads(v)
+            except ValueError:
+                args[k] = v
+        try:
+            result = await client.call_tool(words[0], args)
+            said.append(f"{words[0]}: {'error' if result.is_error else 'ok'} {value(result) if not result.is_error else ''}")
+        except Exception as e:  # a refused call (JSON-RPC error) is the agent's to report
+            said.append(f"{words[0]}: refused {e}")
+    return "; ".join(said)
+
+
 async def respond(policy, client, text):
+    if policy == "script" and text.startswith("do:"):
+        return await script(client, text)
     name = order_name(text)
     lower = text.lower()
     if policy == "forbidden" and name:

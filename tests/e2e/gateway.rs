@@ -58,13 +58,13 @@ fn header_of(req: &crate::harness::Seen, name: &str) -> Option<String> {
 const UPSTREAM_KEY: &str = "sk-upstream-7d41c0ffee93a5";
 
 /// fakellm serving `rules` (its YAML) on a port of its own; killed when dropped.
-struct FakeLlm {
+pub(crate) struct FakeLlm {
     child: Child,
-    base: String,
+    pub(crate) base: String,
 }
 
 impl FakeLlm {
-    fn start(dir: &Path, rules: &str) -> FakeLlm {
+    pub(crate) fn start(dir: &Path, rules: &str) -> FakeLlm {
         let config = dir.join("fakellm.yaml");
         std::fs::write(&config, rules).unwrap();
         let port = crate::harness::dead_port();

@@ -798,3 +798,69 @@ pub fn sh_agent(dir: &Path, name: &str, script: &str, args: &[&str], extra: &str
     command.extend(args.iter().map(|a| (*a).to_owned()));
     command_agent(dir, name, &command, extra)
 }
+
+/// The directory of the npm-installed world servers' commands (`tests/worlds/package.json`,
+/// locked): `<target>/npm-worlds/node_modules/.bin`, installed once per test process with
+/// `npm ci` when missing (`tests/run.sh` installs it first). An install that fails fails the
+/// calling test with npm's own words.
+pub fn world_servers_bin() -> &'static Path {
+    static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let built = BIN.get_or_init(|| {
+        let root = target_dir().join("npm-worlds");
+        let bin = root.join("node_modules").join(".bin");
+        let works = |bin: &Path| bin.join("mcp-server-memory").exists();
+        let lock = workspace().join("tests/worlds/package-lock.json");
+        let same_lock =
+            std::fs::read(root.join("package-lock.json")).ok() == std::fs::read(&lock).ok();
+        if works(&bin) && same_lock {
+            return Ok(bin);
+        }
+        // Installed aside and renamed into place, so concurrent test processes never see
+        // half an install.
+        let tmp = target_dir().join(format!("npm-worlds.tmp-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&tmp);
+        std::fs::create_dir_all(&tmp).map_err(|e| e.to_string())?;
+        for f in ["package.json", "package-lock.json"] {
+            std::fs::copy(workspace().join("tests/worlds").join(f), tmp.join(f))
+                .map_err(|e| e.to_string())?;
+        }
+        let out = Command::new("npm")
+            .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
+            .current_dir(&tmp)
+            .output()
+            .map_err(|e| format!("npm ci: cannot run npm (node and npm must be installed): {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "npm ci in tests/worlds failed ({}), the npm registry must be reachable:\n{}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        let _ = std::fs::remove_dir_all(&root);
+        if std::fs::rename(&tmp, &root).is_err() {
+            let _ = std::fs::remove_dir_all(&tmp);
+        }
+        if works(&bin) {
+            Ok(bin)
+        } else {
+            Err(format!(
+                "{} has no mcp-server-memory after npm ci",
+                bin.display()
+            ))
+        }
+    });
+    match built {
+        Ok(p) => p,
+        Err(why) => panic!("cannot install the e2e world servers: {why}"),
+    }
+}
+
+/// `PATH` with the npm-installed world servers first.
+pub fn path_with_world_servers() -> String {
+    format!(
+        "{}:{}",
+        world_servers_bin().display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
+}

@@ -18,3 +18,4 @@ mod scale;
 mod sdk_compat;
 mod sdk_product;
 mod turns;
+mod worlds;

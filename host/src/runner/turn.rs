@@ -257,6 +257,7 @@ pub(super) fn publish_terminal(
             events::Event::StepDone {
                 tool: call.name.clone(),
                 error: call.error.clone(),
+                server: call.server.clone(),
             },
         );
     }

@@ -427,6 +427,100 @@ mod tests {
     }
 
     #[test]
+    fn when_conditions_gate_a_call_on_the_world_and_the_arguments() {
+        let mut w = World::new(Some(&json!({
+            "orders": {"1": {"status": "delivered"}, "2": {"status": "shipped"}}
+        })));
+        let mut refund = tool(ToolEffect::Write {
+            path: "orders".into(),
+            key_arg: Some("id".into()),
+            value_arg: None,
+            value: Some(json!({"status": "refunded"})),
+        });
+        let mut delivered = ToolCondition::default();
+        delivered.path = Some("orders.{id}.status".into());
+        delivered.equals = Some(json!("delivered"));
+        delivered.error = "only a delivered order can be refunded".into();
+        let mut small = ToolCondition::default();
+        small.arg = Some("amount".into());
+        small.exists = Some(false);
+        small.error = "refunds are for the whole order".into();
+        refund.when = vec![delivered, small];
+        assert_eq!(
+            w.execute(&refund, &json!({"id": "2"})).unwrap_err(),
+            "only a delivered order can be refunded"
+        );
+        assert_eq!(w.get("orders.2.status"), Some(&json!("shipped")));
+        assert_eq!(
+            w.execute(&refund, &json!({"id": "1", "amount": 5})).unwrap_err(),
+            "refunds are for the whole order"
+        );
+        assert!(
+            w.execute(&refund, &json!({}))
+                .unwrap_err()
+                .contains("missing argument `id`")
+        );
+        w.execute(&refund, &json!({"id": "1"})).unwrap();
+        assert_eq!(w.get("orders.1.status"), Some(&json!("refunded")));
+        // The condition reads the world as it is now: refunded is no longer delivered.
+        assert!(w.execute(&refund, &json!({"id": "1"})).is_err());
+    }
+
+    #[test]
+    fn find_selects_elements_by_field_values() {
+        let mut w = World::new(Some(&json!({
+            "orders": [
+                {"id": 1, "customer": "ann", "status": "shipped"},
+                {"id": 2, "customer": "bob", "status": "shipped"},
+                {"id": 3, "customer": "ann", "status": "delivered"}
+            ],
+            "by_id": {"a": {"customer": "ann"}, "b": {"customer": "bob"}}
+        })));
+        let by = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(f, a)| ((*f).to_owned(), (*a).to_owned()))
+                .collect()
+        };
+        let find = tool(ToolEffect::Find {
+            path: "orders".into(),
+            by: by(&[("customer", "who"), ("status", "state")]),
+        });
+        assert_eq!(
+            w.execute(&find, &json!({"who": "ann", "state": "delivered"}))
+                .unwrap(),
+            json!([{"id": 3, "customer": "ann", "status": "delivered"}])
+        );
+        assert_eq!(
+            w.execute(&find, &json!({"who": "cy", "state": "shipped"}))
+                .unwrap(),
+            json!([])
+        );
+        assert!(
+            w.execute(&find, &json!({"who": "ann"}))
+                .unwrap_err()
+                .contains("missing argument `state`")
+        );
+        let in_object = tool(ToolEffect::Find {
+            path: "by_id".into(),
+            by: by(&[("customer", "who")]),
+        });
+        assert_eq!(
+            w.execute(&in_object, &json!({"who": "bob"})).unwrap(),
+            json!([{"customer": "bob"}])
+        );
+        // Numbers match by value.
+        let by_number = tool(ToolEffect::Find {
+            path: "orders".into(),
+            by: by(&[("id", "n")]),
+        });
+        assert_eq!(
+            w.execute(&by_number, &json!({"n": 2.0})).unwrap()[0]["customer"],
+            json!("bob")
+        );
+    }
+
+    #[test]
     fn checks() {
         let w = world();
         let eq = |path: &str, v| {

@@ -39,6 +39,9 @@ pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// The most pages of `tools/list` read.
 const MAX_LIST_PAGES: usize = 50;
 
+/// Why a stdio server can no longer answer.
+const CLOSED_STDOUT: &str = "closed its stdout";
+
 /// The MCP protocol version `wt` speaks as a client.
 const PROTOCOL_VERSION: &str = "2025-06-18";
 
@@ -129,6 +132,8 @@ struct ServerProc {
     stderr_done: Receiver<()>,
     killed: Option<String>,
     reaped: bool,
+    /// Its stderr reached its end (and the tail is whole).
+    stderr_closed: bool,
 }
 
 impl std::fmt::Debug for Server {
@@ -220,7 +225,17 @@ impl Server {
     /// end of its stderr when it has one.
     fn fail(&mut self, why: String) -> String {
         let mut why = why;
-        if let Some(p) = &self.proc {
+        if let Some(p) = &mut self.proc {
+            // A server that closed its stdout is usually on its way out: a moment for it to
+            // finish, so that the reason says how it ended.
+            let patience = if why.starts_with(CLOSED_STDOUT) {
+                Duration::from_secs(1)
+            } else {
+                Duration::ZERO
+            };
+            if let Some(exit) = p.exited(patience) {
+                why.push_str(&format!(" ({exit})"));
+            }
             let tail = lock(&p.stderr).text();
             let tail = tail.trim();
             if !tail.is_empty() {
@@ -364,7 +379,7 @@ impl Server {
                             )));
                         }
                         Err(RecvTimeoutError::Disconnected) => {
-                            return Err(RpcError::Broken("closed its stdout".into()));
+                            return Err(RpcError::Broken(CLOSED_STDOUT.into()));
                         }
                     };
                     match classify(&m, id) {
@@ -678,11 +693,32 @@ impl ServerProc {
             stderr_done,
             killed: None,
             reaped: false,
+            stderr_closed: false,
         };
         if let Err(e) = spawned.and(spawned_err) {
             return Err(format!("cannot start a thread to read it: {e}"));
         }
         Ok((proc, stdin, rx))
+    }
+
+    /// How the leader ended, if it has (it is not reaped: its group id stays reserved);
+    /// then its stderr is read to the end first, briefly, so that the tail says why.
+    fn exited(&mut self, patience: Duration) -> Option<String> {
+        use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
+        let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT | WaitPidFlag::WNOHANG;
+        let until = Instant::now() + patience;
+        let how = loop {
+            match waitid(Id::Pid(nix::unistd::Pid::from_raw(self.pgid)), flags) {
+                Ok(WaitStatus::Exited(_, code)) => break format!("exited with status {code}"),
+                Ok(WaitStatus::Signaled(_, sig, _)) => break format!("killed by {sig}"),
+                _ if Instant::now() < until => std::thread::sleep(Duration::from_millis(10)),
+                _ => return None,
+            }
+        };
+        if !self.stderr_closed {
+            self.stderr_closed = self.stderr_done.recv_timeout(Duration::from_secs(1)).is_ok();
+        }
+        Some(how)
     }
 
     /// Kills the group and everything tagged, reaps the leader, and says how it ended.
@@ -697,7 +733,9 @@ impl ServerProc {
         let status = self.child.wait();
         self.reaped = true;
         crate::runtime::process::unregister(self.pgid);
-        let _ = self.stderr_done.recv_timeout(Duration::from_secs(2));
+        if !self.stderr_closed {
+            let _ = self.stderr_done.recv_timeout(Duration::from_secs(2));
+        }
         let exit = match (&self.killed, status) {
             (Some(why), _) => format!("stopped by wt ({why})"),
             (None, Ok(s)) => match (s.code(), s.signal()) {
@@ -733,7 +771,7 @@ fn read_messages(out: std::process::ChildStdout, tx: &mpsc::Sender<Result<Value,
         let limit = MAX_MESSAGE_BYTES as u64 + 1;
         match (&mut reader).take(limit).read_until(b'\n', &mut line) {
             Ok(0) => {
-                let _ = tx.send(Err("closed its stdout (it exited?)".into()));
+                let _ = tx.send(Err(CLOSED_STDOUT.into()));
                 return;
             }
             Ok(_) if line.len() > MAX_MESSAGE_BYTES => {

@@ -1,0 +1,115 @@
+"""A small stdio MCP server for the end-to-end suite, written on the wire protocol (no SDK)
+so that it can misbehave in exactly the ways a world server can: it keeps notes in memory and
+in `notes.txt` in its working directory, and some tools break it on purpose.
+
+Tools: note {text}, notes (the state), reset, fail (a tool error), crash (exits), hang (never
+answers, with a grandchild), garbage (writes a line that is not JSON), huge (a 9 MiB answer),
+env (the names of its environment variables).
+
+Environment:
+  FLAKY_START  exit: say why on stderr and exit 2 before answering; silent: never answer
+  FLAKY_LOG    a file to which each start appends the server's pid
+  FLAKY_PIDS   where `hang` records its pid and its grandchild's
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+NOTES = []
+
+TOOLS = [
+    {"name": "note", "description": "Keep a note.",
+     "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}},
+    {"name": "notes", "description": "The notes kept.", "inputSchema": {"type": "object"}},
+    {"name": "reset", "description": "Forget every note.", "inputSchema": {"type": "object"}},
+    {"name": "fail", "description": "Always fails.", "inputSchema": {"type": "object"}},
+    {"name": "crash", "description": "Exits.", "inputSchema": {"type": "object"}},
+    {"name": "hang", "description": "Never answers.", "inputSchema": {"type": "object"}},
+    {"name": "garbage", "description": "Answers garbage.", "inputSchema": {"type": "object"}},
+    {"name": "huge", "description": "Answers with 9 MiB.", "inputSchema": {"type": "object"}},
+    {"name": "env", "description": "The names of its environment variables.", "inputSchema": {"type": "object"}},
+]
+
+
+def send(msg):
+    sys.stdout.write(json.dumps(msg) + "\n")
+    sys.stdout.flush()
+
+
+def text(value, error=False):
+    return {"content": [{"type": "text", "text": json.dumps(value)}], "isError": error}
+
+
+def call(name, args):
+    if name == "note":
+        NOTES.append(args["text"])
+        with open("notes.txt", "a") as f:
+            f.write(args["text"] + "\n")
+        return text(len(NOTES))
+    if name == "notes":
+        return text({"notes": NOTES, "pid": os.getpid()})
+    if name == "reset":
+        NOTES.clear()
+        if os.path.exists("notes.txt"):
+            os.remove("notes.txt")
+        return text("reset")
+    if name == "fail":
+        return {"content": [{"type": "text", "text": "the ledger is closed on Sundays"}], "isError": True}
+    if name == "crash":
+        sys.stderr.write("flaky: segfault in the ledger (on purpose)\n")
+        sys.stderr.flush()
+        os._exit(3)
+    if name == "hang":
+        child = subprocess.Popen(["sleep", "300"])
+        with open(os.environ["FLAKY_PIDS"], "w") as f:
+            json.dump({"pids": [os.getpid(), child.pid]}, f)
+        while True:
+            time.sleep(60)
+    if name == "env":
+        return text(sorted(os.environ))
+    if name == "huge":
+        return text("x" * (9 << 20))
+    if name == "garbage":
+        sys.stdout.write("<html>oops</html>\n")
+        sys.stdout.flush()
+        time.sleep(60)
+    return None
+
+
+def main():
+    start = os.environ.get("FLAKY_START")
+    if os.environ.get("FLAKY_LOG"):
+        with open(os.environ["FLAKY_LOG"], "a") as f:
+            f.write(f"{os.getpid()}\n")
+    if start == "exit":
+        sys.stderr.write("flaky: cannot open the ledger database\n")
+        sys.exit(2)
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        msg = json.loads(line)
+        if start == "silent" or "id" not in msg:
+            continue
+        method = msg.get("method")
+        if method == "initialize":
+            result = {"protocolVersion": msg["params"]["protocolVersion"],
+                      "capabilities": {"tools": {}},
+                      "serverInfo": {"name": "flaky", "version": "1"}}
+        elif method == "tools/list":
+            result = {"tools": TOOLS}
+        elif method == "tools/call":
+            result = call(msg["params"]["name"], msg["params"].get("arguments") or {})
+            if result is None:
+                send({"jsonrpc": "2.0", "id": msg["id"], "error": {"code": -32602, "message": "unknown tool"}})
+                continue
+        else:
+            send({"jsonrpc": "2.0", "id": msg["id"], "error": {"code": -32601, "message": "no such method"}})
+            continue
+        send({"jsonrpc": "2.0", "id": msg["id"], "result": result})
+
+
+if __name__ == "__main__":
+    main()
