@@ -382,8 +382,17 @@ fn a_server_that_crashes_hangs_garbles_or_will_not_start_costs_only_its_run() {
     for name in calls[2]["result"].as_array().unwrap() {
         let name = name.as_str().unwrap();
         assert!(
-            ["PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "TZ", "FLAKY_PIDS", "WT_PROCESS_TAG"]
-                .contains(&name),
+            [
+                "PATH",
+                "HOME",
+                "LANG",
+                "LC_ALL",
+                "TMPDIR",
+                "TZ",
+                "FLAKY_PIDS",
+                "WT_PROCESS_TAG"
+            ]
+            .contains(&name),
             "the server sees {name}"
         );
     }
