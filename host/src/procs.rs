@@ -17,7 +17,9 @@
 //! A descendant that starts a program with a scrubbed environment sheds the tag; only a
 //! cgroup would hold it. `wt` does not require one.
 
+use std::collections::VecDeque;
 use std::io::Read;
+use std::sync::Mutex;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -138,4 +140,49 @@ pub(crate) fn watch(sweep_tag: &str) -> u8 {
     }
     kill_sweep(sweep_tag);
     0
+}
+
+/// The most of a process's stderr a trace keeps: its last bytes.
+pub(crate) const STDERR_TAIL_BYTES: usize = 4096;
+
+/// The last bytes of a stream, and how many there were.
+#[derive(Default)]
+pub(crate) struct Tail {
+    pub(crate) bytes: VecDeque<u8>,
+    pub(crate) total: u64,
+}
+
+impl Tail {
+    /// The tail as text, starting with `…` when earlier bytes were dropped: the redactor
+    /// treats the place after a `…` as a cut edge, where a secret may have been split.
+    pub(crate) fn text(&self) -> String {
+        let bytes: Vec<u8> = self.bytes.iter().copied().collect();
+        let text = String::from_utf8_lossy(&bytes);
+        // The cut may have split a character at the front: drop the replacement it made.
+        let text = text.trim_start_matches('\u{FFFD}');
+        if self.total > self.bytes.len() as u64 {
+            format!("…{text}")
+        } else {
+            text.to_owned()
+        }
+    }
+}
+
+/// Reads `err` to its end into `tail`, keeping the last [`STDERR_TAIL_BYTES`].
+pub(crate) fn read_tail(mut err: impl Read, tail: &Mutex<Tail>) {
+    let mut buf = [0u8; 8192];
+    loop {
+        match err.read(&mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                let mut t = tail
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                t.total += n as u64;
+                t.bytes.extend(&buf[..n]);
+                let excess = t.bytes.len().saturating_sub(STDERR_TAIL_BYTES);
+                t.bytes.drain(..excess);
+            }
+        }
+    }
 }

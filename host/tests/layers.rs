@@ -21,8 +21,9 @@ const LAYERS: &[&[&str]] = &[
         "secrets",
         "strict",
         "term",
-        "world",
     ],
+    // The fixture world, and the world servers it forwards to.
+    &["world"],
     // Stopping, the pack, scoring.
     &["interrupt", "pack", "score"],
     // Files on disk.

@@ -354,7 +354,7 @@ pub struct WorldServer {
     /// `{run_dir}` and `{pack_dir}` are replaced.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<Vec<String>>,
-    /// A streamable-HTTP MCP endpoint on this machine, instead of `command`.
+    /// A streamable-HTTP MCP endpoint that runs on its own, instead of `command`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
     /// Environment of the server process; values may use `{run_dir}` and `{pack_dir}`.

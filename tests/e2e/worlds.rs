@@ -190,6 +190,22 @@ fn a_wrong_or_forbidden_agent_fails_on_the_servers_state_and_its_files() {
     );
     let (_, s) = &runs["order-status#0"];
     assert_eq!(failed_layers(s), ["outcome", "trajectory"], "{s:#}");
+    // The report shows, for a failed run, which server ran each call and how it ended.
+    let html = Wt::new(dir.path())
+        .arg("report")
+        .arg(&out)
+        .args(["--format", "html"])
+        .run();
+    assert_eq!(html.code, 0, "{html}");
+    assert!(
+        html.stdout.contains("world server memory"),
+        "{}",
+        html.stdout
+    );
+    assert!(
+        html.stdout
+            .contains("Knowledge Graph MCP Server running on stdio")
+    );
 
     let (r, out) = run_memory(
         dir.path(),
@@ -644,4 +660,45 @@ world = [{ path = "orders.1.status", equals = "refunded" }, { path = "orders.2.s
         "the agent was told: {}",
         t["turns"][0]["reply"]
     );
+}
+
+#[test]
+fn a_world_server_does_not_outlive_a_wt_killed_outright() {
+    let dir = tmp();
+    let pids = dir.path().join("hang-pids.json");
+    let pack = flaky_pack(
+        dir.path(),
+        &format!(
+            "call_timeout_s = 600.0\nenv = {{ FLAKY_PIDS = {:?} }}",
+            pids.display().to_string()
+        ),
+        &[("hang", "do: hang", "")],
+    );
+    let wt = Wt::new(dir.path())
+        .arg("run")
+        .arg("--pack")
+        .arg(&pack)
+        .arg("--agent")
+        .arg(world_agent(dir.path(), "script"))
+        .arg("--out")
+        .arg(dir.path().join("runs"))
+        .start();
+    crate::harness::wait_for("the hanging server's pids", PATIENCE, || {
+        std::fs::read_to_string(&pids)
+            .ok()
+            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+            .is_some()
+    });
+    let recorded: Value = serde_json::from_str(&std::fs::read_to_string(&pids).unwrap()).unwrap();
+    wt.signal("KILL");
+    let r = wt.finish();
+    assert_eq!(r.code, -1, "killed: {r}");
+    for pid in recorded["pids"].as_array().unwrap() {
+        let pid = pid.as_u64().unwrap();
+        crate::harness::wait_for(
+            &format!("world server process {pid} to be killed by wt's watchdog"),
+            PATIENCE,
+            || !alive(pid),
+        );
+    }
 }

@@ -334,7 +334,10 @@ fn run_details(run: &LoadedRun, base: Option<&Path>, open: bool) -> Markup {
                         @for c in calls.iter().take(MAX_TOOL_CALLS) {
                             tr {
                                 td { (c.turn) "." (c.step) }
-                                td { code { (c.name) } }
+                                td {
+                                    code { (c.name) }
+                                    @if let Some(server) = &c.server { br; span.muted { "world server " (cut(server)) } }
+                                }
                                 td { pre { (json_text(&c.arguments)) } }
                                 td {
                                     pre { (json_text(&c.result)) }
@@ -346,6 +349,16 @@ fn run_details(run: &LoadedRun, base: Option<&Path>, open: bool) -> Markup {
                 }
                 @if calls.len() > MAX_TOOL_CALLS {
                     p.muted { (calls.len() - MAX_TOOL_CALLS) " more tool call(s) not shown." }
+                }
+                @if let Some(server) = t.world.as_ref().and_then(|w| w.server.as_ref()) {
+                    h3 { "World server" }
+                    p {
+                        code { (cut(&server.name)) }
+                        @if let Some(exit) = &server.exit { ": " (cut(exit)) }
+                    }
+                    @if !server.stderr_tail.trim().is_empty() {
+                        pre { (cut(&server.stderr_tail)) }
+                    }
                 }
                 @if !t.worker_warnings.is_empty() {
                     h3 { "Warnings" }

@@ -38,7 +38,15 @@ pub(super) fn prepare(
             let Some(ws) = &s.world_server else {
                 return Ok(s);
             };
-            let key = serde_json::to_string(ws).unwrap_or_default();
+            // Scenarios whose servers differ only in what wt calls (setup, state, reset) list
+            // the same tools: one listing serves them all.
+            let mut listing = ws.clone();
+            listing.setup.clear();
+            listing.reset.clear();
+            listing.state = None;
+            listing.per = None;
+            listing.call_timeout_s = None;
+            let key = serde_json::to_string(&listing).unwrap_or_default();
             let tools = listed
                 .entry(key)
                 .or_insert_with(|| server::discover(ws, stop))

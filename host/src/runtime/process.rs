@@ -16,7 +16,7 @@
 //! shell. This module must not block a turn on the agent: stdin is written, and stdout and
 //! stderr are read, on threads of their own, and everything read is bounded.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::io::{BufRead, Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
@@ -32,14 +32,12 @@ use serde_json::{Value, json};
 use windtunnel_sdk::model::{AgentProcess, ModelCall, Scenario, ToolCall, TurnErrorKind};
 
 use super::{AgentHandle, Reply, RunEnd, RunInfo, Runtime, RuntimeError, TurnCtx};
+use crate::procs::{Tail, read_tail};
 use crate::runtime::mcp::{self, Inbox, McpRun, ToolSet};
 
 /// Variables copied from `wt`'s environment to every agent process, when set.
 pub(crate) const BASE_ENV: [&str; 7] =
     ["PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "TZ"];
-
-/// The most of an agent's stderr a trace keeps: its last bytes.
-pub(crate) const STDERR_TAIL_BYTES: usize = 4096;
 
 /// How long a session process may take to exit after its stdin is closed at the end of a
 /// run, before its group is killed.
@@ -62,7 +60,7 @@ const PLACEHOLDERS: [&str; 6] = [
 static LIVE: Mutex<Vec<i32>> = Mutex::new(Vec::new());
 
 /// The live process groups, to add one: [`kill_all`] then runs on every way out of a sweep.
-pub(crate) fn live_groups() -> std::sync::MutexGuard<'static, Vec<i32>> {
+fn live_groups() -> std::sync::MutexGuard<'static, Vec<i32>> {
     static AT_STOP: std::sync::Once = std::sync::Once::new();
     AT_STOP.call_once(|| crate::interrupt::at_stop(kill_all));
     LIVE.lock()
@@ -359,29 +357,6 @@ enum Out {
     Exited,
 }
 
-/// The last bytes of a stream, and how many there were.
-#[derive(Default)]
-pub(crate) struct Tail {
-    bytes: VecDeque<u8>,
-    pub(crate) total: u64,
-}
-
-impl Tail {
-    /// The tail as text, starting with `…` when earlier bytes were dropped: the redactor
-    /// treats the place after a `…` as a cut edge, where a secret may have been split.
-    pub(crate) fn text(&self) -> String {
-        let bytes: Vec<u8> = self.bytes.iter().copied().collect();
-        let text = String::from_utf8_lossy(&bytes);
-        // The cut may have split a character at the front: drop the replacement it made.
-        let text = text.trim_start_matches('\u{FFFD}');
-        if self.total > self.bytes.len() as u64 {
-            format!("…{text}")
-        } else {
-            text.to_owned()
-        }
-    }
-}
-
 /// One agent process and its process group.
 struct Proc {
     child: Child,
@@ -540,7 +515,7 @@ impl Drop for Proc {
     }
 }
 
-pub(crate) fn unregister(pgid: i32) {
+fn unregister(pgid: i32) {
     let mut live = LIVE
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -621,22 +596,6 @@ fn read_stdout(out: std::process::ChildStdout, mode: StdoutMode, tx: &Sender<Inb
         }
     }
     send(Out::Eof);
-}
-
-pub(crate) fn read_tail(mut err: std::process::ChildStderr, tail: &Mutex<Tail>) {
-    let mut buf = [0u8; 8192];
-    loop {
-        match err.read(&mut buf) {
-            Ok(0) | Err(_) => return,
-            Ok(n) => {
-                let mut t = lock(tail);
-                t.total += n as u64;
-                t.bytes.extend(&buf[..n]);
-                let excess = t.bytes.len().saturating_sub(STDERR_TAIL_BYTES);
-                t.bytes.drain(..excess);
-            }
-        }
-    }
 }
 
 /// A run in progress on a handle.
@@ -1485,10 +1444,10 @@ mod tests {
         let mut t = Tail::default();
         t.bytes.extend("é".repeat(3000).bytes());
         t.total = 6000;
-        let excess = t.bytes.len() - STDERR_TAIL_BYTES;
+        let excess = t.bytes.len() - crate::procs::STDERR_TAIL_BYTES;
         t.bytes.drain(..excess);
         let text = t.text();
         let rest = text.strip_prefix('…').expect("a cut tail says so");
-        assert!(rest.len() <= STDERR_TAIL_BYTES && rest.chars().all(|c| c == 'é'));
+        assert!(rest.len() <= crate::procs::STDERR_TAIL_BYTES && rest.chars().all(|c| c == 'é'));
     }
 }

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use windtunnel_sdk::model::{ServerCall, ToolEffect, ToolSpec, WorldServer, WorldServerRecord};
 
-use crate::runtime::process::Tail;
+use crate::procs::Tail;
 
 /// Largest message a world server may send, in bytes.
 pub const MAX_MESSAGE_BYTES: usize = 8 << 20;
@@ -595,9 +595,24 @@ fn post(
         if e.is_timeout() {
             "did not answer in time".to_owned()
         } else {
-            format!("cannot be reached: {}", crate::runtime::net::chain(&e))
+            format!("cannot be reached: {}", chain(&e))
         }
     })
+}
+
+/// An error with its causes, `: `-separated.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        cause = c.source();
+    }
+    out
 }
 
 fn read_bounded(resp: reqwest::blocking::Response) -> Result<Vec<u8>, String> {
@@ -662,13 +677,12 @@ impl ServerProc {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0);
-        let mut live = crate::runtime::process::live_groups();
+        // Not registered with the agents' process groups: every way out of a sweep that skips
+        // teardown kills the sweep's tagged processes, and this one carries the tag.
         let mut child = cmd
             .spawn()
             .map_err(|e| format!("cannot start `{program}`: {e}"))?;
         let pgid = i32::try_from(child.id()).unwrap_or(i32::MAX);
-        live.push(pgid);
-        drop(live);
         let stdin = child.stdin.take().expect("stdin is piped");
         let out = child.stdout.take().expect("stdout is piped");
         let err = child.stderr.take().expect("stderr is piped");
@@ -682,7 +696,7 @@ impl ServerProc {
         let spawned_err = std::thread::Builder::new()
             .name("wt-world-stderr".into())
             .spawn(move || {
-                crate::runtime::process::read_tail(err, &tail);
+                crate::procs::read_tail(err, &tail);
                 let _ = done_tx.send(());
             });
         let proc = ServerProc {
@@ -732,7 +746,6 @@ impl ServerProc {
         crate::procs::kill_tagged(&self.tag);
         let status = self.child.wait();
         self.reaped = true;
-        crate::runtime::process::unregister(self.pgid);
         if !self.stderr_closed {
             let _ = self.stderr_done.recv_timeout(Duration::from_secs(2));
         }
@@ -757,8 +770,7 @@ impl Drop for ServerProc {
             let _ = killpg(nix::unistd::Pid::from_raw(self.pgid), Signal::SIGKILL);
             crate::procs::kill_tagged(&self.tag);
             let _ = self.child.wait();
-            crate::runtime::process::unregister(self.pgid);
-        }
+            }
     }
 }
 
