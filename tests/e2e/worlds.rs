@@ -702,3 +702,25 @@ fn a_world_server_does_not_outlive_a_wt_killed_outright() {
         );
     }
 }
+
+#[test]
+fn a_new_user_without_the_server_installed_is_told_what_is_missing() {
+    let dir = tmp();
+    let r = Wt::new(dir.path())
+        .arg("run")
+        .arg("--pack")
+        .arg(memory_pack())
+        .arg("--agent")
+        .arg(world_agent(dir.path(), "correct"))
+        .arg("--out")
+        .arg(dir.path().join("runs"))
+        .env("PATH", "/usr/bin:/bin")
+        .run();
+    assert_eq!(r.code, 3, "{r}");
+    assert!(
+        r.stderr.contains(
+            "world server `memory`: cannot start `mcp-server-memory`: not found (is it installed, and on PATH?)"
+        ),
+        "{r}"
+    );
+}

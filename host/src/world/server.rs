@@ -427,21 +427,26 @@ impl Server {
                     .get(reqwest::header::CONTENT_TYPE)
                     .and_then(|v| v.to_str().ok())
                     .is_some_and(|t| t.starts_with("text/event-stream"));
+                if sse {
+                    // Read event by event and stop at the answer: a server may keep the
+                    // stream open after it.
+                    return match sse_answer(resp, id) {
+                        Ok(Some(r)) => r.map_err(|e| on_error(method, e)),
+                        Ok(None) => Err(RpcError::Broken(format!(
+                            "answered `{method}` without a JSON-RPC response to it"
+                        ))),
+                        Err(why) => Err(RpcError::Broken(why)),
+                    };
+                }
                 let body = read_bounded(resp).map_err(RpcError::Broken)?;
-                let messages: Vec<Value> = if sse {
-                    sse_messages(&body)
-                } else {
-                    vec![serde_json::from_slice(&body).map_err(|e| {
-                        RpcError::Broken(format!(
-                            "answered `{method}` with something that is not JSON ({e}): {}",
-                            excerpt(&String::from_utf8_lossy(&body))
-                        ))
-                    })?]
-                };
-                for m in &messages {
-                    if let Msg::Answer(r) = classify(m, id) {
-                        return r.map_err(|e| on_error(method, e));
-                    }
+                let message: Value = serde_json::from_slice(&body).map_err(|e| {
+                    RpcError::Broken(format!(
+                        "answered `{method}` with something that is not JSON ({e}): {}",
+                        excerpt(&String::from_utf8_lossy(&body))
+                    ))
+                })?;
+                if let Msg::Answer(r) = classify(&message, id) {
+                    return r.map_err(|e| on_error(method, e));
                 }
                 Err(RpcError::Broken(format!(
                     "answered `{method}` without a JSON-RPC response to it"
@@ -626,27 +631,45 @@ fn read_bounded(resp: reqwest::blocking::Response) -> Result<Vec<u8>, String> {
     Ok(body)
 }
 
-/// The JSON messages of an SSE body (`data:` lines, joined per event).
-fn sse_messages(body: &[u8]) -> Vec<Value> {
-    let text = String::from_utf8_lossy(body);
-    let mut out = Vec::new();
+/// Reads an SSE response event by event until the answer to request `id`: `Some` of it,
+/// or `None` when the stream ended without one. At most [`MAX_MESSAGE_BYTES`] are read.
+#[allow(clippy::type_complexity)]
+fn sse_answer(resp: impl Read, id: u64) -> Result<Option<Result<Value, Value>>, String> {
+    let mut reader = BufReader::new(resp.take(MAX_MESSAGE_BYTES as u64 + 1));
     let mut data = String::new();
-    for line in text.lines().chain(std::iter::once("")) {
-        if line.is_empty() {
+    let mut line = Vec::new();
+    let mut read = 0usize;
+    loop {
+        line.clear();
+        let n = reader
+            .read_until(b'\n', &mut line)
+            .map_err(|e| format!("reading its answer: {e}"))?;
+        read += n;
+        if read > MAX_MESSAGE_BYTES {
+            return Err(format!(
+                "sent an answer larger than {MAX_MESSAGE_BYTES} bytes"
+            ));
+        }
+        let text = String::from_utf8_lossy(&line);
+        let text = text.trim_end_matches(['\n', '\r']);
+        if n == 0 || text.is_empty() {
             if !data.is_empty()
-                && let Ok(v) = serde_json::from_str(&data)
+                && let Ok(m) = serde_json::from_str::<Value>(&data)
+                && let Msg::Answer(r) = classify(&m, id)
             {
-                out.push(v);
+                return Ok(Some(r));
             }
             data.clear();
-        } else if let Some(d) = line.strip_prefix("data:") {
+            if n == 0 {
+                return Ok(None);
+            }
+        } else if let Some(d) = text.strip_prefix("data:") {
             if !data.is_empty() {
                 data.push('\n');
             }
             data.push_str(d.strip_prefix(' ').unwrap_or(d));
         }
     }
-    out
 }
 
 impl ServerProc {
@@ -681,7 +704,13 @@ impl ServerProc {
         // teardown kills the sweep's tagged processes, and this one carries the tag.
         let mut child = cmd
             .spawn()
-            .map_err(|e| format!("cannot start `{program}`: {e}"))?;
+            .map_err(|e| {
+                if e.kind() == std::io::ErrorKind::NotFound {
+                    format!("cannot start `{program}`: not found (is it installed, and on PATH?)")
+                } else {
+                    format!("cannot start `{program}`: {e}")
+                }
+            })?;
         let pgid = i32::try_from(child.id()).unwrap_or(i32::MAX);
         let stdin = child.stdin.take().expect("stdin is piped");
         let out = child.stdout.take().expect("stdout is piped");
@@ -974,6 +1003,19 @@ pub fn specs_from(spec: &WorldServer, listed: &[Value]) -> Result<Vec<ToolSpec>,
     let mut out = Vec::new();
     for w in &wanted {
         match by_name.remove(w) {
+            // Offered as a model's function tool, the name must be one a model API takes.
+            Some(_)
+                if w.is_empty()
+                    || w.len() > 64
+                    || !w
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') =>
+            {
+                return Err(format!(
+                    "lists a tool named {:?}, which cannot be offered to an agent (use letters, digits, `_` and `-`, at most 64); leave it out with `tools`",
+                    excerpt(w)
+                ));
+            }
             Some(s) => out.push(s),
             None => {
                 return Err(format!(
@@ -1043,9 +1085,16 @@ mod tests {
     }
 
     #[test]
-    fn sse_bodies_yield_their_messages() {
-        let body = b"event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\n\n";
-        assert_eq!(sse_messages(body), vec![json!({"jsonrpc":"2.0","id":1,"result":{}})]);
+    fn an_sse_answer_is_read_up_to_the_answer_only() {
+        // A notification first, then the answer, then a stream that never ends: the reader
+        // stops at the answer.
+        let head = b"event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\"}\n\nevent: message\ndata: {\"jsonrpc\":\"2.0\",\ndata: \"id\":7,\"result\":{\"ok\":1}}\n\n";
+        let endless = std::io::repeat(b':');
+        let body = std::io::Read::chain(&head[..], endless);
+        assert_eq!(sse_answer(body, 7).unwrap(), Some(Ok(json!({"ok": 1}))));
+        assert_eq!(sse_answer(&b"data: {}\n\n"[..], 7).unwrap(), None);
+        let flood = std::io::Read::chain(&b"data: "[..], std::io::repeat(b'x'));
+        assert!(sse_answer(flood, 7).unwrap_err().contains("larger than"));
     }
 
     #[test]
@@ -1071,5 +1120,12 @@ mod tests {
         s.tools = Some(vec!["c".into()]);
         let e = specs_from(&s, &listed).unwrap_err();
         assert!(e.contains("`c`") && e.contains("a, b"), "{e}");
+        // A name no model API takes is refused when offered, fine when filtered out.
+        let listed = vec![json!({"name": "a"}), json!({"name": "fs.read\u{202e}"})];
+        s.tools = None;
+        let e = specs_from(&s, &listed).unwrap_err();
+        assert!(e.contains("cannot be offered") && e.contains("\\u{202e}"), "{e}");
+        s.tools = Some(vec!["a".into()]);
+        assert_eq!(specs_from(&s, &listed).unwrap().len(), 1);
     }
 }
