@@ -4,7 +4,8 @@
 # 1. One tool call (`lookup_order`) in the built-in loop (TurnCtx::call_tool, in process)
 #    against the same call over MCP on loopback from a raw JSON-RPC client (Rust): p50, p99.
 # 2. The same call as an agent sees it through the official MCP Python SDK, made by a
-#    session-mode agent under the real `wt run`: p50, p99.
+#    session-mode agent under the real `wt run`: p50, p99; and (2b) the same client against
+#    the SDK's own server (`MCPServer` over streamable HTTP, SSE and JSON answers).
 # 3. Process start cost per run: RUNS one-turn runs of a trivial session-mode agent (Python,
 #    stdlib only; and /bin/sh) against the same runs on the in-process demo agent.
 #
@@ -59,6 +60,21 @@ for f in os.listdir(d):
         t = json.load(open(os.path.join(d, f)))
         print("tool call over MCP, Python SDK client:         ", t["turns"][0]["reply"] or t["turns"][0].get("error"))
 PY
+
+echo "== 2b. the same client against the SDK's own server (MCPServer, streamable HTTP), $CALLS calls"
+for mode in sse json; do
+    port=$("$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    flag=""; [ "$mode" = json ] && flag="--json"
+    "$py" "$root/bench/mcp_sdk_server.py" "$port" $flag >/dev/null 2>&1 &
+    server=$!
+    for _ in $(seq 100); do
+        (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+        sleep 0.1
+    done
+    printf 'tool call, Python SDK client → SDK server (%s): %s\n' "$mode" \
+        "$("$py" "$root/tests/agents/bench_agent.py" --calls "$CALLS" --url "http://127.0.0.1:$port/mcp")"
+    kill "$server" 2>/dev/null; wait "$server" 2>/dev/null || true
+done
 
 echo "== 3. process start cost per run, $RUNS one-turn runs"
 cat > "$work/py.toml" <<TOML

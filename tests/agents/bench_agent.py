@@ -3,6 +3,8 @@
 --calls N: a session-mode agent that, on its one turn, makes N `lookup_order` calls over MCP
 with the official Python SDK and replies with the p50 and p99 of one call, in microseconds.
 --trivial: a session-mode agent that answers every turn at once, without MCP (start cost).
+--calls N --url URL: the same N calls against an MCP server at URL, outside wt; prints the
+p50 and p99 and exits.
 """
 
 import json
@@ -22,20 +24,33 @@ def main():
 
     from mcp import Client
 
+    async def timed(client):
+        times = []
+        for i in range(n + 50):
+            t = time.perf_counter_ns()
+            await client.call_tool("lookup_order", {"order_id": "1234"})
+            if i >= 50:
+                times.append(time.perf_counter_ns() - t)
+        times.sort()
+        p50 = times[len(times) // 2] / 1000
+        p99 = times[int((len(times) - 1) * 0.99)] / 1000
+        return f"p50_us={p50:.1f} p99_us={p99:.1f}"
+
+    if "--url" in sys.argv:
+        url = sys.argv[sys.argv.index("--url") + 1]
+
+        async def direct():
+            async with Client(url) as client:
+                print(await timed(client), flush=True)
+
+        asyncio.run(direct())
+        return
+
     async def run():
         async with Client(os.environ["WT_MCP_URL"]) as client:
             line = await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
             msg = json.loads(line)
-            times = []
-            for i in range(n + 50):
-                t = time.perf_counter_ns()
-                await client.call_tool("lookup_order", {"order_id": "1234"})
-                if i >= 50:
-                    times.append(time.perf_counter_ns() - t)
-            times.sort()
-            p50 = times[len(times) // 2] / 1000
-            p99 = times[int((len(times) - 1) * 0.99)] / 1000
-            print(json.dumps({"type": "reply", "turn": msg["turn"], "text": f"p50_us={p50:.1f} p99_us={p99:.1f}"}), flush=True)
+            print(json.dumps({"type": "reply", "turn": msg["turn"], "text": await timed(client)}), flush=True)
             await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
 
     asyncio.run(run())
