@@ -58,6 +58,11 @@ async def script(client, text):
 async def respond(policy, client, text):
     if policy == "script" and text.startswith("do:"):
         return await script(client, text)
+    if text.startswith("This run has been scored"):
+        # A debrief: the agent looks at the order again before it explains itself.
+        graph = value(await client.call_tool("open_nodes", {"names": ["order-1234"]})) or {}
+        seen = [o for e in graph.get("entities", []) for o in e.get("observations", [])]
+        return "Looking again, order-1234 shows: " + ", ".join(seen)
     name = order_name(text)
     lower = text.lower()
     if policy == "forbidden" and name:

@@ -171,7 +171,7 @@ fn a_wrong_or_forbidden_agent_fails_on_the_servers_state_and_its_files() {
     let (r, out) = run_memory(
         dir.path(),
         &world_agent(dir.path(), "wrong"),
-        &["--jobs", "2"],
+        &["--jobs", "2", "--hook", "debrief"],
     );
     assert_eq!(r.code, 1, "{r}");
     let runs = by_scenario(&out);
@@ -205,6 +205,38 @@ fn a_wrong_or_forbidden_agent_fails_on_the_servers_state_and_its_files() {
     assert!(
         html.stdout
             .contains("Knowledge Graph MCP Server running on stdio")
+    );
+
+    // The server outlives the scoring: a hook's converse turn (debrief) reaches it, and it
+    // is stopped when the run ends.
+    let debrief = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.to_string_lossy().ends_with(".debrief.json")
+                && std::fs::read_to_string(p)
+                    .unwrap()
+                    .contains("record-delivery")
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "no debrief of the failed record-delivery run in {:?}\n{r}",
+                std::fs::read_dir(&out)
+                    .unwrap()
+                    .map(|e| e.unwrap().file_name())
+                    .collect::<Vec<_>>()
+            )
+        });
+    let debrief: Value = serde_json::from_str(&std::fs::read_to_string(debrief).unwrap()).unwrap();
+    assert_eq!(
+        debrief["reply"],
+        "Looking again, order-1234 shows: status: shipped, item: kettle, status: lost",
+        "{debrief:#}"
+    );
+    let (t, _) = &runs["record-delivery#0"];
+    assert_eq!(
+        t["world"]["server"]["exit"], "stopped by wt (its run ended)",
+        "{t:#}"
     );
 
     let (r, out) = run_memory(

@@ -142,9 +142,10 @@ impl<'s, 'a> RunRunner<'s, 'a> {
                 Some(mut w) => {
                     let mut seen = WorldObservation::default();
                     seen.before = before;
-                    if let Some(hold) = run_world.take() {
+                    if let Some(hold) = &run_world {
                         // The state after the last turn; a server that broke on the way
-                        // makes the run ERROR, naming it.
+                        // makes the run ERROR, naming it. The server itself stays up for
+                        // the run's hooks (a converse may call its tools) until the run ends.
                         let read = if trace.error.is_none() {
                             w.refresh()
                         } else {
@@ -158,14 +159,8 @@ impl<'s, 'a> RunRunner<'s, 'a> {
                                 .error
                                 .get_or_insert(format!("world server `{name}`: {why}"));
                         }
-                        let (record, files) = super::world::close(
-                            hold,
-                            self.lane,
-                            &mut w,
-                            &scenario.expect.outcome.files,
-                        );
-                        seen.server = record;
-                        seen.files = files;
+                        seen.server = w.server_mut().map(|s| s.record());
+                        seen.files = super::world::files_of(hold, &scenario.expect.outcome.files);
                     }
                     seen.after = w.state().clone();
                     trace.world = Some(seen);
@@ -277,6 +272,23 @@ impl<'s, 'a> RunRunner<'s, 'a> {
                 score = rescored;
             }
             score.usage = score::usage(&trace, price.as_ref().map(|p| p as &dyn Fn(&_) -> f64));
+        }
+        // The run's world server ends with the run: stopped, or kept by the lane. A turn cut
+        // when wt stopped may still hold the world; the server then goes with it.
+        if let Some(hold) = run_world.take()
+            && let Some(mut w) = super::try_lock(&world)
+        {
+            if let Some((name, why)) = w.server_broken()
+                && !trace.error.as_deref().is_some_and(|e| e.contains(&why))
+            {
+                trace.worker_warnings.push(format!(
+                    "world server `{name}` broke after the run was scored (in a hook's converse turn): {why}"
+                ));
+            }
+            let record = super::world::release(hold, self.lane, &mut w);
+            if let (Some(seen), Some(record)) = (trace.world.as_mut(), record) {
+                seen.server = Some(record);
+            }
         }
         let mut artifacts = Vec::new();
         for out in [start_out, scored_out, end_out] {

@@ -158,27 +158,30 @@ pub(super) fn open(
     (Some(run_world), ready)
 }
 
-/// The run is over for its world server: the checked files are read, and the server is
-/// stopped (or kept by the lane, when it lives per lane and is sound). Returns how the
-/// server ended and the files found.
-pub(super) fn close(
-    run_world: RunWorld,
-    lane: &Lane,
-    world: &mut World,
+/// The checked files of the run's scratch directory, as found now (after the last turn).
+pub(super) fn files_of(
+    run_world: &RunWorld,
     checks: &[FileCheck],
-) -> (Option<WorldServerRecord>, BTreeMap<String, ObservedFile>) {
-    let files = match run_world.dir() {
+) -> BTreeMap<String, ObservedFile> {
+    match run_world.dir() {
         Some(dir) => checks
             .iter()
             .map(|c| (c.path.clone(), observe(dir, &c.path)))
             .collect(),
         None => BTreeMap::new(),
-    };
-    let Some(server) = world.detach() else {
-        return (None, files);
-    };
+    }
+}
+
+/// The run is over for its world server (its hooks included): it is stopped, or kept by
+/// the lane when it lives per lane and is sound. Returns how it ended.
+pub(super) fn release(
+    run_world: RunWorld,
+    lane: &Lane,
+    world: &mut World,
+) -> Option<WorldServerRecord> {
+    let server = world.detach()?;
     let per_lane = run_world.spec.url.is_none() && run_world.spec.per.as_deref() == Some("lane");
-    let record = if per_lane && server.broken().is_none() {
+    Some(if per_lane && server.broken().is_none() {
         let record = server.record();
         if let Some(dir) = run_world.dir {
             *super::lock(&lane.world) = Some(Kept {
@@ -190,8 +193,7 @@ pub(super) fn close(
         record
     } else {
         server.stop()
-    };
-    (Some(record), files)
+    })
 }
 
 /// A file of the scratch directory as found now: never read through a symbolic link (in
