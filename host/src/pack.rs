@@ -152,6 +152,13 @@ impl Pack {
                             format!("{files} is not a directory of the pack"),
                         ));
                     }
+                    // Copied into every run's scratch directory, and never through a link:
+                    // a link there is refused now rather than in every run.
+                    let scratch = tempfile::tempdir().map_err(io(dir))?;
+                    crate::world::server::copy_files(std::path::Path::new(files), scratch.path())
+                        .map_err(|e| {
+                        PackError::invalid(&format!("scenario `{}`", s.id), "world_server.files", e)
+                    })?;
                 }
             }
         }

@@ -756,3 +756,34 @@ fn a_new_user_without_the_server_installed_is_told_what_is_missing() {
         "{r}"
     );
 }
+
+#[test]
+fn a_link_in_a_world_servers_files_is_refused_when_the_pack_loads() {
+    let dir = tmp();
+    let pack = dir.path().join("linked");
+    std::fs::create_dir_all(pack.join("scenarios")).unwrap();
+    std::fs::create_dir_all(pack.join("files")).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", pack.join("files/passwd")).unwrap();
+    std::fs::write(
+        pack.join("pack.toml"),
+        "name = \"linked\"\n[world_server]\ncommand = [\"mcp-server-memory\"]\nfiles = \"files\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        pack.join("scenarios/a.toml"),
+        "id = \"a\"\nturns = [\"hi\"]\n",
+    )
+    .unwrap();
+    let r = Wt::new(dir.path())
+        .arg("run")
+        .arg("--pack")
+        .arg(&pack)
+        .arg("--agent")
+        .arg(world_agent(dir.path(), "correct"))
+        .run();
+    assert_eq!(r.code, 2, "{r}");
+    assert!(
+        r.stderr.contains("world_server.files") && r.stderr.contains("is a symbolic link"),
+        "{r}"
+    );
+}

@@ -244,3 +244,41 @@ pub(super) fn observe(dir: &Path, rel: &str) -> ObservedFile {
     }
     seen
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn observed_files_are_never_read_through_a_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret.txt"), "s3cr3t").unwrap();
+        std::fs::write(dir.path().join("plain.txt"), "hello").unwrap();
+        std::os::unix::fs::symlink(
+            outside.path().join("secret.txt"),
+            dir.path().join("link.txt"),
+        )
+        .unwrap();
+        std::os::unix::fs::symlink(outside.path(), dir.path().join("sub")).unwrap();
+        let plain = observe(dir.path(), "plain.txt");
+        assert!(plain.exists);
+        assert_eq!(plain.text.as_deref(), Some("hello"));
+        for rel in ["link.txt", "sub/secret.txt"] {
+            let seen = observe(dir.path(), rel);
+            assert!(!seen.exists, "{rel}");
+            assert!(seen.text.is_none(), "{rel}");
+            assert!(seen.note.unwrap().contains("symbolic link"), "{rel}");
+        }
+        let absent = observe(dir.path(), "none.txt");
+        assert!(!absent.exists && absent.note.is_none());
+        std::fs::write(
+            dir.path().join("big.txt"),
+            vec![b'x'; MAX_OBSERVED_FILE_BYTES as usize + 1],
+        )
+        .unwrap();
+        let big = observe(dir.path(), "big.txt");
+        assert!(big.exists && big.text.is_none());
+        assert!(big.note.unwrap().contains("more than"));
+    }
+}
