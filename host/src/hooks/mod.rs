@@ -119,6 +119,13 @@ pub trait RunObserver: Send + Sync {
     fn lane(&self, lane: usize) -> Option<Arc<dyn RunObserver>> {
         None
     }
+    /// The observer as [`Any`](std::any::Any): how the runner recognizes `wt`'s own hook
+    /// observer, whose per-run and per-turn calls it relays on the lane's thread. Any other
+    /// observer is called in place at every point.
+    #[doc(hidden)]
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        None
+    }
 }
 
 /// The observer used when no hooks are active.

@@ -26,6 +26,9 @@ use std::sync::{Arc, Mutex};
 use windtunnel_sdk::model::{AgentConfig, AggregateResult, HookProvenance, Scenario, Score};
 
 use crate::events::{self, Journal, Scope, Sink, Stream};
+use crate::hooks::dispatch::Relay;
+use crate::hooks::dispatch::relay::LaneFuture;
+use crate::hooks::observer::HookObserver;
 use crate::hooks::{NoopObserver, RunObserver};
 use crate::interrupt::Interrupt;
 
@@ -33,6 +36,7 @@ use crate::clock::{self, Clock, Ids};
 use crate::runtime::{self, Agent, Runtime, RuntimeError};
 use crate::store::{self, StoreError};
 
+mod points;
 mod run;
 mod scenario;
 mod session;
@@ -433,15 +437,21 @@ fn run_scenarios(
                 .observer
                 .lane(index)
                 .unwrap_or_else(|| cfg.observer.clone()),
+            relay: Arc::new(Relay::new()),
             world: Mutex::new(None),
         })
         .collect();
-    std::thread::scope(|s| {
-        for lane in &lanes {
-            let states = &states;
-            s.spawn(move || sweep::work(lane, states, cfg));
-        }
-    });
+    // Each lane on a thread of its own; with hooks active, this thread watches their calls'
+    // deadlines meanwhile.
+    let watch = HookObserver::of(cfg.observer.as_ref()).map(HookObserver::watch);
+    let futures: Vec<(Arc<Relay>, LaneFuture<'_>)> = lanes
+        .iter()
+        .map(|lane| {
+            let future: LaneFuture<'_> = Box::pin(sweep::work(lane, &states, cfg));
+            (lane.relay.clone(), future)
+        })
+        .collect();
+    crate::hooks::dispatch::run_lanes(futures, watch);
     let mut out = Vec::new();
     for state in states {
         out.push(state.into_outcome()?);

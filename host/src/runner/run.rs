@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use windtunnel_sdk::model::{Score, Trace, Verdict, WorldObservation};
 
 use super::lock;
+use super::points::Points;
 use super::scenario::{Handle, ScenarioRunner};
 use super::session::SessionConverse;
 use super::sweep::Lane;
@@ -36,10 +37,15 @@ impl<'s, 'a> RunRunner<'s, 'a> {
         RunRunner { sc, handle, lane }
     }
 
-    pub(super) fn run(&self, index: u32, agg: &Mutex<Aggregator>) -> Result<Score, StoreError> {
+    pub(super) async fn run(
+        &self,
+        index: u32,
+        agg: &Mutex<Aggregator>,
+    ) -> Result<Score, StoreError> {
         let sc = self.sc;
         let (cfg, scenario) = (sc.cfg, sc.scenario);
         let observer = &self.lane.observer;
+        let points = Points::new(observer.as_ref(), &self.lane.relay);
         let started = cfg.clock.now();
         let ts = clock::compact(started);
         let (run_id, mut stem) = sc.claim_stem(index, &ts)?;
@@ -118,22 +124,25 @@ impl<'s, 'a> RunRunner<'s, 'a> {
             next_turn: AtomicUsize::new(scenario.turns.len()),
             unusable: trace.error.clone(),
         };
-        let start_out = observer.on_run_start(
-            scenario,
-            cfg.agent_view(),
-            &run_id,
-            &trace.session_id,
-            &session,
-        );
+        let start_out = points
+            .on_run_start(
+                scenario,
+                cfg.agent_view(),
+                &run_id,
+                &trace.session_id,
+                &session,
+            )
+            .await;
         if trace.error.is_none() {
             super::turn::TurnRunner {
                 sc,
-                observer: observer.as_ref(),
+                points,
                 handle: self.handle,
                 world: &world,
                 scope: &scope,
             }
-            .inject(&mut trace);
+            .inject(&mut trace)
+            .await;
         }
         if scenario.world.is_some() || scenario.world_server.is_some() {
             // A turn cut when wt stopped may still hold the world on its own thread; the run
@@ -211,20 +220,24 @@ impl<'s, 'a> RunRunner<'s, 'a> {
         // them back once both points returned. A hook abandoned past its deadline may still
         // hold them: then the runner goes on with copies.
         let (shared_trace, shared_score) = (Arc::new(trace), Arc::new(score));
-        let scored_out = observer.on_run_scored(
-            scenario,
-            cfg.agent_view(),
-            &shared_trace,
-            &shared_score,
-            &session,
-        );
-        let end_out = observer.on_run_end(
-            scenario,
-            cfg.agent_view(),
-            &shared_trace,
-            &shared_score,
-            &session,
-        );
+        let scored_out = points
+            .on_run_scored(
+                scenario,
+                cfg.agent_view(),
+                &shared_trace,
+                &shared_score,
+                &session,
+            )
+            .await;
+        let end_out = points
+            .on_run_end(
+                scenario,
+                cfg.agent_view(),
+                &shared_trace,
+                &shared_score,
+                &session,
+            )
+            .await;
         let mut trace = Arc::unwrap_or_clone(shared_trace);
         let score = Arc::unwrap_or_clone(shared_score);
         // The run is over for the agent too: its world closes and what the runtime started

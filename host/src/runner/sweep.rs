@@ -28,6 +28,8 @@ use crate::store::StoreError;
 /// One worker of the pool, with the observer its hook calls go through.
 pub(super) struct Lane {
     pub observer: Arc<dyn RunObserver>,
+    /// Where the lane's per-run and per-turn hook calls are made (on its own thread).
+    pub relay: Arc<crate::hooks::dispatch::Relay>,
     /// The world server this lane keeps between its runs (`per = "lane"`).
     pub world: Mutex<Option<super::world::Kept>>,
 }
@@ -178,11 +180,11 @@ impl<'a> ScenarioState<'a> {
 }
 
 /// What a worker does: join scenarios, run their runs, leave, until nothing is left.
-pub(super) fn work(lane: &Lane, states: &[ScenarioState<'_>], cfg: &RunConfig) {
+pub(super) async fn work(lane: &Lane, states: &[ScenarioState<'_>], cfg: &RunConfig) {
     while let Some((state, handle)) = join(lane, states, cfg) {
         let runner = super::run::RunRunner::new(&state.runner, &handle, lane);
         while let Some(index) = state.take_run(cfg) {
-            match runner.run(index, &state.agg) {
+            match runner.run(index, &state.agg).await {
                 Ok(score) => {
                     state.look(score.verdict == windtunnel_sdk::model::Verdict::Pass);
                     if let Some(p) = super::problem(&score) {

@@ -11,10 +11,11 @@ use std::time::Duration;
 use windtunnel_sdk::model::{Denial, Trace, TurnErrorKind, TurnRecord};
 use windtunnel_sdk::turn::{Cause as TurnCause, Outcome, TurnCall, TurnResult};
 
+use super::points::Points;
 use super::scenario::{Handle, ScenarioRunner};
 use super::{RunConfig, lock};
 use crate::events::{self, Scope};
-use crate::hooks::{RunObserver, TurnOpen};
+use crate::hooks::TurnOpen;
 use crate::interrupt::Interrupt;
 use crate::limits::{MAX_STORED_TEXT_BYTES, cut_text, cut_value};
 use crate::runtime::{self, Reply, TurnCtx};
@@ -22,8 +23,8 @@ use crate::world::World;
 
 pub(super) struct TurnRunner<'r, 'a> {
     pub sc: &'r ScenarioRunner<'a>,
-    /// The lane's observer (its own hook instances).
-    pub observer: &'r dyn RunObserver,
+    /// The lane's turn hooks and guards (its own hook instances).
+    pub points: Points<'r>,
     pub handle: &'r Handle,
     pub world: &'r Arc<Mutex<World>>,
     pub scope: &'r Scope,
@@ -31,11 +32,11 @@ pub(super) struct TurnRunner<'r, 'a> {
 
 impl TurnRunner<'_, '_> {
     /// Injects the scenario's turns into the run's session, recording them in `trace`.
-    pub(super) fn inject(&self, trace: &mut Trace) {
+    pub(super) async fn inject(&self, trace: &mut Trace) {
         let sc = self.sc;
         let cfg = sc.cfg;
         let timeout = runtime::turn_timeout(&cfg.agent);
-        let turn_hooks = self.observer.wants_turns();
+        let turn_hooks = self.points.wants_turns();
         for (i, text) in sc.scenario.turns.iter().enumerate() {
             let index = i as u32;
             let scope = Scope {
@@ -53,7 +54,7 @@ impl TurnRunner<'_, '_> {
                 )
             });
             let mut open = match &call {
-                Some(call) => self.observer.begin_turn(call),
+                Some(call) => self.points.begin_turn(call).await,
                 None => TurnOpen::default(),
             };
             for w in std::mem::take(&mut open.warnings) {
@@ -66,13 +67,14 @@ impl TurnRunner<'_, '_> {
                 trace.denial = Some(denial.clone());
                 let finished = finish(
                     cfg,
-                    self.observer,
+                    self.points,
                     open,
                     call,
                     Outcome::Denied,
                     None,
                     Some(denial),
-                );
+                )
+                .await;
                 self.warnings(trace, finished);
                 break;
             }
@@ -99,13 +101,14 @@ impl TurnRunner<'_, '_> {
             let failed = reply.error.is_some();
             let finished = finish(
                 cfg,
-                self.observer,
+                self.points,
                 open,
                 call,
                 outcome,
                 reply.error.clone(),
                 None,
-            );
+            )
+            .await;
             let (error, error_kind) = match reply.error {
                 Some(e) => (Some(e.message), Some(e.kind)),
                 None => (None, None),
@@ -167,9 +170,9 @@ pub(super) fn publish_denial(
 
 /// Finishes the observers that began, in reverse order (after the terminal event is
 /// durable).
-pub(super) fn finish(
+async fn finish(
     cfg: &RunConfig,
-    observer: &dyn RunObserver,
+    points: Points<'_>,
     open: TurnOpen,
     call: Option<TurnCall>,
     outcome: Outcome,
@@ -184,7 +187,7 @@ pub(super) fn finish(
     result.error_kind = error.as_ref().map(|e| e.kind);
     result.error = error.map(|e| e.message);
     result.denial = denial;
-    observer.finish_turn(open, &result)
+    points.finish_turn(open, &result).await
 }
 
 /// What turn hooks and guards are told of a turn about to start.

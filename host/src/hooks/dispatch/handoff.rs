@@ -28,17 +28,16 @@ use crate::{
 /// instant it is abandoned can never be followed by its worker calling the next hook.
 const ABANDONED: u64 = 1 << 63;
 
-/// How long each side spins before parking, at least.
+/// How long each side spins before parking. Dispatches on a worker are the rare ones
+/// (scenario and pack points, guards consulted about a converse turn): the sweep's per-run
+/// and per-turn points are relayed on the lane's own thread ([`super::relay`]).
 const SPIN: Duration = Duration::from_micros(50);
 
-/// The longest a worker spins for its next job (when there is a core to spare).
-const MAX_SPIN: Duration = Duration::from_millis(1);
-
-/// Whether the machine has a core no lane is using: only then may a worker spin longer
-/// than [`SPIN`] between jobs. Set by the runner for each sweep.
+/// Whether the machine has a core no lane is using. Set by the runner for each sweep; an
+/// isolated hook's parent and child poll for each other's frames only then.
 static SPARE_CORE: AtomicBool = AtomicBool::new(false);
 
-/// Tells workers whether there is a core to spare for waiting on the next job.
+/// Says whether there is a core to spare for waiting on another process's frames.
 pub fn set_spare_core(spare: bool) {
     SPARE_CORE.store(spare, Ordering::Relaxed);
 }
@@ -48,49 +47,13 @@ pub fn spare_core() -> bool {
     SPARE_CORE.load(Ordering::Relaxed)
 }
 
-/// How long a worker spins before parking, learned from the gaps between its last jobs.
-/// Parking costs a futex wake and a context switch on the next job (microseconds, and much
-/// more on a loaded machine); a sweep's points come in a steady rhythm — the turn between
-/// `on_run_start` and `on_run_scored`, the file writes between one run's end and the next
-/// one's start — so while most recent gaps were shorter than [`MAX_SPIN`] and a core is
-/// idle, the worker spins through them (an occasional long gap, a page fault or a slow
-/// write, does not end that). Against a real agent, whose turns take seconds, most gaps are
-/// long and the worker parks after [`SPIN`].
-struct Rhythm {
-    recent: [Duration; 4],
-    at: usize,
-}
-
-impl Rhythm {
-    fn new() -> Self {
-        Rhythm {
-            recent: [Duration::ZERO; 4],
-            at: 0,
-        }
-    }
-
-    fn record(&mut self, gap: Duration) {
-        self.recent[self.at] = gap;
-        self.at = (self.at + 1) % self.recent.len();
-    }
-
-    fn budget(&self) -> Duration {
-        let short = self.recent.iter().filter(|g| **g < MAX_SPIN).count();
-        if SPARE_CORE.load(Ordering::Relaxed) && short * 2 > self.recent.len() {
-            MAX_SPIN
-        } else {
-            SPIN
-        }
-    }
-}
-
 pub(super) enum SessionRequest {
     /// Hook name, text.
     Converse(String, String),
     ProbeState,
 }
 
-/// One hook call's outcome as the worker saw it.
+/// One hook call's outcome.
 pub(super) struct CallRecord {
     pub(super) slot: usize,
     pub(super) result: Result<String, String>,
@@ -102,7 +65,26 @@ pub(super) struct CallRecord {
     pub(super) fatal: bool,
 }
 
-pub(super) struct Job {
+impl CallRecord {
+    pub(super) fn new(
+        slot: usize,
+        result: Result<String, String>,
+        fatal: bool,
+        frame: super::services::Frame,
+    ) -> CallRecord {
+        CallRecord {
+            slot,
+            result,
+            warnings: frame.warnings.into_inner().unwrap_or_default(),
+            artifacts: frame.artifacts.into_inner().unwrap_or_default(),
+            conversed: frame.conversed.load(Ordering::Acquire),
+            converse_timed_out: frame.timed_out.load(Ordering::Acquire),
+            fatal,
+        }
+    }
+}
+
+pub(crate) struct Job {
     pub(super) seq: u64,
     pub(super) point: u32,
     /// Slots to call, as a bitmask (bit i = hook i).
@@ -149,6 +131,8 @@ pub(super) struct Shared {
     pub(super) runner_parked: Padded<AtomicBool>,
     /// The hooks, held by the worker for its whole life (no per-job reference counting).
     pub(super) hooks: Arc<[Arc<ActiveHook>]>,
+    /// Their names, as each call's context carries them.
+    pub(super) names: Arc<[Arc<str>]>,
     /// The thread waiting for the current job; replaced only when another thread
     /// dispatches, read only to wake it.
     pub(super) runner: Mutex<Option<Thread>>,
@@ -174,7 +158,10 @@ pub(super) struct Worker {
 }
 
 impl Worker {
-    pub(super) fn spawn(hooks: Arc<[Arc<ActiveHook>]>) -> std::io::Result<Worker> {
+    pub(super) fn spawn(
+        hooks: Arc<[Arc<ActiveHook>]>,
+        names: Arc<[Arc<str>]>,
+    ) -> std::io::Result<Worker> {
         let shared = Arc::new(Shared {
             job: Padded(Mutex::new(None)),
             submitted: Padded(AtomicU64::new(0)),
@@ -188,6 +175,7 @@ impl Worker {
             worker_parked: Padded(AtomicBool::new(false)),
             runner_parked: Padded(AtomicBool::new(false)),
             hooks,
+            names,
             runner: Mutex::new(None),
         });
         let for_thread = shared.clone();
@@ -203,11 +191,9 @@ impl Worker {
 
 fn worker_loop(shared: &Arc<Shared>) {
     let mut seen = 0u64;
-    let mut rhythm = Rhythm::new();
     loop {
-        // Wait for the next job: spin while it is likely to come soon, then park.
-        let idle_since = Instant::now();
-        let spin_until = idle_since + rhythm.budget();
+        // Wait for the next job: spin a moment, then park.
+        let spin_until = Instant::now() + SPIN;
         let mut spins = 0u32;
         while shared.submitted.load(Ordering::Acquire) == seen {
             if shared.abandoned.load(Ordering::Acquire) {
@@ -231,7 +217,6 @@ fn worker_loop(shared: &Arc<Shared>) {
         let Some(job) = lock(&shared.job).take() else {
             continue;
         };
-        rhythm.record(idle_since.elapsed());
         seen = job.seq;
         run_job(shared, &job);
         if shared.abandoned.load(Ordering::Acquire) {
@@ -271,16 +256,7 @@ fn run_job(shared: &Arc<Shared>, job: &Job) {
             return;
         }
 
-        let services = WorkerServices {
-            shared,
-            job,
-            hook: &hook.name,
-            warnings: Mutex::new(Vec::new()),
-            artifacts: Mutex::new(Vec::new()),
-            conversed: AtomicBool::new(false),
-            timed_out: AtomicBool::new(false),
-            sdk_1_0: hook.reads_sdk_1_0(),
-        };
+        let services = WorkerServices::new(shared, job, &shared.names[slot], hook.reads_sdk_1_0());
         let (result, fatal) = match hook.call(job.point, &services) {
             Ok(v) => (Ok(v), false),
             Err(CallError::Failed(e)) => (Err(e), false),
@@ -294,27 +270,12 @@ fn run_job(shared: &Arc<Shared>, job: &Job) {
             // The waiting thread gave up on this call first: it owns what comes next.
             return;
         }
-        let warnings = services.warnings.into_inner().unwrap_or_default();
-        let artifacts = services.artifacts.into_inner().unwrap_or_default();
-        let conversed = services.conversed.load(Ordering::Acquire);
-        if matches!(&result, Ok(v) if v.is_empty())
-            && warnings.is_empty()
-            && artifacts.is_empty()
-            && !conversed
-        {
+        if matches!(&result, Ok(v) if v.is_empty()) && services.frame.is_quiet() {
             quiet |= 1 << slot;
             shared.quiet_ok.store(quiet, Ordering::Release);
             continue;
         }
-        lock(&shared.records).push(CallRecord {
-            slot,
-            result,
-            warnings,
-            artifacts,
-            conversed,
-            converse_timed_out: services.timed_out.load(Ordering::Acquire),
-            fatal,
-        });
+        lock(&shared.records).push(CallRecord::new(slot, result, fatal, services.frame));
     }
 }
 

@@ -1,25 +1,32 @@
 //! Calling active hooks at a point, under deadlines, without letting them hurt the run.
 //!
-//! A dispatch hands the whole point (every hook that declared it, in activation order) to
-//! one worker thread in a single hand-off and waits for it: spinning briefly, then parking,
-//! so a fast dispatch costs well under a microsecond per hook and an idle worker burns no
-//! CPU. Each hook call has its own deadline. A hook that overruns is abandoned (the worker
-//! is left to it and replaced), quarantined for the rest of the invocation, and the
-//! dispatch goes on with the next hook. The context a hook sees is an owned snapshot
-//! (`Arc`s), so an abandoned call holds no borrow of the runner's state.
+//! Two ways to make a point's calls, with the same rules:
+//! - **relayed** ([`Dispatcher::dispatch_relayed`], the sweep's per-run and per-turn points):
+//!   each call is made on the lane's own thread, outside the lane's future, and watched for
+//!   its deadline ([`relay`]); a call that overruns is abandoned and the lane goes on, with
+//!   the next hook, on a new thread. `ctx.converse()` reaches the run's session directly.
+//! - **on a worker** ([`Dispatcher::dispatch`], scenario and pack points, and guards
+//!   consulted about a converse turn): the whole point goes to one worker thread in a single
+//!   hand-off and the dispatching thread waits, spinning briefly, then parking; a call that
+//!   overruns is abandoned with its worker, which is replaced. `ctx.converse()` is proxied
+//!   back to the dispatching thread, which owns the agent session.
 //!
-//! `ctx.converse()` is proxied back to the dispatching thread, which owns the agent
-//! session; the worker waits for the reply. A point nobody declared costs one branch.
+//! Either way each hook call has its own deadline; a hook that overruns is quarantined for
+//! the rest of the invocation and the dispatch goes on with the next hook. The context a hook
+//! sees is an owned snapshot (`Arc`s), so an abandoned call holds no borrow of the runner's
+//! state. A point nobody declared costs one branch.
 //!
 //! What a dispatch must never do: change a verdict, or let a hook panic/err/hang stop the
 //! run. Failures become warnings (`hook:<name>: …`); after [`FAILURE_LATCH`] consecutive
 //! failures a hook is quarantined with one summary warning.
 
-//! Where things live: [`snapshot`] (what a hook sees), [`handoff`] (the worker thread and
-//! its state word), [`services`] (the host side of the context), and this module (dispatch
-//! order, deadlines, latch and quarantine).
+//! Where things live: [`snapshot`] (what a hook sees), [`relay`] (calls on the lane's thread,
+//! the watchdog, lanes taken over), [`handoff`] (the worker thread and its state word),
+//! [`services`] (the host side of the context), and this module (dispatch order, deadlines,
+//! latch and quarantine).
 
 mod handoff;
+pub mod relay;
 mod services;
 mod snapshot;
 
@@ -35,14 +42,17 @@ use serde_json::Value;
 use windtunnel_abi::point;
 
 pub use handoff::{set_spare_core, spare_core};
+pub use relay::{Relay, Watch, run_lanes};
 pub use snapshot::CallData;
 
 use handoff::{CallRecord, Job, Worker, lock, retire, wait};
+use relay::Call;
+use services::{CallServices, Frame};
 use snapshot::Snapshot;
 
 use crate::{
     deadlines::{Deadlines, human},
-    hooks::registry::ActiveHook,
+    hooks::registry::{ActiveHook, CallError},
     interrupt::{CUT_HOOK_DEADLINE, Interrupt},
     limits::{HookCaps, cut_text},
 };
@@ -117,6 +127,8 @@ struct Health {
 /// hook that hangs or keeps failing in one lane is quarantined in all of them.
 struct Ledger {
     health: Mutex<Vec<Health>>,
+    /// Bitmask of hooks whose last call failed (their health has a count to reset).
+    failing: AtomicU64,
     /// Bitmask of quarantined hooks.
     quarantined: AtomicU64,
 }
@@ -140,6 +152,8 @@ struct Inner {
 /// The active hooks of one invocation and everything needed to call them safely.
 pub struct Dispatcher {
     hooks: Arc<[Arc<ActiveHook>]>,
+    /// The hooks' names, as each call's context carries them.
+    names: Arc<[Arc<str>]>,
     /// Per point, the bitmask of hooks that declared it.
     by_point: [u64; 10],
     /// The hooks that live in processes of their own.
@@ -166,6 +180,7 @@ impl Dispatcher {
     pub fn new(hooks: Vec<ActiveHook>, deadlines: Deadlines) -> Dispatcher {
         assert!(hooks.len() <= Self::MAX_HOOKS, "at most 64 active hooks");
         let hooks: Arc<[Arc<ActiveHook>]> = hooks.into_iter().map(Arc::new).collect();
+        let names = hooks.iter().map(|h| Arc::from(h.name.as_str())).collect();
         let mut by_point = [0u64; 10];
         for p in point::ALL {
             for (i, h) in hooks.iter().enumerate() {
@@ -192,6 +207,7 @@ impl Dispatcher {
             .fold(0u64, |m, (i, _)| m | (1 << i));
         Dispatcher {
             hooks,
+            names,
             by_point,
             isolated,
             deadlines,
@@ -199,6 +215,7 @@ impl Dispatcher {
             redactor: Arc::new(redactor),
             ledger: Arc::new(Ledger {
                 health: Mutex::new(health),
+                failing: AtomicU64::new(0),
                 quarantined: AtomicU64::new(0),
             }),
             stop: None,
@@ -227,6 +244,7 @@ impl Dispatcher {
             .collect::<Result<Arc<[_]>, _>>()?;
         Ok(Dispatcher {
             hooks,
+            names: self.names.clone(),
             by_point: self.by_point,
             isolated: self.isolated,
             deadlines: self.deadlines,
@@ -390,7 +408,7 @@ impl Dispatcher {
         };
         let worker = match worker {
             Some(w) => w,
-            None => match Worker::spawn(self.hooks.clone()) {
+            None => match Worker::spawn(self.hooks.clone(), self.names.clone()) {
                 Ok(w) => w,
                 Err(e) => {
                     for (i, h) in self.hooks.iter().enumerate() {
@@ -441,16 +459,7 @@ impl Dispatcher {
         }
 
         let mut inner = lock(&self.inner);
-        let quiet = shared.quiet_ok.load(Ordering::Acquire);
-        if quiet != 0 {
-            out.ok |= quiet;
-            for (slot, health) in lock(&self.ledger.health).iter_mut().enumerate() {
-                if quiet & (1 << slot) != 0 && health.consecutive != 0 {
-                    health.consecutive = 0;
-                    health.first_error = None;
-                }
-            }
-        }
+        self.quiet_ok(shared.quiet_ok.load(Ordering::Acquire), out);
         let mut records = std::mem::take(&mut inner.spare);
         std::mem::swap(&mut records, &mut *lock(&shared.records));
         for r in records.drain(..) {
@@ -472,19 +481,125 @@ impl Dispatcher {
                 // An isolated hook's process is killed now; its worker, already told the
                 // call was abandoned, reaps it and calls nothing more.
                 self.hooks[slot].abandon();
-                let name = &self.hooks[slot].name;
-                self.ledger.quarantine(slot);
-                let msg = format!(
-                    "hook:{name}: timed out after {} in {}; abandoned and quarantined for the rest of this invocation",
-                    human(self.deadline(point)),
-                    point::name(point)
-                );
-                tracing::debug!("{msg}");
-                out.warnings.push(msg);
-                out.timed_out.push(slot);
+                self.timed_out(slot, point, self.deadline(point), out);
                 Err(slot)
             }
         }
+    }
+
+    /// Like [`Dispatcher::dispatch_to`], each call relayed on the lane's own thread through
+    /// `relay` (the lane's; see [`relay`]): no hand-off to a worker, and `ctx.converse()`
+    /// reaches `session` directly. A call that overruns its deadline comes back as hung: the
+    /// hook is quarantined and the next one called, on the thread that took the lane over.
+    pub fn dispatch_relayed<'a>(
+        &'a self,
+        relay: &'a Relay,
+        mask: u64,
+        reverse: bool,
+        point: u32,
+        data: CallData,
+        session: Option<&dyn Session>,
+    ) -> impl Future<Output = DispatchOutput> + Send + 'a {
+        let mut order = self.declared(point) & mask & !self.quarantined();
+        // The session is reached through a ref that stops working when its call is
+        // abandoned; the future holds no borrow of it.
+        let session = (order != 0)
+            .then(|| session.map(|s| Arc::new(relay.session_ref(s))))
+            .flatten();
+        let has_session = session.is_some();
+        async move {
+            let mut out = DispatchOutput::default();
+            if order == 0 {
+                return out;
+            }
+            let snapshot = Arc::new(Snapshot::new(data));
+            while order != 0 {
+                let slot = if reverse {
+                    63 - order.leading_zeros() as usize
+                } else {
+                    order.trailing_zeros() as usize
+                };
+                order &= !(1u64 << slot);
+                // Another lane may have quarantined it meanwhile.
+                if self.quarantined() & (1 << slot) != 0 {
+                    continue;
+                }
+                let hook = &self.hooks[slot];
+                let call = Call {
+                    hook: hook.clone(),
+                    point,
+                    deadline: self.deadline(point),
+                    services: CallServices {
+                        frame: Frame::new(
+                            snapshot.clone(),
+                            point,
+                            self.caps,
+                            self.names[slot].clone(),
+                            has_session,
+                            hook.reads_sdk_1_0(),
+                        ),
+                        session: session.clone(),
+                        converse_timeout: self.deadlines.converse,
+                    },
+                };
+                match relay.call(call).await {
+                    Ok((result, services)) => {
+                        let (result, fatal) = match result {
+                            Ok(v) => (Ok(v), false),
+                            Err(CallError::Failed(e)) => (Err(e), false),
+                            Err(CallError::Fatal(e)) => (Err(e), true),
+                        };
+                        if matches!(&result, Ok(v) if v.is_empty()) && services.frame.is_quiet()
+                        {
+                            self.quiet_ok(1 << slot, &mut out);
+                        } else {
+                            let record = CallRecord::new(slot, result, fatal, services.frame);
+                            self.absorb(record, &mut out);
+                        }
+                    }
+                    Err(hung) => self.timed_out(slot, point, hung.after, &mut out),
+                }
+            }
+            out
+        }
+    }
+
+    /// Counts the hooks in `bits` as having returned `Ok` with nothing to record.
+    fn quiet_ok(&self, bits: u64, out: &mut DispatchOutput) {
+        if bits == 0 {
+            return;
+        }
+        out.ok |= bits;
+        let failing = self.ledger.failing.load(Ordering::Acquire) & bits;
+        if failing != 0 {
+            self.ledger.failing.fetch_and(!failing, Ordering::AcqRel);
+            for (slot, health) in lock(&self.ledger.health).iter_mut().enumerate() {
+                if failing & (1 << slot) != 0 {
+                    health.consecutive = 0;
+                    health.first_error = None;
+                }
+            }
+        }
+    }
+
+    /// Records that the hook in `slot` overran its deadline `after` at `point`, and
+    /// quarantines it.
+    fn timed_out(&self, slot: usize, point: u32, after: Duration, out: &mut DispatchOutput) {
+        let name = &self.hooks[slot].name;
+        self.ledger.quarantine(slot);
+        let msg = format!(
+            "hook:{name}: timed out after {} in {}; abandoned and quarantined for the rest of this invocation",
+            human(after),
+            point::name(point)
+        );
+        tracing::debug!("{msg}");
+        out.warnings.push(msg);
+        out.timed_out.push(slot);
+    }
+
+    /// A watchdog for lanes that relay calls to these hooks ([`run_lanes`]).
+    pub fn watch(&self) -> Watch {
+        Watch::for_deadline(self.deadlines.dispatch, self.stop.clone())
     }
 
     fn absorb(&self, mut r: CallRecord, out: &mut DispatchOutput) {
@@ -519,6 +634,9 @@ impl Dispatcher {
                 out.ok |= 1 << r.slot;
                 health.consecutive = 0;
                 health.first_error = None;
+                self.ledger
+                    .failing
+                    .fetch_and(!(1 << r.slot), Ordering::AcqRel);
             }
             Err(e) if r.fatal => {
                 if self.ledger.quarantine(r.slot) {
@@ -532,6 +650,7 @@ impl Dispatcher {
             Err(e) => {
                 health.consecutive += 1;
                 health.first_error.get_or_insert_with(|| e.clone());
+                self.ledger.failing.fetch_or(1 << r.slot, Ordering::AcqRel);
                 let mut warning = format!("hook:{name}: {e}");
                 cut_text(&mut warning, self.caps.warning_bytes);
                 tracing::debug!("{warning}");
@@ -569,6 +688,7 @@ pub fn is_panic(error: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use std::panic::AssertUnwindSafe;
     use std::sync::Mutex as StdMutex;
     use std::sync::atomic::AtomicU64;
     use std::time::Instant;
@@ -863,5 +983,214 @@ mod tests {
             out.artifacts[0].payload["error"],
             "the run's session is unusable; converse is unavailable"
         );
+    }
+
+    // The relayed path: calls made on the lane's own thread, watched by `run_lanes`.
+
+    /// Runs `future` as the one lane of a group, watched with `d`'s deadlines.
+    fn one_lane(d: &Dispatcher, relay: &Arc<Relay>, future: impl Future<Output = ()> + Send) {
+        run_lanes(vec![(relay.clone(), Box::pin(future))], Some(d.watch()));
+    }
+
+    #[test]
+    fn a_relayed_call_that_overruns_is_abandoned_and_the_lane_goes_on_on_another_thread() {
+        let d = Dispatcher::new(
+            vec![active::<Sleeper>(), active::<OrderA>()],
+            deadlines(300),
+        );
+        let relay = Arc::new(Relay::new());
+        let seen = StdMutex::new(Vec::new());
+        one_lane(&d, &relay, async {
+            let before = std::thread::current().id();
+            let first = d
+                .dispatch_relayed(&relay, u64::MAX, false, point::ON_RUN_START, data("lane-hang"), None)
+                .await;
+            let after = std::thread::current().id();
+            let second = d
+                .dispatch_relayed(&relay, u64::MAX, false, point::ON_RUN_START, data("lane-hang-2"), None)
+                .await;
+            seen.lock().unwrap().push((before, after, first, second));
+        });
+        let (before, after, first, second) = seen.lock().unwrap().pop().unwrap();
+        assert_ne!(before, after, "the lane was not taken over by a new thread");
+        assert_eq!(first.warnings.len(), 1, "{:?}", first.warnings);
+        assert!(
+            first.warnings[0].starts_with("hook:sleeper: timed out after 300ms in on_run_start; abandoned and quarantined"),
+            "{:?}",
+            first.warnings
+        );
+        assert_eq!(first.timed_out, [0]);
+        // The next hook of the same point ran, and the hung one is not called again.
+        assert_eq!(first.ok, 0b10);
+        assert!(second.warnings.is_empty(), "{:?}", second.warnings);
+        assert_eq!(second.ok, 0b10);
+        let log = LOG.lock().unwrap().clone();
+        assert!(log.contains(&"order-a:lane-hang".to_string()), "{log:?}");
+        assert!(log.contains(&"order-a:lane-hang-2".to_string()), "{log:?}");
+    }
+
+    #[test]
+    fn relayed_calls_run_in_order_on_the_lanes_own_thread_and_converse_directly() {
+        let d = Dispatcher::new(
+            vec![active::<OrderB>(), active::<OrderA>(), active::<Talker>()],
+            deadlines(5000),
+        );
+        let relay = Arc::new(Relay::new());
+        let seen = StdMutex::new(None);
+        let lane_thread = StdMutex::new(None);
+        one_lane(&d, &relay, async {
+            *lane_thread.lock().unwrap() = Some(std::thread::current().id());
+            let start = d
+                .dispatch_relayed(&relay, u64::MAX, false, point::ON_RUN_START, data("relayed"), Some(&Echo(None)))
+                .await;
+            let scored = d
+                .dispatch_relayed(&relay, u64::MAX, false, point::ON_RUN_SCORED, data("relayed"), Some(&Echo(None)))
+                .await;
+            *seen.lock().unwrap() = Some((start, scored, std::thread::current().id()));
+        });
+        let (start, scored, thread) = seen.lock().unwrap().take().unwrap();
+        assert_eq!(Some(thread), *lane_thread.lock().unwrap());
+        let log = LOG.lock().unwrap().clone();
+        let mine: Vec<&String> = log.iter().filter(|l| l.ends_with(":relayed")).collect();
+        assert_eq!(mine, ["order-b:relayed", "order-a:relayed"]);
+        assert_eq!(
+            start.warnings,
+            ["hook:talker: converse is valid only during on_run_scored, not on_run_start"]
+        );
+        assert_eq!(scored.artifacts.len(), 1);
+        assert_eq!(scored.artifacts[0].payload["reply"], "echo: how did it go?");
+        assert_eq!(scored.artifacts[0].payload["tools_disabled"], false);
+    }
+
+    /// Reads the agent's state twice (each read is slow).
+    #[derive(Default)]
+    struct ProbesTwice;
+    #[hook]
+    impl Hook for ProbesTwice {
+        const NAME: &'static str = "probes-twice";
+        fn on_run_start(&mut self, ctx: &Context<'_>) -> HookResult {
+            let _first = ctx.probe_state();
+            let second = ctx.probe_state();
+            SECOND_PROBE
+                .lock()
+                .unwrap()
+                .push(second.map(|v| v.to_string()).map_err(|e| e.to_string()));
+            Ok(())
+        }
+    }
+    static SECOND_PROBE: StdMutex<Vec<Result<String, String>>> = StdMutex::new(Vec::new());
+
+    /// A session whose state reads take 400 ms, counting them and whether one is in
+    /// progress.
+    #[derive(Default)]
+    struct SlowSession {
+        reads: AtomicU64,
+        busy: std::sync::atomic::AtomicBool,
+    }
+    impl Session for SlowSession {
+        fn converse(&self, _: &str, _: &str, _: Duration) -> Result<String, ConverseError> {
+            Err(ConverseError::Failed("not here".into()))
+        }
+        fn probe_state(&self) -> Result<Value, String> {
+            self.busy.store(true, Ordering::SeqCst);
+            self.reads.fetch_add(1, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(400));
+            self.busy.store(false, Ordering::SeqCst);
+            Ok(serde_json::json!({"memory": []}))
+        }
+    }
+
+    #[test]
+    fn a_lane_goes_on_only_once_an_abandoned_call_let_go_of_the_session() {
+        // The hook's deadline passes during its first (slow) state read. The lane goes on
+        // only after that read returned — the session serves one caller at a time —, and the
+        // abandoned call's second read is refused: the session saw one.
+        let d = Dispatcher::new(vec![active::<ProbesTwice>()], deadlines(150));
+        let relay = Arc::new(Relay::new());
+        let session = SlowSession::default();
+        let resumed = StdMutex::new(None);
+        one_lane(&d, &relay, async {
+            let out = d
+                .dispatch_relayed(&relay, u64::MAX, false, point::ON_RUN_START, data("slow"), Some(&session))
+                .await;
+            *resumed.lock().unwrap() = Some((session.busy.load(Ordering::SeqCst), out));
+        });
+        let (busy, out) = resumed.lock().unwrap().take().unwrap();
+        assert!(!busy, "the lane went on while the abandoned call was inside the session");
+        assert_eq!(out.timed_out, [0], "{:?}", out.warnings);
+        // Let the abandoned call try its second read.
+        for _ in 0..200 {
+            if !SECOND_PROBE.lock().unwrap().is_empty() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let second = SECOND_PROBE.lock().unwrap().clone();
+        assert_eq!(second, [Err("the hook call was abandoned".to_owned())]);
+        assert_eq!(session.reads.load(Ordering::SeqCst), 1);
+    }
+
+    static RELAY_B_CALLS: StdMutex<Vec<String>> = StdMutex::new(Vec::new());
+
+    /// Records each call's run id.
+    #[derive(Default)]
+    struct OnceRelayed;
+    #[hook]
+    impl Hook for OnceRelayed {
+        const NAME: &'static str = "once-relayed";
+        fn on_run_start(&mut self, ctx: &Context<'_>) -> HookResult {
+            RELAY_B_CALLS
+                .lock()
+                .unwrap()
+                .push(ctx.run_id().unwrap_or_default().to_owned());
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_relayed_call_that_returns_as_it_is_abandoned_never_lets_two_threads_call_the_next_hook() {
+        // As for the worker: the hook before `once-relayed` returns around its deadline, so
+        // the watchdog's "it hung" and the driver's "it returned" race; whichever wins, the
+        // next hook is called once per dispatch, by the old driver or by the new one.
+        for i in 0..150u64 {
+            A_SLEEP_US.store(3_000 + (i % 9) * 250, Ordering::Relaxed);
+            let d = Dispatcher::new(
+                vec![active::<Borderline>(), active::<OnceRelayed>()],
+                deadlines(4),
+            );
+            let relay = Arc::new(Relay::new());
+            let run = format!("relay-race-{i}");
+            one_lane(&d, &relay, async {
+                d.dispatch_relayed(&relay, u64::MAX, false, point::ON_RUN_START, data(&run), None)
+                    .await;
+            });
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        let calls = RELAY_B_CALLS.lock().unwrap().clone();
+        let mut seen = std::collections::HashSet::new();
+        let twice: Vec<&String> = calls.iter().filter(|c| !seen.insert(*c)).collect();
+        assert!(twice.is_empty(), "called twice in one dispatch: {twice:?}");
+        assert_eq!(calls.len(), 150);
+    }
+
+    #[test]
+    fn a_panic_in_a_lane_is_resumed_once_every_lane_ended() {
+        let ended = AtomicU64::new(0);
+        let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            let lanes: Vec<(Arc<Relay>, relay::LaneFuture<'_>)> = vec![
+                (Arc::new(Relay::new()), Box::pin(async { panic!("lane bug") })),
+                (
+                    Arc::new(Relay::new()),
+                    Box::pin(async {
+                        std::thread::sleep(Duration::from_millis(50));
+                        ended.fetch_add(1, Ordering::SeqCst);
+                    }),
+                ),
+            ];
+            run_lanes(lanes, None);
+        }));
+        let panic = result.unwrap_err();
+        assert_eq!(panic.downcast_ref::<&str>(), Some(&"lane bug"));
+        assert_eq!(ended.load(Ordering::SeqCst), 1);
     }
 }

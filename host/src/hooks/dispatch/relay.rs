@@ -1,0 +1,514 @@
+//! Hook calls made on the lane's own thread, and the lane handed to a new thread when a call
+//! overruns its deadline.
+//!
+//! A lane of a sweep is a future (the runner's code is `async` from the lane down to the hook
+//! points) driven by one thread, its *driver*. At a hook point the future does not call the
+//! hook itself: it leaves the call with its [`Relay`] and suspends ([`Relay::call`]); the
+//! driver makes the call, outside the future, on its own stack, and polls the future again
+//! with the result. No other thread is woken, so a hook call costs about a function call —
+//! no hand-off, no spinning core, no futex wake per point.
+//!
+//! Deadlines stay: the thread that started the lanes watches them ([`run_lanes`]). A few
+//! times per deadline it looks at each lane's call in progress; a call seen for longer than
+//! its deadline is abandoned — one compare-and-swap on the lane's state word decides between
+//! "it returned" and "it hung" —, an isolated hook's process is killed, and a new driver
+//! takes the lane over: it resumes the future with [`Hung`] (the dispatcher quarantines the
+//! hook and goes on with the next one), so the run goes on, on another thread. The old
+//! driver is left to the hung call; if the call ever returns, the old driver sees it was
+//! abandoned and ends without touching anything of the lane.
+//!
+//! Why the lane futures may borrow the sweep's state although their drivers are detached
+//! threads (a hung call must not keep the sweep from ending): [`run_lanes`] returns only once
+//! every future has completed and been dropped, and it aborts the process rather than unwind
+//! before that. A driver touches a future only while it owns it (taken out of the relay's
+//! slot); a driver making a call holds only what the call owns (`Arc`s) and, for `converse`
+//! and `probe_state`, a [`SessionRef`] that is usable only while its call is the lane's
+//! current one: a new driver waits until no old one is inside the session before it resumes
+//! the future.
+//!
+//! Must not: call a hook from two threads at once (a hung hook is quarantined before its
+//! lane goes on), or let a panic of the runner's own code pass silently (it is resumed on
+//! the thread that started the lanes once every lane ended).
+
+use std::{
+    any::Any,
+    future::Future,
+    panic::AssertUnwindSafe,
+    pin::Pin,
+    sync::{
+        Arc, Condvar, Mutex,
+        atomic::{AtomicU32, AtomicU64, Ordering},
+    },
+    task::{Context, Poll, Waker},
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+
+use super::{ConverseError, Session, handoff::lock};
+use crate::{
+    hooks::registry::{ActiveHook, CallError},
+    interrupt::{CUT_HOOK_DEADLINE, Interrupt},
+};
+
+/// A lane: the runner's code for one worker of the sweep, from its first scenario to its
+/// last.
+pub type LaneFuture<'env> = Pin<Box<dyn Future<Output = ()> + Send + 'env>>;
+
+/// Set in the state word by the watchdog when it gives up on the call in progress.
+const ABANDONED: u64 = 1 << 63;
+
+/// The outcome of a relayed call: what the hook returned and the services it used, or
+/// [`Hung`].
+pub(crate) type Reply<S> = Result<(Result<String, CallError>, S), Hung>;
+
+/// A call that overran its deadline and was abandoned.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Hung {
+    /// The deadline it overran.
+    pub(crate) after: Duration,
+}
+
+/// One hook call a lane wants made.
+pub(crate) struct Call<S> {
+    pub(crate) hook: Arc<ActiveHook>,
+    pub(crate) point: u32,
+    pub(crate) deadline: Duration,
+    pub(crate) services: S,
+}
+
+/// The services a relayed call gets: owned, so that an abandoned call holds nothing of the
+/// lane's.
+pub(crate) type Services = super::services::CallServices;
+
+/// What the watchdog needs to know of the call in progress.
+#[derive(Clone)]
+struct Current {
+    hook: Arc<ActiveHook>,
+    deadline: Duration,
+}
+
+/// Who may use the run's session: the driver of the lane's current call, and nobody once
+/// that call was abandoned.
+#[derive(Default)]
+struct Gate {
+    /// Bumped when a call is abandoned: session refs of older calls stop working.
+    generation: AtomicU64,
+    /// Callers inside the session right now.
+    inside: AtomicU32,
+}
+
+/// One lane's relay: where its future waits, the call it wants made, and the reply.
+pub struct Relay {
+    future: Mutex<Option<LaneFuture<'static>>>,
+    pending: Mutex<Option<Call<Services>>>,
+    reply: Mutex<Option<Reply<Services>>>,
+    /// The call in progress: `(call number << 8) | 1`, 0 when idle, with [`ABANDONED`] once
+    /// the watchdog gave up on it.
+    state: AtomicU64,
+    calls: AtomicU64,
+    current: Mutex<Option<Current>>,
+    gate: Arc<Gate>,
+    /// Completion of the group of lanes this relay belongs to.
+    group: Mutex<Option<Arc<Group>>>,
+}
+
+impl Default for Relay {
+    fn default() -> Self {
+        Relay::new()
+    }
+}
+
+impl Relay {
+    pub fn new() -> Relay {
+        Relay {
+            future: Mutex::new(None),
+            pending: Mutex::new(None),
+            reply: Mutex::new(None),
+            state: AtomicU64::new(0),
+            calls: AtomicU64::new(0),
+            current: Mutex::new(None),
+            gate: Arc::default(),
+            group: Mutex::new(None),
+        }
+    }
+
+    /// Has the lane's driver make `call`: the future suspends until the reply is in.
+    pub(crate) fn call(&self, call: Call<Services>) -> impl Future<Output = Reply<Services>> + '_ {
+        CallFuture {
+            relay: self,
+            call: Some(call),
+        }
+    }
+
+    /// The run's session, for hook calls relayed while the caller holds `session`: usable
+    /// from the driver's call until that call is abandoned.
+    pub(crate) fn session_ref(&self, session: &dyn Session) -> SessionRef {
+        let ptr: *const (dyn Session + '_) = session;
+        // SAFETY: only the lifetime is erased. The pointer is dereferenced only through
+        // `SessionRef::with`, by the driver of one of this lane's calls while the future that
+        // holds `session` is suspended at that call (so `session` is alive and not in use),
+        // and only while the gate's generation is the one of this ref: once the call is
+        // abandoned the generation moves on, and the new driver waits for every caller that
+        // got in before that to leave before it resumes the future (see `rescue`).
+        let ptr: *const (dyn Session + 'static) = unsafe { std::mem::transmute(ptr) };
+        SessionRef {
+            ptr,
+            gate: self.gate.clone(),
+            generation: self.gate.generation.load(Ordering::SeqCst),
+        }
+    }
+
+    /// Drives `future` to completion on this thread, making its calls here, with no
+    /// watchdog: for benchmarks and tests of the relayed path itself.
+    #[cfg(any(test, feature = "internals"))]
+    pub fn block_on<F: Future<Output = ()> + Send>(&self, future: F) {
+        let waker = Waker::noop();
+        let mut cx = Context::from_waker(waker);
+        let mut future = std::pin::pin!(future);
+        loop {
+            match future.as_mut().poll(&mut cx) {
+                Poll::Ready(()) => return,
+                Poll::Pending => {
+                    let call = lock(&self.pending)
+                        .take()
+                        .expect("a future driven by a relay suspends only at a relayed call");
+                    let reply = self.make(call).expect("nobody abandons calls without a watchdog");
+                    *lock(&self.reply) = Some(reply);
+                }
+            }
+        }
+    }
+
+    /// Makes one call on this thread; `None` when the watchdog abandoned it meanwhile (the
+    /// lane is someone else's now).
+    fn make(&self, call: Call<Services>) -> Option<Reply<Services>> {
+        let n = self.calls.fetch_add(1, Ordering::Relaxed) + 1;
+        let tag = (n << 8) | 1;
+        *lock(&self.current) = Some(Current {
+            hook: call.hook.clone(),
+            deadline: call.deadline,
+        });
+        self.state.store(tag, Ordering::Release);
+        // Plugins' panics are caught on their side of the boundary; this catches the host's
+        // own (an isolated hook's parent side), which must not end the lane's driver.
+        let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            call.hook.call(call.point, &call.services)
+        }))
+        .unwrap_or_else(|p| {
+            Err(CallError::Failed(format!(
+                "panicked: {}",
+                panic_text(&*p)
+            )))
+        });
+        self.state
+            .compare_exchange(tag, 0, Ordering::AcqRel, Ordering::Acquire)
+            .ok()?;
+        Some(Ok((result, call.services)))
+    }
+
+    fn group(&self) -> Option<Arc<Group>> {
+        lock(&self.group).clone()
+    }
+}
+
+/// The future of one relayed call.
+struct CallFuture<'r> {
+    relay: &'r Relay,
+    call: Option<Call<Services>>,
+}
+
+impl Future for CallFuture<'_> {
+    type Output = Reply<Services>;
+
+    fn poll(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Self::Output> {
+        if let Some(call) = self.call.take() {
+            *lock(&self.relay.pending) = Some(call);
+            return Poll::Pending;
+        }
+        match lock(&self.relay.reply).take() {
+            Some(reply) => Poll::Ready(reply),
+            // Polled again without a reply: only a driver bug could do that.
+            None => Poll::Pending,
+        }
+    }
+}
+
+/// The run's session as a relayed call reaches it (see [`Relay::session_ref`]).
+pub(crate) struct SessionRef {
+    ptr: *const (dyn Session + 'static),
+    gate: Arc<Gate>,
+    generation: u64,
+}
+
+// SAFETY: the pointee is used only under the gate's protocol (see `Relay::session_ref`): by
+// one thread at a time, while the lane's future that owns it is suspended.
+unsafe impl Send for SessionRef {}
+// SAFETY: as above; `with` admits callers one generation at a time.
+unsafe impl Sync for SessionRef {}
+
+impl SessionRef {
+    /// Runs `f` on the session, unless the call this ref was made for was abandoned.
+    fn with<R>(&self, f: impl FnOnce(&dyn Session) -> R) -> Option<R> {
+        self.gate.inside.fetch_add(1, Ordering::SeqCst);
+        let result = (self.gate.generation.load(Ordering::SeqCst) == self.generation)
+            // SAFETY: see `Relay::session_ref`: the generation is still this call's, and the
+            // driver that would resume the future waits for `inside` to drop to 0 first.
+            .then(|| f(unsafe { &*self.ptr }));
+        self.gate.inside.fetch_sub(1, Ordering::SeqCst);
+        result
+    }
+
+    pub(crate) fn converse(
+        &self,
+        hook: &str,
+        text: &str,
+        timeout: Duration,
+    ) -> Result<String, ConverseError> {
+        self.with(|s| s.converse(hook, text, timeout))
+            .unwrap_or_else(|| Err(ConverseError::Failed("the hook call was abandoned".into())))
+    }
+
+    pub(crate) fn probe_state(&self) -> Result<Value, String> {
+        self.with(|s| s.probe_state())
+            .unwrap_or_else(|| Err("the hook call was abandoned".into()))
+    }
+}
+
+/// Lanes started together, and how they ended.
+struct Group {
+    left: Mutex<usize>,
+    ended: Condvar,
+    panic: Mutex<Option<Box<dyn Any + Send>>>,
+}
+
+impl Group {
+    fn lane_ended(&self, panic: Option<Box<dyn Any + Send>>) {
+        if let Some(p) = panic {
+            lock(&self.panic).get_or_insert(p);
+        }
+        *lock(&self.left) -= 1;
+        self.ended.notify_all();
+    }
+}
+
+/// How the watchdog watches: how often it looks, and the sweep's stop state (once cut, every
+/// call gets at most [`CUT_HOOK_DEADLINE`]).
+#[derive(Clone)]
+pub struct Watch {
+    pub tick: Duration,
+    pub stop: Option<Arc<Interrupt>>,
+}
+
+impl Watch {
+    /// Looks a few times per `shortest` deadline, at most every 100 ms, at least every 1 ms.
+    pub fn for_deadline(shortest: Duration, stop: Option<Arc<Interrupt>>) -> Watch {
+        Watch {
+            tick: (shortest / 10).clamp(Duration::from_millis(1), Duration::from_millis(100)),
+            stop,
+        }
+    }
+}
+
+/// Aborts the process if dropped armed: the lanes' futures borrow the caller's state, which
+/// must not go away while a driver may still poll one.
+struct MustFinish;
+
+impl Drop for MustFinish {
+    fn drop(&mut self) {
+        eprintln!("wt: internal error: the sweep's lanes were left running; aborting");
+        std::process::abort();
+    }
+}
+
+/// Runs `lanes` (each with its own relay), one driver thread each, until every one has
+/// ended; with `watch`, this thread watches their calls' deadlines meanwhile. A panic in a
+/// lane is resumed here once all of them ended.
+pub fn run_lanes<'env>(lanes: Vec<(Arc<Relay>, LaneFuture<'env>)>, watch: Option<Watch>) {
+    let group = Arc::new(Group {
+        left: Mutex::new(lanes.len()),
+        ended: Condvar::new(),
+        panic: Mutex::new(None),
+    });
+    let relays: Vec<Arc<Relay>> = lanes.iter().map(|(r, _)| r.clone()).collect();
+    let armed = MustFinish;
+    for (relay, future) in lanes {
+        // SAFETY: only the lifetime is erased. This function does not return (nor unwind:
+        // `armed` aborts) before every lane future has completed and been dropped by its
+        // driver, so nothing a future borrows from `'env` is used after `'env` ends. See the
+        // module docs for why an abandoned driver never touches a future again.
+        let future: LaneFuture<'static> = unsafe { std::mem::transmute(future) };
+        *lock(&relay.group) = Some(group.clone());
+        *lock(&relay.future) = Some(future);
+        let spawned = std::thread::Builder::new()
+            .name("wt-lane".into())
+            .spawn({
+                let relay = relay.clone();
+                move || drive(&relay)
+            });
+        if let Err(e) = spawned {
+            // The lane never starts: its runs are taken by the other lanes (a sweep whose
+            // every lane fails to start reports its scenarios as not run).
+            tracing::warn!("cannot start a lane's thread: {e}");
+            let future = lock(&relay.future).take();
+            drop(future);
+            group.lane_ended(None);
+        }
+    }
+    let mut seen = vec![(0u64, Instant::now()); relays.len()];
+    let mut left = lock(&group.left);
+    while *left > 0 {
+        match &watch {
+            None => {
+                left = group
+                    .ended
+                    .wait(left)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+            }
+            Some(w) => {
+                left = group
+                    .ended
+                    .wait_timeout(left, w.tick)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .0;
+                if *left > 0 {
+                    drop(left);
+                    look(&relays, &mut seen, w);
+                    left = lock(&group.left);
+                }
+            }
+        }
+    }
+    drop(left);
+    std::mem::forget(armed);
+    for r in &relays {
+        *lock(&r.group) = None;
+    }
+    if let Some(p) = lock(&group.panic).take() {
+        std::panic::resume_unwind(p);
+    }
+}
+
+/// One look at every lane's call in progress: a call seen for longer than its deadline is
+/// abandoned and its lane handed to a new driver.
+fn look(relays: &[Arc<Relay>], seen: &mut [(u64, Instant)], watch: &Watch) {
+    let now = Instant::now();
+    let cut = watch.stop.as_ref().is_some_and(|s| s.is_cut());
+    for (relay, seen) in relays.iter().zip(seen.iter_mut()) {
+        let state = relay.state.load(Ordering::Acquire);
+        if state == 0 || state & ABANDONED != 0 || state != seen.0 {
+            *seen = (state, now);
+            continue;
+        }
+        let Some(current) = lock(&relay.current).clone() else {
+            continue;
+        };
+        let deadline = if cut {
+            current.deadline.min(CUT_HOOK_DEADLINE)
+        } else {
+            current.deadline
+        };
+        if now.saturating_duration_since(seen.1) <= deadline {
+            continue;
+        }
+        if relay
+            .state
+            .compare_exchange(
+                state,
+                state | ABANDONED,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_err()
+        {
+            // It returned in the meantime.
+            continue;
+        }
+        // Sessions refs of the abandoned call stop working from here on.
+        relay.gate.generation.fetch_add(1, Ordering::SeqCst);
+        // An isolated hook's process dies now; the old driver then sees its call fail and
+        // finds it abandoned.
+        current.hook.abandon();
+        let hung = Hung { after: deadline };
+        let spawned = std::thread::Builder::new()
+            .name("wt-lane".into())
+            .spawn({
+                let relay = relay.clone();
+                move || rescue(&relay, hung)
+            });
+        if let Err(e) = spawned {
+            // No thread to go on with: this thread takes the lane over itself (deadlines go
+            // unwatched until the lane ends, but the run and its hooks' pairing hold).
+            tracing::warn!("cannot start a thread to take over a lane: {e}");
+            rescue(relay, hung);
+        }
+    }
+}
+
+/// Takes a lane over from a driver whose call was abandoned, and drives it on.
+fn rescue(relay: &Relay, hung: Hung) {
+    // A caller let into the session before the call was abandoned finishes first (a
+    // converse turn is bounded by its own deadline); none gets in after.
+    while relay.gate.inside.load(Ordering::SeqCst) != 0 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    *lock(&relay.reply) = Some(Err(hung));
+    relay.state.store(0, Ordering::Release);
+    drive(relay);
+}
+
+/// Polls the lane's future, making its calls, until it completes or a call of this driver's
+/// is abandoned.
+fn drive(relay: &Relay) {
+    let waker = Waker::noop();
+    let mut cx = Context::from_waker(waker);
+    loop {
+        let Some(mut future) = lock(&relay.future).take() else {
+            return;
+        };
+        match std::panic::catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(&mut cx))) {
+            Ok(Poll::Ready(())) => {
+                drop(future);
+                finish(relay, None);
+                return;
+            }
+            Err(panic) => {
+                // Dropping what a panic left may panic again; the first panic is the news.
+                let _ = std::panic::catch_unwind(AssertUnwindSafe(move || drop(future)));
+                finish(relay, Some(panic));
+                return;
+            }
+            Ok(Poll::Pending) => {
+                let Some(call) = lock(&relay.pending).take() else {
+                    let _ = std::panic::catch_unwind(AssertUnwindSafe(move || drop(future)));
+                    finish(
+                        relay,
+                        Some(Box::new("a lane suspended without a relayed call")),
+                    );
+                    return;
+                };
+                // The future goes back first: if this call is abandoned, the new driver
+                // finds it there.
+                *lock(&relay.future) = Some(future);
+                match relay.make(call) {
+                    Some(reply) => *lock(&relay.reply) = Some(reply),
+                    None => return,
+                }
+            }
+        }
+    }
+}
+
+fn finish(relay: &Relay, panic: Option<Box<dyn Any + Send>>) {
+    if let Some(g) = relay.group() {
+        g.lane_ended(panic);
+    }
+}
+
+fn panic_text(panic: &(dyn Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic payload".to_owned())
+}

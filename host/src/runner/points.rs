@@ -1,0 +1,138 @@
+//! The per-run and per-turn hook points as the runner awaits them: relayed on the lane's own
+//! thread when the lane's observer is `wt`'s hook observer (the calls are made outside the
+//! lane's future, watched for their deadlines: [`crate::hooks::dispatch::relay`]), called in
+//! place for any other observer (a library caller's own, or none).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use windtunnel_sdk::model::{AgentConfig, Scenario, Score, Trace};
+use windtunnel_sdk::turn::{TurnCall, TurnResult};
+
+use crate::hooks::dispatch::{Relay, Session};
+use crate::hooks::observer::HookObserver;
+use crate::hooks::{RunHookOutput, RunObserver, TurnOpen};
+
+#[derive(Clone, Copy)]
+pub(super) enum Points<'l> {
+    Relayed(&'l HookObserver, &'l Relay),
+    InPlace(&'l dyn RunObserver),
+}
+
+impl<'l> Points<'l> {
+    pub(super) fn new(observer: &'l dyn RunObserver, relay: &'l Relay) -> Points<'l> {
+        match HookObserver::of(observer) {
+            Some(hooks) => Points::Relayed(hooks, relay),
+            None => Points::InPlace(observer),
+        }
+    }
+
+    pub(super) fn on_run_start(
+        self,
+        scenario: &Scenario,
+        agent: &AgentConfig,
+        run_id: &str,
+        session_id: &str,
+        session: &dyn Session,
+    ) -> impl Future<Output = RunHookOutput> + Send + 'l {
+        match self {
+            Points::Relayed(h, relay) => Either::relayed(
+                h.relayed_run_start(relay, scenario, agent, run_id, session_id, session),
+            ),
+            Points::InPlace(o) => Either::Ready(Some(
+                o.on_run_start(scenario, agent, run_id, session_id, session),
+            )),
+        }
+    }
+
+    pub(super) fn on_run_scored(
+        self,
+        scenario: &Scenario,
+        agent: &AgentConfig,
+        trace: &Arc<Trace>,
+        score: &Arc<Score>,
+        session: &dyn Session,
+    ) -> impl Future<Output = RunHookOutput> + Send + 'l {
+        match self {
+            Points::Relayed(h, relay) => {
+                Either::relayed(h.relayed_run_scored(relay, scenario, agent, trace, score, session))
+            }
+            Points::InPlace(o) => Either::Ready(Some(
+                o.on_run_scored(scenario, agent, trace, score, session),
+            )),
+        }
+    }
+
+    pub(super) fn on_run_end(
+        self,
+        scenario: &Scenario,
+        agent: &AgentConfig,
+        trace: &Arc<Trace>,
+        score: &Arc<Score>,
+        session: &dyn Session,
+    ) -> impl Future<Output = RunHookOutput> + Send + 'l {
+        match self {
+            Points::Relayed(h, relay) => {
+                Either::relayed(h.relayed_run_end(relay, scenario, agent, trace, score, session))
+            }
+            Points::InPlace(o) => {
+                Either::Ready(Some(o.on_run_end(scenario, agent, trace, score, session)))
+            }
+        }
+    }
+
+    pub(super) fn wants_turns(self) -> bool {
+        match self {
+            Points::Relayed(h, _) => h.wants_turns(),
+            Points::InPlace(o) => o.wants_turns(),
+        }
+    }
+
+    pub(super) fn begin_turn(self, call: &TurnCall) -> impl Future<Output = TurnOpen> + Send + 'l {
+        match self {
+            Points::Relayed(h, relay) => Either::relayed(h.relayed_begin_turn(relay, call)),
+            Points::InPlace(o) => Either::Ready(Some(o.begin_turn(call))),
+        }
+    }
+
+    pub(super) fn finish_turn(
+        self,
+        open: TurnOpen,
+        result: &TurnResult,
+    ) -> impl Future<Output = Vec<String>> + Send + 'l {
+        match self {
+            Points::Relayed(h, relay) => {
+                Either::relayed(h.relayed_finish_turn(relay, open, result))
+            }
+            Points::InPlace(o) => Either::Ready(Some(o.finish_turn(open, result))),
+        }
+    }
+}
+
+/// A relayed point's future, or the value an in-place call already returned.
+enum Either<F: Future> {
+    Relayed(Pin<Box<F>>),
+    Ready(Option<F::Output>),
+}
+
+impl<F: Future> Either<F> {
+    fn relayed(f: F) -> Self {
+        Either::Relayed(Box::pin(f))
+    }
+}
+
+impl<F: Future> Future for Either<F>
+where
+    F::Output: Unpin,
+{
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        match self.get_mut() {
+            Either::Relayed(f) => f.as_mut().poll(cx),
+            Either::Ready(v) => Poll::Ready(v.take().expect("polled after completion")),
+        }
+    }
+}
