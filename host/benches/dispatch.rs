@@ -4,8 +4,11 @@
 //! dispatching one hook to 8 no-op Python implementations on the same machine in the same
 //! run; plus the cost of a point no hook declared, and the time to vet and load one plugin.
 //!
-//! These are back-to-back calls, a diagnostic: in a sweep the hook worker waits between
-//! points, and `bench/dispatch.sh` also prints that in-sweep cost (bench/hook_sweep.py).
+//! The per-run points of a sweep are relayed: called on the lane's own thread, watched for
+//! their deadline (`Dispatcher::dispatch_relayed`), which is what is measured first; scenario
+//! and pack points go to a dispatch worker (`Dispatcher::dispatch`), measured second. These are
+//! back-to-back calls, a diagnostic: `bench/dispatch.sh` also prints the in-sweep cost
+//! (bench/hook_sweep.py).
 //!
 //! Run with `bash bench/dispatch.sh` (builds the plugin, installs pluggy if needed).
 //! Prints medians of several batches and the ratio; asserts nothing.
@@ -30,11 +33,16 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-fn ns_per_call(batches: usize, n: usize, mut f: impl FnMut()) -> f64 {
+fn ns_per_call(batches: usize, n: usize, f: impl FnMut()) -> f64 {
+    spread(batches, n, f).1
+}
+
+/// The fastest, median and slowest of `batches` batches of `n` calls, in ns per call.
+fn spread(batches: usize, n: usize, mut f: impl FnMut()) -> (f64, f64, f64) {
     for _ in 0..n / 10 {
         f();
     }
-    let samples = (0..batches)
+    let mut samples: Vec<f64> = (0..batches)
         .map(|_| {
             let t = Instant::now();
             for _ in 0..n {
@@ -43,7 +51,12 @@ fn ns_per_call(batches: usize, n: usize, mut f: impl FnMut()) -> f64 {
             t.elapsed().as_nanos() as f64 / n as f64
         })
         .collect();
-    median(samples)
+    samples.sort_by(f64::total_cmp);
+    (
+        samples[0],
+        median(samples.clone()),
+        samples[samples.len() - 1],
+    )
 }
 
 fn load_ms(lib: &Path) -> f64 {
@@ -105,7 +118,23 @@ fn main() {
     let hooks = registry.activate(&names).expect("noop hooks activate");
     let dispatcher = Dispatcher::new(hooks, Deadlines::from_env().expect("deadlines"));
 
-    let eight = ns_per_call(7, 200_000, || {
+    let relay = windtunnel::hooks::dispatch::Relay::new();
+    let (fastest, eight, slowest) = spread(9, 200_000, || {
+        relay.block_on(async {
+            let out = dispatcher
+                .dispatch_relayed(
+                    &relay,
+                    u64::MAX,
+                    false,
+                    point::ON_RUN_END,
+                    CallData::default(),
+                    None,
+                )
+                .await;
+            black_box(out);
+        });
+    });
+    let on_worker = ns_per_call(7, 200_000, || {
         let out = dispatcher.dispatch(point::ON_RUN_END, CallData::default(), None);
         black_box(out);
     });
@@ -129,7 +158,12 @@ fn main() {
             artifact_names: Some(Default::default()),
             ..CallData::default()
         };
-        black_box(dispatcher.dispatch(point::ON_RUN_END, data, None));
+        relay.block_on(async {
+            let out = dispatcher
+                .dispatch_relayed(&relay, u64::MAX, false, point::ON_RUN_END, data, None)
+                .await;
+            black_box(out);
+        });
     });
     let none = ns_per_call(7, 2_000_000, || {
         let out = dispatcher.dispatch(black_box(point::ON_PACK_END), CallData::default(), None);
@@ -154,10 +188,18 @@ fn main() {
         }
     });
 
-    println!("wt   dispatch, 8 no-op plugin hooks, deadlines on: {eight:>9.1} ns");
+    println!(
+        "wt   dispatch, 8 no-op plugin hooks, deadlines on: {eight:>9.1} ns (relayed on the lane's thread)"
+    );
+    println!(
+        "     batches of 200,000: fastest {fastest:.1} ns, slowest {slowest:.1} ns ({:+.0} % / {:+.0} % of the median)",
+        (fastest / eight - 1.0) * 100.0,
+        (slowest / eight - 1.0) * 100.0
+    );
     println!("wt   the same with the real context (snapshots):   {full:>9.1} ns");
+    println!("wt   the same on a dispatch worker (scenario points): {on_worker:>7.1} ns");
     println!("wt   dispatch, point with no active hook:          {none:>9.1} ns");
-    println!("     (diagnostic: the 8 calls inline, no hand-off:  {inline:>9.1} ns)");
+    println!("     (diagnostic: the 8 calls bare, no relay:       {inline:>9.1} ns)");
     println!("wt   vet + dlopen + instantiate one plugin:        {load:>9.3} ms");
 
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../bench/pluggy_dispatch.py");

@@ -295,6 +295,66 @@ fn write_json_to<T: Serialize + ?Sized>(
     })
 }
 
+/// The hooks' provenance as a trace's `hooks` field holds it, rendered once per sweep: every
+/// trace of the sweep carries the same, and rendering it for each one cost more than the
+/// rest of a no-op hook's calls.
+pub(crate) struct RenderedHooks {
+    /// The value as it appears in a pretty trace (one level of indentation in).
+    value: String,
+}
+
+impl RenderedHooks {
+    pub(crate) fn new(hooks: &[windtunnel_sdk::model::HookProvenance]) -> RenderedHooks {
+        let value = serde_json::to_string_pretty(hooks)
+            .expect("model types serialize")
+            .replace('\n', "\n  ");
+        RenderedHooks { value }
+    }
+}
+
+/// Writes a trace as [`write_json`] would, with its `hooks` field taken from `rendered`
+/// (which must be the rendering of `trace.hooks`) instead of rendered again.
+pub(crate) fn write_trace(
+    path: &Path,
+    trace: &mut Trace,
+    rendered: Option<&RenderedHooks>,
+) -> Result<(), StoreError> {
+    let Some(rendered) = rendered.filter(|_| trace.hooks.is_some()) else {
+        return write_json(path, trace);
+    };
+    // The field is written as an empty list where it belongs, then that list is replaced:
+    // a top-level key is the only line indented by exactly two spaces that starts with its
+    // quoted name (strings never hold a raw newline), so the place is unambiguous.
+    const MARK: &[u8] = b"\n  \"hooks\": []";
+    thread_local! {
+        static DOCS: std::cell::RefCell<(Vec<u8>, Vec<u8>)> =
+            const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+    }
+    let hooks = trace.hooks.replace(Vec::new());
+    let written = DOCS.with(|docs| {
+        let (plain, spliced) = &mut *docs.borrow_mut();
+        plain.clear();
+        serde_json::to_writer_pretty(&mut *plain, &*trace).expect("model types serialize");
+        // The field is near the end of a trace: look from there.
+        let at = plain.windows(MARK.len()).rposition(|w| w == MARK)?;
+        let list = at + MARK.len() - 2;
+        spliced.clear();
+        spliced.extend_from_slice(&plain[..list]);
+        spliced.extend_from_slice(rendered.value.as_bytes());
+        spliced.extend_from_slice(&plain[list + 2..]);
+        spliced.push(b'\n');
+        let written = write_file(path, spliced, false);
+        if spliced.capacity() > 1 << 20 {
+            *plain = Vec::new();
+            *spliced = Vec::new();
+        }
+        Some(written)
+    });
+    trace.hooks = hooks;
+    // Not found cannot happen (the field is always written); should it, the plain way.
+    written.unwrap_or_else(|| write_json(path, trace))
+}
+
 /// Creates the runs directory if needed.
 pub(crate) fn ensure_dir(dir: &Path) -> Result<(), StoreError> {
     std::fs::create_dir_all(dir).map_err(|source| StoreError::Write {
@@ -347,6 +407,45 @@ pub(crate) fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T
         path: path.to_owned(),
         source,
     })
+}
+
+#[cfg(test)]
+mod trace_tests {
+    use windtunnel_sdk::model::{AgentProcess, HookProvenance, Trace};
+
+    use super::*;
+
+    #[test]
+    fn a_trace_written_with_its_hooks_rendered_once_is_byte_for_byte_the_plain_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut p = HookProvenance::default();
+        p.name = "acme".into();
+        p.source = "/plugins/libacme \"q\" é.so".into();
+        p.version = "1.0.0".into();
+        p.sha256 = Some("ab".repeat(32));
+        p.settings.insert("WT_ACME_MODE".into(), "strict\n".into());
+        let hooks = vec![p.clone(), HookProvenance::default()];
+        let rendered = RenderedHooks::new(&hooks);
+        for processes in [false, true] {
+            let mut trace = Trace::new("run-1", "order-status");
+            trace.hooks = Some(hooks.clone());
+            trace
+                .worker_warnings
+                .push("  \"hooks\": [] in a warning".into());
+            trace.error = Some("x".into());
+            if processes {
+                trace.processes.push(AgentProcess::default());
+            }
+            let (a, b) = (dir.path().join("a.json"), dir.path().join("b.json"));
+            write_json(&a, &trace).unwrap();
+            write_trace(&b, &mut trace, Some(&rendered)).unwrap();
+            assert_eq!(
+                std::fs::read_to_string(&a).unwrap(),
+                std::fs::read_to_string(&b).unwrap()
+            );
+            assert_eq!(trace.hooks.as_deref(), Some(&hooks[..]));
+        }
+    }
 }
 
 #[cfg(test)]

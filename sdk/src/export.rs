@@ -142,22 +142,14 @@ impl<H: Hook> FfiHook for Adapter<H> {
                 point::ON_RUN_END => done(hook.on_run_end(&cx)),
                 point::ON_SCENARIO_END => done(hook.on_scenario_end(&cx)),
                 point::ON_PACK_END => done(hook.on_pack_end(&cx)),
-                point::TURN_BEGIN => {
-                    let call = turn_call(&cx)?;
-                    done(hook.turn_begin(&call, &cx))
-                }
+                point::TURN_BEGIN => with_turn_call(&cx, |call| done(hook.turn_begin(call, &cx))),
                 point::TURN_FINISH => {
-                    let result = cx
-                        .try_turn_result()
-                        .map_err(|e| e.to_string())?
-                        .ok_or("no turn_result in context")?;
-                    done(hook.turn_finish(&result, &cx))
+                    with_turn_result(&cx, |result| done(hook.turn_finish(result, &cx)))
                 }
-                point::GUARD_CHECK => {
-                    let call = turn_call(&cx)?;
-                    let decision = hook.guard_check(&call, &cx).map_err(|e| e.to_string())?;
+                point::GUARD_CHECK => with_turn_call(&cx, |call| {
+                    let decision = hook.guard_check(call, &cx).map_err(|e| e.to_string())?;
                     serde_json::to_string(&decision).map_err(|e| e.to_string())
-                }
+                }),
                 other => Err(format!("hook does not implement point {other}")),
             }
         }));
@@ -169,10 +161,102 @@ impl<H: Hook> FfiHook for Adapter<H> {
     }
 }
 
-fn turn_call(cx: &Context<'_>) -> Result<crate::TurnCall, String> {
-    cx.try_turn_call()
-        .map_err(|e| e.to_string())?
-        .ok_or_else(|| "no turn_call in context".to_owned())
+/// The last turn read on this thread, with the text it was read from: the next hook called
+/// about the same turn (another hook of this library, at the same point) reads nothing again,
+/// and a new turn reuses the strings' buffers — a turn observer costs a compare, or a copy
+/// per field, and no allocation.
+struct Last<T> {
+    text: String,
+    value: T,
+}
+
+impl<T> Last<T> {
+    fn read(
+        &mut self,
+        text: &str,
+        decode: fn(&str, &mut T) -> Result<(), String>,
+    ) -> Result<&T, String> {
+        if self.text != text {
+            self.text.clear();
+            decode(text, &mut self.value)?;
+            self.text.push_str(text);
+        }
+        Ok(&self.value)
+    }
+}
+
+thread_local! {
+    static TURN_CALL: RefCell<Last<crate::TurnCall>> = RefCell::new(Last {
+        text: String::new(),
+        value: crate::TurnCall::default(),
+    });
+    static TURN_RESULT: RefCell<Last<crate::TurnResult>> = RefCell::new(Last {
+        text: String::new(),
+        value: crate::TurnResult::new(crate::TurnCall::default(), crate::Outcome::Unknown),
+    });
+}
+
+/// Calls `f` with the turn about to start: read from its compact form when the host serves
+/// one (`wt` 1.5 and later), else parsed from its JSON member.
+fn with_turn_call<R>(
+    cx: &Context<'_>,
+    f: impl FnOnce(&crate::TurnCall) -> Result<R, String>,
+) -> Result<R, String> {
+    let mut f = Some(f);
+    let read = cx.with_raw(crate::member::TURN_CALL_FIELDS, |text| {
+        let f = f.take().expect("called once");
+        TURN_CALL.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut last) => f(last.read(text, crate::turn::fields::read_call_into)?),
+            // A hook called while another's call is read on this thread: a call of its own.
+            Err(_) => {
+                let mut call = crate::TurnCall::default();
+                crate::turn::fields::read_call_into(text, &mut call)?;
+                f(&call)
+            }
+        })
+    });
+    match (read, f) {
+        (Some(result), _) => result,
+        (None, Some(f)) => {
+            let call = cx
+                .try_turn_call()
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| "no turn_call in context".to_owned())?;
+            f(&call)
+        }
+        (None, None) => Err("no turn_call in context".to_owned()),
+    }
+}
+
+/// Calls `f` with the turn that ended (see [`with_turn_call`]).
+fn with_turn_result<R>(
+    cx: &Context<'_>,
+    f: impl FnOnce(&crate::TurnResult) -> Result<R, String>,
+) -> Result<R, String> {
+    let mut f = Some(f);
+    let read = cx.with_raw(crate::member::TURN_RESULT_FIELDS, |text| {
+        let f = f.take().expect("called once");
+        TURN_RESULT.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut last) => f(last.read(text, crate::turn::fields::read_result_into)?),
+            Err(_) => {
+                let mut result =
+                    crate::TurnResult::new(crate::TurnCall::default(), crate::Outcome::Unknown);
+                crate::turn::fields::read_result_into(text, &mut result)?;
+                f(&result)
+            }
+        })
+    });
+    match (read, f) {
+        (Some(result), _) => result,
+        (None, Some(f)) => {
+            let result = cx
+                .try_turn_result()
+                .map_err(|e| e.to_string())?
+                .ok_or("no turn_result in context")?;
+            f(&result)
+        }
+        (None, None) => Err("no turn_result in context".to_owned()),
+    }
 }
 
 thread_local! {

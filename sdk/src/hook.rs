@@ -391,6 +391,16 @@ impl MemberError {
 pub(crate) trait Access {
     fn get(&self, member: &str) -> Option<String>;
     fn call(&self, op: &str, arg: &str) -> std::result::Result<String, String>;
+    /// Calls `f` with a member's text where it lies (no copy), if present.
+    fn get_with(&self, member: &str, f: &mut dyn FnMut(&str)) -> bool {
+        match self.get(member) {
+            Some(text) => {
+                f(&text);
+                true
+            }
+            None => false,
+        }
+    }
 }
 
 impl Access for FfiContextRef<'_> {
@@ -398,6 +408,16 @@ impl Access for FfiContextRef<'_> {
         FfiContextRef::get(self, RStr::from_str(member))
             .into_option()
             .map(Into::into)
+    }
+
+    fn get_with(&self, member: &str, f: &mut dyn FnMut(&str)) -> bool {
+        match FfiContextRef::get(self, RStr::from_str(member)).into_option() {
+            Some(text) => {
+                f(text.as_str());
+                true
+            }
+            None => false,
+        }
     }
 
     fn call(&self, op: &str, arg: &str) -> std::result::Result<String, String> {
@@ -466,6 +486,18 @@ impl<'a> Context<'a> {
     /// `wt` sends that this SDK has no type for.
     pub fn raw(&self, member: &str) -> Option<String> {
         self.host.get(member)
+    }
+
+    /// `f` of a member's raw text where the host holds it (no copy); `None` when absent.
+    pub(crate) fn with_raw<R>(&self, member: &str, f: impl FnOnce(&str) -> R) -> Option<R> {
+        let mut f = Some(f);
+        let mut out = None;
+        self.host.get_with(member, &mut |text| {
+            if let Some(f) = f.take() {
+                out = Some(f(text));
+            }
+        });
+        out
     }
 
     /// A member read as any type you choose: `Ok(None)` when absent, `Err` when present but

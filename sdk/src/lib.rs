@@ -22,11 +22,11 @@
 //! crate-type = ["cdylib"]
 //!
 //! [dependencies]
-//! windtunnel-sdk = "~1.4"
+//! windtunnel-sdk = "~1.5"
 //! serde_json = "1"
 //!
 //! [dev-dependencies]
-//! windtunnel-sdk = { version = "~1.4", features = ["testing"] }
+//! windtunnel-sdk = { version = "~1.5", features = ["testing"] }
 //! ```
 //!
 //! `src/lib.rs`:
@@ -78,11 +78,11 @@
 //!
 //! | where the SDK comes from | `[dependencies]` line |
 //! | --- | --- |
-//! | a registry (once published) | `windtunnel-sdk = "~1.4"` |
+//! | a registry (once published) | `windtunnel-sdk = "~1.5"` |
 //! | a git repository | `windtunnel-sdk = { git = "https://…/windtunnel", rev = "…" }` |
 //! | a local checkout | `windtunnel-sdk = { path = "/path/to/windtunnel/sdk" }` |
 //!
-//! `~1.4` keeps cargo on 1.4.x: a `wt` accepts plugins built against its own SDK minor or an
+//! `~1.5` keeps cargo on 1.5.x: a `wt` accepts plugins built against its own SDK minor or an
 //! older one, so a plugin must not be built against a newer minor than the `wt` that loads
 //! it.
 //!

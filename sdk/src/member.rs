@@ -44,6 +44,12 @@ pub const TURN_CALL: &str = "turn_call";
 /// The turn that ended ([`TurnResult`](crate::TurnResult)); `turn_finish` only.
 pub const TURN_RESULT: &str = "turn_result";
 
+/// [`TURN_CALL`] in the compact form the SDK reads without a JSON parse (since 1.5; see
+/// [`crate::turn::fields`]). Not in [`ALL`]: it is the same member, encoded otherwise.
+pub const TURN_CALL_FIELDS: &str = "turn_call.fields";
+/// [`TURN_RESULT`] in the compact form (since 1.5).
+pub const TURN_RESULT_FIELDS: &str = "turn_result.fields";
+
 /// Every member this SDK knows, lifecycle members first.
 pub const ALL: [&str; 10] = [
     SCENARIO,

@@ -231,3 +231,338 @@ impl GuardDecision {
         }
     }
 }
+
+/// The compact form in which `wt` hands turn snapshots to plugins (since 1.5): a hook's
+/// `turn_begin`, `turn_finish` or `guard_check` reads its [`TurnCall`] or [`TurnResult`]
+/// with a copy per field instead of a JSON parse per hook — the difference between a turn
+/// observer costing microseconds and costing next to nothing. The JSON members
+/// ([`member::TURN_CALL`](crate::member::TURN_CALL), …) are still served, for plugins built
+/// against older SDKs and for hooks that read them raw.
+///
+/// The form: `1` (its version), the number of fields as 2 hex digits, each field's byte
+/// length as 8 hex digits, then the fields' bytes one after another. An optional field is
+/// `-` (absent) or `+` followed by the value. Fields a newer `wt` appends are ignored.
+#[doc(hidden)]
+pub mod fields {
+    use super::{Cause, Outcome, TurnCall, TurnResult};
+    use crate::model::TurnErrorKind;
+
+    const CALL_FIELDS: usize = 10;
+    const RESULT_FIELDS: usize = CALL_FIELDS + 5;
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+
+    /// Fields being written: their lengths go into the header, their bytes after it.
+    struct Writer<'a> {
+        fields: [&'a str; RESULT_FIELDS],
+        n: usize,
+    }
+
+    impl<'a> Writer<'a> {
+        fn new() -> Self {
+            Writer {
+                fields: [""; RESULT_FIELDS],
+                n: 0,
+            }
+        }
+
+        fn put(&mut self, field: &'a str) {
+            self.fields[self.n] = field;
+            self.n += 1;
+        }
+
+        fn finish(&self) -> String {
+            let fields = &self.fields[..self.n];
+            let body: usize = fields.iter().map(|f| f.len()).sum();
+            let mut head = [b'0'; 3 + 8 * RESULT_FIELDS];
+            head[0] = b'1';
+            put_hex(&mut head[1..3], self.n as u32);
+            for (i, f) in fields.iter().enumerate() {
+                put_hex(&mut head[3 + 8 * i..11 + 8 * i], f.len() as u32);
+            }
+            let head = &head[..3 + 8 * fields.len()];
+            let mut out = String::with_capacity(head.len() + body);
+            // The header is ASCII hex digits.
+            out.push_str(std::str::from_utf8(head).unwrap_or_default());
+            for f in fields {
+                out.push_str(f);
+            }
+            out
+        }
+    }
+
+    /// Writes `n` as lowercase hex digits filling `into`.
+    fn put_hex(into: &mut [u8], mut n: u32) {
+        for b in into.iter_mut().rev() {
+            *b = HEX[(n & 0xf) as usize];
+            n >>= 4;
+        }
+    }
+
+    fn put_call<'a>(w: &mut Writer<'a>, c: &'a TurnCall, turn: &'a str) {
+        w.put(&c.sweep_id);
+        w.put(&c.scenario_id);
+        w.put(&c.run_id);
+        w.put(&c.session_id);
+        w.put(&c.agent);
+        w.put(turn);
+        w.put(&c.input);
+        w.put(&c.started_at);
+        match &c.cause {
+            Cause::Scenario => {
+                w.put("scenario");
+                w.put("");
+            }
+            Cause::Converse { hook } => {
+                w.put("converse");
+                w.put(hook);
+            }
+            Cause::Unknown => {
+                w.put("unknown");
+                w.put("");
+            }
+        }
+    }
+
+    /// `call`, encoded.
+    pub fn call(call: &TurnCall) -> String {
+        let turn = call.turn.to_string();
+        let mut w = Writer::new();
+        put_call(&mut w, call, &turn);
+        w.finish()
+    }
+
+    /// `result`, encoded: its call's fields, then its own.
+    pub fn result(result: &TurnResult) -> String {
+        let turn = result.call.turn.to_string();
+        let error = result.error.as_deref().map(|e| format!("+{e}"));
+        let kind = result.error_kind.map(|k| format!("+{}", k.as_str()));
+        let denial = result
+            .denial
+            .as_ref()
+            .and_then(|d| serde_json::to_string(d).ok())
+            .map(|d| format!("+{d}"));
+        let mut w = Writer::new();
+        put_call(&mut w, &result.call, &turn);
+        w.put(&result.ended_at);
+        w.put(outcome_name(result.outcome));
+        w.put(error.as_deref().unwrap_or("-"));
+        w.put(kind.as_deref().unwrap_or("-"));
+        w.put(denial.as_deref().unwrap_or("-"));
+        w.finish()
+    }
+
+    fn outcome_name(o: Outcome) -> &'static str {
+        match o {
+            Outcome::Done => "Done",
+            Outcome::Failed => "Failed",
+            Outcome::Interrupted => "Interrupted",
+            Outcome::Denied => "Denied",
+            Outcome::Unknown => "Unknown",
+        }
+    }
+
+    fn outcome_of(name: &str) -> Outcome {
+        match name {
+            "Done" => Outcome::Done,
+            "Failed" => Outcome::Failed,
+            "Interrupted" => Outcome::Interrupted,
+            "Denied" => Outcome::Denied,
+            _ => Outcome::Unknown,
+        }
+    }
+
+    fn kind_of(name: &str) -> TurnErrorKind {
+        match name {
+            "timeout" => TurnErrorKind::Timeout,
+            "transport" => TurnErrorKind::Transport,
+            "protocol" => TurnErrorKind::Protocol,
+            "agent" => TurnErrorKind::Agent,
+            "interrupted" => TurnErrorKind::Interrupted,
+            _ => TurnErrorKind::Unknown,
+        }
+    }
+
+    /// The value of each byte as a hex digit, or 0xff.
+    const DIGIT: [u8; 256] = {
+        let mut t = [0xffu8; 256];
+        let mut i = 0;
+        while i < 16 {
+            t[HEX[i] as usize] = i as u8;
+            i += 1;
+        }
+        t
+    };
+
+    fn hex(bytes: &[u8]) -> Option<usize> {
+        let mut n = 0usize;
+        let mut bad = 0u8;
+        for &b in bytes {
+            let d = DIGIT[usize::from(b)];
+            bad |= d;
+            n = n << 4 | usize::from(d & 0xf);
+        }
+        (bad & 0xf0 == 0).then_some(n)
+    }
+
+    /// The first `want` fields of `text`, or `None` when it is not this form or has fewer.
+    fn split<const N: usize>(text: &str) -> Option<[&str; N]> {
+        let b = text.as_bytes();
+        if b.first() != Some(&b'1') {
+            return None;
+        }
+        let count = hex(b.get(1..3)?)?;
+        if count < N {
+            return None;
+        }
+        let mut at = 3 + 8 * count;
+        let mut out = [""; N];
+        for (i, slot) in out.iter_mut().enumerate() {
+            let len = hex(b.get(3 + 8 * i..11 + 8 * i)?)?;
+            *slot = text.get(at..at.checked_add(len)?)?;
+            at += len;
+        }
+        Some(out)
+    }
+
+    const BAD: &str = "turn fields: not the compact form this SDK reads";
+
+    fn set(into: &mut String, value: &str) {
+        if into != value {
+            into.clear();
+            into.push_str(value);
+        }
+    }
+
+    fn read_call(f: &[&str], into: &mut TurnCall) -> Result<(), String> {
+        set(&mut into.sweep_id, f[0]);
+        set(&mut into.scenario_id, f[1]);
+        set(&mut into.run_id, f[2]);
+        set(&mut into.session_id, f[3]);
+        set(&mut into.agent, f[4]);
+        into.turn = f[5].parse().map_err(|_| BAD.to_owned())?;
+        set(&mut into.input, f[6]);
+        set(&mut into.started_at, f[7]);
+        match (f[8], &mut into.cause) {
+            ("scenario", c) => *c = Cause::Scenario,
+            ("converse", Cause::Converse { hook }) => set(hook, f[9]),
+            ("converse", c) => {
+                *c = Cause::Converse {
+                    hook: f[9].to_owned(),
+                }
+            }
+            (_, c) => *c = Cause::Unknown,
+        }
+        Ok(())
+    }
+
+    fn opt(field: &str) -> Result<Option<&str>, String> {
+        match field.as_bytes().first() {
+            Some(b'-') if field.len() == 1 => Ok(None),
+            Some(b'+') => Ok(Some(&field[1..])),
+            _ => Err(BAD.to_owned()),
+        }
+    }
+
+    /// Decodes a call into `into`, reusing its strings' buffers.
+    pub fn read_call_into(text: &str, into: &mut TurnCall) -> Result<(), String> {
+        let f = split::<CALL_FIELDS>(text).ok_or(BAD)?;
+        read_call(&f, into)
+    }
+
+    /// Decodes a result into `into`, reusing its strings' buffers.
+    pub fn read_result_into(text: &str, into: &mut TurnResult) -> Result<(), String> {
+        let f = split::<RESULT_FIELDS>(text).ok_or(BAD)?;
+        read_call(&f, &mut into.call)?;
+        set(&mut into.ended_at, f[10]);
+        into.outcome = outcome_of(f[11]);
+        match (opt(f[12])?, &mut into.error) {
+            (None, e) => *e = None,
+            (Some(v), Some(e)) => set(e, v),
+            (Some(v), e) => *e = Some(v.to_owned()),
+        }
+        into.error_kind = opt(f[13])?.map(kind_of);
+        into.denial = match opt(f[14])? {
+            None => None,
+            Some(json) => {
+                Some(serde_json::from_str(json).map_err(|e| format!("turn fields: denial: {e}"))?)
+            }
+        };
+        Ok(())
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn calls_and_results_round_trip_whatever_their_text() {
+            let mut call = TurnCall::new("run-1", 3, "a:b\n12:x, é 🚀 \u{202e}");
+            call.sweep_id = "sweep".into();
+            call.scenario_id = "order-status".into();
+            call.session_id = "s-1".into();
+            call.agent = "demo".into();
+            call.started_at = "2026-12-01T00:00:00Z".into();
+            call.cause = Cause::Converse {
+                hook: "debrief".into(),
+            };
+            let mut back = TurnCall::default();
+            read_call_into(&super::call(&call), &mut back).unwrap();
+            assert_eq!(back, call);
+
+            let mut result = TurnResult::new(call.clone(), Outcome::Denied);
+            result.ended_at = "2026-12-01T00:00:01Z".into();
+            result.error = Some(String::new());
+            result.error_kind = Some(TurnErrorKind::Timeout);
+            result.denial = Some(crate::model::Denial {
+                guard: "g".into(),
+                code: "no".into(),
+                ..Default::default()
+            });
+            let mut into = TurnResult::new(TurnCall::default(), Outcome::Done);
+            into.error = Some("old text".into());
+            read_result_into(&super::result(&result), &mut into).unwrap();
+            assert_eq!(into, result);
+            // Absent fields read back absent, over a result that had them.
+            let plain = TurnResult::new(call, Outcome::Done);
+            read_result_into(&super::result(&plain), &mut into).unwrap();
+            assert_eq!(into, plain);
+        }
+
+        #[test]
+        fn a_malformed_form_is_an_error_never_a_panic() {
+            let good = super::call(&TurnCall::new("r", 0, "é"));
+            let mut into = TurnCall::default();
+            for cut in 0..good.len() {
+                if good.is_char_boundary(cut) {
+                    assert!(read_call_into(&good[..cut], &mut into).is_err(), "{cut}");
+                }
+            }
+            // A length that splits a character, a bad digit, too few fields.
+            let split_char = good.replacen("00000002", "00000001", 1);
+            for bad in [
+                "",
+                "x",
+                "10a",
+                "2",
+                &split_char,
+                &good.replacen('1', "2", 1),
+            ] {
+                assert!(read_call_into(bad, &mut into).is_err(), "{bad}");
+            }
+            // A result is not a call's form, nor a call a result's.
+            let mut result = TurnResult::new(TurnCall::default(), Outcome::Done);
+            assert!(read_result_into(&good, &mut result).is_err());
+        }
+
+        #[test]
+        fn fields_a_newer_wt_appends_are_ignored() {
+            let call = TurnCall::new("r", 7, "hello");
+            let good = super::call(&call);
+            // Eleven fields: the count, one more length, one more field.
+            let newer = format!("1{:02x}{}{:08x}{}new", 11, &good[3..83], 3, &good[83..]);
+            let mut into = TurnCall::default();
+            read_call_into(&newer, &mut into).unwrap();
+            assert_eq!(into, call);
+        }
+    }
+}

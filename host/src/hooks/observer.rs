@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use serde_json::Value;
 use windtunnel_abi::point;
 use windtunnel_sdk::{
-    GuardDecision, TurnCall, TurnResult, member,
+    GuardDecision, TurnCall, TurnResult,
     model::{AgentConfig, AggregateResult, Denial, Scenario, Score, Trace},
     turn::Cause as TurnCause,
 };
@@ -56,9 +56,11 @@ struct ArtifactNames {
 impl ArtifactNames {
     /// The scenario's snapshot, built once per sweep.
     fn scenario(&self, s: &Scenario) -> Arc<Scenario> {
-        self.scenarios
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        let mut scenarios = self.scenarios.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(a) = scenarios.get(&s.id) {
+            return a.clone();
+        }
+        scenarios
             .entry(s.id.clone())
             .or_insert_with(|| Arc::new(s.clone()))
             .clone()
@@ -71,11 +73,11 @@ impl ArtifactNames {
 }
 
 fn names_in(map: &Mutex<HashMap<String, Names>>, key: &str) -> Names {
-    map.lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .entry(key.to_owned())
-        .or_default()
-        .clone()
+    let mut map = map.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(names) = map.get(key) {
+        return names.clone();
+    }
+    map.entry(key.to_owned()).or_default().clone()
 }
 
 fn forget(map: &Mutex<HashMap<String, Names>>, key: &str) {
@@ -153,14 +155,10 @@ impl HookObserver {
         output(self.dispatcher.dispatch(point, data(), session))
     }
 
-    fn turn_data(call: &TurnCall) -> CallData {
+    /// A turn point's members: the turn, and the run and session ids it carries.
+    fn turn_data(call: &Arc<TurnCall>) -> CallData {
         CallData {
-            run_id: Some(Arc::from(call.run_id.as_str())),
-            session_id: Some(Arc::from(call.session_id.as_str())),
-            extra: vec![(
-                member::TURN_CALL,
-                Arc::from(serde_json::to_string(call).unwrap_or_default()),
-            )],
+            turn_call: Some(call.clone()),
             ..CallData::default()
         }
     }
@@ -263,7 +261,7 @@ impl HookObserver {
     pub(crate) fn relayed_begin_turn<'a>(
         &'a self,
         relay: &'a Relay,
-        call: &TurnCall,
+        call: &Arc<TurnCall>,
     ) -> impl Future<Output = TurnOpen> + Send + 'a {
         let d = &self.dispatcher;
         let guards = d.declared(point::GUARD_CHECK);
@@ -324,7 +322,7 @@ impl HookObserver {
         &'a self,
         relay: &'a Relay,
         open: TurnOpen,
-        result: &TurnResult,
+        result: &Arc<TurnResult>,
     ) -> impl Future<Output = Vec<String>> + Send + 'a {
         let mask = open.begun.iter().fold(0u64, |m, s| m | (1u64 << s));
         let dispatch = (mask != 0).then(|| {
@@ -346,13 +344,11 @@ impl HookObserver {
         }
     }
 
-    fn finish_data(result: &TurnResult) -> CallData {
-        let mut data = Self::turn_data(&result.call);
-        data.extra.push((
-            member::TURN_RESULT,
-            Arc::from(serde_json::to_string(result).unwrap_or_default()),
-        ));
-        data
+    fn finish_data(result: &Arc<TurnResult>) -> CallData {
+        CallData {
+            turn_result: Some(result.clone()),
+            ..CallData::default()
+        }
     }
 }
 
@@ -495,6 +491,7 @@ impl RunObserver for HookObserver {
 
     fn begin_turn(&self, call: &TurnCall) -> TurnOpen {
         let d = &self.dispatcher;
+        let call = &Arc::new(call.clone());
         let mut guards = d.declared(point::GUARD_CHECK);
         let mut begins = d.declared(point::TURN_BEGIN);
         let mut open = TurnOpen::default();
@@ -551,7 +548,7 @@ impl RunObserver for HookObserver {
             mask,
             true,
             point::TURN_FINISH,
-            Self::finish_data(result),
+            Self::finish_data(&Arc::new(result.clone())),
             None,
         );
         out.warnings
@@ -561,7 +558,12 @@ impl RunObserver for HookObserver {
 impl HookObserver {
     /// Runs one guard. Anything but an explicit allow denies: a denial, an error, a panic,
     /// an overrun, or a guard already quarantined (guards fail closed).
-    fn check(&self, slot: usize, call: &TurnCall, warnings: &mut Vec<String>) -> Option<Denial> {
+    fn check(
+        &self,
+        slot: usize,
+        call: &Arc<TurnCall>,
+        warnings: &mut Vec<String>,
+    ) -> Option<Denial> {
         let d = &self.dispatcher;
         let out = (d.quarantined() & (1 << slot) == 0).then(|| {
             d.dispatch_to(

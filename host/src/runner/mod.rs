@@ -49,6 +49,8 @@ pub struct RunConfig {
     pub agent: Agent,
     /// The SDK's view of `agent`, as hooks read it; built once, on first use.
     agent_view: std::sync::OnceLock<AgentConfig>,
+    /// `hooks`, as every trace writes them, rendered once, on first use.
+    rendered_hooks: std::sync::OnceLock<Option<store::RenderedHooks>>,
     pub out_dir: PathBuf,
     /// Overrides every scenario's `runs`.
     pub runs: Option<u32>,
@@ -143,6 +145,7 @@ impl RunConfig {
         RunConfig {
             agent,
             agent_view: std::sync::OnceLock::new(),
+            rendered_hooks: std::sync::OnceLock::new(),
             out_dir: out_dir.into(),
             runs: None,
             jobs: 1,
@@ -162,6 +165,13 @@ impl RunConfig {
     /// The agent as hooks see it ([`Agent::to_sdk`]).
     pub fn agent_view(&self) -> &AgentConfig {
         self.agent_view.get_or_init(|| self.agent.to_sdk())
+    }
+
+    /// [`RunConfig::hooks`] as traces write them.
+    fn rendered_hooks(&self) -> Option<&store::RenderedHooks> {
+        self.rendered_hooks
+            .get_or_init(|| self.hooks.as_deref().map(store::RenderedHooks::new))
+            .as_ref()
     }
 
     fn cancelled(&self) -> bool {
@@ -439,6 +449,7 @@ fn run_scenarios(
                 .unwrap_or_else(|| cfg.observer.clone()),
             relay: Arc::new(Relay::new()),
             world: Mutex::new(None),
+            provenance: Mutex::new(None),
         })
         .collect();
     // Each lane on a thread of its own; with hooks active, this thread watches their calls'

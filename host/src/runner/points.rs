@@ -90,23 +90,17 @@ impl<'l> Points<'l> {
         }
     }
 
-    pub(super) fn begin_turn(self, call: &TurnCall) -> impl Future<Output = TurnOpen> + Send + 'l {
+    pub(super) async fn begin_turn(self, call: &Arc<TurnCall>) -> TurnOpen {
         match self {
-            Points::Relayed(h, relay) => Either::relayed(h.relayed_begin_turn(relay, call)),
-            Points::InPlace(o) => Either::Ready(Some(o.begin_turn(call))),
+            Points::Relayed(h, relay) => h.relayed_begin_turn(relay, call).await,
+            Points::InPlace(o) => o.begin_turn(call),
         }
     }
 
-    pub(super) fn finish_turn(
-        self,
-        open: TurnOpen,
-        result: &TurnResult,
-    ) -> impl Future<Output = Vec<String>> + Send + 'l {
+    pub(super) async fn finish_turn(self, open: TurnOpen, result: &Arc<TurnResult>) -> Vec<String> {
         match self {
-            Points::Relayed(h, relay) => {
-                Either::relayed(h.relayed_finish_turn(relay, open, result))
-            }
-            Points::InPlace(o) => Either::Ready(Some(o.finish_turn(open, result))),
+            Points::Relayed(h, relay) => h.relayed_finish_turn(relay, open, result).await,
+            Points::InPlace(o) => o.finish_turn(open, result),
         }
     }
 }

@@ -58,7 +58,7 @@ impl<'s, 'a> RunRunner<'s, 'a> {
         trace.agent.model = cfg.agent.model.clone();
         trace.started_at = clock::rfc3339(started);
         trace.policy_revision = cfg.policy_revision.clone();
-        trace.hooks = cfg.hooks.clone();
+        trace.hooks = self.lane.provenance(cfg);
         if let Err(e) = lock(self.handle).reset_state() {
             trace.error = Some(format!("reset failed: {e}"));
         }
@@ -335,6 +335,7 @@ impl<'s, 'a> RunRunner<'s, 'a> {
             }),
         );
         lock(agg).add(&trace, Some(&score));
+        self.lane.keep_provenance(trace.hooks.take());
         Ok(score)
     }
 
@@ -364,7 +365,8 @@ impl<'s, 'a> RunRunner<'s, 'a> {
                     .push(format!("hook:{}: artifact not written: {e}", a.hook)),
             }
         }
-        store::write_json(&store::trace_path(dir, stem), trace)
+        let rendered = self.sc.cfg.rendered_hooks();
+        store::write_trace(&store::trace_path(dir, stem), trace, rendered)
     }
 }
 

@@ -32,6 +32,26 @@ pub(super) struct Lane {
     pub relay: Arc<crate::hooks::dispatch::Relay>,
     /// The world server this lane keeps between its runs (`per = "lane"`).
     pub world: Mutex<Option<super::world::Kept>>,
+    /// The hooks' provenance, lent to each of the lane's traces in turn (copied once per
+    /// lane, not once per run).
+    pub provenance: Mutex<Option<Vec<windtunnel_sdk::model::HookProvenance>>>,
+}
+
+impl Lane {
+    /// The provenance a run's trace carries ([`RunConfig::hooks`]).
+    pub(super) fn provenance(
+        &self,
+        cfg: &RunConfig,
+    ) -> Option<Vec<windtunnel_sdk::model::HookProvenance>> {
+        lock(&self.provenance).take().or_else(|| cfg.hooks.clone())
+    }
+
+    /// Takes back what [`Lane::provenance`] lent, once the run's trace is written.
+    pub(super) fn keep_provenance(&self, p: Option<Vec<windtunnel_sdk::model::HookProvenance>>) {
+        if p.is_some() {
+            *lock(&self.provenance) = p;
+        }
+    }
 }
 
 /// Where a scenario is in its life.

@@ -44,14 +44,14 @@ impl TurnRunner<'_, '_> {
                 ..self.scope.clone()
             };
             let call = turn_hooks.then(|| {
-                turn_call(
+                Arc::new(turn_call(
                     sc,
                     &trace.run_id,
                     &trace.session_id,
                     index,
                     text,
                     TurnCause::Scenario,
-                )
+                ))
             });
             let mut open = match &call {
                 Some(call) => self.points.begin_turn(call).await,
@@ -174,7 +174,7 @@ async fn finish(
     cfg: &RunConfig,
     points: Points<'_>,
     open: TurnOpen,
-    call: Option<TurnCall>,
+    call: Option<Arc<TurnCall>>,
     outcome: Outcome,
     error: Option<runtime::TurnError>,
     denial: Option<Denial>,
@@ -182,12 +182,13 @@ async fn finish(
     let Some(call) = call else {
         return Vec::new();
     };
-    let mut result = TurnResult::new(call, outcome);
+    // The begin's snapshots are gone by now: the call moves into the result uncopied.
+    let mut result = TurnResult::new(Arc::unwrap_or_clone(call), outcome);
     result.ended_at = cfg.clock.now_rfc3339();
     result.error_kind = error.as_ref().map(|e| e.kind);
     result.error = error.map(|e| e.message);
     result.denial = denial;
-    points.finish_turn(open, &result).await
+    points.finish_turn(open, &Arc::new(result)).await
 }
 
 /// What turn hooks and guards are told of a turn about to start.

@@ -70,15 +70,16 @@ impl CallRecord {
         slot: usize,
         result: Result<String, String>,
         fatal: bool,
-        frame: super::services::Frame,
+        out: Option<Box<super::services::Outputs>>,
     ) -> CallRecord {
+        let out = out.map(|o| *o).unwrap_or_default();
         CallRecord {
             slot,
             result,
-            warnings: frame.warnings.into_inner().unwrap_or_default(),
-            artifacts: frame.artifacts.into_inner().unwrap_or_default(),
-            conversed: frame.conversed.load(Ordering::Acquire),
-            converse_timed_out: frame.timed_out.load(Ordering::Acquire),
+            warnings: out.warnings,
+            artifacts: out.artifacts,
+            conversed: out.conversed,
+            converse_timed_out: out.timed_out,
             fatal,
         }
     }
@@ -131,8 +132,6 @@ pub(super) struct Shared {
     pub(super) runner_parked: Padded<AtomicBool>,
     /// The hooks, held by the worker for its whole life (no per-job reference counting).
     pub(super) hooks: Arc<[Arc<ActiveHook>]>,
-    /// Their names, as each call's context carries them.
-    pub(super) names: Arc<[Arc<str>]>,
     /// The thread waiting for the current job; replaced only when another thread
     /// dispatches, read only to wake it.
     pub(super) runner: Mutex<Option<Thread>>,
@@ -158,10 +157,7 @@ pub(super) struct Worker {
 }
 
 impl Worker {
-    pub(super) fn spawn(
-        hooks: Arc<[Arc<ActiveHook>]>,
-        names: Arc<[Arc<str>]>,
-    ) -> std::io::Result<Worker> {
+    pub(super) fn spawn(hooks: Arc<[Arc<ActiveHook>]>) -> std::io::Result<Worker> {
         let shared = Arc::new(Shared {
             job: Padded(Mutex::new(None)),
             submitted: Padded(AtomicU64::new(0)),
@@ -175,7 +171,6 @@ impl Worker {
             worker_parked: Padded(AtomicBool::new(false)),
             runner_parked: Padded(AtomicBool::new(false)),
             hooks,
-            names,
             runner: Mutex::new(None),
         });
         let for_thread = shared.clone();
@@ -256,7 +251,7 @@ fn run_job(shared: &Arc<Shared>, job: &Job) {
             return;
         }
 
-        let services = WorkerServices::new(shared, job, &shared.names[slot], hook.reads_sdk_1_0());
+        let services = WorkerServices::new(shared, job, &hook.name, hook.reads_sdk_1_0());
         let (result, fatal) = match hook.call(job.point, &services) {
             Ok(v) => (Ok(v), false),
             Err(CallError::Failed(e)) => (Err(e), false),
@@ -270,12 +265,13 @@ fn run_job(shared: &Arc<Shared>, job: &Job) {
             // The waiting thread gave up on this call first: it owns what comes next.
             return;
         }
-        if matches!(&result, Ok(v) if v.is_empty()) && services.frame.is_quiet() {
+        let out = services.frame.into_outputs();
+        if matches!(&result, Ok(v) if v.is_empty()) && out.is_none() {
             quiet |= 1 << slot;
             shared.quiet_ok.store(quiet, Ordering::Release);
             continue;
         }
-        lock(&shared.records).push(CallRecord::new(slot, result, fatal, services.frame));
+        lock(&shared.records).push(CallRecord::new(slot, result, fatal, out));
     }
 }
 

@@ -47,7 +47,6 @@ pub use snapshot::CallData;
 
 use handoff::{CallRecord, Job, Worker, lock, retire, wait};
 use relay::Call;
-use services::{CallServices, Frame};
 use snapshot::Snapshot;
 
 use crate::{
@@ -152,8 +151,6 @@ struct Inner {
 /// The active hooks of one invocation and everything needed to call them safely.
 pub struct Dispatcher {
     hooks: Arc<[Arc<ActiveHook>]>,
-    /// The hooks' names, as each call's context carries them.
-    names: Arc<[Arc<str>]>,
     /// Per point, the bitmask of hooks that declared it.
     by_point: [u64; 10],
     /// The hooks that live in processes of their own.
@@ -180,7 +177,6 @@ impl Dispatcher {
     pub fn new(hooks: Vec<ActiveHook>, deadlines: Deadlines) -> Dispatcher {
         assert!(hooks.len() <= Self::MAX_HOOKS, "at most 64 active hooks");
         let hooks: Arc<[Arc<ActiveHook>]> = hooks.into_iter().map(Arc::new).collect();
-        let names = hooks.iter().map(|h| Arc::from(h.name.as_str())).collect();
         let mut by_point = [0u64; 10];
         for p in point::ALL {
             for (i, h) in hooks.iter().enumerate() {
@@ -207,7 +203,6 @@ impl Dispatcher {
             .fold(0u64, |m, (i, _)| m | (1 << i));
         Dispatcher {
             hooks,
-            names,
             by_point,
             isolated,
             deadlines,
@@ -244,7 +239,6 @@ impl Dispatcher {
             .collect::<Result<Arc<[_]>, _>>()?;
         Ok(Dispatcher {
             hooks,
-            names: self.names.clone(),
             by_point: self.by_point,
             isolated: self.isolated,
             deadlines: self.deadlines,
@@ -408,7 +402,7 @@ impl Dispatcher {
         };
         let worker = match worker {
             Some(w) => w,
-            None => match Worker::spawn(self.hooks.clone(), self.names.clone()) {
+            None => match Worker::spawn(self.hooks.clone()) {
                 Ok(w) => w,
                 Err(e) => {
                     for (i, h) in self.hooks.iter().enumerate() {
@@ -500,60 +494,55 @@ impl Dispatcher {
         data: CallData,
         session: Option<&dyn Session>,
     ) -> impl Future<Output = DispatchOutput> + Send + 'a {
-        let mut order = self.declared(point) & mask & !self.quarantined();
+        let order = self.declared(point) & mask & !self.quarantined();
         // The session is reached through a ref that stops working when its call is
         // abandoned; the future holds no borrow of it.
-        let session = (order != 0)
-            .then(|| session.map(|s| Arc::new(relay.session_ref(s))))
-            .flatten();
-        let has_session = session.is_some();
+        let shared = (order != 0).then(|| {
+            Arc::new(relay::Point {
+                snapshot: Snapshot::new(data),
+                point,
+                caps: self.caps,
+                session: session.map(|s| relay.session_ref(s)),
+                converse_timeout: self.deadlines.converse,
+            })
+        });
         async move {
             let mut out = DispatchOutput::default();
-            if order == 0 {
+            let Some(shared) = shared else {
                 return out;
-            }
-            let snapshot = Arc::new(Snapshot::new(data));
-            while order != 0 {
+            };
+            let mut slots = Vec::with_capacity(order.count_ones() as usize);
+            let mut left = order;
+            while left != 0 {
                 let slot = if reverse {
-                    63 - order.leading_zeros() as usize
+                    63 - left.leading_zeros() as usize
                 } else {
-                    order.trailing_zeros() as usize
+                    left.trailing_zeros() as usize
                 };
-                order &= !(1u64 << slot);
-                // Another lane may have quarantined it meanwhile.
-                if self.quarantined() & (1 << slot) != 0 {
-                    continue;
-                }
-                let hook = &self.hooks[slot];
-                let call = Call {
-                    hook: hook.clone(),
-                    point,
-                    deadline: self.deadline(point),
-                    services: CallServices {
-                        frame: Frame::new(
-                            snapshot.clone(),
-                            point,
-                            self.caps,
-                            self.names[slot].clone(),
-                            has_session,
-                            hook.reads_sdk_1_0(),
-                        ),
-                        session: session.clone(),
-                        converse_timeout: self.deadlines.converse,
-                    },
-                };
-                match relay.call(call).await {
-                    Ok((result, services)) => {
+                left &= !(1u64 << slot);
+                slots.push(slot);
+            }
+            let deadline = self.deadline(point);
+            let calls = slots
+                .iter()
+                .map(|&slot| Call {
+                    hook: self.hooks[slot].clone(),
+                    deadline,
+                })
+                .collect();
+            let replies = relay.calls(shared, calls).await;
+            for (slot, reply) in slots.into_iter().zip(replies) {
+                match reply {
+                    Ok((result, outputs)) => {
                         let (result, fatal) = match result {
                             Ok(v) => (Ok(v), false),
                             Err(CallError::Failed(e)) => (Err(e), false),
                             Err(CallError::Fatal(e)) => (Err(e), true),
                         };
-                        if matches!(&result, Ok(v) if v.is_empty()) && services.frame.is_quiet()
-                        {
+                        if matches!(&result, Ok(v) if v.is_empty()) && outputs.is_none() {
                             self.quiet_ok(1 << slot, &mut out);
                         } else {
-                            let record = CallRecord::new(slot, result, fatal, services.frame);
+                            let record = CallRecord::new(slot, result, fatal, outputs);
                             self.absorb(record, &mut out);
                         }
                     }

@@ -3,17 +3,19 @@
 //!
 //! A lane of a sweep is a future (the runner's code is `async` from the lane down to the hook
 //! points) driven by one thread, its *driver*. At a hook point the future does not call the
-//! hook itself: it leaves the call with its [`Relay`] and suspends ([`Relay::call`]); the
-//! driver makes the call, outside the future, on its own stack, and polls the future again
-//! with the result. No other thread is woken, so a hook call costs about a function call —
-//! no hand-off, no spinning core, no futex wake per point.
+//! hooks itself: it leaves the point's calls with its [`Relay`] and suspends
+//! ([`Relay::calls`]); the driver makes them one after another, outside the future, on its
+//! own stack, and polls the future again with their results. No other thread is woken, so a
+//! hook call costs about a function call — no hand-off, no spinning core, no futex wake per
+//! point.
 //!
 //! Deadlines stay: the thread that started the lanes watches them ([`run_lanes`]). A few
 //! times per deadline it looks at each lane's call in progress; a call seen for longer than
 //! its deadline is abandoned — one compare-and-swap on the lane's state word decides between
 //! "it returned" and "it hung" —, an isolated hook's process is killed, and a new driver
-//! takes the lane over: it resumes the future with [`Hung`] (the dispatcher quarantines the
-//! hook and goes on with the next one), so the run goes on, on another thread. The old
+//! takes the lane over: it records [`Hung`] for that call (the dispatcher quarantines the
+//! hook), makes the point's remaining calls and resumes the future, so the run goes on, on
+//! another thread. The old
 //! driver is left to the hung call; if the call ever returns, the old driver sees it was
 //! abandoned and ends without touching anything of the lane.
 //!
@@ -45,10 +47,16 @@ use std::{
 
 use serde_json::Value;
 
-use super::{ConverseError, Session, handoff::lock};
+use super::{
+    ConverseError, Session,
+    handoff::lock,
+    services::{CallServices, Frame, Outputs},
+    snapshot::Snapshot,
+};
 use crate::{
     hooks::registry::{ActiveHook, CallError},
     interrupt::{CUT_HOOK_DEADLINE, Interrupt},
+    limits::HookCaps,
 };
 
 /// A lane: the runner's code for one worker of the sweep, from its first scenario to its
@@ -58,9 +66,9 @@ pub type LaneFuture<'env> = Pin<Box<dyn Future<Output = ()> + Send + 'env>>;
 /// Set in the state word by the watchdog when it gives up on the call in progress.
 const ABANDONED: u64 = 1 << 63;
 
-/// The outcome of a relayed call: what the hook returned and the services it used, or
+/// The outcome of a relayed call: what the hook returned and what else it left, or
 /// [`Hung`].
-pub(crate) type Reply<S> = Result<(Result<String, CallError>, S), Hung>;
+pub(super) type Reply = Result<(Result<String, CallError>, Option<Box<Outputs>>), Hung>;
 
 /// A call that overran its deadline and was abandoned.
 #[derive(Debug, Clone, Copy)]
@@ -69,17 +77,27 @@ pub(crate) struct Hung {
     pub(crate) after: Duration,
 }
 
-/// One hook call a lane wants made.
-pub(crate) struct Call<S> {
-    pub(crate) hook: Arc<ActiveHook>,
-    pub(crate) point: u32,
-    pub(crate) deadline: Duration,
-    pub(crate) services: S,
+/// What a point's calls share, owned (an abandoned call holds nothing of the lane's): the
+/// members, the session, the caps.
+pub(super) struct Point {
+    pub(super) snapshot: Snapshot,
+    pub(super) point: u32,
+    pub(super) caps: HookCaps,
+    pub(super) session: Option<SessionRef>,
+    pub(super) converse_timeout: Duration,
 }
 
-/// The services a relayed call gets: owned, so that an abandoned call holds nothing of the
-/// lane's.
-pub(crate) type Services = super::services::CallServices;
+/// One hook call a lane wants made at a [`Point`].
+pub(super) struct Call {
+    pub(super) hook: Arc<ActiveHook>,
+    pub(super) deadline: Duration,
+}
+
+/// A point's calls not made yet.
+struct Batch {
+    point: Arc<Point>,
+    calls: std::vec::IntoIter<Call>,
+}
 
 /// What the watchdog needs to know of the call in progress.
 #[derive(Clone)]
@@ -98,11 +116,13 @@ struct Gate {
     inside: AtomicU32,
 }
 
-/// One lane's relay: where its future waits, the call it wants made, and the reply.
+/// One lane's relay: where its future waits, the calls it wants made, and their replies.
 pub struct Relay {
     future: Mutex<Option<LaneFuture<'static>>>,
-    pending: Mutex<Option<Call<Services>>>,
-    reply: Mutex<Option<Reply<Services>>>,
+    /// The point's calls not made yet, in order; `None` when the future is not waiting.
+    pending: Mutex<Option<Batch>>,
+    /// The replies of the point's calls made so far, in order.
+    replies: Mutex<Vec<Reply>>,
     /// The call in progress: `(call number << 8) | 1`, 0 when idle, with [`ABANDONED`] once
     /// the watchdog gave up on it.
     state: AtomicU64,
@@ -124,7 +144,7 @@ impl Relay {
         Relay {
             future: Mutex::new(None),
             pending: Mutex::new(None),
-            reply: Mutex::new(None),
+            replies: Mutex::new(Vec::new()),
             state: AtomicU64::new(0),
             calls: AtomicU64::new(0),
             current: Mutex::new(None),
@@ -133,11 +153,19 @@ impl Relay {
         }
     }
 
-    /// Has the lane's driver make `call`: the future suspends until the reply is in.
-    pub(crate) fn call(&self, call: Call<Services>) -> impl Future<Output = Reply<Services>> + '_ {
-        CallFuture {
+    /// Has the lane's driver make `calls`, in order: the future suspends until every reply
+    /// is in (one per call, in the same order).
+    pub(super) fn calls(
+        &self,
+        point: Arc<Point>,
+        calls: Vec<Call>,
+    ) -> impl Future<Output = Vec<Reply>> + '_ {
+        CallsFuture {
             relay: self,
-            call: Some(call),
+            batch: Some(Batch {
+                point,
+                calls: calls.into_iter(),
+            }),
         }
     }
 
@@ -170,19 +198,38 @@ impl Relay {
             match future.as_mut().poll(&mut cx) {
                 Poll::Ready(()) => return,
                 Poll::Pending => {
-                    let call = lock(&self.pending)
-                        .take()
-                        .expect("a future driven by a relay suspends only at a relayed call");
-                    let reply = self.make(call).expect("nobody abandons calls without a watchdog");
-                    *lock(&self.reply) = Some(reply);
+                    assert!(
+                        lock(&self.pending).is_some(),
+                        "a future driven by a relay suspends only at relayed calls"
+                    );
+                    assert!(self.make_pending(), "nobody abandons calls without a watchdog");
                 }
             }
         }
     }
 
-    /// Makes one call on this thread; `None` when the watchdog abandoned it meanwhile (the
-    /// lane is someone else's now).
-    fn make(&self, call: Call<Services>) -> Option<Reply<Services>> {
+    /// Makes the pending calls on this thread, one after another, recording each reply;
+    /// `false` when the watchdog abandoned one of them meanwhile (the lane is someone
+    /// else's now, and so are the calls left).
+    fn make_pending(&self) -> bool {
+        let Some(point) = lock(&self.pending).as_ref().map(|b| b.point.clone()) else {
+            return true;
+        };
+        loop {
+            let next = lock(&self.pending).as_mut().and_then(|b| b.calls.next());
+            let Some(call) = next else {
+                *lock(&self.pending) = None;
+                return true;
+            };
+            match self.make(&point, call) {
+                Some(reply) => lock(&self.replies).push(reply),
+                None => return false,
+            }
+        }
+    }
+
+    /// Makes one call on this thread; `None` when the watchdog abandoned it meanwhile.
+    fn make(&self, point: &Point, call: Call) -> Option<Reply> {
         let n = self.calls.fetch_add(1, Ordering::Relaxed) + 1;
         let tag = (n << 8) | 1;
         *lock(&self.current) = Some(Current {
@@ -192,8 +239,20 @@ impl Relay {
         self.state.store(tag, Ordering::Release);
         // Plugins' panics are caught on their side of the boundary; this catches the host's
         // own (an isolated hook's parent side), which must not end the lane's driver.
+        let services = CallServices {
+            frame: Frame::new(
+                &point.snapshot,
+                point.point,
+                point.caps,
+                &call.hook.name,
+                point.session.is_some(),
+                call.hook.reads_sdk_1_0(),
+            ),
+            session: point.session.as_ref(),
+            converse_timeout: point.converse_timeout,
+        };
         let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            call.hook.call(call.point, &call.services)
+            call.hook.call(point.point, &services)
         }))
         .unwrap_or_else(|p| {
             Err(CallError::Failed(format!(
@@ -204,7 +263,7 @@ impl Relay {
         self.state
             .compare_exchange(tag, 0, Ordering::AcqRel, Ordering::Acquire)
             .ok()?;
-        Some(Ok((result, call.services)))
+        Some(Ok((result, services.frame.into_outputs())))
     }
 
     fn group(&self) -> Option<Arc<Group>> {
@@ -212,25 +271,22 @@ impl Relay {
     }
 }
 
-/// The future of one relayed call.
-struct CallFuture<'r> {
+/// The future of one point's relayed calls.
+struct CallsFuture<'r> {
     relay: &'r Relay,
-    call: Option<Call<Services>>,
+    batch: Option<Batch>,
 }
 
-impl Future for CallFuture<'_> {
-    type Output = Reply<Services>;
+impl Future for CallsFuture<'_> {
+    type Output = Vec<Reply>;
 
     fn poll(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Self::Output> {
-        if let Some(call) = self.call.take() {
-            *lock(&self.relay.pending) = Some(call);
+        if let Some(batch) = self.batch.take() {
+            lock(&self.relay.replies).clear();
+            *lock(&self.relay.pending) = Some(batch);
             return Poll::Pending;
         }
-        match lock(&self.relay.reply).take() {
-            Some(reply) => Poll::Ready(reply),
-            // Polled again without a reply: only a driver bug could do that.
-            None => Poll::Pending,
-        }
+        Poll::Ready(std::mem::take(&mut *lock(&self.relay.replies)))
     }
 }
 
@@ -452,9 +508,12 @@ fn rescue(relay: &Relay, hung: Hung) {
     while relay.gate.inside.load(Ordering::SeqCst) != 0 {
         std::thread::sleep(Duration::from_millis(1));
     }
-    *lock(&relay.reply) = Some(Err(hung));
+    lock(&relay.replies).push(Err(hung));
     relay.state.store(0, Ordering::Release);
-    drive(relay);
+    // The point's calls after the hung one, then the lane.
+    if relay.make_pending() {
+        drive(relay);
+    }
 }
 
 /// Polls the lane's future, making its calls, until it completes or a call of this driver's
@@ -479,20 +538,19 @@ fn drive(relay: &Relay) {
                 return;
             }
             Ok(Poll::Pending) => {
-                let Some(call) = lock(&relay.pending).take() else {
+                if lock(&relay.pending).is_none() {
                     let _ = std::panic::catch_unwind(AssertUnwindSafe(move || drop(future)));
                     finish(
                         relay,
-                        Some(Box::new("a lane suspended without a relayed call")),
+                        Some(Box::new("a lane suspended without relayed calls")),
                     );
                     return;
-                };
-                // The future goes back first: if this call is abandoned, the new driver
-                // finds it there.
+                }
+                // The future goes back first: if a call is abandoned, the new driver finds it
+                // there.
                 *lock(&relay.future) = Some(future);
-                match relay.make(call) {
-                    Some(reply) => *lock(&relay.reply) = Some(reply),
-                    None => return,
+                if !relay.make_pending() {
+                    return;
                 }
             }
         }

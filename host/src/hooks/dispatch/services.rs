@@ -8,10 +8,7 @@
 //! Must not panic: a panic here would unwind into plugin code across the FFI boundary.
 
 use std::{
-    sync::{
-        Arc, Mutex,
-        atomic::{AtomicBool, Ordering},
-    },
+    sync::{Arc, Mutex, atomic::Ordering},
     time::Duration,
 };
 
@@ -27,31 +24,37 @@ use super::{
 };
 use crate::{hooks::registry::HostServices, limits::HookCaps};
 
-/// What one call sees and what it produced: its point, members, caps, and the warnings,
-/// artifacts and converse flags it left.
-pub(crate) struct Frame {
-    pub(super) snapshot: Arc<Snapshot>,
+/// What one call left besides its return value; allocated only when it left something.
+#[derive(Default)]
+pub(crate) struct Outputs {
+    pub(super) warnings: Vec<String>,
+    pub(super) artifacts: Vec<(Option<String>, Value)>,
+    pub(super) conversed: bool,
+    /// A converse of the call timed out.
+    pub(super) timed_out: bool,
+}
+
+/// What one call sees: its point, members and caps; and what it left ([`Outputs`]).
+pub(crate) struct Frame<'a> {
+    pub(super) snapshot: &'a Snapshot,
     pub(super) point: u32,
     pub(super) caps: HookCaps,
-    pub(super) hook: Arc<str>,
+    pub(super) hook: &'a str,
     pub(super) has_session: bool,
     /// The hook was built against SDK 1.0: members come in the shape it reads.
     pub(super) sdk_1_0: bool,
-    pub(super) warnings: Mutex<Vec<String>>,
-    pub(super) artifacts: Mutex<Vec<(Option<String>, Value)>>,
-    pub(super) conversed: AtomicBool,
-    pub(super) timed_out: AtomicBool,
+    out: Mutex<Option<Box<Outputs>>>,
 }
 
-impl Frame {
+impl<'a> Frame<'a> {
     pub(super) fn new(
-        snapshot: Arc<Snapshot>,
+        snapshot: &'a Snapshot,
         point: u32,
         caps: HookCaps,
-        hook: Arc<str>,
+        hook: &'a str,
         has_session: bool,
         sdk_1_0: bool,
-    ) -> Frame {
+    ) -> Frame<'a> {
         Frame {
             snapshot,
             point,
@@ -59,20 +62,18 @@ impl Frame {
             hook,
             has_session,
             sdk_1_0,
-            warnings: Mutex::new(Vec::new()),
-            artifacts: Mutex::new(Vec::new()),
-            conversed: AtomicBool::new(false),
-            timed_out: AtomicBool::new(false),
+            out: Mutex::new(None),
         }
     }
 
-    /// Whether the call left nothing to record (no warning, artifact or converse).
-    pub(super) fn is_quiet(&self) -> bool {
-        lock(&self.warnings).is_empty()
-            && lock(&self.artifacts).is_empty()
-            && !self.conversed.load(Ordering::Acquire)
+    /// What the call left (`None`: nothing — no warning, artifact or converse).
+    pub(super) fn into_outputs(self) -> Option<Box<Outputs>> {
+        self.out.into_inner().unwrap_or_else(|e| e.into_inner())
     }
 
+    fn left(&self, f: impl FnOnce(&mut Outputs)) {
+        f(lock(&self.out).get_or_insert_with(Box::default));
+    }
 
     fn member(&self, name: &str) -> Option<String> {
         self.snapshot.member_for(name, self.sdk_1_0)
@@ -89,22 +90,24 @@ impl Frame {
         match op {
             op::WARN => {
                 let text = rules::cut_warning(arg, self.caps.warning_bytes);
-                lock(&self.warnings).push(format!("hook:{}: {text}", self.hook));
+                let line = format!("hook:{}: {text}", self.hook);
+                self.left(|o| o.warnings.push(line));
                 Ok("null".into())
             }
             op::EMIT_ARTIFACT => self.emit_artifact(arg).inspect_err(|e| {
-                lock(&self.warnings).push(format!("hook:{}: artifact refused: {e}", self.hook));
+                let line = format!("hook:{}: artifact refused: {e}", self.hook);
+                self.left(|o| o.warnings.push(line));
             }),
             op::CONVERSE => {
                 if !self.has_session {
                     return Err("the run's session is unusable; converse is unavailable".into());
                 }
-                self.conversed.store(true, Ordering::Release);
-                match session(SessionRequest::Converse(self.hook.to_string(), arg.to_owned())) {
+                self.left(|o| o.conversed = true);
+                match session(SessionRequest::Converse(self.hook.to_owned(), arg.to_owned())) {
                     Ok(reply) => serde_json::to_string(&reply).map_err(|e| e.to_string()),
                     Err(e) => {
                         if matches!(e, ConverseError::TimedOut(_)) {
-                            self.timed_out.store(true, Ordering::Release);
+                            self.left(|o| o.timed_out = true);
                         }
                         Err(e.to_string())
                     }
@@ -126,33 +129,33 @@ impl Frame {
     /// Checks the artifact by the SDK's rules ([`rules::check_artifact`]) and claims its
     /// name in the call's scope.
     fn emit_artifact(&self, arg: &str) -> Result<String, String> {
-        let a = rules::check_artifact(&self.hook, arg, self.caps.artifact_bytes)?;
+        let a = rules::check_artifact(self.hook, arg, self.caps.artifact_bytes)?;
         if let Some(names) = &self.snapshot.data.artifact_names
             && !lock(names).insert(a.name.clone())
         {
             return Err(rules::artifact_written_twice(&a.name));
         }
-        lock(&self.artifacts).push((a.label, a.payload));
+        self.left(|o| o.artifacts.push((a.label, a.payload)));
         Ok("null".into())
     }
 }
 
-/// The host side of a call relayed on the lane's thread: owned, so that an abandoned call
-/// holds nothing of the lane's but a [`SessionRef`] that stops working when it is abandoned.
-pub(crate) struct CallServices {
-    pub(super) frame: Frame,
-    pub(super) session: Option<Arc<SessionRef>>,
+/// The host side of a call relayed on the lane's thread: the session is reached through a
+/// [`SessionRef`] that stops working when the call is abandoned.
+pub(crate) struct CallServices<'a> {
+    pub(super) frame: Frame<'a>,
+    pub(super) session: Option<&'a SessionRef>,
     pub(super) converse_timeout: Duration,
 }
 
-impl HostServices for CallServices {
+impl HostServices for CallServices<'_> {
     fn member(&self, name: &str) -> Option<String> {
         self.frame.member(name)
     }
 
     fn call(&self, op: &str, arg: &str) -> Result<String, String> {
         self.frame.serve(op, arg, |request| {
-            let Some(session) = &self.session else {
+            let Some(session) = self.session else {
                 return Err(ConverseError::Failed("no session".into()));
             };
             match request {
@@ -172,21 +175,19 @@ impl HostServices for CallServices {
 /// thread's, asked over the hand-off.
 pub(super) struct WorkerServices<'a> {
     pub(super) shared: &'a Arc<Shared>,
-    pub(super) frame: Frame,
+    pub(super) frame: Frame<'a>,
 }
 
-impl WorkerServices<'_> {
-    pub(super) fn new<'a>(shared: &'a Arc<Shared>, job: &Job, hook: &Arc<str>, sdk_1_0: bool) -> WorkerServices<'a> {
+impl<'a> WorkerServices<'a> {
+    pub(super) fn new(
+        shared: &'a Arc<Shared>,
+        job: &'a Job,
+        hook: &'a str,
+        sdk_1_0: bool,
+    ) -> WorkerServices<'a> {
         WorkerServices {
             shared,
-            frame: Frame::new(
-                job.data.clone(),
-                job.point,
-                job.caps,
-                hook.clone(),
-                job.has_session,
-                sdk_1_0,
-            ),
+            frame: Frame::new(&job.data, job.point, job.caps, hook, job.has_session, sdk_1_0),
         }
     }
 

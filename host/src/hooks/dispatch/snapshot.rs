@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use serde::Serialize;
 use windtunnel_sdk::{
-    member,
+    TurnCall, TurnResult, member,
     model::{AgentConfig, AggregateResult, Scenario, Score, Trace},
 };
 
@@ -22,8 +22,12 @@ pub struct CallData {
     pub score: Option<Arc<Score>>,
     pub aggregate: Option<Arc<AggregateResult>>,
     pub aggregates: Option<Arc<Vec<AggregateResult>>>,
-    /// Extra members for turn points (`turn_call`, `turn_result`), as JSON text.
-    pub extra: Vec<(&'static str, Arc<str>)>,
+    /// The turn, at turn points: the call (begin, guard), or the result with its call
+    /// (finish). Served as JSON (`turn_call`, `turn_result`) and in the compact form SDK 1.5
+    /// reads without a parse (`turn_call.fields`, `turn_result.fields`), each built only when
+    /// a hook asks for it, once per dispatch.
+    pub turn_call: Option<Arc<TurnCall>>,
+    pub turn_result: Option<Arc<TurnResult>>,
     /// The artifact names already written in this call's scope (the run, the scenario or
     /// the pack), as `<hook>` or `<hook>.<label>`: a second artifact with a taken name is an
     /// error to the hook, never a silent overwrite.
@@ -32,9 +36,9 @@ pub struct CallData {
 
 pub(super) struct Snapshot {
     pub data: CallData,
-    pub cache: [OnceLock<Option<String>>; 8],
-    /// The same members in the shape SDK 1.0 reads, for plugins built against it.
-    pub legacy: [OnceLock<Option<String>>; 8],
+    pub cache: [OnceLock<Option<String>>; MEMBERS.len()],
+    /// The members SDK 1.0 reads in a shape of its own ([`SDK_1_0_FIELDS`]), in that shape.
+    pub legacy: [OnceLock<Option<String>>; SDK_1_0_FIELDS.len()],
 }
 
 impl Snapshot {
@@ -98,7 +102,7 @@ fn for_sdk_1_0(member: &str, json: &str) -> String {
     }
 }
 
-const MEMBERS: [&str; 8] = [
+const MEMBERS: [&str; 12] = [
     member::SCENARIO,
     member::AGENT,
     member::RUN_ID,
@@ -107,7 +111,32 @@ const MEMBERS: [&str; 8] = [
     member::SCORE,
     member::AGGREGATE,
     member::AGGREGATES,
+    member::TURN_CALL,
+    member::TURN_RESULT,
+    member::TURN_CALL_FIELDS,
+    member::TURN_RESULT_FIELDS,
 ];
+
+/// The place of `name` in [`MEMBERS`].
+fn member_index(name: &str) -> Option<usize> {
+    let i = match name {
+        member::SCENARIO => 0,
+        member::AGENT => 1,
+        member::RUN_ID => 2,
+        member::SESSION_ID => 3,
+        member::TRACE => 4,
+        member::SCORE => 5,
+        member::AGGREGATE => 6,
+        member::AGGREGATES => 7,
+        member::TURN_CALL => 8,
+        member::TURN_RESULT => 9,
+        member::TURN_CALL_FIELDS => 10,
+        member::TURN_RESULT_FIELDS => 11,
+        _ => return None,
+    };
+    debug_assert_eq!(MEMBERS[i], name);
+    Some(i)
+}
 
 impl Snapshot {
     /// A member in the shape the hook's SDK reads: as this `wt` writes it, or, with
@@ -116,7 +145,6 @@ impl Snapshot {
         let Some(i) = sdk_1_0
             .then(|| SDK_1_0_FIELDS.iter().position(|(m, _)| *m == name))
             .flatten()
-            .and_then(|_| MEMBERS.iter().position(|m| *m == name))
         else {
             return self.member(name);
         };
@@ -126,28 +154,41 @@ impl Snapshot {
     }
 
     pub(super) fn member(&self, name: &str) -> Option<String> {
-        let Some(i) = MEMBERS.iter().position(|m| *m == name) else {
-            return self
-                .data
-                .extra
-                .iter()
-                .find(|(k, _)| *k == name)
-                .map(|(_, v)| v.to_string());
-        };
+        let i = member_index(name)?;
         fn json<T: Serialize + ?Sized>(v: &Option<Arc<T>>) -> Option<String> {
             v.as_ref().and_then(|v| serde_json::to_string(&**v).ok())
         }
         let d = &self.data;
+        // At a finish, the call is the result's.
+        let call = || {
+            d.turn_call
+                .as_deref()
+                .or(d.turn_result.as_deref().map(|r| &r.call))
+        };
         self.cache[i]
             .get_or_init(|| match i {
                 0 => json(&d.scenario),
                 1 => json(&d.agent),
-                2 => json(&d.run_id),
-                3 => json(&d.session_id),
+                // At turn points the ids are the turn's.
+                2 => match (&d.run_id, call()) {
+                    (None, Some(c)) => serde_json::to_string(&c.run_id).ok(),
+                    _ => json(&d.run_id),
+                },
+                3 => match (&d.session_id, call()) {
+                    (None, Some(c)) => serde_json::to_string(&c.session_id).ok(),
+                    _ => json(&d.session_id),
+                },
                 4 => json(&d.trace),
                 5 => json(&d.score),
                 6 => json(&d.aggregate),
-                _ => json(&d.aggregates),
+                7 => json(&d.aggregates),
+                8 => call().and_then(|c| serde_json::to_string(c).ok()),
+                9 => json(&d.turn_result),
+                10 => call().map(windtunnel_sdk::turn::fields::call),
+                _ => d
+                    .turn_result
+                    .as_deref()
+                    .map(windtunnel_sdk::turn::fields::result),
             })
             .clone()
     }
