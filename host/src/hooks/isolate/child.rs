@@ -52,6 +52,7 @@ pub fn run(args: ChildArgs) -> anyhow::Result<u8> {
             body: Vec::new(),
             out: Vec::new(),
         }),
+        ahead: RefCell::new(Default::default()),
     };
 
     let registry = Registry::from_files(std::slice::from_ref(&args.plugin), false);
@@ -82,10 +83,15 @@ pub fn run(args: ChildArgs) -> anyhow::Result<u8> {
             reader.get_mut().spin = Duration::ZERO;
             match protocol::read_frame(reader, &[tag::CALL], PARENT_FRAME_LIMIT, body) {
                 Ok(_) => {
-                    let (point, spin) = protocol::decode_call(body)?;
+                    let call = protocol::decode_call(body)?;
                     // Answers to this call's requests come within microseconds.
-                    reader.get_mut().spin = if spin { ANSWER_SPIN } else { Duration::ZERO };
-                    point
+                    reader.get_mut().spin = if call.spin {
+                        ANSWER_SPIN
+                    } else {
+                        Duration::ZERO
+                    };
+                    *host.ahead.borrow_mut() = call.ahead;
+                    call.point
                 }
                 Err(FrameError::Eof) => return Ok(crate::exit::SUCCESS),
                 Err(e) => return Err(e.into()),
@@ -105,9 +111,12 @@ struct Pipes {
     out: Vec<u8>,
 }
 
-/// The parent, as the hook's context sees it: every member and service is one round trip.
+/// The parent, as the hook's context sees it: every member not sent ahead with the call, and
+/// every service, is one round trip.
 struct PipeHost {
     pipes: RefCell<Pipes>,
+    /// The members the call frame carried ([`protocol::AHEAD`]).
+    ahead: RefCell<[Option<Option<String>>; protocol::AHEAD.len()]>,
 }
 
 impl PipeHost {
@@ -153,6 +162,12 @@ enum Answer {
 
 impl HostServices for PipeHost {
     fn member(&self, name: &str) -> Option<String> {
+        if let Some(i) = protocol::ahead_index(name)
+            && let Ok(ahead) = self.ahead.try_borrow()
+            && let Some(value) = &ahead[i]
+        {
+            return value.clone();
+        }
         match self.ask(tag::GET, &[name.as_bytes()], tag::MEMBER, |b| {
             protocol::decode_member(b).ok().map(Answer::Member)
         }) {

@@ -88,6 +88,9 @@ struct State {
     out: Vec<u8>,
     /// Why the child is gone, once it is.
     dead: Option<String>,
+    /// Per point, the members ([`protocol::AHEAD`] bits) the hook read there: sent ahead
+    /// with its next call at that point.
+    read_before: [u16; 16],
 }
 
 /// What a child says when it has loaded the plugin and built the hook.
@@ -177,6 +180,7 @@ impl Isolated {
                 body: Vec::new(),
                 out: Vec::new(),
                 dead: None,
+                read_before: [0; 16],
             }),
             output,
             memory_limit_mib: opts.memory_limit_mib,
@@ -350,20 +354,28 @@ fn exchange(
         from_child,
         body,
         out,
+        read_before,
         ..
     } = st;
     let to_child = to_child.as_mut().ok_or(FrameError::Eof)?;
+    let learned = read_before.get_mut(point as usize);
+    let want = learned.as_deref().copied().unwrap_or(0);
+    let ahead: Vec<(usize, Option<String>)> = (0..protocol::AHEAD.len())
+        .filter(|i| want & (1 << i) != 0)
+        .map(|i| (i, host.member(protocol::AHEAD[i])))
+        .collect();
+    let mut learned = learned;
     // With a core to spare, both sides wait for each other's frames spinning a little
     // before they sleep: a member read is then a round trip of microseconds, not two
     // process wake-ups.
     let spin = crate::hooks::dispatch::spare_core();
     from_child.get_mut().spin = if spin { SPIN } else { Duration::ZERO };
-    protocol::write_frame(
-        to_child,
-        tag::CALL,
-        &[&protocol::call_body(point, spin)],
-        out,
-    )?;
+    let mut call = std::mem::take(body);
+    protocol::call_body(point, spin, &ahead, &mut call);
+    drop(ahead);
+    let sent = protocol::write_frame(to_child, tag::CALL, &[&call], out);
+    *body = call;
+    sent?;
     let result = loop {
         match protocol::read_frame(
             from_child,
@@ -373,6 +385,9 @@ fn exchange(
         )? {
             tag::GET => {
                 let name = protocol::utf8(body)?;
+                if let (Some(i), Some(l)) = (protocol::ahead_index(&name), learned.as_deref_mut()) {
+                    *l |= 1 << i;
+                }
                 match host.member(&name) {
                     Some(json) => protocol::write_frame(
                         to_child,

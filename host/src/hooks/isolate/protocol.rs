@@ -11,7 +11,7 @@
 //! | --- | --- | --- |
 //! | `H` ready | child → parent | JSON `{"protocol": 1, "sha256": "<library hash>"}` |
 //! | `X` refused | child → parent | the refusal, one line |
-//! | `c` call | parent → child | the point, `u32` LE, then a flags byte (bit 0: a core is free, wait for answers spinning) |
+//! | `c` call | parent → child | the point, `u32` LE, a flags byte (bit 0: a core is free, wait for answers spinning), then members sent ahead: for each, its index in [`AHEAD`] (a byte), `0` (absent) or `1` + `u32` LE length + JSON text |
 //! | `G` get | child → parent | a member name |
 //! | `m` member | parent → child | `0` (absent) or `1` + JSON text |
 //! | `S` service | child → parent | op length `u32` LE, op, argument |
@@ -32,7 +32,31 @@ use std::os::fd::{AsFd, AsRawFd};
 use std::time::{Duration, Instant};
 
 /// Version of this protocol, stated by the child in its ready frame.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
+
+/// The members a call frame may carry ahead of the child's asking, by index: the ones the
+/// hook read at this point before. A hook that reads the trace and the score then costs one
+/// round trip per call, not three (each a pair of process wakes on a machine without a
+/// spare core).
+pub const AHEAD: [&str; 12] = [
+    windtunnel_sdk::member::SCENARIO,
+    windtunnel_sdk::member::AGENT,
+    windtunnel_sdk::member::RUN_ID,
+    windtunnel_sdk::member::SESSION_ID,
+    windtunnel_sdk::member::TRACE,
+    windtunnel_sdk::member::SCORE,
+    windtunnel_sdk::member::AGGREGATE,
+    windtunnel_sdk::member::AGGREGATES,
+    windtunnel_sdk::member::TURN_CALL,
+    windtunnel_sdk::member::TURN_RESULT,
+    windtunnel_sdk::member::TURN_CALL_FIELDS,
+    windtunnel_sdk::member::TURN_RESULT_FIELDS,
+];
+
+/// The index of `name` in [`AHEAD`].
+pub fn ahead_index(name: &str) -> Option<usize> {
+    AHEAD.iter().position(|m| *m == name)
+}
 
 /// The largest frame a child may send: the host's artifact cap (16 MiB) plus 1 MiB for the
 /// envelope (label, JSON framing). A frame over it means the child is broken or hostile:
@@ -230,17 +254,69 @@ pub fn decode_service(body: &[u8]) -> Result<(String, String), FrameError> {
 }
 
 /// A call frame's body: the point, and whether the child may spin for its answers.
-pub fn call_body(point: u32, spin: bool) -> [u8; 5] {
-    let p = point.to_le_bytes();
-    [p[0], p[1], p[2], p[3], u8::from(spin)]
+/// A call frame's body: the point, the flags, and the members sent ahead (index in
+/// [`AHEAD`], value).
+pub fn call_body(point: u32, spin: bool, ahead: &[(usize, Option<String>)], into: &mut Vec<u8>) {
+    into.clear();
+    into.extend_from_slice(&point.to_le_bytes());
+    into.push(u8::from(spin));
+    for (i, value) in ahead {
+        into.push(*i as u8);
+        match value {
+            None => into.push(0),
+            Some(json) => {
+                into.push(1);
+                into.extend_from_slice(&(json.len() as u32).to_le_bytes());
+                into.extend_from_slice(json.as_bytes());
+            }
+        }
+    }
 }
 
-/// The point of a call frame, and whether the child may spin for its answers.
-pub fn decode_call(body: &[u8]) -> Result<(u32, bool), FrameError> {
-    let b: [u8; 5] = body
-        .try_into()
-        .map_err(|_| FrameError::Malformed("bad call frame"))?;
-    Ok((u32::from_le_bytes([b[0], b[1], b[2], b[3]]), b[4] & 1 != 0))
+/// A decoded call frame.
+#[derive(Debug, PartialEq)]
+pub struct CallFrame {
+    pub point: u32,
+    /// The child may spin for its answers.
+    pub spin: bool,
+    /// Members sent ahead, by index in [`AHEAD`]: `Some(value)` for each sent.
+    pub ahead: [Option<Option<String>>; AHEAD.len()],
+}
+
+/// The point of a call frame, whether the child may spin for its answers, and the members
+/// sent ahead.
+pub fn decode_call(body: &[u8]) -> Result<CallFrame, FrameError> {
+    let bad = || FrameError::Malformed("bad call frame");
+    let head: [u8; 5] = body.get(..5).ok_or_else(bad)?.try_into().map_err(|_| bad())?;
+    let mut frame = CallFrame {
+        point: u32::from_le_bytes([head[0], head[1], head[2], head[3]]),
+        spin: head[4] & 1 != 0,
+        ahead: Default::default(),
+    };
+    let mut rest = &body[5..];
+    while let [i, present, tail @ ..] = rest {
+        let slot = frame.ahead.get_mut(usize::from(*i)).ok_or_else(bad)?;
+        match present {
+            0 => {
+                *slot = Some(None);
+                rest = tail;
+            }
+            1 => {
+                let len: [u8; 4] = tail.get(..4).ok_or_else(bad)?.try_into().map_err(|_| bad())?;
+                let len = u32::from_le_bytes(len) as usize;
+                let json = tail.get(4..4 + len).ok_or_else(bad)?;
+                *slot = Some(Some(
+                    String::from_utf8(json.to_vec()).map_err(|_| bad())?,
+                ));
+                rest = &tail[4 + len..];
+            }
+            _ => return Err(bad()),
+        }
+    }
+    if !rest.is_empty() {
+        return Err(bad());
+    }
+    Ok(frame)
 }
 
 pub fn utf8(bytes: &[u8]) -> Result<String, FrameError> {
@@ -258,16 +334,32 @@ mod tests {
     }
 
     #[test]
-    fn call_frames_carry_the_point_and_the_spin_flag_and_nothing_else() {
-        assert_eq!(decode_call(&call_body(7, true)).unwrap(), (7, true));
-        assert_eq!(
-            decode_call(&call_body(u32::MAX, false)).unwrap(),
-            (u32::MAX, false)
-        );
-        // Only bit 0 is the flag; a 4-byte (or any other length) body is malformed.
-        assert_eq!(decode_call(&[1, 0, 0, 0, 2]).unwrap(), (1, false));
-        for body in [&[1u8, 0, 0, 0][..], &[1, 0, 0, 0, 1, 0][..], &[][..]] {
-            assert!(matches!(decode_call(body), Err(FrameError::Malformed(_))));
+    fn call_frames_carry_the_point_the_spin_flag_and_the_members_sent_ahead() {
+        let mut body = Vec::new();
+        call_body(7, true, &[], &mut body);
+        let f = decode_call(&body).unwrap();
+        assert_eq!((f.point, f.spin), (7, true));
+        assert!(f.ahead.iter().all(Option::is_none));
+        let trace = "{\"run_id\":\"r é\"}".to_owned();
+        call_body(u32::MAX, false, &[(4, Some(trace.clone())), (6, None)], &mut body);
+        let f = decode_call(&body).unwrap();
+        assert_eq!((f.point, f.spin), (u32::MAX, false));
+        assert_eq!(f.ahead[4], Some(Some(trace)));
+        assert_eq!(f.ahead[6], Some(None));
+        assert_eq!(f.ahead[5], None);
+        // Only bit 0 is the flag.
+        assert!(!decode_call(&[1, 0, 0, 0, 2]).unwrap().spin);
+        // Short, cut, out of range, unknown presence bytes and bad UTF-8 are malformed.
+        for body in [
+            &[1u8, 0, 0, 0][..],
+            &[1, 0, 0, 0, 1, 0][..],
+            &[][..],
+            &[1, 0, 0, 0, 0, 12, 0][..],
+            &[1, 0, 0, 0, 0, 4, 2][..],
+            &[1, 0, 0, 0, 0, 4, 1, 9, 0, 0, 0, b'x'][..],
+            &[1, 0, 0, 0, 0, 4, 1, 1, 0, 0, 0, 0xff][..],
+        ] {
+            assert!(matches!(decode_call(body), Err(FrameError::Malformed(_))), "{body:?}");
         }
     }
 
