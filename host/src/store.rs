@@ -295,53 +295,109 @@ fn write_json_to<T: Serialize + ?Sized>(
     })
 }
 
-/// The hooks' provenance as a trace's `hooks` field holds it, rendered once per sweep: every
-/// trace of the sweep carries the same, and rendering it for each one cost more than the
-/// rest of a no-op hook's calls.
-pub(crate) struct RenderedHooks {
+/// A top-level field of traces rendered once and written into many: every trace of a sweep
+/// carries the same hooks' provenance, and every trace of a scenario the same surface (its
+/// tool schemas are most of a small trace's text); rendering them again for each trace cost
+/// more than the rest of writing it.
+pub(crate) struct Rendered {
     /// The value as it appears in a pretty trace (one level of indentation in).
-    value: String,
+    text: String,
 }
 
-impl RenderedHooks {
-    pub(crate) fn new(hooks: &[windtunnel_sdk::model::HookProvenance]) -> RenderedHooks {
-        let value = serde_json::to_string_pretty(hooks)
-            .expect("model types serialize")
-            .replace('\n', "\n  ");
-        RenderedHooks { value }
+impl Rendered {
+    pub(crate) fn new<T: Serialize + ?Sized>(value: &T) -> Rendered {
+        Rendered {
+            text: serde_json::to_string_pretty(value)
+                .expect("model types serialize")
+                .replace('\n', "\n  "),
+        }
     }
 }
 
-/// Writes a trace as [`write_json`] would, with its `hooks` field taken from `rendered`
-/// (which must be the rendering of `trace.hooks`) instead of rendered again.
+/// A trace's surface with its rendering, lent to each trace of a scenario in turn.
+pub(crate) struct RenderedSurface {
+    pub(crate) surface: windtunnel_sdk::model::Surface,
+    rendered: Rendered,
+}
+
+impl RenderedSurface {
+    pub(crate) fn new(surface: windtunnel_sdk::model::Surface) -> RenderedSurface {
+        RenderedSurface {
+            rendered: Rendered::new(&surface),
+            surface,
+        }
+    }
+
+    pub(crate) fn rendered(&self) -> &Rendered {
+        &self.rendered
+    }
+}
+
+/// What [`write_trace`] takes from renderings instead of rendering again.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct TraceParts<'a> {
+    /// The rendering of `trace.hooks` (when it has hooks).
+    pub(crate) hooks: Option<&'a Rendered>,
+    /// The rendering of `trace.surface`.
+    pub(crate) surface: Option<&'a Rendered>,
+}
+
+/// The rendering of an empty surface, at its place in a trace.
+fn empty_surface() -> &'static str {
+    static EMPTY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    EMPTY.get_or_init(|| Rendered::new(&windtunnel_sdk::model::Surface::default()).text)
+}
+
+/// Writes a trace as [`write_json`] would, with the fields `parts` holds renderings of
+/// written from them (each must be the rendering of that field of `trace`).
 pub(crate) fn write_trace(
     path: &Path,
     trace: &mut Trace,
-    rendered: Option<&RenderedHooks>,
+    parts: TraceParts<'_>,
 ) -> Result<(), StoreError> {
-    let Some(rendered) = rendered.filter(|_| trace.hooks.is_some()) else {
+    let hooks = parts.hooks.filter(|_| trace.hooks.is_some());
+    if hooks.is_none() && parts.surface.is_none() {
         return write_json(path, trace);
-    };
-    // The field is written as an empty list where it belongs, then that list is replaced:
-    // a top-level key is the only line indented by exactly two spaces that starts with its
-    // quoted name (strings never hold a raw newline), so the place is unambiguous.
-    const MARK: &[u8] = b"\n  \"hooks\": []";
+    }
+    // Each field is written with a small stand-in where it belongs, then the stand-in is
+    // replaced: a top-level key is the only line indented by exactly two spaces that starts
+    // with its quoted name (strings never hold a raw newline), so the place is unambiguous.
     thread_local! {
         static DOCS: std::cell::RefCell<(Vec<u8>, Vec<u8>)> =
             const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
     }
-    let hooks = trace.hooks.replace(Vec::new());
+    let saved_hooks = hooks.map(|_| trace.hooks.replace(Vec::new()));
+    let saved_surface = parts.surface.map(|_| std::mem::take(&mut trace.surface));
     let written = DOCS.with(|docs| {
         let (plain, spliced) = &mut *docs.borrow_mut();
         plain.clear();
         serde_json::to_writer_pretty(&mut *plain, &*trace).expect("model types serialize");
-        // The field is near the end of a trace: look from there.
-        let at = plain.windows(MARK.len()).rposition(|w| w == MARK)?;
-        let list = at + MARK.len() - 2;
+        // (where the stand-in starts, its length, the rendering), in document order.
+        let mut cuts: Vec<(usize, usize, &str)> = Vec::with_capacity(2);
+        if let Some(r) = parts.surface {
+            let key = b"\n  \"surface\": ";
+            let stand_in = empty_surface().as_bytes();
+            // The surface comes early in a trace: look from the start.
+            let at = plain
+                .windows(key.len() + stand_in.len())
+                .position(|w| w.starts_with(key) && &w[key.len()..] == stand_in)?;
+            cuts.push((at + key.len(), stand_in.len(), &r.text));
+        }
+        if let Some(r) = hooks {
+            const MARK: &[u8] = b"\n  \"hooks\": []";
+            // The hooks come late: look from the end.
+            let at = plain.windows(MARK.len()).rposition(|w| w == MARK)?;
+            cuts.push((at + MARK.len() - 2, 2, &r.text));
+        }
+        cuts.sort_by_key(|c| c.0);
         spliced.clear();
-        spliced.extend_from_slice(&plain[..list]);
-        spliced.extend_from_slice(rendered.value.as_bytes());
-        spliced.extend_from_slice(&plain[list + 2..]);
+        let mut from = 0;
+        for (at, len, text) in cuts {
+            spliced.extend_from_slice(&plain[from..at]);
+            spliced.extend_from_slice(text.as_bytes());
+            from = at + len;
+        }
+        spliced.extend_from_slice(&plain[from..]);
         spliced.push(b'\n');
         let written = write_file(path, spliced, false);
         if spliced.capacity() > 1 << 20 {
@@ -350,8 +406,13 @@ pub(crate) fn write_trace(
         }
         Some(written)
     });
-    trace.hooks = hooks;
-    // Not found cannot happen (the field is always written); should it, the plain way.
+    if let Some(h) = saved_hooks {
+        trace.hooks = h;
+    }
+    if let Some(s) = saved_surface {
+        trace.surface = s;
+    }
+    // Not found cannot happen (the fields are always written); should it, the plain way.
     written.unwrap_or_else(|| write_json(path, trace))
 }
 
@@ -411,12 +472,12 @@ pub(crate) fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T
 
 #[cfg(test)]
 mod trace_tests {
-    use windtunnel_sdk::model::{AgentProcess, HookProvenance, Trace};
+    use windtunnel_sdk::model::{AgentProcess, HookProvenance, Surface, Trace};
 
     use super::*;
 
     #[test]
-    fn a_trace_written_with_its_hooks_rendered_once_is_byte_for_byte_the_plain_one() {
+    fn a_trace_written_from_renderings_is_byte_for_byte_the_plain_one() {
         let dir = tempfile::tempdir().unwrap();
         let mut p = HookProvenance::default();
         p.name = "acme".into();
@@ -425,10 +486,25 @@ mod trace_tests {
         p.sha256 = Some("ab".repeat(32));
         p.settings.insert("WT_ACME_MODE".into(), "strict\n".into());
         let hooks = vec![p.clone(), HookProvenance::default()];
-        let rendered = RenderedHooks::new(&hooks);
-        for processes in [false, true] {
+        let rendered_hooks = Rendered::new(&hooks);
+        let mut surface = Surface::default();
+        surface.soul = "You are \"helpful\".\n  \"surface\": {}".into();
+        surface.tools =
+            vec![serde_json::json!({"name": "lookup", "parameters": {"type": "object"}})];
+        surface.model = Some("m".into());
+        let rendered_surface = RenderedSurface::new(surface.clone());
+        for (processes, with_hooks, with_surface) in [
+            (false, true, false),
+            (true, true, false),
+            (false, false, true),
+            (true, true, true),
+            (false, true, true),
+        ] {
             let mut trace = Trace::new("run-1", "order-status");
-            trace.hooks = Some(hooks.clone());
+            trace.surface = surface.clone();
+            if with_hooks {
+                trace.hooks = Some(hooks.clone());
+            }
             trace
                 .worker_warnings
                 .push("  \"hooks\": [] in a warning".into());
@@ -438,12 +514,17 @@ mod trace_tests {
             }
             let (a, b) = (dir.path().join("a.json"), dir.path().join("b.json"));
             write_json(&a, &trace).unwrap();
-            write_trace(&b, &mut trace, Some(&rendered)).unwrap();
+            let parts = TraceParts {
+                hooks: Some(&rendered_hooks).filter(|_| with_hooks),
+                surface: Some(rendered_surface.rendered()).filter(|_| with_surface),
+            };
+            write_trace(&b, &mut trace, parts).unwrap();
             assert_eq!(
                 std::fs::read_to_string(&a).unwrap(),
                 std::fs::read_to_string(&b).unwrap()
             );
-            assert_eq!(trace.hooks.as_deref(), Some(&hooks[..]));
+            assert_eq!(trace.hooks.is_some(), with_hooks);
+            assert_eq!(trace.surface, surface);
         }
     }
 }

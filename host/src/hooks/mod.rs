@@ -131,4 +131,8 @@ pub trait RunObserver: Send + Sync {
 /// The observer used when no hooks are active.
 #[derive(Debug, Default)]
 pub struct NoopObserver;
-impl RunObserver for NoopObserver {}
+impl RunObserver for NoopObserver {
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
+}

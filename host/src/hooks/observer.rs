@@ -170,6 +170,11 @@ impl HookObserver {
         observer.as_any()?.downcast_ref()
     }
 
+    /// Whether any hook can converse in a run's session (it declares `on_run_scored`).
+    pub(crate) fn converses(&self) -> bool {
+        self.dispatcher.wants(point::ON_RUN_SCORED)
+    }
+
     /// The deadline watch for lanes that relay these hooks' calls.
     pub(crate) fn watch(&self) -> crate::hooks::dispatch::Watch {
         self.dispatcher.watch()

@@ -50,7 +50,7 @@ pub struct RunConfig {
     /// The SDK's view of `agent`, as hooks read it; built once, on first use.
     agent_view: std::sync::OnceLock<AgentConfig>,
     /// `hooks`, as every trace writes them, rendered once, on first use.
-    rendered_hooks: std::sync::OnceLock<Option<store::RenderedHooks>>,
+    rendered_hooks: std::sync::OnceLock<Option<store::Rendered>>,
     pub out_dir: PathBuf,
     /// Overrides every scenario's `runs`.
     pub runs: Option<u32>,
@@ -168,9 +168,9 @@ impl RunConfig {
     }
 
     /// [`RunConfig::hooks`] as traces write them.
-    fn rendered_hooks(&self) -> Option<&store::RenderedHooks> {
+    fn rendered_hooks(&self) -> Option<&store::Rendered> {
         self.rendered_hooks
-            .get_or_init(|| self.hooks.as_deref().map(store::RenderedHooks::new))
+            .get_or_init(|| self.hooks.as_deref().map(store::Rendered::new))
             .as_ref()
     }
 

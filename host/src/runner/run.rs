@@ -30,11 +30,30 @@ pub(super) struct RunRunner<'s, 'a> {
     pub sc: &'s ScenarioRunner<'a>,
     pub handle: &'s Handle,
     pub lane: &'s Lane,
+    /// The scenario's surface and its rendering, lent to each of this lane's traces in turn
+    /// (copied and rendered once per lane, not once per run).
+    surface: Mutex<Option<store::RenderedSurface>>,
+    /// The built-in world's starting state, lent to each trace as its `world.before`.
+    start: Mutex<Option<serde_json::Value>>,
+    /// Nothing can act on a run's world once it is observed (no hook gets the run's session
+    /// to converse in): its final state moves into the trace instead of being copied.
+    world_done_when_observed: bool,
 }
 
 impl<'s, 'a> RunRunner<'s, 'a> {
     pub(super) fn new(sc: &'s ScenarioRunner<'a>, handle: &'s Handle, lane: &'s Lane) -> Self {
-        RunRunner { sc, handle, lane }
+        RunRunner {
+            sc,
+            handle,
+            lane,
+            surface: Mutex::new(None),
+            start: Mutex::new(None),
+            world_done_when_observed: super::points::Points::new(
+                lane.observer.as_ref(),
+                &lane.relay,
+            )
+            .never_converses(),
+        }
     }
 
     pub(super) async fn run(
@@ -73,7 +92,11 @@ impl<'s, 'a> RunRunner<'s, 'a> {
                 trace.error = Some(format!("the agent could not start the run: {e}"));
             }
         }
-        trace.surface = sc.surface.clone();
+        let surface = lock(&self.surface)
+            .take()
+            .unwrap_or_else(|| store::RenderedSurface::new(sc.surface.clone()));
+        let mut surface = surface;
+        trace.surface = std::mem::take(&mut surface.surface);
         // The run's world server, in its starting state; the scenario's preconditions are
         // checked on its state.
         let mut run_world = None;
@@ -112,7 +135,14 @@ impl<'s, 'a> RunRunner<'s, 'a> {
             step: None,
         };
         sc.publish(&scope, events::Event::RunStarted { run_index: index });
-        let before = lock(&world).state().clone();
+        // The built-in world starts the same for every run: its starting state is lent, not
+        // copied (a world server's is read from the server each run).
+        let before = match scenario.world_server {
+            None => lock(&self.start)
+                .take()
+                .unwrap_or_else(|| lock(&world).state().clone()),
+            Some(_) => lock(&world).state().clone(),
+        };
         let mut session = SessionConverse {
             sc,
             observer: observer.as_ref(),
@@ -171,7 +201,11 @@ impl<'s, 'a> RunRunner<'s, 'a> {
                         seen.server = w.server_mut().map(|s| s.record());
                         seen.files = super::world::files_of(hold, &scenario.expect.outcome.files);
                     }
-                    seen.after = w.state().clone();
+                    seen.after = if self.world_done_when_observed {
+                        w.take_state()
+                    } else {
+                        w.state().clone()
+                    };
                     trace.world = Some(seen);
                 }
                 None => trace
@@ -313,7 +347,7 @@ impl<'s, 'a> RunRunner<'s, 'a> {
         }
         let mut clash = 1;
         loop {
-            match self.write(&stem, &mut trace, &score, &artifacts) {
+            match self.write(&stem, &mut trace, &score, &artifacts, &surface) {
                 Err(StoreError::Exists { .. }) => {
                     // Another sweep writing to this directory took the file name first (its
                     // run id shares the first 8 characters in the same second). The run
@@ -336,16 +370,25 @@ impl<'s, 'a> RunRunner<'s, 'a> {
         );
         lock(agg).add(&trace, Some(&score));
         self.lane.keep_provenance(trace.hooks.take());
+        surface.surface = std::mem::take(&mut trace.surface);
+        *lock(&self.surface) = Some(surface);
+        if scenario.world_server.is_none()
+            && let Some(seen) = trace.world.as_mut()
+        {
+            *lock(&self.start) = Some(std::mem::take(&mut seen.before));
+        }
         Ok(score)
     }
 
-    /// Writes the score (created new), the artifacts, then the trace.
+    /// Writes the score (created new), the artifacts, then the trace (its surface from
+    /// `surface`'s rendering).
     fn write(
         &self,
         stem: &str,
         trace: &mut Trace,
         score: &Score,
         artifacts: &[Artifact],
+        surface: &store::RenderedSurface,
     ) -> Result<(), StoreError> {
         let dir = &self.sc.cfg.out_dir;
         store::write_json_new(&store::score_path(dir, stem), score)?;
@@ -365,8 +408,11 @@ impl<'s, 'a> RunRunner<'s, 'a> {
                     .push(format!("hook:{}: artifact not written: {e}", a.hook)),
             }
         }
-        let rendered = self.sc.cfg.rendered_hooks();
-        store::write_trace(&store::trace_path(dir, stem), trace, rendered)
+        let parts = store::TraceParts {
+            hooks: self.sc.cfg.rendered_hooks(),
+            surface: Some(surface.rendered()),
+        };
+        store::write_trace(&store::trace_path(dir, stem), trace, parts)
     }
 }
 

@@ -95,6 +95,15 @@ impl World {
         self.view.as_ref().unwrap_or(&self.state)
     }
 
+    /// [`World::state`], moved out: for the end of a run, when nothing acts on the world any
+    /// more (it reads `null` afterwards).
+    pub fn take_state(&mut self) -> Value {
+        match self.view.take() {
+            Some(v) => v,
+            None => self.state.take(),
+        }
+    }
+
     /// The value at a dotted path (`orders.1234.status`; array elements by index).
     pub fn get(&self, path: &str) -> Option<&Value> {
         lookup(self.state(), path)
