@@ -11,6 +11,7 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
+use bytes::Bytes;
 use serde_json::{Value, json};
 use windtunnel_sdk::model::{ModelCall, Scenario, TokenUsage, ToolSpec, TurnErrorKind};
 
@@ -176,9 +177,15 @@ impl AgentHandle for AnthropicAgent {
             let mut record =
                 super::mcp::stamp_model(gateway::request_record(&body), ctx.index, calls.len());
             record.source = SOURCE.to_owned();
-            let sent = self
-                .endpoint
-                .call(&body, deadline, &mut log, &mut record, message_record);
+            // A JSON value always serializes.
+            let sent = self.endpoint.call(
+                Bytes::from(serde_json::to_vec(&body).unwrap_or_default()),
+                deadline,
+                ctx.stop,
+                &mut log,
+                &mut record,
+                message_record,
+            );
             models.push(record);
             let resp = match sent {
                 Ok(r) => r,
@@ -247,6 +254,11 @@ impl AgentHandle for AnthropicAgent {
     fn teardown(&mut self) -> Result<(), RuntimeError> {
         self.sessions.clear();
         Ok(())
+    }
+
+    /// Called in place, as the `openai` runtime is ([`super::openai::in_place`]).
+    fn cooperative(&self) -> bool {
+        super::openai::in_place(&self.tools)
     }
 }
 

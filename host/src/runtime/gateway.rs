@@ -401,27 +401,56 @@ impl http_body::Body for ChannelBody {
 
 /// The request's side of a call's record.
 pub(crate) fn request_record(body: &Value) -> ModelCall {
+    request_record_of(
+        body.get("model").and_then(Value::as_str),
+        body.get("stream").and_then(Value::as_bool).unwrap_or(false),
+        // Chat completions and Messages send `messages`; the Responses API sends `input`.
+        body.get("messages")
+            .or_else(|| body.get("input"))
+            .cloned()
+            .unwrap_or(Value::Null),
+        None,
+        tool_names(body.get("tools")),
+    )
+}
+
+/// The request's side of a call's record, from its parts: `messages_json_len`, when the
+/// caller serialized the messages already, is the length of their JSON, which spares
+/// measuring them again when they fit the record.
+pub(crate) fn request_record_of(
+    model: Option<&str>,
+    stream: bool,
+    mut messages: Value,
+    messages_json_len: Option<usize>,
+    tools: Vec<String>,
+) -> ModelCall {
     let mut call = ModelCall::default();
     call.source = SOURCE.to_owned();
-    call.model = body.get("model").and_then(Value::as_str).map(str::to_owned);
-    call.stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
-    // Chat completions and Messages send `messages`; the Responses API sends `input`.
-    call.messages = body
-        .get("messages")
-        .or_else(|| body.get("input"))
-        .cloned()
-        .unwrap_or(Value::Null);
-    if keep_last(&mut call.messages, MAX_RECORDED_PART_BYTES) {
+    call.model = model.map(str::to_owned);
+    call.stream = stream;
+    // An array's JSON is its items' and a comma or bracket each, plus one: the sizes
+    // `keep_last` measures add up to one less than that.
+    let fits = matches!(messages, Value::Array(_))
+        && messages_json_len.is_some_and(|n| n.saturating_sub(1) <= MAX_RECORDED_PART_BYTES);
+    if !fits && keep_last(&mut messages, MAX_RECORDED_PART_BYTES) {
         call.truncated.push("messages".into());
     }
-    call.tools = body
-        .get("tools")
+    call.messages = messages;
+    call.tools = tools;
+    call
+}
+
+/// The names of the tools a request offers (`tools`: function tools, or named ones), as a
+/// record keeps them: at most 256, each cut to 256 bytes.
+pub(crate) fn tool_names(tools: Option<&Value>) -> Vec<String> {
+    tools
         .and_then(Value::as_array)
         .map(|tools| {
             tools
                 .iter()
                 .filter_map(|t| {
-                    t.pointer("/function/name")
+                    t.get("function")
+                        .and_then(|f| f.get("name"))
                         .or_else(|| t.get("name"))
                         .and_then(Value::as_str)
                 })
@@ -433,8 +462,7 @@ pub(crate) fn request_record(body: &Value) -> ModelCall {
                 })
                 .collect()
         })
-        .unwrap_or_default();
-    call
+        .unwrap_or_default()
 }
 
 /// Fills the response's side of a call's record from the reply's bytes: a chat completion
@@ -490,17 +518,26 @@ pub(crate) fn response_record(
 /// What a chat completion says, into `call`: its first choice's message, finish reason,
 /// refusal, usage, id, served model and fingerprint.
 pub(crate) fn completion_record(call: &mut ModelCall, resp: &Value) {
-    let s = |p: &str| resp.pointer(p).and_then(Value::as_str).map(str::to_owned);
-    call.response_id = s("/id");
-    call.served_model = s("/model");
-    call.system_fingerprint = s("/system_fingerprint");
-    call.finish_reason = s("/choices/0/finish_reason");
-    call.refusal = s("/choices/0/message/refusal");
+    let s = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_owned);
+    let choice = first_choice(resp);
+    let message = choice.and_then(|c| c.get("message"));
+    call.response_id = s(resp.get("id"));
+    call.served_model = s(resp.get("model"));
+    call.system_fingerprint = s(resp.get("system_fingerprint"));
+    call.finish_reason = s(choice.and_then(|c| c.get("finish_reason")));
+    call.refusal = s(message.and_then(|m| m.get("refusal")));
     call.usage = resp.get("usage").and_then(TokenUsage::from_openai);
-    call.response = resp
-        .pointer("/choices/0/message")
-        .cloned()
-        .unwrap_or(Value::Null);
+    call.response = message.cloned().unwrap_or(Value::Null);
+}
+
+/// A chat completion's `choices[0]`, as `resp.pointer("/choices/0")` finds it (an object's
+/// `"0"` too), without the allocations a pointer's path costs.
+pub(crate) fn first_choice(resp: &Value) -> Option<&Value> {
+    match resp.get("choices")? {
+        Value::Array(a) => a.first(),
+        Value::Object(m) => m.get("0"),
+        _ => None,
+    }
 }
 
 /// The JSON payloads of a stream's `data:` lines.
@@ -702,6 +739,64 @@ fn assemble_stream(call: &mut ModelCall, text: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_record_from_a_known_length_is_the_record_from_the_body() {
+        // The messages' sizes as `keep_last` measures them add up to their JSON's length
+        // less one: around MAX_RECORDED_PART_BYTES, the known length decides as it does.
+        let message = |n: usize| json!({"role": "user", "content": "x".repeat(n)});
+        let overhead = serde_json::to_vec(&json!([message(0), message(0)])).unwrap().len();
+        for extra in [0, 1, 2, 3, 10_000] {
+            let content = MAX_RECORDED_PART_BYTES + 1 - overhead + extra;
+            let messages = json!([message(content / 2), message(content - content / 2)]);
+            let len = serde_json::to_vec(&messages).unwrap().len();
+            assert_eq!(len, MAX_RECORDED_PART_BYTES + 1 + extra);
+            let body = json!({"model": "m", "messages": messages, "tools": [
+                {"type": "function", "function": {"name": "lookup"}}, {"name": "named"}
+            ]});
+            let known = request_record_of(
+                Some("m"),
+                false,
+                messages.clone(),
+                Some(len),
+                tool_names(body.get("tools")),
+            );
+            assert_eq!(known, request_record(&body), "{extra}");
+            assert_eq!(known.truncated.is_empty(), extra == 0, "{extra}");
+            assert_eq!(known.tools, ["lookup", "named"]);
+        }
+    }
+
+    #[test]
+    fn the_first_choice_is_the_pointers() {
+        for resp in [
+            json!({"choices": [{"message": {"content": "a"}}, {"message": {}}]}),
+            json!({"choices": {"0": {"message": {"content": "b"}}}}),
+            json!({"choices": []}),
+            json!({"choices": "none"}),
+            json!({"id": "x"}),
+            json!([1]),
+        ] {
+            assert_eq!(first_choice(&resp), resp.pointer("/choices/0"), "{resp}");
+        }
+        let mut call = ModelCall::default();
+        completion_record(
+            &mut call,
+            &json!({"id": "c", "model": "m", "system_fingerprint": "fp", "choices": [{"finish_reason": "length", "message": {"role": "assistant", "content": null, "refusal": "no"}}], "usage": {"prompt_tokens": 3, "completion_tokens": 1}}),
+        );
+        assert_eq!(
+            (
+                call.response_id.as_deref(),
+                call.served_model.as_deref(),
+                call.system_fingerprint.as_deref(),
+                call.finish_reason.as_deref(),
+                call.refusal.as_deref()
+            ),
+            (Some("c"), Some("m"), Some("fp"), Some("length"), Some("no"))
+        );
+        assert_eq!(call.response["refusal"], "no");
+        assert_eq!(call.usage.map(|u| u.prompt_tokens), Some(3));
+    }
 
     #[test]
     fn a_query_string_is_kept_and_a_fragment_refused() {

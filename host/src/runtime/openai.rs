@@ -11,11 +11,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use serde_json::{Value, json};
 use windtunnel_sdk::model::{Scenario, ToolSpec, TurnErrorKind};
 
 use super::gateway;
 use super::net::{Log, Net, Request};
+use crate::interrupt::Interrupt;
 use windtunnel_sdk::model::ModelCall;
 
 /// The `source` of the runtime's own model calls.
@@ -113,11 +115,13 @@ impl Endpoint {
     }
 
     /// One call of a tool loop, recorded: the request, the reply or the failure, and the
-    /// retries it took. `fill` reads the reply into the record.
+    /// retries it took. `fill` reads the reply into the record. The call ends (interrupted)
+    /// within [`super::net::STOP_POLL`] once `stop` is cut.
     pub(super) fn call(
         &self,
-        body: &Value,
+        body: Bytes,
         deadline: Instant,
+        stop: &Interrupt,
         log: &mut Log,
         record: &mut ModelCall,
         fill: impl FnOnce(&mut ModelCall, &Value),
@@ -127,11 +131,11 @@ impl Endpoint {
             method: "POST",
             url: &self.url,
             auth: self.key.as_deref(),
-            body: Some(body),
+            body: None,
         };
         let started = Instant::now();
         let retried = log.retries.len();
-        let sent = self.net.json(&req, deadline, log);
+        let sent = self.net.json_until(&req, body, deadline, stop, log);
         record.latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         record.retries = log.retries[retried..].to_vec();
         match &sent {
@@ -194,11 +198,13 @@ pub(super) fn check_body(
 
 impl Runtime for OpenAiRuntime {
     fn provision(&self, scenario: &Scenario) -> Result<Box<dyn AgentHandle>, RuntimeError> {
+        let schemas = tool_schemas(&scenario.tools);
         Ok(Box::new(OpenAiAgent {
+            wire: Wire::new(&self.endpoint, &self.agent, &schemas),
+            tool_names: gateway::tool_names(Some(&Value::from(schemas))),
             endpoint: self.endpoint.clone(),
             agent: self.agent.clone(),
             tools: scenario.tools.clone(),
-            schemas: tool_schemas(&scenario.tools),
             sessions: HashMap::new(),
         }))
     }
@@ -213,21 +219,61 @@ struct OpenAiAgent {
     endpoint: Endpoint,
     agent: Agent,
     tools: Vec<ToolSpec>,
-    schemas: Vec<Value>,
+    /// What every request body of the scenario shares, serialized once.
+    wire: Wire,
+    /// The names of the tools offered, as a model call's record keeps them.
+    tool_names: Vec<String>,
     /// Conversation so far, per session (the model is stateless; the session is ours).
     sessions: HashMap<String, Vec<Value>>,
 }
 
-impl OpenAiAgent {
-    fn request(&self, messages: &[Value]) -> Value {
-        let mut body = json!({
-            "model": self.agent.model,
-            "messages": messages,
-        });
-        if !self.schemas.is_empty() {
-            body["tools"] = Value::from(self.schemas.clone());
+/// A chat-completions request body in two fixed parts around its messages, the one part
+/// that changes from call to call: `{"model":…,"messages":` before, and after it the tools,
+/// the `[sampling]` fields and the `[body]` fields, in that order. Serialized once per
+/// scenario, so a call serializes only its messages and copies nothing else.
+struct Wire {
+    head: Vec<u8>,
+    tail: Vec<u8>,
+}
+
+impl Wire {
+    fn new(endpoint: &Endpoint, agent: &Agent, schemas: &[Value]) -> Wire {
+        fn json<T: serde::Serialize + ?Sized>(v: &T) -> Vec<u8> {
+            // Strings, JSON values and lists of them always serialize.
+            serde_json::to_vec(v).unwrap_or_default()
         }
-        self.endpoint.complete(body, &self.agent.sampling)
+        let mut head = b"{\"model\":".to_vec();
+        head.extend(json(&agent.model));
+        head.extend_from_slice(b",\"messages\":");
+        let mut tail = Vec::new();
+        if !schemas.is_empty() {
+            tail.extend_from_slice(b",\"tools\":");
+            tail.extend(json(schemas));
+        }
+        // The fields `Endpoint::complete` adds, in its order (none of them is `model`,
+        // `messages` or `tools`: `check_body` refused those).
+        if let Value::Object(extra) = endpoint.complete(json!({}), &agent.sampling) {
+            for (k, v) in &extra {
+                tail.push(b',');
+                tail.extend(json(k));
+                tail.push(b':');
+                tail.extend(json(v));
+            }
+        }
+        tail.push(b'}');
+        Wire { head, tail }
+    }
+
+    /// The body of a request with `messages`, and the length of their JSON.
+    fn body(&self, messages: &[Value]) -> (Bytes, usize) {
+        let mut body = Vec::with_capacity(self.head.len() + self.tail.len() + 1024);
+        body.extend_from_slice(&self.head);
+        let start = body.len();
+        // Writing JSON values into a Vec cannot fail.
+        let _ = serde_json::to_writer(&mut body, messages);
+        let messages_len = body.len() - start;
+        body.extend_from_slice(&self.tail);
+        (Bytes::from(body), messages_len)
     }
 }
 
@@ -251,14 +297,21 @@ impl AgentHandle for OpenAiAgent {
         let mut models = Vec::new();
         let mut log = Log::default();
         for _ in 0..self.agent.max_steps {
-            let body = self.request(&messages);
+            let (body, messages_len) = self.wire.body(&messages);
             // Every call is evidence, a failed one too.
-            let mut record =
-                super::mcp::stamp_model(gateway::request_record(&body), ctx.index, calls.len());
+            let record = gateway::request_record_of(
+                self.agent.model.as_deref(),
+                false,
+                Value::Array(messages.clone()),
+                Some(messages_len),
+                self.tool_names.clone(),
+            );
+            let mut record = super::mcp::stamp_model(record, ctx.index, calls.len());
             record.source = SOURCE.to_owned();
             let sent = self.endpoint.call(
-                &body,
+                body,
                 deadline,
+                ctx.stop,
                 &mut log,
                 &mut record,
                 gateway::completion_record,
@@ -276,7 +329,10 @@ impl AgentHandle for OpenAiAgent {
                     .with_log(log);
                 }
             };
-            let Some(message) = resp.pointer("/choices/0/message").filter(|m| m.is_object()) else {
+            let Some(message) = gateway::first_choice(&resp)
+                .and_then(|c| c.get("message"))
+                .filter(|m| m.is_object())
+            else {
                 let mut reply = Reply::failed(
                     TurnErrorKind::Protocol,
                     format!(
@@ -378,5 +434,234 @@ impl AgentHandle for OpenAiAgent {
     fn teardown(&mut self) -> Result<(), RuntimeError> {
         self.sessions.clear();
         Ok(())
+    }
+
+    /// Called in place (no thread of its own per turn): see [`in_place`].
+    fn cooperative(&self) -> bool {
+        in_place(&self.tools)
+    }
+}
+
+/// Whether a model runtime's turn may be called in place: its model calls end within
+/// [`super::net::STOP_POLL`] of a cut (waits and retries included), and its tool calls run in
+/// process — unless a tool is a world server's, whose call may take the server's
+/// `call_timeout_s`: such a turn keeps a thread of its own, which the runner can stop waiting
+/// for.
+pub(super) fn in_place(tools: &[ToolSpec]) -> bool {
+    !tools
+        .iter()
+        .any(|t| matches!(t.effect, windtunnel_sdk::model::ToolEffect::Server { .. }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::net::tests::server;
+    use std::sync::atomic::Ordering;
+    use windtunnel_sdk::model::ToolEffect;
+
+    fn agent(url: &str, rest: &str) -> Agent {
+        Agent::from_toml(&format!(
+            "label = \"x\"\nruntime = \"openai\"\nendpoint = \"{url}\"\n{rest}"
+        ))
+        .unwrap()
+    }
+
+    fn endpoint(agent: &Agent) -> Endpoint {
+        let super::super::Settings::OpenAi(s) = &agent.settings else {
+            unreachable!()
+        };
+        OpenAiRuntime::new(agent, s).unwrap().endpoint
+    }
+
+    fn scenario(tools: Vec<ToolSpec>) -> Scenario {
+        let mut s = Scenario::new("s", ["Where is order 1234?"]);
+        s.tools = tools;
+        s
+    }
+
+    fn lookup() -> ToolSpec {
+        let mut t = ToolSpec::new(
+            "lookup_order",
+            ToolEffect::Read {
+                path: "orders".into(),
+                key_arg: Some("order_id".into()),
+            },
+        );
+        t.description = "Look up an order by \"its\" number.".into();
+        t.parameters = json!({"type": "object", "properties": {"order_id": {"type": "string"}}});
+        t
+    }
+
+    /// The body as it was built before it came from fixed parts: a JSON value of the
+    /// model, the messages, the tools, then what `Endpoint::complete` adds.
+    fn built(endpoint: &Endpoint, agent: &Agent, schemas: &[Value], messages: &[Value]) -> Value {
+        let mut body = json!({"model": agent.model, "messages": messages});
+        if !schemas.is_empty() {
+            body["tools"] = Value::from(schemas.to_vec());
+        }
+        endpoint.complete(body, &agent.sampling)
+    }
+
+    #[test]
+    fn a_request_body_is_the_json_its_fields_make_in_their_order() {
+        let messages = [
+            json!({"role": "system", "content": "Be brief. \u{1b}[31m é"}),
+            json!({"role": "user", "content": "Where is \"1234\"?"}),
+            json!({"role": "assistant", "content": null, "tool_calls": [{"id": "t", "type": "function", "function": {"name": "lookup_order", "arguments": "{\"order_id\":\"1234\"}"}}]}),
+            json!({"role": "tool", "tool_call_id": "t", "content": "{\"status\":\"shipped\"}"}),
+        ];
+        for (rest, tools) in [
+            ("model = \"m\"\n", vec![]),
+            ("model = \"gpt-\\\"4o\\\"\"\n", vec![lookup(), lookup()]),
+            (
+                "model = \"m\"\n[sampling]\ntemperature = 0.2\nmax_tokens = 64\nseed = 7\n\n[body]\ntool_choice = \"auto\"\nstop = [\"END\"]\nresponse_format = { type = \"json_object\" }\n",
+                vec![lookup()],
+            ),
+        ] {
+            let a = agent("http://127.0.0.1:9/v1", rest);
+            let e = endpoint(&a);
+            let schemas = tool_schemas(&tools);
+            let wire = Wire::new(&e, &a, &schemas);
+            for n in [0, 1, messages.len()] {
+                let (body, messages_len) = wire.body(&messages[..n]);
+                let want = built(&e, &a, &schemas, &messages[..n]);
+                assert_eq!(
+                    String::from_utf8_lossy(&body),
+                    serde_json::to_string(&want).unwrap(),
+                    "{rest}"
+                );
+                assert_eq!(
+                    messages_len,
+                    serde_json::to_vec(&messages[..n]).unwrap().len()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_turn_sends_its_body_and_records_what_it_sent_and_got() {
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let s = seen.clone();
+        let srv = server(move |body| {
+            s.lock().unwrap().push(body.to_owned());
+            Some((
+                200,
+                "",
+                json!({"id": "c-1", "model": "m-served", "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "It has shipped."}}], "usage": {"prompt_tokens": 9, "completion_tokens": 4}}).to_string(),
+            ))
+        });
+        let base = srv.url.trim_end_matches("/chat/completions").to_owned();
+        let a = agent(
+            &base,
+            "model = \"m\"\nsoul = \"Be brief.\"\n[sampling]\ntemperature = 0.0\n",
+        );
+        let sc = scenario(vec![lookup()]);
+        let mut handle = super::super::for_agent(&a).unwrap().provision(&sc).unwrap();
+        assert!(handle.cooperative());
+        let stop = Interrupt::new();
+        let mut world = crate::world::World::new(None);
+        let reply = handle.send(
+            "s-1",
+            &sc.turns[0],
+            TurnCtx {
+                index: 0,
+                world: &mut world,
+                timeout: Duration::from_secs(30),
+                stop: &stop,
+            },
+        );
+        assert_eq!(
+            reply.text.as_deref(),
+            Some("It has shipped."),
+            "{:?}",
+            reply.error
+        );
+        let messages = json!([
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "Where is order 1234?"}
+        ]);
+        let e = endpoint(&a);
+        let schemas = tool_schemas(&sc.tools);
+        let want = built(&e, &a, &schemas, messages.as_array().unwrap());
+        assert_eq!(*seen.lock().unwrap(), [want.to_string()]);
+        let [call] = &reply.model_calls[..] else {
+            panic!("{:?}", reply.model_calls)
+        };
+        assert_eq!(call.source, "openai");
+        assert_eq!(call.model.as_deref(), Some("m"));
+        assert_eq!(call.served_model.as_deref(), Some("m-served"));
+        assert_eq!(call.messages, messages);
+        assert_eq!(call.tools, ["lookup_order"]);
+        assert_eq!(call.finish_reason.as_deref(), Some("stop"));
+        assert_eq!(call.response["content"], "It has shipped.");
+        assert_eq!(call.usage.map(|u| u.completion_tokens), Some(4));
+        assert!(call.truncated.is_empty());
+        assert_eq!(srv.connections.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn a_turn_cut_while_its_model_call_waits_ends_interrupted_and_records_the_call() {
+        let srv = server(|_| None);
+        let base = srv.url.trim_end_matches("/chat/completions").to_owned();
+        let a = agent(&base, "model = \"m\"\nturn_timeout_s = 120\n");
+        let sc = scenario(vec![lookup()]);
+        let mut handle = super::super::for_agent(&a).unwrap().provision(&sc).unwrap();
+        let stop = Interrupt::new();
+        let cutter = stop.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            cutter.cut();
+        });
+        let mut world = crate::world::World::new(None);
+        let reply = handle.send(
+            "s-1",
+            &sc.turns[0],
+            TurnCtx {
+                index: 0,
+                world: &mut world,
+                timeout: Duration::from_secs(120),
+                stop: &stop,
+            },
+        );
+        let error = reply.error.expect("the turn failed");
+        assert_eq!(error.kind, TurnErrorKind::Interrupted, "{error:?}");
+        let [call] = &reply.model_calls[..] else {
+            panic!("{:?}", reply.model_calls)
+        };
+        assert!(
+            call.error
+                .as_deref()
+                .is_some_and(|e| e.contains("interrupted")),
+            "{call:?}"
+        );
+        assert_eq!(srv.requests.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn a_turn_is_called_in_place_unless_a_tool_is_a_world_servers() {
+        assert!(in_place(&[]));
+        assert!(in_place(&[lookup()]));
+        let server_tool = ToolSpec::new(
+            "remember",
+            ToolEffect::Server {
+                server: "memory".into(),
+            },
+        );
+        assert!(!in_place(&[lookup(), server_tool.clone()]));
+        let a = agent("http://127.0.0.1:9/v1", "model = \"m\"\n");
+        let runtime = super::super::for_agent(&a).unwrap();
+        assert!(
+            runtime
+                .provision(&scenario(vec![lookup()]))
+                .unwrap()
+                .cooperative()
+        );
+        assert!(
+            !runtime
+                .provision(&scenario(vec![lookup(), server_tool]))
+                .unwrap()
+                .cooperative()
+        );
     }
 }
