@@ -323,17 +323,34 @@ pub mod fields {
         }
     }
 
+    /// `n` in decimal, in `buf`.
+    fn decimal(n: u32, buf: &mut [u8; 10]) -> &str {
+        let mut at = buf.len();
+        let mut n = n;
+        loop {
+            at -= 1;
+            buf[at] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        std::str::from_utf8(&buf[at..]).unwrap_or_default()
+    }
+
     /// `call`, encoded.
     pub fn call(call: &TurnCall) -> String {
-        let turn = call.turn.to_string();
+        let mut buf = [0u8; 10];
+        let turn = decimal(call.turn, &mut buf);
         let mut w = Writer::new();
-        put_call(&mut w, call, &turn);
+        put_call(&mut w, call, turn);
         w.finish()
     }
 
     /// `result`, encoded: its call's fields, then its own.
     pub fn result(result: &TurnResult) -> String {
-        let turn = result.call.turn.to_string();
+        let mut buf = [0u8; 10];
+        let turn = decimal(result.call.turn, &mut buf);
         let error = result.error.as_deref().map(|e| format!("+{e}"));
         let kind = result.error_kind.map(|k| format!("+{}", k.as_str()));
         let denial = result
@@ -342,7 +359,7 @@ pub mod fields {
             .and_then(|d| serde_json::to_string(d).ok())
             .map(|d| format!("+{d}"));
         let mut w = Writer::new();
-        put_call(&mut w, &result.call, &turn);
+        put_call(&mut w, &result.call, turn);
         w.put(&result.ended_at);
         w.put(outcome_name(result.outcome));
         w.put(error.as_deref().unwrap_or("-"));

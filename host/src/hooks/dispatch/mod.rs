@@ -511,7 +511,8 @@ impl Dispatcher {
             let Some(shared) = shared else {
                 return out;
             };
-            let mut slots = Vec::with_capacity(order.count_ones() as usize);
+            let deadline = self.deadline(point);
+            let mut calls = Vec::with_capacity(order.count_ones() as usize);
             let mut left = order;
             while left != 0 {
                 let slot = if reverse {
@@ -520,18 +521,14 @@ impl Dispatcher {
                     left.trailing_zeros() as usize
                 };
                 left &= !(1u64 << slot);
-                slots.push(slot);
-            }
-            let deadline = self.deadline(point);
-            let calls = slots
-                .iter()
-                .map(|&slot| Call {
+                calls.push(Call {
                     hook: self.hooks[slot].clone(),
+                    slot,
                     deadline,
-                })
-                .collect();
-            let replies = relay.calls(shared, calls).await;
-            for (slot, reply) in slots.into_iter().zip(replies) {
+                });
+            }
+            let mut replies = relay.calls(shared, calls).await;
+            for (slot, reply) in replies.drain(..) {
                 match reply {
                     Ok((result, outputs)) => {
                         let (result, fatal) = match result {
@@ -549,6 +546,7 @@ impl Dispatcher {
                     Err(hung) => self.timed_out(slot, point, hung.after, &mut out),
                 }
             }
+            relay.recycle(replies);
             out
         }
     }

@@ -90,6 +90,8 @@ pub(super) struct Point {
 /// One hook call a lane wants made at a [`Point`].
 pub(super) struct Call {
     pub(super) hook: Arc<ActiveHook>,
+    /// The hook's place in its dispatcher, handed back with the reply.
+    pub(super) slot: usize,
     pub(super) deadline: Duration,
 }
 
@@ -103,6 +105,7 @@ struct Batch {
 #[derive(Clone)]
 struct Current {
     hook: Arc<ActiveHook>,
+    slot: usize,
     deadline: Duration,
 }
 
@@ -121,8 +124,8 @@ pub struct Relay {
     future: Mutex<Option<LaneFuture<'static>>>,
     /// The point's calls not made yet, in order; `None` when the future is not waiting.
     pending: Mutex<Option<Batch>>,
-    /// The replies of the point's calls made so far, in order.
-    replies: Mutex<Vec<Reply>>,
+    /// The replies of the point's calls made so far, in order, with each call's slot.
+    replies: Mutex<Vec<(usize, Reply)>>,
     /// The call in progress: `(call number << 8) | 1`, 0 when idle, with [`ABANDONED`] once
     /// the watchdog gave up on it.
     state: AtomicU64,
@@ -159,7 +162,7 @@ impl Relay {
         &self,
         point: Arc<Point>,
         calls: Vec<Call>,
-    ) -> impl Future<Output = Vec<Reply>> + '_ {
+    ) -> impl Future<Output = Vec<(usize, Reply)>> + '_ {
         CallsFuture {
             relay: self,
             batch: Some(Batch {
@@ -184,6 +187,16 @@ impl Relay {
             ptr,
             gate: self.gate.clone(),
             generation: self.gate.generation.load(Ordering::SeqCst),
+        }
+    }
+
+    /// Hands back the buffer a point's replies came in, emptied, so the next point's replies
+    /// allocate nothing.
+    pub(super) fn recycle(&self, mut replies: Vec<(usize, Reply)>) {
+        replies.clear();
+        let mut kept = lock(&self.replies);
+        if kept.capacity() == 0 {
+            *kept = replies;
         }
     }
 
@@ -221,8 +234,9 @@ impl Relay {
                 *lock(&self.pending) = None;
                 return true;
             };
+            let slot = call.slot;
             match self.make(&point, call) {
-                Some(reply) => lock(&self.replies).push(reply),
+                Some(reply) => lock(&self.replies).push((slot, reply)),
                 None => return false,
             }
         }
@@ -234,6 +248,7 @@ impl Relay {
         let tag = (n << 8) | 1;
         *lock(&self.current) = Some(Current {
             hook: call.hook.clone(),
+            slot: call.slot,
             deadline: call.deadline,
         });
         self.state.store(tag, Ordering::Release);
@@ -278,7 +293,7 @@ struct CallsFuture<'r> {
 }
 
 impl Future for CallsFuture<'_> {
-    type Output = Vec<Reply>;
+    type Output = Vec<(usize, Reply)>;
 
     fn poll(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Self::Output> {
         if let Some(batch) = self.batch.take() {
@@ -485,7 +500,7 @@ fn look(relays: &[Arc<Relay>], seen: &mut [(u64, Instant)], watch: &Watch) {
         // An isolated hook's process dies now; the old driver then sees its call fail and
         // finds it abandoned.
         current.hook.abandon();
-        let hung = Hung { after: deadline };
+        let hung = (current.slot, Hung { after: deadline });
         let spawned = std::thread::Builder::new()
             .name("wt-lane".into())
             .spawn({
@@ -501,14 +516,14 @@ fn look(relays: &[Arc<Relay>], seen: &mut [(u64, Instant)], watch: &Watch) {
     }
 }
 
-/// Takes a lane over from a driver whose call was abandoned, and drives it on.
-fn rescue(relay: &Relay, hung: Hung) {
+/// Takes a lane over from a driver whose call (in `slot`) was abandoned, and drives it on.
+fn rescue(relay: &Relay, (slot, hung): (usize, Hung)) {
     // A caller let into the session before the call was abandoned finishes first (a
     // converse turn is bounded by its own deadline); none gets in after.
     while relay.gate.inside.load(Ordering::SeqCst) != 0 {
         std::thread::sleep(Duration::from_millis(1));
     }
-    lock(&relay.replies).push(Err(hung));
+    lock(&relay.replies).push((slot, Err(hung)));
     relay.state.store(0, Ordering::Release);
     // The point's calls after the hung one, then the lane.
     if relay.make_pending() {
