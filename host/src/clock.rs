@@ -67,6 +67,11 @@ impl Clock {
         rfc3339(self.now())
     }
 
+    /// [`Clock::now_rfc3339`], appended to `out`.
+    pub(crate) fn push_rfc3339(&self, out: &mut String) {
+        push_rfc3339(out, self.now());
+    }
+
     /// Starts a stopwatch; it always reads 0 on a pinned clock.
     pub fn stopwatch(&self) -> Stopwatch {
         Stopwatch {
@@ -77,28 +82,37 @@ impl Clock {
 
 /// RFC 3339, UTC, milliseconds.
 pub(crate) fn rfc3339(t: Timestamp) -> String {
+    let mut out = String::with_capacity(24);
+    push_rfc3339(&mut out, t);
+    out
+}
+
+/// [`rfc3339`], appended to `out`.
+fn push_rfc3339(out: &mut String, t: Timestamp) {
     // A sweep stamps every event, run and turn: the common case is formatted by hand
     // (jiff's general formatter costs about 20 times as much).
     match civil(t) {
         Some(c) => {
-            let mut out = String::with_capacity(24);
-            digits(&mut out, c.year, 4);
+            let out = &mut *out;
+            digits(out, c.year, 4);
             out.push('-');
-            digits(&mut out, c.month, 2);
+            digits(out, c.month, 2);
             out.push('-');
-            digits(&mut out, c.day, 2);
+            digits(out, c.day, 2);
             out.push('T');
-            digits(&mut out, c.hour, 2);
+            digits(out, c.hour, 2);
             out.push(':');
-            digits(&mut out, c.minute, 2);
+            digits(out, c.minute, 2);
             out.push(':');
-            digits(&mut out, c.second, 2);
+            digits(out, c.second, 2);
             out.push('.');
-            digits(&mut out, c.milli, 3);
+            digits(out, c.milli, 3);
             out.push('Z');
-            out
         }
-        None => t.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string(),
+        None => {
+            use std::fmt::Write as _;
+            let _ = write!(out, "{}", t.strftime("%Y-%m-%dT%H:%M:%S%.3fZ"));
+        }
     }
 }
 

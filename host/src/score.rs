@@ -17,8 +17,6 @@ use windtunnel_sdk::model::{
     AggregateResult, LAYERS, LatencyStats, LayerResult, Scenario, Score, Trace, Verdict,
 };
 
-use crate::world::World;
-
 fn pass(detail: impl Into<String>) -> LayerResult {
     LayerResult::pass(detail)
 }
@@ -102,9 +100,8 @@ fn outcome(s: &Scenario, trace: &Trace) -> LayerResult {
         match &trace.world {
             None => problems.push("no world observation recorded to check".to_owned()),
             Some(obs) => {
-                let world = World::new(Some(&obs.after));
                 for check in &exp.world {
-                    if let Err(e) = world.check(check) {
+                    if let Err(e) = crate::world::check_state(&obs.after, check) {
                         problems.push(format!("final world: {e}"));
                     }
                 }
@@ -186,7 +183,7 @@ fn file_check(
                     .map(serde_json::Value::Array)
             })
             .ok_or("is neither JSON nor JSON Lines")?;
-        World::new(Some(&doc)).check(j)?;
+        crate::world::check_state(&doc, j)?;
     }
     Ok(())
 }

@@ -35,6 +35,8 @@ pub(super) struct RunRunner<'s, 'a> {
     surface: Mutex<Option<store::RenderedSurface>>,
     /// The built-in world's starting state, lent to each trace as its `world.before`.
     start: Mutex<Option<serde_json::Value>>,
+    /// The turn snapshot turn hooks are handed, refilled for each turn.
+    turn_call: Mutex<Option<windtunnel_sdk::TurnCall>>,
     /// Nothing can act on a run's world once it is observed (no hook gets the run's session
     /// to converse in): its final state moves into the trace instead of being copied.
     world_done_when_observed: bool,
@@ -48,6 +50,7 @@ impl<'s, 'a> RunRunner<'s, 'a> {
             lane,
             surface: Mutex::new(None),
             start: Mutex::new(None),
+            turn_call: Mutex::new(None),
             world_done_when_observed: super::points::Points::new(
                 lane.observer.as_ref(),
                 &lane.relay,
@@ -167,6 +170,7 @@ impl<'s, 'a> RunRunner<'s, 'a> {
             super::turn::TurnRunner {
                 sc,
                 points,
+                spare: &self.turn_call,
                 handle: self.handle,
                 world: &world,
                 scope: &scope,

@@ -25,6 +25,8 @@ pub(super) struct TurnRunner<'r, 'a> {
     pub sc: &'r ScenarioRunner<'a>,
     /// The lane's turn hooks and guards (its own hook instances).
     pub points: Points<'r>,
+    /// The lane's turn snapshot, refilled for each turn (see [`fill_turn_call`]).
+    pub spare: &'r Mutex<Option<TurnCall>>,
     pub handle: &'r Handle,
     pub world: &'r Arc<Mutex<World>>,
     pub scope: &'r Scope,
@@ -44,14 +46,17 @@ impl TurnRunner<'_, '_> {
                 ..self.scope.clone()
             };
             let call = turn_hooks.then(|| {
-                Arc::new(turn_call(
+                let mut call = lock(self.spare).take().unwrap_or_default();
+                fill_turn_call(
+                    &mut call,
                     sc,
                     &trace.run_id,
                     &trace.session_id,
                     index,
                     text,
                     TurnCause::Scenario,
-                ))
+                );
+                Arc::new(call)
             });
             let mut open = match &call {
                 Some(call) => self.points.begin_turn(call).await,
@@ -73,6 +78,7 @@ impl TurnRunner<'_, '_> {
                     Outcome::Denied,
                     None,
                     Some(denial),
+                    self.spare,
                 )
                 .await;
                 self.warnings(trace, finished);
@@ -107,6 +113,7 @@ impl TurnRunner<'_, '_> {
                 outcome,
                 reply.error.clone(),
                 None,
+                self.spare,
             )
             .await;
             let (error, error_kind) = match reply.error {
@@ -169,7 +176,11 @@ pub(super) fn publish_denial(
 }
 
 /// Finishes the observers that began, in reverse order (after the terminal event is
-/// durable).
+/// durable); the turn's snapshot goes back to `spare` for the next turn.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one turn's ending, as the loop has it"
+)]
 async fn finish(
     cfg: &RunConfig,
     points: Points<'_>,
@@ -178,6 +189,7 @@ async fn finish(
     outcome: Outcome,
     error: Option<runtime::TurnError>,
     denial: Option<Denial>,
+    spare: &Mutex<Option<TurnCall>>,
 ) -> Vec<String> {
     let Some(call) = call else {
         return Vec::new();
@@ -188,7 +200,13 @@ async fn finish(
     result.error_kind = error.as_ref().map(|e| e.kind);
     result.error = error.map(|e| e.message);
     result.denial = denial;
-    points.finish_turn(open, &Arc::new(result)).await
+    let result = Arc::new(result);
+    let warnings = points.finish_turn(open, &result).await;
+    // A hook abandoned past its deadline may still hold it: then the next turn builds anew.
+    if let Ok(result) = Arc::try_unwrap(result) {
+        *lock(spare) = Some(result.call);
+    }
+    warnings
 }
 
 /// What turn hooks and guards are told of a turn about to start.
@@ -200,14 +218,36 @@ pub(super) fn turn_call(
     input: &str,
     cause: TurnCause,
 ) -> TurnCall {
-    let mut call = TurnCall::new(run_id, index, input);
-    call.sweep_id = sc.sweep.id.clone();
-    call.scenario_id = sc.scenario.id.clone();
-    call.session_id = session_id.to_owned();
-    call.agent = sc.cfg.agent.label.clone();
-    call.started_at = sc.cfg.clock.now_rfc3339();
-    call.cause = cause;
+    let mut call = TurnCall::default();
+    fill_turn_call(&mut call, sc, run_id, session_id, index, input, cause);
     call
+}
+
+/// [`turn_call`] into `call`, reusing its strings' buffers (a lane's turns allocate nothing
+/// for the snapshot once the first is built).
+fn fill_turn_call(
+    call: &mut TurnCall,
+    sc: &ScenarioRunner<'_>,
+    run_id: &str,
+    session_id: &str,
+    index: u32,
+    input: &str,
+    cause: TurnCause,
+) {
+    fn set(s: &mut String, v: &str) {
+        s.clear();
+        s.push_str(v);
+    }
+    set(&mut call.sweep_id, &sc.sweep.id);
+    set(&mut call.scenario_id, &sc.scenario.id);
+    set(&mut call.run_id, run_id);
+    set(&mut call.session_id, session_id);
+    set(&mut call.agent, &sc.cfg.agent.label);
+    call.turn = index;
+    set(&mut call.input, input);
+    call.started_at.clear();
+    sc.cfg.clock.push_rfc3339(&mut call.started_at);
+    call.cause = cause;
 }
 
 /// The outcome a reply stands for.

@@ -215,42 +215,47 @@ impl World {
 
     /// Does `check` hold? `Err` says why not, in words a person can act on.
     pub fn check(&self, check: &WorldCheck) -> Result<(), String> {
-        let found = self.get(&check.path);
-        if let Some(exists) = check.exists
-            && exists != found.is_some()
-        {
-            return Err(if exists {
-                format!("`{}` should exist but is absent", check.path)
-            } else {
-                format!(
-                    "`{}` should be absent but is {}",
+        check_state(self.state(), check)
+    }
+}
+
+/// Does `check` hold on `state` (a world's state, read where it lies)? See [`World::check`].
+pub fn check_state(state: &Value, check: &WorldCheck) -> Result<(), String> {
+    let found = lookup(state, &check.path);
+    if let Some(exists) = check.exists
+        && exists != found.is_some()
+    {
+        return Err(if exists {
+            format!("`{}` should exist but is absent", check.path)
+        } else {
+            format!(
+                "`{}` should be absent but is {}",
+                check.path,
+                show(found.unwrap_or(&Value::Null))
+            )
+        });
+    }
+    if let Some(expected) = &check.equals {
+        match found {
+            Some(v) if loose_eq(v, expected) => {}
+            Some(v) => {
+                return Err(format!(
+                    "`{}` is {}, expected {}",
                     check.path,
-                    show(found.unwrap_or(&Value::Null))
-                )
-            });
-        }
-        if let Some(expected) = &check.equals {
-            match found {
-                Some(v) if loose_eq(v, expected) => {}
-                Some(v) => {
-                    return Err(format!(
-                        "`{}` is {}, expected {}",
-                        check.path,
-                        show(v),
-                        show(expected)
-                    ));
-                }
-                None => {
-                    return Err(format!(
-                        "`{}` is absent, expected {}",
-                        check.path,
-                        show(expected)
-                    ));
-                }
+                    show(v),
+                    show(expected)
+                ));
+            }
+            None => {
+                return Err(format!(
+                    "`{}` is absent, expected {}",
+                    check.path,
+                    show(expected)
+                ));
             }
         }
-        Ok(())
     }
+    Ok(())
 }
 
 /// Numbers compare by value (`1` equals `1.0`); everything else structurally.
