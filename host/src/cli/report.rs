@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 
 use crate::exit::{self, CodedError};
-use crate::report::{self, Report, load};
+use crate::report::{self, Report, load, scan};
 use crate::store;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -39,11 +39,30 @@ pub(crate) struct ReportArgs {
 pub(crate) fn run(args: ReportArgs) -> anyhow::Result<u8> {
     args.output.check()?;
     let dirs = super::run_dirs(args.dirs)?;
-    let report = load_report(&dirs)?;
+    // The page shows runs in detail and clusters them: it reads them whole. Every other
+    // view counts as it reads, holding nothing per run but a key.
+    let mut report = if args.format == Format::Html {
+        load_report(&dirs)?
+    } else {
+        scan_report(&dirs)?
+    };
     let text = match args.format {
         Format::Table => for_terminal(&report.to_table()),
-        Format::Json => report.to_json(),
-        Format::Junit => for_reader(report.to_junit()),
+        Format::Json => {
+            args.output.emit_with(|w| report.write_json(w))?;
+            return Ok(if args.gate {
+                report.gate
+            } else {
+                exit::SUCCESS
+            });
+        }
+        Format::Junit => {
+            // A test case per run: the rows are built again, each from its score.
+            if let Some(listing) = report.listing.take() {
+                report.runs = listing.rows().collect();
+            }
+            for_reader(report.to_junit())
+        }
         Format::Markdown => for_reader(report.to_markdown()),
         Format::Html => {
             let base = args.output.file.as_deref().and_then(Path::parent);
@@ -83,29 +102,46 @@ pub(crate) fn for_reader(doc: String) -> String {
 pub(crate) fn load_report(dirs: &[PathBuf]) -> anyhow::Result<Report> {
     // Runs in summary: a report counts and clusters them, and reads again the few it shows.
     let loaded = load::load_keeping(dirs, load::Keep::Summary)?;
-    for w in &loaded.warnings {
+    let report = Report::new(loaded);
+    tell(&report, dirs)?;
+    Ok(report)
+}
+
+/// Like [`load_report`], through the scan: counted as read, in parallel, with memory that
+/// does not grow with the runs beyond a key each (report/scan.rs).
+pub(crate) fn scan_report(dirs: &[PathBuf]) -> anyhow::Result<Report> {
+    let report = Report::from_scan(scan::scan(dirs)?);
+    tell(&report, dirs)?;
+    Ok(report)
+}
+
+/// Prints what the reading side found beside the runs on stderr; no runs at all (and no
+/// scenario that could not run) is a usage error.
+fn tell(report: &Report, dirs: &[PathBuf]) -> anyhow::Result<()> {
+    for w in &report.warnings {
         crate::term::err_line(&format!("warning: {w}"));
     }
-    for g in &loaded.gaps {
+    for g in &report.gaps {
         crate::term::err_line(&format!("incomplete: {g}"));
     }
-    for u in &loaded.unread {
+    for u in &report.unread {
         crate::term::err_line(&format!(
             "error: run {} of scenario `{}` is named by its journal but its trace was not read; counted as ERROR",
             u.stem, u.scenario_id
         ));
     }
-    if !loaded.duplicates.is_empty() {
+    if report.duplicates > 0 {
         crate::term::err_line(&format!(
             "note: {} trace file(s) repeat a run_id already read; each run is counted once",
-            loaded.duplicates.len()
+            report.duplicates
         ));
     }
-    if loaded.runs.is_empty() && loaded.scenario_errors.is_empty() && loaded.unread.is_empty() {
+    let runs: u64 = report.pack.runs;
+    if runs == 0 && report.scenario_errors.is_empty() && report.unread.is_empty() {
         let shown: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
         return Err(CodedError::usage(format!("no runs found in {}", shown.join(", "))).into());
     }
-    Ok(Report::new(loaded))
+    Ok(())
 }
 
 /// Where machine output goes: stdout, or a file written atomically.
@@ -123,6 +159,24 @@ impl Output {
             store::check_output(path, "-o").map_err(CodedError::usage)?;
         }
         Ok(())
+    }
+
+    /// Like [`Output::emit`], streamed: `fill` writes the document piece by piece.
+    pub(crate) fn emit_with(
+        &self,
+        fill: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<()>,
+    ) -> anyhow::Result<()> {
+        match &self.file {
+            Some(path) => store::write_atomic_with(path, fill)
+                .with_context(|| format!("write {}", path.display())),
+            None => {
+                let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+                match fill(&mut out).and_then(|()| std::io::Write::flush(&mut out)) {
+                    Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+                    other => other.context("write to stdout"),
+                }
+            }
+        }
     }
 
     pub(crate) fn emit(&self, text: &str) -> anyhow::Result<()> {

@@ -236,7 +236,7 @@ pub(crate) fn load_keeping<P: AsRef<Path>>(dirs: &[P], keep: Keep) -> Result<Loa
 
 /// The shards of every sharding (`K/N`) seen in the journals that no journal read is of: a
 /// sweep run as N shards is whole only with all N.
-fn missing_shards(sweeps: &[Sweep]) -> Vec<String> {
+pub(crate) fn missing_shards(sweeps: &[Sweep]) -> Vec<String> {
     let mut seen: BTreeMap<u32, std::collections::BTreeSet<u32>> = BTreeMap::new();
     for shard in sweeps.iter().flat_map(|s| &s.shards) {
         if let Some((k, n)) = shard.split_once('/')
@@ -320,36 +320,7 @@ fn load_run(path: &Path, listing: &Listing, warnings: &mut Vec<String>) -> Optio
         ));
         return None;
     }
-    let score_file = path.with_extension("score.json");
-    let (score, score_problem) = match read_bounded(&score_file, MAX_SIDECAR_BYTES) {
-        Err(ReadProblem::Missing) => (
-            None,
-            Some("no score sidecar (run `wt rescore` to score it)".to_owned()),
-        ),
-        Err(why) => {
-            let problem = format!("score sidecar {}: {why}", score_file.display());
-            warnings.push(format!("{problem}; the run counts as ERROR"));
-            (None, Some(problem))
-        }
-        Ok(bytes) => match serde_json::from_slice::<Score>(&bytes) {
-            Ok(s) if s.run_id == trace.run_id => (Some(s), None),
-            Ok(s) => {
-                let problem = format!(
-                    "score sidecar {} is for run {}, not {}",
-                    score_file.display(),
-                    s.run_id,
-                    trace.run_id
-                );
-                warnings.push(format!("{problem}; the run counts as ERROR"));
-                (None, Some(problem))
-            }
-            Err(e) => {
-                let problem = format!("score sidecar {} does not parse: {e}", score_file.display());
-                warnings.push(format!("{problem}; the run counts as ERROR"));
-                (None, Some(problem))
-            }
-        },
-    };
+    let (score, score_problem) = read_score(path, &trace.run_id, warnings);
     let stem = path
         .file_stem()
         .and_then(|s| s.to_str())
@@ -361,6 +332,45 @@ fn load_run(path: &Path, listing: &Listing, warnings: &mut Vec<String>) -> Optio
         score_problem,
         artifacts: listing.artifacts.get(stem).cloned().unwrap_or_default(),
     })
+}
+
+/// The score sidecar of the trace at `path` (of run `run_id`), or why there is none; a
+/// sidecar that is there but unusable adds a warning.
+pub(crate) fn read_score(
+    path: &Path,
+    run_id: &str,
+    warnings: &mut Vec<String>,
+) -> (Option<Score>, Option<String>) {
+    let score_file = path.with_extension("score.json");
+    match read_bounded(&score_file, MAX_SIDECAR_BYTES) {
+        Err(ReadProblem::Missing) => (
+            None,
+            Some("no score sidecar (run `wt rescore` to score it)".to_owned()),
+        ),
+        Err(why) => {
+            let problem = format!("score sidecar {}: {why}", score_file.display());
+            warnings.push(format!("{problem}; the run counts as ERROR"));
+            (None, Some(problem))
+        }
+        Ok(bytes) => match serde_json::from_slice::<Score>(&bytes) {
+            Ok(s) if s.run_id == run_id => (Some(s), None),
+            Ok(s) => {
+                let problem = format!(
+                    "score sidecar {} is for run {}, not {}",
+                    score_file.display(),
+                    s.run_id,
+                    run_id
+                );
+                warnings.push(format!("{problem}; the run counts as ERROR"));
+                (None, Some(problem))
+            }
+            Err(e) => {
+                let problem = format!("score sidecar {} does not parse: {e}", score_file.display());
+                warnings.push(format!("{problem}; the run counts as ERROR"));
+                (None, Some(problem))
+            }
+        },
+    }
 }
 
 /// Drops what no count, aggregate or cluster reads: the surface, turn texts, tool-call
@@ -449,11 +459,24 @@ pub(crate) fn open_bounded(path: &Path, limit: u64) -> Result<(File, u64), ReadP
 
 /// Reads a whole file from a runs directory within `limit` bytes (see [`open_bounded`]).
 pub(crate) fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>, ReadProblem> {
+    let mut bytes = Vec::new();
+    read_bounded_into(path, limit, &mut bytes)?;
+    Ok(bytes)
+}
+
+/// Like [`read_bounded`], into `bytes` (cleared first): a reader of many files reuses one
+/// buffer.
+pub(crate) fn read_bounded_into(
+    path: &Path,
+    limit: u64,
+    bytes: &mut Vec<u8>,
+) -> Result<(), ReadProblem> {
     let (file, len) = open_bounded(path, limit)?;
-    let mut bytes = Vec::with_capacity(len as usize);
+    bytes.clear();
+    bytes.reserve(len as usize);
     // The file may grow after the check; never read past the limit.
     file.take(limit + 1)
-        .read_to_end(&mut bytes)
+        .read_to_end(bytes)
         .map_err(ReadProblem::Io)?;
     if bytes.len() as u64 > limit {
         return Err(ReadProblem::TooLarge {
@@ -461,7 +484,7 @@ pub(crate) fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>, ReadProbl
             limit,
         });
     }
-    Ok(bytes)
+    Ok(())
 }
 
 /// The journal lines the loader cares about; every other field is ignored.
@@ -512,14 +535,26 @@ struct Segment {
 }
 
 #[derive(Default)]
-struct Journals {
+pub(crate) struct Journals {
+    /// Hold no `RunEnded` stems (a reader that checks them with [`for_each_written`]).
+    forget_written: bool,
+    /// The journals read, duplicates of an earlier one's bytes left out.
+    pub(crate) accepted: Vec<PathBuf>,
     digests: HashSet<[u8; 32]>,
     /// Segments in the order read, keyed by sweep id.
     segments: Vec<(String, Segment)>,
 }
 
 impl Journals {
-    fn read(&mut self, path: &Path, warnings: &mut Vec<String>) {
+    /// Journals whose `RunEnded` stems are not held (see [`for_each_written`]).
+    pub(crate) fn forgetting_written() -> Journals {
+        Journals {
+            forget_written: true,
+            ..Journals::default()
+        }
+    }
+
+    pub(crate) fn read(&mut self, path: &Path, warnings: &mut Vec<String>) {
         let shown = path.display();
         let file = match open_bounded(path, MAX_JOURNAL_BYTES) {
             Ok((f, _)) => f,
@@ -582,7 +617,7 @@ impl Journals {
                     })
                 }
                 "SweepEnded" => seg.ended = Some(line.exit_code.unwrap_or_default()),
-                "RunEnded" => {
+                "RunEnded" if !self.forget_written => {
                     if let (Some(stem), Some(scenario)) = (line.stem, line.scenario_id) {
                         seg.written.push((scenario, stem));
                     }
@@ -627,6 +662,7 @@ impl Journals {
         if !self.digests.insert(digest.finalize().into()) {
             return;
         }
+        self.accepted.push(path.to_owned());
         self.segments.extend(by_sweep);
     }
 
@@ -654,6 +690,25 @@ impl Journals {
                 }
             }
         }
+        let mut runs_per_sweep: BTreeMap<String, usize> = BTreeMap::new();
+        for r in &out.runs {
+            *runs_per_sweep.entry(r.trace.sweep_id.clone()).or_default() += 1;
+        }
+        out.sweeps = self.close(
+            runs_per_sweep,
+            &mut out.scenario_errors,
+            &mut out.warnings,
+        );
+    }
+
+    /// The sweeps the journals (and the runs read, `runs_per_sweep`) tell of, with the
+    /// scenarios that could not run and a warning per partial sweep.
+    pub(crate) fn close(
+        self,
+        runs_per_sweep: BTreeMap<String, usize>,
+        scenario_errors: &mut Vec<ScenarioError>,
+        warnings: &mut Vec<String>,
+    ) -> Vec<Sweep> {
         let mut sweeps: BTreeMap<String, Sweep> = BTreeMap::new();
         let new_sweep = |id: &str| Sweep {
             sweep_id: id.to_owned(),
@@ -701,7 +756,7 @@ impl Journals {
                 _ => SweepStatus::Complete,
             };
             for (scenario_id, runs, error) in seg.errors {
-                out.scenario_errors.push(ScenarioError {
+                scenario_errors.push(ScenarioError {
                     sweep_id: id.clone(),
                     scenario_id,
                     runs,
@@ -709,28 +764,63 @@ impl Journals {
                 });
             }
         }
-        for r in &out.runs {
-            sweeps
-                .entry(r.trace.sweep_id.clone())
-                .or_insert_with(|| new_sweep(&r.trace.sweep_id))
-                .runs += 1;
+        for (id, n) in runs_per_sweep {
+            sweeps.entry(id.clone()).or_insert_with(|| new_sweep(&id)).runs += n;
         }
         for s in sweeps.values() {
             match s.status {
-                SweepStatus::Incomplete => out.warnings.push(format!(
+                SweepStatus::Incomplete => warnings.push(format!(
                     "sweep {} is incomplete: {} has no SweepEnded (killed, or still running); \
                      its missing runs cannot be judged",
                     s.sweep_id,
                     s.journals.join(", ")
                 )),
-                SweepStatus::Interrupted => out.warnings.push(format!(
+                SweepStatus::Interrupted => warnings.push(format!(
                     "sweep {} was interrupted: runs that never started are missing",
                     s.sweep_id
                 )),
                 _ => {}
             }
         }
-        out.sweeps = sweeps.into_values().collect();
+        sweeps.into_values().collect()
+    }
+}
+
+/// Calls `f(sweep_id, scenario_id, stem)` for every `RunEnded` line of a journal already
+/// read by [`Journals::read`], streaming it again within the same bounds.
+pub(crate) fn for_each_written(path: &Path, mut f: impl FnMut(&str, &str, &str)) {
+    let Ok((file, _)) = open_bounded(path, MAX_JOURNAL_BYTES) else {
+        return;
+    };
+    let mut reader = BufReader::new(file.take(MAX_JOURNAL_BYTES));
+    let mut digest = Sha256::new();
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        match (&mut reader)
+            .take(MAX_JOURNAL_LINE)
+            .read_until(b'\n', &mut buf)
+        {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                if buf.last() != Some(&b'\n') && n as u64 == MAX_JOURNAL_LINE {
+                    if !skip_line(&mut reader, &mut digest) {
+                        return;
+                    }
+                    continue;
+                }
+            }
+        }
+        const NEEDLE: &[u8] = b"\"RunEnded\"";
+        if !buf.windows(NEEDLE.len()).any(|w| w == NEEDLE) {
+            continue;
+        }
+        if let Ok(line) = serde_json::from_slice::<Line>(&buf)
+            && line.event == "RunEnded"
+            && let (Some(stem), Some(scenario)) = (&line.stem, &line.scenario_id)
+        {
+            f(&line.sweep_id, scenario, stem);
+        }
     }
 }
 
