@@ -504,7 +504,12 @@ impl Aggregator {
             Some(_) | None => step(&mut self.agg.errored),
         }
         for name in &c.failed_layers {
-            step(self.agg.layer_failures.entry((*name).to_owned()).or_default());
+            step(
+                self.agg
+                    .layer_failures
+                    .entry((*name).to_owned())
+                    .or_default(),
+            );
         }
         for &ms in &c.latencies {
             if add {
@@ -533,6 +538,16 @@ impl Aggregator {
         }
     }
 
+    /// Runs counted so far.
+    pub(crate) fn runs(&self) -> u32 {
+        self.agg.runs
+    }
+
+    /// The turn latencies counted so far: milliseconds → turns.
+    pub(crate) fn latencies(&self) -> &BTreeMap<u64, u64> {
+        &self.latencies
+    }
+
     pub(crate) fn finish(mut self) -> AggregateResult {
         self.agg.latency = latency_stats(&self.latencies);
         self.agg
@@ -557,7 +572,10 @@ fn latency_stats(hist: &BTreeMap<u64, u64>) -> LatencyStats {
         }
         0
     };
-    let sum: u128 = hist.iter().map(|(&ms, &k)| u128::from(ms) * u128::from(k)).sum();
+    let sum: u128 = hist
+        .iter()
+        .map(|(&ms, &k)| u128::from(ms) * u128::from(k))
+        .sum();
     let mut stats = LatencyStats::default();
     stats.count = n;
     stats.min_ms = hist.keys().next().copied().unwrap_or(0);

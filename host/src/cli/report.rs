@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 
 use crate::exit::{self, CodedError};
-use crate::report::{self, Report, load, scan};
+use crate::report::{self, Report, scan};
 use crate::store;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -38,30 +38,25 @@ pub(crate) struct ReportArgs {
 
 pub(crate) fn run(args: ReportArgs) -> anyhow::Result<u8> {
     args.output.check()?;
-    let dirs = super::run_dirs(args.dirs)?;
-    // The page shows runs in detail and clusters them: it reads them whole. Every other
-    // view counts as it reads, holding nothing per run but a key.
-    let mut report = if args.format == Format::Html {
-        load_report(&dirs)?
-    } else {
-        scan_report(&dirs)?
+    let dirs = super::run_dirs(args.dirs.clone())?;
+    // Every view counts as it reads; the JSON and JUnit views list every run, so they keep
+    // where each run is (a key each) and read the rows again as they write them; the page
+    // gathers its clusters and the few runs it shows in full.
+    let want = scan::Want {
+        listing: matches!(args.format, Format::Json | Format::Junit),
+        page: args.format == Format::Html,
+        ..scan::Want::default()
     };
+    let report = scan_report(&dirs, want)?;
     let text = match args.format {
         Format::Table => for_terminal(&report.to_table()),
         Format::Json => {
             args.output.emit_with(|w| report.write_json(w))?;
-            return Ok(if args.gate {
-                report.gate
-            } else {
-                exit::SUCCESS
-            });
+            return Ok(gate(&args, &report));
         }
         Format::Junit => {
-            // A test case per run: the rows are built again, each from its score.
-            if let Some(listing) = report.listing.take() {
-                report.runs = listing.rows().collect();
-            }
-            for_reader(report.to_junit())
+            args.output.emit_with(|w| report.write_junit(w, true))?;
+            return Ok(gate(&args, &report));
         }
         Format::Markdown => for_reader(report.to_markdown()),
         Format::Html => {
@@ -70,11 +65,15 @@ pub(crate) fn run(args: ReportArgs) -> anyhow::Result<u8> {
         }
     };
     args.output.emit(&text)?;
-    Ok(if args.gate {
+    Ok(gate(&args, &report))
+}
+
+fn gate(args: &ReportArgs, report: &Report) -> u8 {
+    if args.gate {
         report.gate
     } else {
         exit::SUCCESS
-    })
+    }
 }
 
 /// A table for a terminal: every line's control and bidirectional characters escaped (the
@@ -97,20 +96,20 @@ pub(crate) fn for_reader(doc: String) -> String {
     }
 }
 
-/// Loads `dirs` through the one loader, prints its warnings on stderr and builds the model.
-/// No runs at all (and no scenario that could not run) is a usage error.
+/// The counts over `dirs` (a scan that keeps nothing per run), its warnings printed on
+/// stderr. No runs at all (and no scenario that could not run) is a usage error.
 pub(crate) fn load_report(dirs: &[PathBuf]) -> anyhow::Result<Report> {
-    // Runs in summary: a report counts and clusters them, and reads again the few it shows.
-    let loaded = load::load_keeping(dirs, load::Keep::Summary)?;
-    let report = Report::new(loaded);
-    tell(&report, dirs)?;
-    Ok(report)
+    scan_report(dirs, scan::Want::default())
 }
 
-/// Like [`load_report`], through the scan: counted as read, in parallel, with memory that
-/// does not grow with the runs beyond a key each (report/scan.rs).
-pub(crate) fn scan_report(dirs: &[PathBuf]) -> anyhow::Result<Report> {
-    let report = Report::from_scan(scan::scan(dirs)?);
+/// The model of `dirs` through the scan (report/scan.rs: counted as read, in parallel, with
+/// what `want` asks beyond the counts), its warnings printed on stderr.
+pub(crate) fn scan_report(dirs: &[PathBuf], want: scan::Want<'_>) -> anyhow::Result<Report> {
+    tell_report(Report::from_scan(scan::scan(dirs, want)?), dirs)
+}
+
+/// `report`, once what the reading side found beside its runs is printed (see [`tell`]).
+pub(crate) fn tell_report(report: Report, dirs: &[PathBuf]) -> anyhow::Result<Report> {
     tell(&report, dirs)?;
     Ok(report)
 }

@@ -1,7 +1,10 @@
 //! The reading side: what stored runs add up to, and the views of it.
 //!
-//! - [`load`] is the one loader every reading command uses (sidecar rule, dedupe by
-//!   `run_id`, foreign files skipped with a warning, journals read).
+//! - [`load`] holds the reading side's rules (sidecar rule, dedupe by `run_id`, foreign files
+//!   skipped with a warning, bounded reads, journals) and the loader that holds runs whole
+//!   (`wt triage`, `wt rescore`); [`scan`] reads by the same rules for `wt report` and
+//!   `wt compare`, counting as it reads and holding a key per run (the tests check that both
+//!   give the same report).
 //! - [`Report`] is the one summary model: per scenario k/n with a Wilson interval, pass^k
 //!   and pass@k, per-layer failures and latency; the pack's totals; the sweeps and whether
 //!   they ended; the gate code.
@@ -14,6 +17,7 @@ pub(crate) mod compare;
 pub(crate) mod gate;
 pub(crate) mod html;
 pub(crate) mod junit;
+pub(crate) mod lean;
 pub(crate) mod load;
 pub(crate) mod plan;
 pub(crate) mod scan;
@@ -48,6 +52,10 @@ pub fn load_runs<P: AsRef<Path>>(dirs: &[P]) -> Result<Vec<StoredRun>, StoreErro
         .map(|r| (r.trace, r.score, r.path))
         .collect())
 }
+
+/// Per scenario, the failure reasons of its runs — (layer, detail normalized as triage
+/// normalizes it) → runs — as `wt compare` tells which appeared and disappeared.
+pub(crate) type Reasons = BTreeMap<String, BTreeMap<(String, String), u32>>;
 
 /// Confidence level of the intervals `wt report` shows.
 pub(crate) const REPORT_ALPHA: f64 = 0.05;
@@ -208,9 +216,19 @@ pub(crate) struct Report {
     /// Model calls and tokens over every run, when `wt` saw any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<RunUsage>,
-    /// The runs themselves, for views that show details (the HTML page).
+    /// The runs themselves, when the loader read them (the page's details are drawn from
+    /// them; see [`html::Details`]).
     #[serde(skip)]
     pub loaded: Vec<LoadedRun>,
+    /// The page's details, when a scan gathered them.
+    #[serde(skip)]
+    pub details: Option<html::Details>,
+    /// The agents of the runs read, sorted.
+    #[serde(skip)]
+    pub agents: Vec<String>,
+    /// Failure reasons per scenario, over every run read (a scan counts them when asked).
+    #[serde(skip)]
+    pub reasons: Reasons,
     /// Where every run is, when `runs` holds only the few the table shows ([`scan`]): the
     /// JSON view streams every row from it.
     #[serde(skip)]
@@ -260,6 +278,17 @@ impl Report {
             partial,
         };
         let mut report = Report::assemble(aggs, usage, rows, found);
+        let mut agents: Vec<String> = report.runs.iter().map(|r| r.agent.clone()).collect();
+        agents.sort();
+        agents.dedup();
+        report.agents = agents;
+        for r in report.runs.iter().filter(|r| !r.failures.is_empty()) {
+            let per = report.reasons.entry(r.scenario_id.clone()).or_default();
+            for (layer, detail) in &r.failures {
+                *per.entry((layer.clone(), triage::normalize(detail)))
+                    .or_default() += 1;
+            }
+        }
         report.loaded = loaded.runs;
         report
     }
@@ -327,6 +356,9 @@ impl Report {
             gate,
             usage: total.map(|u| u.finish()),
             loaded: Vec::new(),
+            details: None,
+            agents: Vec::new(),
+            reasons: Reasons::new(),
             listing: None,
         }
     }
@@ -336,8 +368,23 @@ impl Report {
     pub(crate) fn from_scan(scan: scan::Scan) -> Report {
         let mut report = Report::assemble(scan.aggs, scan.usage, scan.shown, scan.found);
         report.not_passed = scan.not_passed;
-        report.listing = Some(scan.listing);
+        report.listing = scan.listing;
+        report.details = scan.details;
+        report.agents = scan.agents;
+        report.reasons = scan.reasons;
         report
+    }
+
+    /// The rows held of the runs of `scenario` that did not pass (all of them after the
+    /// loader, the first [`scan::SHOWN_PER_SCENARIO`] after a scan), and how many there are.
+    pub(crate) fn not_passed_of(&self, scenario: &str) -> (Vec<&RunRow>, usize) {
+        let rows: Vec<&RunRow> = self
+            .runs
+            .iter()
+            .filter(|r| r.scenario_id == scenario && r.verdict != Some(Verdict::Pass))
+            .collect();
+        let n = self.not_passed.get(scenario).copied().unwrap_or(rows.len());
+        (rows, n)
     }
 
     /// Every row, for views that list every run: those held, or (after a [`scan`]) each
@@ -487,7 +534,9 @@ impl UsageSum {
         self.sum.model_calls = self.sum.model_calls.saturating_sub(u.model_calls);
         self.sum.unreported = self.sum.unreported.saturating_sub(u.unreported);
         t.prompt_tokens = t.prompt_tokens.saturating_sub(u.tokens.prompt_tokens);
-        t.completion_tokens = t.completion_tokens.saturating_sub(u.tokens.completion_tokens);
+        t.completion_tokens = t
+            .completion_tokens
+            .saturating_sub(u.tokens.completion_tokens);
         t.cached_tokens = t.cached_tokens.saturating_sub(u.tokens.cached_tokens);
         t.reasoning_tokens = t.reasoning_tokens.saturating_sub(u.tokens.reasoning_tokens);
         match u.cost_usd {
@@ -511,19 +560,18 @@ impl UsageSum {
     }
 }
 
+/// A score's failed layers and their details, in reporting order.
+pub(crate) fn failures(s: &windtunnel_sdk::model::Score) -> Vec<(String, String)> {
+    s.layers()
+        .into_iter()
+        .filter(|(_, l)| !l.passed)
+        .map(|(n, l)| (n.to_owned(), l.detail.clone()))
+        .collect()
+}
+
 pub(crate) fn row(run: &LoadedRun) -> RunRow {
     let trace = &run.trace;
-    let failures = run
-        .score
-        .as_ref()
-        .map(|s| {
-            s.layers()
-                .into_iter()
-                .filter(|(_, l)| !l.passed)
-                .map(|(n, l)| (n.to_owned(), l.detail.clone()))
-                .collect()
-        })
-        .unwrap_or_default();
+    let failures = run.score.as_ref().map(failures).unwrap_or_default();
     RunRow {
         scenario_id: trace.scenario_id.clone(),
         run_index: trace.run_index,
@@ -538,7 +586,10 @@ pub(crate) fn row(run: &LoadedRun) -> RunRow {
         },
         trace: run.path.display().to_string(),
         usage: run.score.as_ref().and_then(|s| s.usage.clone()),
-        latency_ms: trace.turns.iter().map(|t| t.latency_ms).sum(),
+        latency_ms: trace
+            .turns
+            .iter()
+            .fold(0u64, |n, t| n.saturating_add(t.latency_ms)),
     }
 }
 
