@@ -709,8 +709,27 @@ impl Part {
     }
 }
 
+/// Keeps the keys' memory from outliving them: with glibc's sliding mmap threshold, blocks
+/// freed once (a reader's chunk of keys, 640 KB) raise it, and the next scan's chunks (a
+/// comparison reads two sides) come from heaps that keep them after they are freed. A fixed
+/// threshold maps every block from 256 KiB up on its own, gives it back when freed, and grows
+/// the keys with `mremap` instead of a copy.
+fn map_big_blocks() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| {
+            // SAFETY: mallopt only sets an allocator parameter; any value is safe to ask for.
+            unsafe {
+                libc::mallopt(libc::M_MMAP_THRESHOLD, 256 << 10);
+            }
+        });
+    }
+}
+
 /// Reads every run directory in `dirs` (the loader's rules, see the module docs).
 pub(crate) fn scan<P: AsRef<Path>>(dirs: &[P], want: Want<'_>) -> Result<Scan, StoreError> {
+    map_big_blocks();
     let mut gaps = Vec::new();
     // Directories given twice are read once.
     let mut seen = HashSet::new();
