@@ -423,11 +423,45 @@ pub(crate) fn excerpt(s: &str) -> String {
     out
 }
 
-/// Accumulates a scenario's runs into an [`AggregateResult`] without keeping them.
-#[derive(Debug, Default)]
+/// Accumulates a scenario's runs into an [`AggregateResult`] without keeping them: counts,
+/// per-layer failures, and turn latencies as a histogram (one entry per distinct
+/// millisecond value, however many runs), so that its memory does not grow with the runs and
+/// two of them merge — or a run is taken back out — exactly, in any order.
+#[derive(Clone, Debug, Default)]
 pub(crate) struct Aggregator {
     agg: AggregateResult,
-    latencies: Vec<u64>,
+    latencies: BTreeMap<u64, u64>,
+}
+
+/// What one run adds to its scenario's aggregate.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Contribution {
+    pub verdict: Option<Verdict>,
+    /// The layers its score failed.
+    pub failed_layers: Vec<&'static str>,
+    /// The latencies of its turns that ended without an error.
+    pub latencies: Vec<u64>,
+}
+
+impl Contribution {
+    pub(crate) fn of(trace: &Trace, score: Option<&Score>) -> Contribution {
+        Contribution::from_parts(
+            score,
+            trace
+                .turns
+                .iter()
+                .filter(|t| t.error.is_none())
+                .map(|t| t.latency_ms),
+        )
+    }
+
+    pub(crate) fn from_parts(score: Option<&Score>, latencies: impl Iterator<Item = u64>) -> Self {
+        Contribution {
+            verdict: score.map(|s| s.verdict),
+            failed_layers: score.map(|s| s.failed_layers()).unwrap_or_default(),
+            latencies: latencies.collect(),
+        }
+    }
 }
 
 impl Aggregator {
@@ -438,51 +472,114 @@ impl Aggregator {
         }
         Aggregator {
             agg,
-            latencies: Vec::new(),
+            latencies: BTreeMap::new(),
         }
     }
 
     pub(crate) fn add(&mut self, trace: &Trace, score: Option<&Score>) {
-        self.agg.runs += 1;
-        match score.map(|s| s.verdict) {
-            Some(Verdict::Pass) => self.agg.passed += 1,
-            Some(Verdict::Fail) => self.agg.failed += 1,
-            Some(_) | None => self.agg.errored += 1,
+        self.add_run(&Contribution::of(trace, score));
+    }
+
+    /// Counts one run in.
+    pub(crate) fn add_run(&mut self, c: &Contribution) {
+        self.apply(c, true);
+    }
+
+    /// Takes one run counted in before back out (a duplicate found later).
+    pub(crate) fn remove_run(&mut self, c: &Contribution) {
+        self.apply(c, false);
+    }
+
+    fn apply(&mut self, c: &Contribution, add: bool) {
+        let step = |n: &mut u32| {
+            *n = if add { *n + 1 } else { n.saturating_sub(1) };
+        };
+        step(&mut self.agg.runs);
+        match c.verdict {
+            Some(Verdict::Pass) => step(&mut self.agg.passed),
+            Some(Verdict::Fail) => step(&mut self.agg.failed),
+            Some(_) | None => step(&mut self.agg.errored),
         }
-        if let Some(score) = score {
-            for name in score.failed_layers() {
-                *self.agg.layer_failures.entry(name.to_owned()).or_default() += 1;
+        for name in &c.failed_layers {
+            step(
+                self.agg
+                    .layer_failures
+                    .entry((*name).to_owned())
+                    .or_default(),
+            );
+        }
+        for &ms in &c.latencies {
+            if add {
+                *self.latencies.entry(ms).or_default() += 1;
+            } else if let Some(n) = self.latencies.get_mut(&ms) {
+                *n -= 1;
+                if *n == 0 {
+                    self.latencies.remove(&ms);
+                }
             }
         }
-        self.latencies.extend(
-            trace
-                .turns
-                .iter()
-                .filter(|t| t.error.is_none())
-                .map(|t| t.latency_ms),
-        );
+    }
+
+    /// Adds everything `other` counted (of the same scenario).
+    pub(crate) fn merge(&mut self, other: Aggregator) {
+        let (a, b) = (&mut self.agg, other.agg);
+        a.runs += b.runs;
+        a.passed += b.passed;
+        a.failed += b.failed;
+        a.errored += b.errored;
+        for (layer, n) in b.layer_failures {
+            *a.layer_failures.entry(layer).or_default() += n;
+        }
+        for (ms, n) in other.latencies {
+            *self.latencies.entry(ms).or_default() += n;
+        }
+    }
+
+    /// Runs counted so far.
+    pub(crate) fn runs(&self) -> u32 {
+        self.agg.runs
+    }
+
+    /// The turn latencies counted so far: milliseconds → turns.
+    pub(crate) fn latencies(&self) -> &BTreeMap<u64, u64> {
+        &self.latencies
     }
 
     pub(crate) fn finish(mut self) -> AggregateResult {
-        self.agg.latency = latency_stats(&mut self.latencies);
+        self.agg.latency = latency_stats(&self.latencies);
         self.agg
     }
 }
 
-fn latency_stats(v: &mut [u64]) -> LatencyStats {
-    if v.is_empty() {
+/// Count, min, mean, p50, p95 and max of a latency histogram (value → occurrences): the
+/// same figures as over the sorted list of every value (nearest rank).
+fn latency_stats(hist: &BTreeMap<u64, u64>) -> LatencyStats {
+    let n: u64 = hist.values().sum();
+    if n == 0 {
         return LatencyStats::default();
     }
-    v.sort_unstable();
-    let n = v.len();
-    let pct = |p: usize| v[((n * p).div_ceil(100)).saturating_sub(1).min(n - 1)];
+    let rank = |p: u64| (n * p).div_ceil(100).saturating_sub(1).min(n - 1);
+    let at = |r: u64| {
+        let mut seen = 0;
+        for (&ms, &k) in hist {
+            seen += k;
+            if seen > r {
+                return ms;
+            }
+        }
+        0
+    };
+    let sum: u128 = hist
+        .iter()
+        .map(|(&ms, &k)| u128::from(ms) * u128::from(k))
+        .sum();
     let mut stats = LatencyStats::default();
-    stats.count = n as u64;
-    stats.min_ms = v[0];
-    stats.mean_ms = v.iter().sum::<u64>() / n as u64;
-    stats.p50_ms = pct(50);
-    stats.p95_ms = pct(95);
-    stats.max_ms = v[n - 1];
+    stats.count = n;
+    stats.min_ms = hist.keys().next().copied().unwrap_or(0);
+    stats.mean_ms = u64::try_from(sum / u128::from(n)).unwrap_or(u64::MAX);
+    stats.p50_ms = at(rank(50));
+    stats.p95_ms = at(rank(95));
+    stats.max_ms = hist.keys().next_back().copied().unwrap_or(0);
     stats
 }
 

@@ -226,6 +226,27 @@ fn temp_file(dir: &Path) -> std::io::Result<tempfile::NamedTempFile> {
 /// Writes `bytes` to `path` atomically (temp file in the same directory, then rename); with
 /// `new`, fails with [`StoreError::Exists`] instead of replacing a file.
 fn write_file(path: &Path, bytes: &[u8], new: bool) -> Result<(), StoreError> {
+    write_file_with(path, new, |f| f.write_all(bytes))
+}
+
+/// Writes what `fill` writes to `path` atomically, streamed through a buffer (a document too
+/// big to hold, such as the JSON report of a million runs).
+pub(crate) fn write_atomic_with(
+    path: &Path,
+    fill: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<()>,
+) -> Result<(), StoreError> {
+    write_file_with(path, false, |f| {
+        let mut w = std::io::BufWriter::with_capacity(1 << 16, f);
+        fill(&mut w)?;
+        w.flush()
+    })
+}
+
+fn write_file_with(
+    path: &Path,
+    new: bool,
+    fill: impl FnOnce(&mut std::fs::File) -> std::io::Result<()>,
+) -> Result<(), StoreError> {
     let err = |source| StoreError::Write {
         path: path.to_owned(),
         source,
@@ -235,7 +256,7 @@ fn write_file(path: &Path, bytes: &[u8], new: bool) -> Result<(), StoreError> {
     let mut tmp = temp_file(dir).map_err(err)?;
     let tmp_path = tmp.path().to_owned();
     track(&tmp_path);
-    let result = tmp.write_all(bytes).map_err(err).and_then(|()| {
+    let result = fill(tmp.as_file_mut()).map_err(err).and_then(|()| {
         let persisted = if new {
             tmp.persist_noclobber(path)
         } else {

@@ -1038,3 +1038,159 @@ fn html_report_of_a_large_sweep_stays_bounded_and_states_its_sampling() {
     let (s, b) = (small.len() as f64, big.len() as f64);
     assert!(b < s * 1.1, "small {s} bytes, big {b} bytes");
 }
+
+// ---- reports at scale (issue 22) -----------------------------------------------------------
+
+#[test]
+fn the_table_lists_ten_not_passed_runs_a_scenario_and_every_view_counts_them_all() {
+    let dir = tmp();
+    let failing = [
+        "--agent",
+        "demo-forbidden-tool",
+        "--filter",
+        "order-status",
+        "--runs",
+        "13",
+        "--seed",
+        "3",
+        "--jobs",
+        "2",
+    ];
+    sweep(dir.path(), "runs", &failing, 1);
+    sweep(
+        dir.path(),
+        "runs",
+        &["--filter", "refund-damaged", "--runs", "2"],
+        0,
+    );
+    let table = wt(dir.path(), &["report", "runs"]);
+    assert_eq!(table.code, 0, "{table}");
+    let listed = |text: &str, prefix: &str| text.lines().filter(|l| l.starts_with(prefix)).count();
+    assert_eq!(listed(&table.stdout, "FAIL order-status #"), 10, "{table}");
+    assert!(
+        table.stdout.contains(
+            "… and 3 more run(s) of order-status that did not pass (`wt report --format json` lists every run)"
+        ),
+        "{table}"
+    );
+    assert!(
+        table.stdout.contains("2/15 runs passed, 13 failed"),
+        "{table}"
+    );
+    let md = wt(dir.path(), &["report", "runs", "--format", "markdown"]).stdout;
+    assert_eq!(listed(&md, "| `order-status` #"), 10, "{md}");
+    assert!(md.contains("… and 3 more run(s) of order-status"), "{md}");
+
+    let v = json(&wt(dir.path(), &["report", "runs", "--format", "json"]));
+    let runs = v["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 15, "the JSON lists every run");
+    let mut failed: Vec<u64> = runs
+        .iter()
+        .filter(|r| r["verdict"] == "FAIL")
+        .map(|r| r["run_index"].as_u64().unwrap())
+        .collect();
+    failed.sort_unstable();
+    assert_eq!(failed, (0..13).collect::<Vec<u64>>());
+    assert!(
+        runs.iter()
+            .all(|r| r["trace"].as_str().unwrap().starts_with("runs/"))
+    );
+
+    let junit = wt(
+        dir.path(),
+        &["report", "runs", "--format", "junit", "-o", "j.xml"],
+    );
+    assert_eq!(junit.code, 0, "{junit}");
+    let xml = std::fs::read_to_string(dir.path().join("j.xml")).unwrap();
+    assert!(xml.starts_with("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"wt\" tests=\"15\" failures=\"13\" errors=\"0\">"), "{xml}");
+    assert_eq!(xml.matches("<testcase ").count(), 15);
+    assert_eq!(xml.matches("</testcase>").count(), 15);
+    assert_eq!(
+        xml.matches("<failure message=\"failed layers: ").count(),
+        13
+    );
+    assert!(xml.ends_with("</testsuites>\n"));
+
+    let page = wt(dir.path(), &["report", "runs", "--format", "html"]).stdout;
+    assert!(
+        page.contains("Showing full details for <strong>5</strong> of <strong>13</strong>"),
+        "sampled"
+    );
+    assert_eq!(page.matches("<details class=\"run\"").count(), 5);
+    assert!(page.contains("8 more run(s) in this cluster not shown in full."));
+    assert!(
+        page.contains(">13/13 runs</span>"),
+        "the cluster counts every run"
+    );
+
+    // The compare page lists a regressed scenario's first failing runs and counts them all.
+    sweep(
+        dir.path(),
+        "base",
+        &["--filter", "order-status", "--runs", "13", "--jobs", "2"],
+        0,
+    );
+    let cmp = wt(
+        dir.path(),
+        &[
+            "compare",
+            "base",
+            "runs",
+            "--format",
+            "html",
+            "--allow-missing",
+        ],
+    );
+    assert_eq!(cmp.code, 0, "{cmp}");
+    assert!(
+        cmp.stdout
+            .contains("order-status — 13 run(s) did not pass, 5 shown"),
+        "{}",
+        cmp.stdout
+    );
+}
+
+#[test]
+fn compare_counts_the_runs_read_on_both_sides_by_their_ids() {
+    let dir = tmp();
+    for (out, agent) in [("a", "demo"), ("b", "demo-forbidden-tool")] {
+        let r = Wt::new(dir.path())
+            .args(["run", "--out", out, "--seed", "7", "--agent", agent])
+            .args(["--filter", "order-status", "--runs", "4"])
+            .env("WT_FIXED_CLOCK", "2026-11-30T05:15:00Z")
+            .run();
+        assert!(r.code <= 1, "{r}");
+    }
+    // A run of b copied under another name is one run still.
+    let t = trace_paths(&dir.path().join("b"))[0].clone();
+    std::fs::copy(&t, dir.path().join("b/copied-run.json")).unwrap();
+    let r = wt(dir.path(), &["compare", "a", "b", "--format", "json"]);
+    assert_eq!(r.code, 0, "{r}");
+    let v = json(&r);
+    assert_eq!(
+        v["warnings"],
+        serde_json::json!([
+            "4 run(s) are on both sides (the same run ids): the sides are not independent samples"
+        ]),
+        "{r}"
+    );
+    assert_eq!(v["new"]["runs"], 4);
+    assert!(
+        r.stderr.contains("note: 1 trace file(s) repeat a run_id"),
+        "{r}"
+    );
+    let same = json(&wt(dir.path(), &["compare", "a", "a", "--format", "json"]));
+    assert_eq!(
+        same["warnings"],
+        serde_json::json!(["a is on both sides: the comparison is of a sample with itself"])
+    );
+    // Unpinned sweeps share no run: no warning.
+    sweep(
+        dir.path(),
+        "c",
+        &["--filter", "order-status", "--runs", "4"],
+        0,
+    );
+    let other = json(&wt(dir.path(), &["compare", "a", "c", "--format", "json"]));
+    assert_eq!(other["warnings"], serde_json::json!([]));
+}

@@ -5,8 +5,9 @@
 use std::path::PathBuf;
 
 use crate::exit::{self, CodedError};
-use crate::report::compare::{Comparison, Settings};
+use crate::report::compare::{self, Comparison, Settings};
 use crate::report::stats::Correction;
+use crate::report::{Report, scan};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum Format {
@@ -144,9 +145,33 @@ pub(crate) fn run(args: CompareArgs) -> anyhow::Result<u8> {
     let shown =
         |v: &[PathBuf]| -> Vec<String> { v.iter().map(|d| d.display().to_string()).collect() };
     let (base_names, new_names) = (shown(&base), shown(&new));
-    let base_report = super::report::load_report(&super::run_dirs(base)?)?;
-    let new_report = super::report::load_report(&super::run_dirs(new)?)?;
-    let c = Comparison::new(
+    // Each side counted as `wt report` counts it, with its failure reasons; runs read on both
+    // sides are found by their run ids' hashes, BASE's held while NEW is read (unless a
+    // directory is on both sides: that says it already).
+    let ids = compare::dirs_on_both_sides(&base_names, &new_names).is_empty();
+    let (base_dirs, new_dirs) = (super::run_dirs(base)?, super::run_dirs(new)?);
+    let mut base_scan = scan::scan(
+        &base_dirs,
+        scan::Want {
+            reasons: true,
+            run_ids: ids,
+            ..scan::Want::default()
+        },
+    )?;
+    let base_ids = std::mem::take(&mut base_scan.run_ids);
+    let base_report = super::report::tell_report(Report::from_scan(base_scan), &base_dirs)?;
+    let new_scan = scan::scan(
+        &new_dirs,
+        scan::Want {
+            reasons: true,
+            shared_with: ids.then_some(base_ids.as_slice()),
+            ..scan::Want::default()
+        },
+    )?;
+    drop(base_ids);
+    let shared = new_scan.shared;
+    let new_report = super::report::tell_report(Report::from_scan(new_scan), &new_dirs)?;
+    let c = Comparison::with_shared(
         &base_names,
         &base_report,
         &new_names,
@@ -156,6 +181,7 @@ pub(crate) fn run(args: CompareArgs) -> anyhow::Result<u8> {
             correction: args.correction,
             allow_missing: args.allow_missing,
         },
+        shared,
     );
     let text = match args.format {
         Format::Table => super::report::for_terminal(&c.to_table()),

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 
 use crate::exit::{self, CodedError};
-use crate::report::{self, Report, load};
+use crate::report::{self, Report, scan};
 use crate::store;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -38,12 +38,26 @@ pub(crate) struct ReportArgs {
 
 pub(crate) fn run(args: ReportArgs) -> anyhow::Result<u8> {
     args.output.check()?;
-    let dirs = super::run_dirs(args.dirs)?;
-    let report = load_report(&dirs)?;
+    let dirs = super::run_dirs(args.dirs.clone())?;
+    // Every view counts as it reads; the JSON and JUnit views list every run, so they keep
+    // where each run is (a key each) and read the rows again as they write them; the page
+    // gathers its clusters and the few runs it shows in full.
+    let want = scan::Want {
+        listing: matches!(args.format, Format::Json | Format::Junit),
+        page: args.format == Format::Html,
+        ..scan::Want::default()
+    };
+    let report = scan_report(&dirs, want)?;
     let text = match args.format {
         Format::Table => for_terminal(&report.to_table()),
-        Format::Json => report.to_json(),
-        Format::Junit => for_reader(report.to_junit()),
+        Format::Json => {
+            args.output.emit_with(|w| report.write_json(w))?;
+            return Ok(gate(&args, &report));
+        }
+        Format::Junit => {
+            args.output.emit_with(|w| report.write_junit(w, true))?;
+            return Ok(gate(&args, &report));
+        }
         Format::Markdown => for_reader(report.to_markdown()),
         Format::Html => {
             let base = args.output.file.as_deref().and_then(Path::parent);
@@ -51,11 +65,15 @@ pub(crate) fn run(args: ReportArgs) -> anyhow::Result<u8> {
         }
     };
     args.output.emit(&text)?;
-    Ok(if args.gate {
+    Ok(gate(&args, &report))
+}
+
+fn gate(args: &ReportArgs, report: &Report) -> u8 {
+    if args.gate {
         report.gate
     } else {
         exit::SUCCESS
-    })
+    }
 }
 
 /// A table for a terminal: every line's control and bidirectional characters escaped (the
@@ -78,34 +96,51 @@ pub(crate) fn for_reader(doc: String) -> String {
     }
 }
 
-/// Loads `dirs` through the one loader, prints its warnings on stderr and builds the model.
-/// No runs at all (and no scenario that could not run) is a usage error.
+/// The counts over `dirs` (a scan that keeps nothing per run), its warnings printed on
+/// stderr. No runs at all (and no scenario that could not run) is a usage error.
 pub(crate) fn load_report(dirs: &[PathBuf]) -> anyhow::Result<Report> {
-    // Runs in summary: a report counts and clusters them, and reads again the few it shows.
-    let loaded = load::load_keeping(dirs, load::Keep::Summary)?;
-    for w in &loaded.warnings {
+    scan_report(dirs, scan::Want::default())
+}
+
+/// The model of `dirs` through the scan (report/scan.rs: counted as read, in parallel, with
+/// what `want` asks beyond the counts), its warnings printed on stderr.
+pub(crate) fn scan_report(dirs: &[PathBuf], want: scan::Want<'_>) -> anyhow::Result<Report> {
+    tell_report(Report::from_scan(scan::scan(dirs, want)?), dirs)
+}
+
+/// `report`, once what the reading side found beside its runs is printed (see [`tell`]).
+pub(crate) fn tell_report(report: Report, dirs: &[PathBuf]) -> anyhow::Result<Report> {
+    tell(&report, dirs)?;
+    Ok(report)
+}
+
+/// Prints what the reading side found beside the runs on stderr; no runs at all (and no
+/// scenario that could not run) is a usage error.
+fn tell(report: &Report, dirs: &[PathBuf]) -> anyhow::Result<()> {
+    for w in &report.warnings {
         crate::term::err_line(&format!("warning: {w}"));
     }
-    for g in &loaded.gaps {
+    for g in &report.gaps {
         crate::term::err_line(&format!("incomplete: {g}"));
     }
-    for u in &loaded.unread {
+    for u in &report.unread {
         crate::term::err_line(&format!(
             "error: run {} of scenario `{}` is named by its journal but its trace was not read; counted as ERROR",
             u.stem, u.scenario_id
         ));
     }
-    if !loaded.duplicates.is_empty() {
+    if report.duplicates > 0 {
         crate::term::err_line(&format!(
             "note: {} trace file(s) repeat a run_id already read; each run is counted once",
-            loaded.duplicates.len()
+            report.duplicates
         ));
     }
-    if loaded.runs.is_empty() && loaded.scenario_errors.is_empty() && loaded.unread.is_empty() {
+    let runs: u64 = report.pack.runs;
+    if runs == 0 && report.scenario_errors.is_empty() && report.unread.is_empty() {
         let shown: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
         return Err(CodedError::usage(format!("no runs found in {}", shown.join(", "))).into());
     }
-    Ok(Report::new(loaded))
+    Ok(())
 }
 
 /// Where machine output goes: stdout, or a file written atomically.
@@ -123,6 +158,24 @@ impl Output {
             store::check_output(path, "-o").map_err(CodedError::usage)?;
         }
         Ok(())
+    }
+
+    /// Like [`Output::emit`], streamed: `fill` writes the document piece by piece.
+    pub(crate) fn emit_with(
+        &self,
+        fill: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<()>,
+    ) -> anyhow::Result<()> {
+        match &self.file {
+            Some(path) => store::write_atomic_with(path, fill)
+                .with_context(|| format!("write {}", path.display())),
+            None => {
+                let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+                match fill(&mut out).and_then(|()| std::io::Write::flush(&mut out)) {
+                    Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+                    other => other.context("write to stdout"),
+                }
+            }
+        }
     }
 
     pub(crate) fn emit(&self, text: &str) -> anyhow::Result<()> {

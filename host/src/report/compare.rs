@@ -131,10 +131,9 @@ pub(crate) struct SideInfo {
 
 impl SideInfo {
     fn new(dirs: &[String], r: &Report) -> SideInfo {
-        let agents: BTreeSet<String> = r.runs.iter().map(|x| x.agent.clone()).collect();
         SideInfo {
             dirs: dirs.to_vec(),
-            agents: agents.into_iter().collect(),
+            agents: r.agents.clone(),
             packs: r
                 .sweeps
                 .iter()
@@ -242,33 +241,27 @@ pub(crate) struct Settings {
     pub allow_missing: bool,
 }
 
-/// What makes the two sides less than two independent samples: a directory given on both
-/// sides (canonically the same), runs (by id) read on both sides.
-fn overlap_warnings(
-    base_dirs: &[String],
-    base: &Report,
-    new_dirs: &[String],
-    new: &Report,
-) -> Vec<String> {
+/// The directories given on both sides (canonically the same), one warning each: the sides
+/// are then not two independent samples.
+pub(crate) fn dirs_on_both_sides(base_dirs: &[String], new_dirs: &[String]) -> Vec<String> {
     let canonical = |d: &String| std::fs::canonicalize(d).unwrap_or_else(|_| d.into());
     let base_set: HashSet<_> = base_dirs.iter().map(canonical).collect();
-    let mut out: Vec<String> = new_dirs
+    new_dirs
         .iter()
         .filter(|d| base_set.contains(&canonical(d)))
         .map(|d| format!("{d} is on both sides: the comparison is of a sample with itself"))
-        .collect();
+        .collect()
+}
+
+/// How many of NEW's runs have a run id also read on BASE's side, from the rows the loader
+/// holds (a scan counts them itself: `scan::Want::shared_with`).
+#[cfg(test)]
+pub(crate) fn shared_runs(base: &Report, new: &Report) -> usize {
     let base_ids: HashSet<&str> = base.runs.iter().map(|r| r.run_id.as_str()).collect();
-    let shared = new
-        .runs
+    new.runs
         .iter()
         .filter(|r| base_ids.contains(r.run_id.as_str()))
-        .count();
-    if shared > 0 && out.is_empty() {
-        out.push(format!(
-            "{shared} run(s) are on both sides (the same run ids): the sides are not independent samples"
-        ));
-    }
-    out
+        .count()
 }
 
 /// The most table rows (and list items) of each kind in `--format markdown`, so that a
@@ -276,20 +269,9 @@ fn overlap_warnings(
 /// characters): the rest is counted.
 const MD_MAX_ROWS: usize = 50;
 
-/// Failure reasons per scenario: (layer, normalized detail) → runs.
-fn reasons(r: &Report) -> BTreeMap<&str, BTreeMap<(String, String), u32>> {
-    let mut out: BTreeMap<&str, BTreeMap<(String, String), u32>> = BTreeMap::new();
-    for row in &r.runs {
-        let per = out.entry(&row.scenario_id).or_default();
-        for (layer, detail) in &row.failures {
-            *per.entry((layer.clone(), super::triage::normalize(detail)))
-                .or_default() += 1;
-        }
-    }
-    out
-}
-
 impl Comparison {
+    /// The comparison of two reports over all their rows (the loader's).
+    #[cfg(test)]
     pub(crate) fn new(
         base_dirs: &[String],
         base: &Report,
@@ -297,12 +279,26 @@ impl Comparison {
         new: &Report,
         settings: Settings,
     ) -> Comparison {
+        let shared = shared_runs(base, new);
+        Comparison::with_shared(base_dirs, base, new_dirs, new, settings, shared)
+    }
+
+    /// The comparison of BASE and NEW, `shared` of NEW's runs having a run id read on BASE's
+    /// side too.
+    pub(crate) fn with_shared(
+        base_dirs: &[String],
+        base: &Report,
+        new_dirs: &[String],
+        new: &Report,
+        settings: Settings,
+        shared: usize,
+    ) -> Comparison {
         let alpha = settings.alpha;
         let base_by: BTreeMap<&str, &ScenarioSummary> =
             base.scenarios.iter().map(|s| (s.id(), s)).collect();
         let new_by: BTreeMap<&str, &ScenarioSummary> =
             new.scenarios.iter().map(|s| (s.id(), s)).collect();
-        let (base_reasons, new_reasons) = (reasons(base), reasons(new));
+        let (base_reasons, new_reasons) = (&base.reasons, &new.reasons);
         let empty = BTreeMap::new();
         let pairs: Vec<(&str, &ScenarioSummary, &ScenarioSummary)> = base_by
             .iter()
@@ -324,8 +320,8 @@ impl Comparison {
             let c = compare_one(
                 b,
                 n,
-                base_reasons.get(id).unwrap_or(&empty),
-                new_reasons.get(id).unwrap_or(&empty),
+                base_reasons.get(*id).unwrap_or(&empty),
+                new_reasons.get(*id).unwrap_or(&empty),
                 alpha,
                 decision.scenario_alpha,
                 d,
@@ -379,7 +375,12 @@ impl Comparison {
                 }
             }
         }
-        let warnings = overlap_warnings(base_dirs, base, new_dirs, new);
+        let mut warnings = dirs_on_both_sides(base_dirs, new_dirs);
+        if shared > 0 && warnings.is_empty() {
+            warnings.push(format!(
+                "{shared} run(s) are on both sides (the same run ids): the sides are not independent samples"
+            ));
+        }
         let gate = if !incomplete.is_empty() {
             exit::RUN_ERROR
         } else if decision.regressed() {

@@ -10,7 +10,7 @@
 //! [`MAX_DETAILED_RUNS`] of them ([`MAX_PER_CLUSTER`] per triage cluster, evenly spaced),
 //! each text cut at [`MAX_TEXT`] characters, and the page says what it left out.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use maud::{DOCTYPE, Markup, PreEscaped, html};
@@ -20,7 +20,7 @@ use windtunnel_sdk::model::HookProvenance;
 use super::compare::{Change, Comparison, SideStats};
 use super::load::{self, MAX_SIDECAR_BYTES, read_bounded};
 use super::table::{failing_layers, pack_line, pct, usage_line};
-use super::triage::{self, Cluster, Rung};
+use super::triage::{self, Cluster, Head, Rung};
 use super::{LoadedRun, Report, ScenarioSummary};
 
 /// Most runs shown with full details on one page.
@@ -165,31 +165,42 @@ fn interval_text(s: &ScenarioSummary) -> String {
     }
 }
 
-/// A histogram of turn latencies (20 bins between the fastest and slowest turn).
-fn latency_histogram(latencies: &mut [u64]) -> Markup {
-    if latencies.is_empty() {
+/// A histogram of turn latencies (20 bins between the fastest and slowest turn), from
+/// `latencies`: milliseconds → turns.
+fn latency_histogram(latencies: &BTreeMap<u64, u64>) -> Markup {
+    let n: u64 = latencies.values().sum();
+    let (Some(&min), Some(&max)) = (latencies.keys().next(), latencies.keys().next_back()) else {
         return html! { p.muted { "No completed turns." } };
-    }
-    latencies.sort_unstable();
-    let (min, max) = (latencies[0], latencies[latencies.len() - 1]);
+    };
     let bins = 20usize;
     let span = (max - min).max(1) as f64;
     let mut counts = vec![0u64; bins];
-    for &l in latencies.iter() {
+    for (&l, &k) in latencies {
         // All turns equally fast (a pinned clock): one bar in the middle.
         let i = if max == min {
             bins / 2
         } else {
             (((l - min) as f64 / span) * bins as f64) as usize
         };
-        counts[i.min(bins - 1)] += 1;
+        counts[i.min(bins - 1)] += k;
     }
     let top = counts.iter().copied().max().unwrap_or(1).max(1) as f64;
-    let pick = |p: usize| latencies[((latencies.len() * p).div_ceil(100)).saturating_sub(1)];
+    // Nearest rank, as over the sorted list of every turn.
+    let pick = |p: u64| {
+        let rank = (n * p).div_ceil(100).saturating_sub(1);
+        let mut seen = 0;
+        for (&ms, &k) in latencies {
+            seen += k;
+            if seen > rank {
+                return ms;
+            }
+        }
+        max
+    };
     let (w, h, bw) = (640.0, 140.0, 640.0 / bins as f64);
     html! {
         svg class="histogram" width="660" height="180" viewBox="0 0 660 180" role="img" {
-            title { "Turn latency distribution, " (latencies.len()) " turns" }
+            title { "Turn latency distribution, " (n) " turns" }
             @for (i, c) in counts.iter().enumerate() {
                 @let bh = h * (*c as f64) / top;
                 rect x=(f1(10.0 + i as f64 * bw)) y=(f1(10.0 + h - bh)) width=(f1(bw - 2.0)) height=(f1(bh)) fill="#3461c1" {
@@ -200,12 +211,14 @@ fn latency_histogram(latencies: &mut [u64]) -> Markup {
             text x="10" y="166" { (min) " ms" }
             text x=(f1(10.0 + w)) y="166" text-anchor="end" { (max) " ms" }
             text x=(f1(10.0 + w / 2.0)) y="178" text-anchor="middle" {
-                (latencies.len()) " turns · p50 " (pick(50)) " ms · p95 " (pick(95)) " ms"
+                (n) " turns · p50 " (pick(50)) " ms · p95 " (pick(95)) " ms"
             }
         }
     }
 }
 
+/// The hooks recorded in `runs`: for each (name, source, version, digest), the provenance
+/// the first run recorded.
 fn hooks_of(runs: &[LoadedRun]) -> Vec<HookProvenance> {
     let mut seen: BTreeMap<(String, String, String, Option<String>), HookProvenance> =
         BTreeMap::new();
@@ -223,12 +236,93 @@ fn hooks_of(runs: &[LoadedRun]) -> Vec<HookProvenance> {
     seen.into_values().collect()
 }
 
-/// Which runs a cluster shows in full: up to `budget`, evenly spaced over the cluster.
-fn sample<'a>(runs: &[&'a LoadedRun], budget: usize) -> Vec<&'a LoadedRun> {
-    if runs.len() <= budget {
-        return runs.to_vec();
+/// How many runs each listed cluster shows in full, in the ladder's order, from the runs each
+/// has to show (`available`): at most [`MAX_PER_CLUSTER`], [`MAX_DETAILED_RUNS`] in all.
+pub(crate) fn budgets(available: &[usize]) -> Vec<usize> {
+    let mut left = MAX_DETAILED_RUNS;
+    available
+        .iter()
+        .map(|&n| {
+            let shown = n.min(MAX_PER_CLUSTER.min(left));
+            left -= shown;
+            shown
+        })
+        .collect()
+}
+
+/// Which of a cluster's `len` runs (their places in the report's order) it shows when it shows
+/// `budget`: evenly spaced over the cluster.
+pub(crate) fn positions(len: usize, budget: usize) -> Vec<usize> {
+    if len <= budget {
+        return (0..len).collect();
     }
-    (0..budget).map(|i| runs[i * runs.len() / budget]).collect()
+    (0..budget).map(|i| i * len / budget).collect()
+}
+
+/// What the report page shows beyond the model's numbers, gathered by a scan or from the
+/// runs the loader holds ([`Details::of_loaded`]): the same either way.
+#[derive(Clone, Debug)]
+pub(crate) struct Details {
+    /// The earliest start and the latest end of a run.
+    pub first: Option<String>,
+    pub last: Option<String>,
+    /// Each hook recorded, with the provenance the first run recorded (see [`hooks_of`]).
+    pub hooks: Vec<HookProvenance>,
+    /// Turn latencies of every run: milliseconds → turns.
+    pub latencies: BTreeMap<u64, u64>,
+    /// The clusters listed, at most [`MAX_CLUSTERS`] in the ladder's order, each with the runs
+    /// it shows in full (read whole).
+    pub listed: Vec<(Head, Vec<LoadedRun>)>,
+    /// Clusters counted but not listed.
+    pub hidden: usize,
+    /// The runs that did not pass, over every cluster.
+    pub not_passed: usize,
+}
+
+impl Details {
+    /// The details of runs the loader holds, and of the scenarios that could not run.
+    pub(crate) fn of_loaded(
+        runs: &[LoadedRun],
+        scenario_errors: &[super::ScenarioError],
+    ) -> Details {
+        let clusters = triage::triage_all(runs, scenario_errors, false);
+        let listed: Vec<&Cluster> = clusters.iter().take(MAX_CLUSTERS).collect();
+        let available: Vec<usize> = listed.iter().map(|c| c.members.len()).collect();
+        let listed = listed
+            .iter()
+            .zip(budgets(&available))
+            .map(|(c, b)| {
+                let shown = positions(c.members.len(), b)
+                    .into_iter()
+                    .map(|p| runs[c.members[p]].clone())
+                    .collect();
+                (Head::of(c), shown)
+            })
+            .collect();
+        let mut latencies: BTreeMap<u64, u64> = BTreeMap::new();
+        for t in runs.iter().flat_map(|r| &r.trace.turns) {
+            if t.error.is_none() {
+                *latencies.entry(t.latency_ms).or_default() += 1;
+            }
+        }
+        Details {
+            first: runs
+                .iter()
+                .map(|r| r.trace.started_at.as_str())
+                .min()
+                .map(str::to_owned),
+            last: runs
+                .iter()
+                .map(|r| r.trace.ended_at.as_str())
+                .max()
+                .map(str::to_owned),
+            hooks: hooks_of(runs),
+            latencies,
+            listed,
+            hidden: clusters.len().saturating_sub(MAX_CLUSTERS),
+            not_passed: clusters.iter().map(|c| c.runs.len()).sum(),
+        }
+    }
 }
 
 fn link(path: &Path, base: Option<&Path>) -> String {
@@ -398,51 +492,31 @@ fn rung_blurb(r: Rung) -> &'static str {
     }
 }
 
-fn failures_section(report: &Report, base: Option<&Path>) -> Markup {
-    let clusters = triage::triage_all(&report.loaded, &report.scenario_errors, false);
-    let by_id: HashMap<&str, &LoadedRun> = report
-        .loaded
-        .iter()
-        .map(|r| (r.trace.run_id.as_str(), r))
-        .collect();
-    let not_passed: usize = clusters.iter().map(|c| c.runs.len()).sum();
-    // Plan the samples first, so the page can say how many it shows.
-    let mut budget = MAX_DETAILED_RUNS;
-    let mut plan: Vec<(&Cluster, Vec<&LoadedRun>)> = Vec::new();
-    for c in clusters.iter().take(MAX_CLUSTERS) {
-        let runs: Vec<&LoadedRun> = c
-            .runs
-            .iter()
-            .filter_map(|id| by_id.get(id.as_str()).copied())
-            .collect();
-        let shown = sample(&runs, MAX_PER_CLUSTER.min(budget));
-        budget -= shown.len();
-        plan.push((c, shown));
-    }
-    let detailed: usize = plan.iter().map(|(_, s)| s.len()).sum();
+fn failures_section(details: &Details, base: Option<&Path>) -> Markup {
+    let detailed: usize = details.listed.iter().map(|(_, s)| s.len()).sum();
     // The first run shown opens by itself, so the page shows one failure whole at a glance.
-    let first_open = plan
+    let first_open = details
+        .listed
         .first()
         .and_then(|(_, s)| s.first())
         .map(|r| r.trace.run_id.as_str());
-    let hidden_clusters = clusters.len().saturating_sub(MAX_CLUSTERS);
-    let mut by_rung: BTreeMap<Rung, Vec<&(&Cluster, Vec<&LoadedRun>)>> = BTreeMap::new();
-    for p in &plan {
+    let mut by_rung: BTreeMap<Rung, Vec<&(Head, Vec<LoadedRun>)>> = BTreeMap::new();
+    for p in &details.listed {
         by_rung.entry(p.0.rung).or_default().push(p);
     }
     html! {
         section #failures {
             h2 { "Runs that did not pass, by the triage ladder" }
-            @if clusters.is_empty() {
+            @if details.listed.is_empty() && details.hidden == 0 {
                 p.pass { "Every run passed." }
             } @else {
                 p.sampling {
-                    "Showing full details for " strong { (detailed) } " of " strong { (not_passed) }
+                    "Showing full details for " strong { (detailed) } " of " strong { (details.not_passed) }
                     " runs that did not pass (at most " (MAX_PER_CLUSTER) " per cluster, evenly spaced, "
                     (MAX_DETAILED_RUNS) " in all; text cut at " (MAX_TEXT) " characters). "
                     "Every run is counted in the tables above."
-                    @if hidden_clusters > 0 {
-                        " " (hidden_clusters) " further cluster(s) are counted but not listed."
+                    @if details.hidden > 0 {
+                        " " (details.hidden) " further cluster(s) are counted but not listed."
                     }
                 }
                 @for (rung, items) in &by_rung {
@@ -453,7 +527,7 @@ fn failures_section(report: &Report, base: Option<&Path>) -> Markup {
                                 p {
                                     span class=(format!("badge {}", c.verdict)) { (c.verdict) } " "
                                     strong { (c.scenario_id) } " · "
-                                    span.count { (c.runs.len()) "/" (c.of) " runs" } " · "
+                                    span.count { (c.runs) "/" (c.of) " runs" } " · "
                                     @if c.failed_layers.is_empty() { "no layer verdict" } @else { (c.failed_layers.join(", ")) }
                                 }
                                 p { "Reason: " code { (cut(&c.reason)) } }
@@ -461,8 +535,8 @@ fn failures_section(report: &Report, base: Option<&Path>) -> Markup {
                                 @for r in shown.iter() {
                                     (run_details(r, base, first_open == Some(r.trace.run_id.as_str())))
                                 }
-                                @if c.runs.len() > shown.len() {
-                                    p.muted { (c.runs.len() - shown.len()) " more run(s) in this cluster not shown in full." }
+                                @if c.runs > shown.len() {
+                                    p.muted { (c.runs - shown.len()) " more run(s) in this cluster not shown in full." }
                                 }
                             }
                         }
@@ -497,12 +571,15 @@ fn gate_text(code: u8) -> &'static str {
 /// directory the page is written to (the working directory when `None`).
 pub(crate) fn report_page(report: &Report, base: Option<&Path>) -> String {
     let p = &report.pack;
-    let agents: Vec<String> = {
-        let mut v: Vec<String> = report.runs.iter().map(|r| r.agent.clone()).collect();
-        v.sort();
-        v.dedup();
-        v
+    let computed;
+    let details = match &report.details {
+        Some(d) => d,
+        None => {
+            computed = Details::of_loaded(&report.loaded, &report.scenario_errors);
+            &computed
+        }
     };
+    let agents = &report.agents;
     let packs: Vec<String> = {
         let mut v: Vec<String> = report
             .sweeps
@@ -513,28 +590,8 @@ pub(crate) fn report_page(report: &Report, base: Option<&Path>) -> String {
         v.dedup();
         v
     };
-    let first = report
-        .loaded
-        .iter()
-        .map(|r| r.trace.started_at.as_str())
-        .min();
-    let last = report
-        .loaded
-        .iter()
-        .map(|r| r.trace.ended_at.as_str())
-        .max();
-    let hooks = hooks_of(&report.loaded);
-    let mut latencies: Vec<u64> = report
-        .loaded
-        .iter()
-        .flat_map(|r| {
-            r.trace
-                .turns
-                .iter()
-                .filter(|t| t.error.is_none())
-                .map(|t| t.latency_ms)
-        })
-        .collect();
+    let (first, last) = (details.first.as_deref(), details.last.as_deref());
+    let hooks = &details.hooks;
     let title = format!("wt report: {}", agents.join(", "));
     let header = html! {
         h1 { "Wind Tunnel report" }
@@ -593,9 +650,9 @@ pub(crate) fn report_page(report: &Report, base: Option<&Path>) -> String {
         }
         section #latency {
             h2 { "Turn latency" }
-            (latency_histogram(&mut latencies))
+            (latency_histogram(&details.latencies))
         }
-        (failures_section(report, base))
+        (failures_section(details, base))
         section #sweeps {
             h2 { "Sweeps" }
             table {
@@ -617,7 +674,7 @@ pub(crate) fn report_page(report: &Report, base: Option<&Path>) -> String {
                 h3 { "Hooks (provenance recorded in the traces)" }
                 table {
                     tr { th { "hook" } th { "version" } th { "SDK" } th { "source" } th { "sha256" } th { "settings" } }
-                    @for h in &hooks {
+                    @for h in hooks {
                         tr {
                             td { code { (h.name) } }
                             td { (h.version) }
@@ -718,8 +775,8 @@ pub(crate) fn compare_page(c: &Comparison, new: &Report) -> String {
             section #regressed-runs {
                 h2 { "Failing runs of regressed scenarios (NEW)" }
                 @for id in &regressed {
-                    @let failing: Vec<&super::RunRow> = new.runs.iter().filter(|r| r.scenario_id == *id && r.verdict != Some(windtunnel_sdk::model::Verdict::Pass)).collect();
-                    h3 { (id) " — " (failing.len()) " run(s) did not pass" @if failing.len() > MAX_REGRESSED_RUNS { ", " (MAX_REGRESSED_RUNS) " shown" } }
+                    @let (failing, count) = new.not_passed_of(id);
+                    h3 { (id) " — " (count) " run(s) did not pass" @if count > MAX_REGRESSED_RUNS { ", " (MAX_REGRESSED_RUNS) " shown" } }
                     ul {
                         @for r in failing.iter().take(MAX_REGRESSED_RUNS) {
                             li.fail {
@@ -770,21 +827,14 @@ mod tests {
 
     #[test]
     fn sampling_is_even_and_bounded() {
-        let runs: Vec<LoadedRun> = (0..50)
-            .map(|i| {
-                let (trace, score, path) = run("a", i, Verdict::Fail);
-                LoadedRun {
-                    trace,
-                    score,
-                    path,
-                    score_problem: None,
-                    artifacts: Vec::new(),
-                }
-            })
-            .collect();
-        let refs: Vec<&LoadedRun> = runs.iter().collect();
-        let picked: Vec<u32> = sample(&refs, 5).iter().map(|r| r.trace.run_index).collect();
-        assert_eq!(picked, vec![0, 10, 20, 30, 40]);
+        assert_eq!(positions(50, 5), vec![0, 10, 20, 30, 40]);
+        assert_eq!(positions(3, 5), vec![0, 1, 2]);
+        assert_eq!(positions(7, 0), Vec::<usize>::new());
+        // Five a cluster, a hundred in all.
+        let b = budgets(&[3; 40].iter().chain(&[9; 30]).copied().collect::<Vec<_>>());
+        assert_eq!(&b[..2], &[3, 3]);
+        assert_eq!(b.iter().sum::<usize>(), MAX_DETAILED_RUNS);
+        assert!(b[40..].iter().all(|&n| n <= MAX_PER_CLUSTER));
         let long = cut(&"x".repeat(MAX_TEXT + 5));
         assert!(
             long.starts_with(&format!("{}…", "x".repeat(MAX_TEXT))),

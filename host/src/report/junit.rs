@@ -3,15 +3,26 @@
 //! run at all is an errored test case carrying its reason — so JUnit counts the same runs as
 //! every other view. Test case names are `<scenario>#<run index>`, with the sweep's short id
 //! added where runs of several sweeps (merged shards, reruns) would share a name.
+//!
+//! The document is streamed: one test case is built at a time (after a scan, each from its
+//! run's score read again), so a million runs cost their output, not their memory. It is
+//! written byte for byte as quick-junit writes it (its strings cleaned by quick-junit's
+//! [`XmlString`], escaped and indented as quick-xml does), and the tests check it against
+//! quick-junit's own output.
 
-use std::collections::BTreeMap;
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io::{self, Write};
 use std::path::PathBuf;
 use std::sync::{Mutex, PoisonError};
 
+use quick_junit::XmlString;
+#[cfg(test)]
 use quick_junit::{NonSuccessKind, TestCase, TestCaseStatus, TestSuite};
 use windtunnel_sdk::model::{TurnRecord, Verdict};
 
-use super::{Report, ScenarioError};
+use super::scan::Listing;
+use super::{Report, RunRow, ScenarioError};
 use crate::events::{Emitted, Event, Sink};
 use crate::store::StoredRun;
 
@@ -72,8 +83,471 @@ impl Sink for SweepRuns {
     }
 }
 
+/// What a test case of a run is, as far as its suite's counts go.
+fn kind(v: Option<Verdict>) -> Kind {
+    match v {
+        Some(Verdict::Pass) => Kind::Success,
+        Some(Verdict::Fail) => Kind::Failure,
+        _ => Kind::Error,
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Success,
+    Failure,
+    Error,
+}
+
+/// A suite's counts, as quick-junit keeps them.
+#[derive(Clone, Copy, Default)]
+struct Totals {
+    tests: usize,
+    failures: usize,
+    errors: usize,
+}
+
+impl Totals {
+    fn add(&mut self, k: Kind, n: usize) {
+        self.tests += n;
+        match k {
+            Kind::Success => {}
+            Kind::Failure => self.failures += n,
+            Kind::Error => self.errors += n,
+        }
+    }
+}
+
+/// The runs a report lists: its rows (the loader's, in any order: `wt run --junit` holds them
+/// as they ended), or its listing (a scan's, in the report's order), read again one at a time.
+enum Source<'a> {
+    /// The rows, the order they are written in (by scenario, stably), and how many runs each
+    /// scenario and run index has.
+    Rows(&'a [RunRow], Vec<usize>, HashMap<(&'a str, u32), usize>),
+    Listing(&'a Listing),
+}
+
+impl Source<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Source::Rows(r, ..) => r.len(),
+            Source::Listing(l) => l.len(),
+        }
+    }
+
+    /// Scenario, run index, sweep and kind of the `p`-th run written.
+    fn brief(&self, p: usize) -> (&str, u32, &str, Kind) {
+        match self {
+            Source::Rows(r, order, _) => {
+                let r = &r[order[p]];
+                (&r.scenario_id, r.run_index, &r.sweep_id, kind(r.verdict))
+            }
+            Source::Listing(l) => {
+                let b = l.brief(p);
+                (b.scenario, b.run_index, b.sweep, kind(b.verdict))
+            }
+        }
+    }
+
+    fn row(&self, p: usize) -> Cow<'_, RunRow> {
+        match self {
+            Source::Rows(r, order, _) => Cow::Borrowed(&r[order[p]]),
+            Source::Listing(l) => Cow::Owned(l.row_at(p)),
+        }
+    }
+
+    /// How many runs have the scenario and run index of the `p`-th (in a listing, the runs of
+    /// one scenario and run index are together, from `p` on).
+    fn runs_like(&self, p: usize) -> usize {
+        let (scenario, k, _, _) = self.brief(p);
+        match self {
+            Source::Rows(_, _, counts) => counts.get(&(scenario, k)).copied().unwrap_or(0),
+            Source::Listing(_) => (p..self.len())
+                .take_while(|&q| {
+                    let (s, kk, _, _) = self.brief(q);
+                    s == scenario && kk == k
+                })
+                .count(),
+        }
+    }
+}
+
+/// XML written as quick-xml's writer writes it with an indent of four spaces: each element on
+/// its own line, except an end tag right after text.
+struct Xml<'a> {
+    out: &'a mut dyn Write,
+    depth: usize,
+    line_break: bool,
+    /// Bidirectional controls written as visible escapes (as `for_reader` does).
+    bidi: bool,
+}
+
+impl Xml<'_> {
+    fn put(&mut self, s: &str) -> io::Result<()> {
+        if self.bidi {
+            self.out.write_all(crate::term::escape_bidi(s).as_bytes())
+        } else {
+            self.out.write_all(s.as_bytes())
+        }
+    }
+
+    /// `s` escaped as quick-xml's `escape` does (in attributes and in text alike).
+    fn escaped(&mut self, s: &str) -> io::Result<()> {
+        let mut from = 0;
+        for (i, c) in s.char_indices() {
+            let e = match c {
+                '<' => "&lt;",
+                '>' => "&gt;",
+                '&' => "&amp;",
+                '\'' => "&apos;",
+                '"' => "&quot;",
+                _ => continue,
+            };
+            self.put(&s[from..i])?;
+            self.put(e)?;
+            from = i + 1;
+        }
+        self.put(&s[from..])
+    }
+
+    fn line(&mut self) -> io::Result<()> {
+        if self.line_break {
+            self.put("\n")?;
+            for _ in 0..self.depth {
+                self.put("    ")?;
+            }
+        }
+        Ok(())
+    }
+
+    fn tag(&mut self, name: &str, attrs: &[(&str, &str)], end: &str) -> io::Result<()> {
+        self.line()?;
+        self.put("<")?;
+        self.put(name)?;
+        for (k, v) in attrs {
+            self.put(" ")?;
+            self.put(k)?;
+            self.put("=\"")?;
+            self.escaped(v)?;
+            self.put("\"")?;
+        }
+        self.put(end)?;
+        self.line_break = true;
+        Ok(())
+    }
+
+    fn open(&mut self, name: &str, attrs: &[(&str, &str)]) -> io::Result<()> {
+        self.tag(name, attrs, ">")?;
+        self.depth += 1;
+        Ok(())
+    }
+
+    fn empty(&mut self, name: &str, attrs: &[(&str, &str)]) -> io::Result<()> {
+        self.tag(name, attrs, "/>")
+    }
+
+    fn close(&mut self, name: &str) -> io::Result<()> {
+        self.depth = self.depth.saturating_sub(1);
+        self.line()?;
+        self.put("</")?;
+        self.put(name)?;
+        self.put(">")?;
+        self.line_break = true;
+        Ok(())
+    }
+
+    fn text(&mut self, s: &str) -> io::Result<()> {
+        self.escaped(s)?;
+        self.line_break = false;
+        Ok(())
+    }
+
+    /// A test case's failure or error element.
+    fn status(&mut self, kind: Kind, message: &str, ty: &str, description: &str) -> io::Result<()> {
+        let tag = if kind == Kind::Failure {
+            "failure"
+        } else {
+            "error"
+        };
+        let (message, ty) = (XmlString::new(message), XmlString::new(ty));
+        self.open(tag, &[("message", &message), ("type", &ty)])?;
+        self.text(&XmlString::new(description))?;
+        self.close(tag)
+    }
+}
+
+/// Names test cases uniquely, as [`Report::to_junit_reference`] does: `<scenario>#<index>`,
+/// with ` @<sweep's first 8 characters>` where several cases share that, and ` (2)`, ` (3)`, …
+/// after a name taken already. Names can only meet within one scenario and run index, so
+/// only those of the open one are held — and, for a scenario that could not run, those its
+/// cases will meet; with a scenario id that could make names of different indexes meet
+/// (one that holds a `#`), every name is held.
+struct Names {
+    used: HashSet<String>,
+    global: bool,
+}
+
+impl Names {
+    /// A new scenario and run index: the names of the one before cannot meet its.
+    fn start(&mut self) {
+        if !self.global {
+            self.used.clear();
+        }
+    }
+
+    /// The names of this run index, to resume it later.
+    fn keep(&mut self) -> HashSet<String> {
+        if self.global {
+            HashSet::new()
+        } else {
+            std::mem::take(&mut self.used)
+        }
+    }
+
+    fn resume(&mut self, used: HashSet<String>) {
+        if !self.global {
+            self.used = used;
+        }
+    }
+
+    fn unique(&mut self, name: String, shared: bool, sweep: &str) -> String {
+        let base = if shared {
+            let short: String = sweep.chars().take(8).collect();
+            format!("{name} @{short}")
+        } else {
+            name
+        };
+        let mut unique = base.clone();
+        let mut n = 2;
+        while !self.used.insert(unique.clone()) {
+            unique = format!("{base} ({n})");
+            n += 1;
+        }
+        unique
+    }
+}
+
 impl Report {
     pub(crate) fn to_junit(&self) -> String {
+        let mut out = Vec::new();
+        self.write_junit(&mut out, false)
+            .expect("a Vec takes any write");
+        String::from_utf8(out).expect("JUnit is UTF-8")
+    }
+
+    /// The JUnit document, streamed to `w` (with `bidi`, its bidirectional controls written
+    /// as visible escapes, as `for_reader` writes a document).
+    pub(crate) fn write_junit(&self, w: &mut dyn Write, bidi: bool) -> io::Result<()> {
+        let source = match &self.listing {
+            Some(l) => Source::Listing(l),
+            None => {
+                let mut order: Vec<usize> = (0..self.runs.len()).collect();
+                order.sort_by(|&a, &b| self.runs[a].scenario_id.cmp(&self.runs[b].scenario_id));
+                let mut counts: HashMap<(&str, u32), usize> = HashMap::new();
+                for r in &self.runs {
+                    *counts.entry((&r.scenario_id, r.run_index)).or_default() += 1;
+                }
+                Source::Rows(&self.runs, order, counts)
+            }
+        };
+        // The counts first: each suite's, and the whole report's.
+        let mut totals: BTreeMap<&str, Totals> = BTreeMap::new();
+        for p in 0..source.len() {
+            let (scenario, _, _, k) = source.brief(p);
+            match totals.get_mut(scenario) {
+                Some(t) => t.add(k, 1),
+                None => totals.entry(scenario).or_default().add(k, 1),
+            }
+        }
+        // Per scenario, the scenario errors' run counts (sorted), to count the cases they add
+        // to each run index.
+        let mut errors: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
+        for e in &self.scenario_errors {
+            totals
+                .entry(&e.scenario_id)
+                .or_default()
+                .add(Kind::Error, e.runs as usize);
+            errors.entry(&e.scenario_id).or_default().push(e.runs);
+        }
+        for v in errors.values_mut() {
+            v.sort_unstable();
+        }
+        let error_cases = |scenario: &str, k: u32| -> usize {
+            errors
+                .get(scenario)
+                .map_or(0, |v| v.len() - v.partition_point(|&n| n <= k))
+        };
+        let all = totals.values().fold(Totals::default(), |mut a, t| {
+            a.tests += t.tests;
+            a.failures += t.failures;
+            a.errors += t.errors;
+            a
+        });
+        let mut x = Xml {
+            out: w,
+            depth: 0,
+            line_break: false,
+            bidi,
+        };
+        x.put("<?xml version=\"1.0\" encoding=\"UTF-8\"?>")?;
+        x.line_break = true;
+        let n = |v: usize| v.to_string();
+        x.open(
+            "testsuites",
+            &[
+                ("name", "wt"),
+                ("tests", &n(all.tests)),
+                ("failures", &n(all.failures)),
+                ("errors", &n(all.errors)),
+            ],
+        )?;
+        let mut names = Names {
+            used: HashSet::new(),
+            // Rows in any order: their names are all held (they are held anyway).
+            global: matches!(source, Source::Rows(..))
+                || self
+                    .scenario_errors
+                    .iter()
+                    .any(|e| e.scenario_id.contains('#')),
+        };
+        let mut p = 0;
+        for (scenario, t) in &totals {
+            let suite = XmlString::new(scenario);
+            x.open(
+                "testsuite",
+                &[
+                    ("name", &suite),
+                    ("tests", &n(t.tests)),
+                    ("disabled", "0"),
+                    ("errors", &n(t.errors)),
+                    ("failures", &n(t.failures)),
+                ],
+            )?;
+            // Per run index of the scenario that a scenario error's cases share: its run
+            // cases, and (by index) the names they took.
+            let mut pending: HashMap<u32, (usize, HashSet<String>)> = HashMap::new();
+            let mut group: Option<(u32, usize)> = None;
+            while p < source.len() && source.brief(p).0 == *scenario {
+                let (_, k, sweep, _) = source.brief(p);
+                let rows = match group {
+                    Some((kk, rows)) if kk == k => rows,
+                    _ => {
+                        if let Some((kk, rows)) = group
+                            && error_cases(scenario, kk) > 0
+                        {
+                            pending.insert(kk, (rows, names.keep()));
+                        }
+                        names.start();
+                        let rows = source.runs_like(p);
+                        group = Some((k, rows));
+                        rows
+                    }
+                };
+                let shared = rows + error_cases(scenario, k) > 1;
+                let name = names.unique(format!("{scenario}#{k}"), shared, sweep);
+                x.run_case(&source.row(p), &name, scenario)?;
+                p += 1;
+            }
+            if let Some((kk, rows)) = group
+                && error_cases(scenario, kk) > 0
+            {
+                pending.insert(kk, (rows, names.keep()));
+            }
+            for e in self
+                .scenario_errors
+                .iter()
+                .filter(|e| e.scenario_id == *scenario)
+            {
+                for k in 0..e.runs {
+                    let (rows, used) = pending.remove(&k).unwrap_or_else(|| {
+                        let rows = match &source {
+                            Source::Rows(_, _, counts) => {
+                                counts.get(&(*scenario, k)).copied().unwrap_or(0)
+                            }
+                            Source::Listing(_) => 0,
+                        };
+                        (rows, HashSet::new())
+                    });
+                    names.resume(used);
+                    let shared = rows + error_cases(scenario, k) > 1;
+                    let name = names.unique(format!("{scenario}#{k}"), shared, &e.sweep_id);
+                    x.open(
+                        "testcase",
+                        &[
+                            ("name", &XmlString::new(name)),
+                            ("classname", &XmlString::new(scenario)),
+                        ],
+                    )?;
+                    x.status(
+                        Kind::Error,
+                        &e.error,
+                        "ERROR",
+                        &format!(
+                            "the scenario could not run: its {} run(s) in sweep {} never ran",
+                            e.runs, e.sweep_id
+                        ),
+                    )?;
+                    x.close("testcase")?;
+                    pending.insert(k, (rows, names.keep()));
+                }
+            }
+            x.close("testsuite")?;
+        }
+        x.close("testsuites")?;
+        x.line_break = true;
+        x.line()
+    }
+}
+
+impl Xml<'_> {
+    /// A run's test case.
+    fn run_case(&mut self, row: &RunRow, name: &str, scenario: &str) -> io::Result<()> {
+        let time = format!(
+            "{:.3}",
+            std::time::Duration::from_millis(row.latency_ms).as_secs_f64()
+        );
+        self.open(
+            "testcase",
+            &[
+                ("name", &XmlString::new(name)),
+                ("classname", &XmlString::new(scenario)),
+                ("time", &time),
+            ],
+        )?;
+        self.open("properties", &[])?;
+        self.empty(
+            "property",
+            &[("name", "run_id"), ("value", &XmlString::new(&row.run_id))],
+        )?;
+        self.empty(
+            "property",
+            &[("name", "trace"), ("value", &XmlString::new(&row.trace))],
+        )?;
+        self.close("properties")?;
+        let kind = kind(row.verdict);
+        if kind != Kind::Success {
+            let layers: Vec<&str> = row.failures.iter().map(|(l, _)| l.as_str()).collect();
+            let message = match &row.error {
+                Some(e) => e.clone(),
+                None => format!("failed layers: {}", layers.join(", ")),
+            };
+            let detail: Vec<String> = row
+                .failures
+                .iter()
+                .map(|(l, d)| format!("{l}: {d}"))
+                .collect();
+            let ty = row.verdict.map_or("UNSCORED", Verdict::as_str);
+            self.status(kind, &message, ty, &detail.join("\n"))?;
+        }
+        self.close("testcase")
+    }
+}
+
+#[cfg(test)]
+impl Report {
+    /// The JUnit document as quick-junit writes it, holding every test case: the reference the
+    /// streamed writer is checked against, byte for byte.
+    pub(crate) fn to_junit_reference(&self) -> String {
         let mut report = quick_junit::Report::new("wt");
         // (scenario, name, sweep, case) for every run, then names made unique.
         let mut cases: Vec<(String, String, String, TestCase)> = Vec::new();

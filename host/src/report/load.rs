@@ -1,5 +1,7 @@
-//! The one loader of the reading side: `report`, `compare`, `triage`, `rescore` and the HTML
-//! page all read run directories through [`load`], so they agree on what a run is.
+//! The reading side's rules and its loader. `wt triage` and `wt rescore` read run
+//! directories through [`load`], which holds every run; `wt report` and `wt compare` read them
+//! through [`super::scan`], which applies these same rules (the bounded reads, [`read_score`],
+//! [`Journals`]) and holds a key per run — the tests check both give the same report.
 //!
 //! Rules (docs/reports.md, "What the loader reads"):
 //! - A trace is a `*.json` whose stem has no dot ([`crate::store::is_sidecar`] decides);
@@ -22,6 +24,7 @@
 //!
 //! The loader never writes anything.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
@@ -149,7 +152,7 @@ pub struct Loaded {
 }
 
 /// A run named by its sweep's journal (`RunEnded`) whose trace the loader did not read.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct UnreadRun {
     pub sweep_id: String,
     pub scenario_id: String,
@@ -236,7 +239,7 @@ pub(crate) fn load_keeping<P: AsRef<Path>>(dirs: &[P], keep: Keep) -> Result<Loa
 
 /// The shards of every sharding (`K/N`) seen in the journals that no journal read is of: a
 /// sweep run as N shards is whole only with all N.
-fn missing_shards(sweeps: &[Sweep]) -> Vec<String> {
+pub(crate) fn missing_shards(sweeps: &[Sweep]) -> Vec<String> {
     let mut seen: BTreeMap<u32, std::collections::BTreeSet<u32>> = BTreeMap::new();
     for shard in sweeps.iter().flat_map(|s| &s.shards) {
         if let Some((k, n)) = shard.split_once('/')
@@ -320,36 +323,7 @@ fn load_run(path: &Path, listing: &Listing, warnings: &mut Vec<String>) -> Optio
         ));
         return None;
     }
-    let score_file = path.with_extension("score.json");
-    let (score, score_problem) = match read_bounded(&score_file, MAX_SIDECAR_BYTES) {
-        Err(ReadProblem::Missing) => (
-            None,
-            Some("no score sidecar (run `wt rescore` to score it)".to_owned()),
-        ),
-        Err(why) => {
-            let problem = format!("score sidecar {}: {why}", score_file.display());
-            warnings.push(format!("{problem}; the run counts as ERROR"));
-            (None, Some(problem))
-        }
-        Ok(bytes) => match serde_json::from_slice::<Score>(&bytes) {
-            Ok(s) if s.run_id == trace.run_id => (Some(s), None),
-            Ok(s) => {
-                let problem = format!(
-                    "score sidecar {} is for run {}, not {}",
-                    score_file.display(),
-                    s.run_id,
-                    trace.run_id
-                );
-                warnings.push(format!("{problem}; the run counts as ERROR"));
-                (None, Some(problem))
-            }
-            Err(e) => {
-                let problem = format!("score sidecar {} does not parse: {e}", score_file.display());
-                warnings.push(format!("{problem}; the run counts as ERROR"));
-                (None, Some(problem))
-            }
-        },
-    };
+    let (score, score_problem) = read_score(path, &trace.run_id, warnings);
     let stem = path
         .file_stem()
         .and_then(|s| s.to_str())
@@ -361,6 +335,56 @@ fn load_run(path: &Path, listing: &Listing, warnings: &mut Vec<String>) -> Optio
         score_problem,
         artifacts: listing.artifacts.get(stem).cloned().unwrap_or_default(),
     })
+}
+
+/// The score sidecar of the trace at `path` (of run `run_id`), or why there is none; a
+/// sidecar that is there but unusable adds a warning.
+pub(crate) fn read_score(
+    path: &Path,
+    run_id: &str,
+    warnings: &mut Vec<String>,
+) -> (Option<Score>, Option<String>) {
+    read_score_at(None, path, run_id, warnings, &mut Vec::new())
+}
+
+/// Like [`read_score`], the sidecar opened in `dir` when given, read into `buf`.
+pub(crate) fn read_score_at(
+    dir: Option<&DirFd>,
+    path: &Path,
+    run_id: &str,
+    warnings: &mut Vec<String>,
+    buf: &mut Vec<u8>,
+) -> (Option<Score>, Option<String>) {
+    let score_file = path.with_extension("score.json");
+    match read_bounded_into_at(dir, &score_file, MAX_SIDECAR_BYTES, buf).map(|()| &buf[..]) {
+        Err(ReadProblem::Missing) => (
+            None,
+            Some("no score sidecar (run `wt rescore` to score it)".to_owned()),
+        ),
+        Err(why) => {
+            let problem = format!("score sidecar {}: {why}", score_file.display());
+            warnings.push(format!("{problem}; the run counts as ERROR"));
+            (None, Some(problem))
+        }
+        Ok(bytes) => match parse_json::<Score>(bytes) {
+            Ok(s) if s.run_id == run_id => (Some(s), None),
+            Ok(s) => {
+                let problem = format!(
+                    "score sidecar {} is for run {}, not {}",
+                    score_file.display(),
+                    s.run_id,
+                    run_id
+                );
+                warnings.push(format!("{problem}; the run counts as ERROR"));
+                (None, Some(problem))
+            }
+            Err(e) => {
+                let problem = format!("score sidecar {} does not parse: {e}", score_file.display());
+                warnings.push(format!("{problem}; the run counts as ERROR"));
+                (None, Some(problem))
+            }
+        },
+    }
 }
 
 /// Drops what no count, aggregate or cluster reads: the surface, turn texts, tool-call
@@ -428,12 +452,22 @@ pub(crate) fn open_bounded(path: &Path, limit: u64) -> Result<(File, u64), ReadP
         use std::os::unix::fs::OpenOptionsExt;
         options.custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
     }
-    let file = options.open(path).map_err(|e| match e.kind() {
+    let file = options.open(path).map_err(open_problem)?;
+    checked(file, limit)
+}
+
+fn open_problem(e: std::io::Error) -> ReadProblem {
+    match e.kind() {
         std::io::ErrorKind::NotFound => ReadProblem::Missing,
         // O_NOFOLLOW on a symbolic link fails with ELOOP.
         _ if e.raw_os_error() == Some(libc::ELOOP) => ReadProblem::NotRegular,
         _ => ReadProblem::Io(e),
-    })?;
+    }
+}
+
+/// A file opened from a runs directory, checked with `fstat` before a byte is read: a regular
+/// file within `limit` bytes.
+fn checked(file: File, limit: u64) -> Result<(File, u64), ReadProblem> {
     let meta = file.metadata().map_err(ReadProblem::Io)?;
     if !meta.is_file() {
         return Err(ReadProblem::NotRegular);
@@ -447,48 +481,160 @@ pub(crate) fn open_bounded(path: &Path, limit: u64) -> Result<(File, u64), ReadP
     Ok((file, meta.len()))
 }
 
+/// A runs directory held open, so that a reader of many of its files opens each by its name
+/// in it (one path lookup, not the directory's path again), with [`open_bounded`]'s flags
+/// and checks.
+pub(crate) struct DirFd(File);
+
+impl DirFd {
+    pub(crate) fn open(dir: &Path) -> Option<DirFd> {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY)
+            .open(dir)
+            .ok()
+            .map(DirFd)
+    }
+
+    /// Opens `name` (a file name, no separator) in this directory, as [`open_bounded`] opens a
+    /// path.
+    fn open_bounded(&self, name: &str, limit: u64) -> Result<(File, u64), ReadProblem> {
+        use std::os::fd::{AsRawFd, FromRawFd};
+        let name =
+            std::ffi::CString::new(name).map_err(|e| ReadProblem::Io(std::io::Error::other(e)))?;
+        // SAFETY: a directory descriptor this value owns and a NUL-terminated name; the
+        // descriptor returned is owned by the `File` made of it, and only then.
+        let fd = unsafe {
+            libc::openat(
+                self.0.as_raw_fd(),
+                name.as_ptr(),
+                libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(open_problem(std::io::Error::last_os_error()));
+        }
+        // SAFETY: `fd` was just opened and nothing else owns it.
+        checked(unsafe { File::from_raw_fd(fd) }, limit)
+    }
+}
+
+/// Like [`read_bounded_into`], opening the file by its name in `dir` when given (`path` is
+/// then `dir`'s path joined with a file name).
+pub(crate) fn read_bounded_into_at(
+    dir: Option<&DirFd>,
+    path: &Path,
+    limit: u64,
+    bytes: &mut Vec<u8>,
+) -> Result<(), ReadProblem> {
+    let opened = match (dir, path.file_name().and_then(|n| n.to_str())) {
+        (Some(d), Some(name)) => d.open_bounded(name, limit)?,
+        _ => open_bounded(path, limit)?,
+    };
+    read_opened(opened, limit, bytes)
+}
+
+/// Parses JSON read from a runs directory: as text when it is valid UTF-8 (strings are then
+/// not checked again one by one), else as bytes, for the same error the bytes give.
+pub(crate) fn parse_json<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> serde_json::Result<T> {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => serde_json::from_str(text),
+        Err(_) => serde_json::from_slice(bytes),
+    }
+}
+
 /// Reads a whole file from a runs directory within `limit` bytes (see [`open_bounded`]).
 pub(crate) fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>, ReadProblem> {
-    let (file, len) = open_bounded(path, limit)?;
-    let mut bytes = Vec::with_capacity(len as usize);
-    // The file may grow after the check; never read past the limit.
-    file.take(limit + 1)
-        .read_to_end(&mut bytes)
-        .map_err(ReadProblem::Io)?;
+    let mut bytes = Vec::new();
+    read_bounded_into(path, limit, &mut bytes)?;
+    Ok(bytes)
+}
+
+/// Like [`read_bounded`], into `bytes` (cleared first): a reader of many files reuses one
+/// buffer.
+pub(crate) fn read_bounded_into(
+    path: &Path,
+    limit: u64,
+    bytes: &mut Vec<u8>,
+) -> Result<(), ReadProblem> {
+    read_opened(open_bounded(path, limit)?, limit, bytes)
+}
+
+fn read_opened(
+    (mut file, len): (File, u64),
+    limit: u64,
+    bytes: &mut Vec<u8>,
+) -> Result<(), ReadProblem> {
+    bytes.clear();
+    // One read of what `fstat` said and a byte more: a regular file that returns what it
+    // said is at its end, so a file costs one `read`. Only a file that grew since the check
+    // (the byte more came) is read on, and never past the limit.
+    let want = len as usize + 1;
+    bytes.resize(want, 0);
+    let mut filled = 0;
+    while filled < len as usize {
+        match file.read(&mut bytes[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(ReadProblem::Io(e)),
+        }
+    }
+    bytes.truncate(filled);
+    if filled == want {
+        file.take(limit + 1 - want as u64)
+            .read_to_end(bytes)
+            .map_err(ReadProblem::Io)?;
+    }
     if bytes.len() as u64 > limit {
         return Err(ReadProblem::TooLarge {
             size: bytes.len() as u64,
             limit,
         });
     }
-    Ok(bytes)
+    Ok(())
 }
 
-/// The journal lines the loader cares about; every other field is ignored.
+/// The journal lines the loader cares about; every other field is ignored. Strings are
+/// borrowed from the line where they need no unescaping (a journal has a line per event).
 #[derive(Deserialize)]
-struct Line {
-    sweep_id: String,
-    event: String,
-    #[serde(default)]
-    ts: Option<String>,
-    #[serde(default)]
-    scenario_id: Option<String>,
-    #[serde(default)]
-    pack: Option<String>,
-    #[serde(default)]
-    agent: Option<String>,
+struct Line<'a> {
+    #[serde(borrow)]
+    sweep_id: Cow<'a, str>,
+    #[serde(borrow)]
+    event: Cow<'a, str>,
+    #[serde(default, borrow)]
+    ts: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    scenario_id: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    pack: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    agent: Option<Text<'a>>,
     #[serde(default)]
     hooks: Option<Vec<String>>,
-    #[serde(default)]
-    shard: Option<String>,
+    #[serde(default, borrow)]
+    shard: Option<Text<'a>>,
     #[serde(default)]
     runs: Option<u32>,
-    #[serde(default)]
-    error: Option<String>,
+    #[serde(default, borrow)]
+    error: Option<Text<'a>>,
     #[serde(default)]
     exit_code: Option<u8>,
-    #[serde(default)]
-    stem: Option<String>,
+    #[serde(default, borrow)]
+    stem: Option<Text<'a>>,
+}
+
+/// A string of a journal line, borrowed where it can be.
+#[derive(Deserialize)]
+#[serde(transparent)]
+struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
+
+impl Text<'_> {
+    fn owned(t: Option<Text<'_>>) -> Option<String> {
+        t.map(|t| t.0.into_owned())
+    }
 }
 
 /// What a `SweepStarted` line says.
@@ -511,102 +657,351 @@ struct Segment {
     written: Vec<(String, String)>,
 }
 
+/// A journal accepted: its bytes are not those of one read before it.
+struct Accepted {
+    path: PathBuf,
+    /// How many bytes were read of it.
+    len: u64,
+    /// SHA-256 of those bytes, computed only once another journal of the same length is read:
+    /// journals of different lengths cannot hold the same bytes, so most are never hashed.
+    digest: Option<[u8; 32]>,
+}
+
+/// What one stretch of a journal says (a whole journal, or one of the pieces a big one is read
+/// in, side by side).
 #[derive(Default)]
-struct Journals {
-    digests: HashSet<[u8; 32]>,
+struct Chunk {
+    by_sweep: BTreeMap<String, Segment>,
+    lines: u64,
+    bad: u64,
+    long: u64,
+    /// Bytes read.
+    len: u64,
+    /// The read error that ended it.
+    error: Option<std::io::Error>,
+    /// `RunEnded` lines whose run was not read, in order (when checked).
+    missing: Vec<UnreadRun>,
+}
+
+impl Chunk {
+    /// This stretch, then the one after it: what the journal says read in one go.
+    fn then(mut self, next: Chunk) -> Chunk {
+        if self.error.is_some() {
+            // Nothing after a read error is read.
+            return self;
+        }
+        for (id, seg) in next.by_sweep {
+            match self.by_sweep.entry(id) {
+                std::collections::btree_map::Entry::Vacant(e) => {
+                    e.insert(seg);
+                }
+                std::collections::btree_map::Entry::Occupied(mut e) => {
+                    let into = e.get_mut();
+                    // A later line says it last.
+                    if seg.started.is_some() {
+                        into.started = seg.started;
+                    }
+                    if seg.ended.is_some() {
+                        into.ended = seg.ended;
+                    }
+                    into.errors.extend(seg.errors);
+                    into.written.extend(seg.written);
+                }
+            }
+        }
+        self.lines += next.lines;
+        self.bad += next.bad;
+        self.long += next.long;
+        self.len += next.len;
+        self.error = next.error;
+        self.missing.extend(next.missing);
+        self
+    }
+}
+
+/// What becomes of `RunEnded` lines: held in their sweep's segment (the loader, which holds
+/// every run anyway), or checked against the runs read (`read(stem)`), the ones not read kept.
+#[derive(Clone, Copy)]
+pub(crate) enum OnWritten<'a> {
+    Hold,
+    Check(&'a (dyn Fn(&str) -> bool + Sync)),
+}
+
+/// Reads the lines of a journal (or of a stretch of one that starts at a line).
+fn read_chunk(
+    reader: &mut impl BufRead,
+    shown: &str,
+    mut digest: Option<&mut Sha256>,
+    on: OnWritten<'_>,
+) -> Chunk {
+    let mut c = Chunk::default();
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        let n = match (&mut *reader)
+            .take(MAX_JOURNAL_LINE)
+            .read_until(b'\n', &mut buf)
+        {
+            Ok(n) => n,
+            Err(e) => {
+                c.error = Some(e);
+                break;
+            }
+        };
+        if n == 0 {
+            break;
+        }
+        c.len += n as u64;
+        if let Some(d) = digest.as_mut() {
+            d.update(&buf);
+        }
+        if buf.last() != Some(&b'\n') && n as u64 == MAX_JOURNAL_LINE {
+            // An overlong line: skip the rest of it.
+            c.long += 1;
+            let (skipped, more) = skip_line(reader, digest.as_deref_mut());
+            c.len += skipped;
+            if !more {
+                break;
+            }
+            continue;
+        }
+        c.lines += 1;
+        if !is_interesting(&buf) {
+            continue;
+        }
+        let Ok(line) = serde_json::from_slice::<Line<'_>>(&buf) else {
+            c.bad += 1;
+            continue;
+        };
+        let seg = match c.by_sweep.get_mut(line.sweep_id.as_ref()) {
+            Some(seg) => seg,
+            None => c
+                .by_sweep
+                .entry(line.sweep_id.clone().into_owned())
+                .or_insert_with(|| Segment {
+                    journal: shown.to_owned(),
+                    ..Segment::default()
+                }),
+        };
+        match line.event.as_ref() {
+            "SweepStarted" => {
+                seg.started = Some(Started {
+                    shard: Text::owned(line.shard),
+                    ts: Text::owned(line.ts),
+                    pack: Text::owned(line.pack),
+                    agent: Text::owned(line.agent),
+                    hooks: line.hooks.unwrap_or_default(),
+                })
+            }
+            "SweepEnded" => seg.ended = Some(line.exit_code.unwrap_or_default()),
+            "RunEnded" => {
+                if let (Some(stem), Some(scenario)) = (line.stem, line.scenario_id) {
+                    match on {
+                        OnWritten::Hold => seg
+                            .written
+                            .push((scenario.0.into_owned(), stem.0.into_owned())),
+                        OnWritten::Check(read) => {
+                            if !read(&stem.0) {
+                                c.missing.push(UnreadRun {
+                                    sweep_id: line.sweep_id.into_owned(),
+                                    scenario_id: scenario.0.into_owned(),
+                                    stem: stem.0.into_owned(),
+                                });
+                            }
+                        }
+                    }
+                }
+            }
+            "ScenarioEnded" => {
+                if let (Some(error), Some(scenario)) = (line.error, line.scenario_id) {
+                    seg.errors.push((
+                        scenario.0.into_owned(),
+                        line.runs.unwrap_or(0),
+                        error.0.into_owned(),
+                    ));
+                }
+            }
+            _ => {}
+        }
+    }
+    c
+}
+
+/// Reads `file` from `at` on with positioned reads (each of several readers of one file
+/// keeps its own place).
+struct ReadAt<'a> {
+    file: &'a File,
+    at: u64,
+    end: u64,
+}
+
+impl Read for ReadAt<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        use std::os::unix::fs::FileExt;
+        let left = self.end.saturating_sub(self.at);
+        let want = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+        if want == 0 {
+            return Ok(0);
+        }
+        let n = self.file.read_at(&mut buf[..want], self.at)?;
+        self.at += n as u64;
+        Ok(n)
+    }
+}
+
+/// The start of the first line at or after `at` (the end of `file`'s `size` bytes when none).
+fn line_start(file: &File, at: u64, size: u64) -> u64 {
+    let mut r = std::io::BufReader::with_capacity(
+        1 << 16,
+        ReadAt {
+            file,
+            at: at.saturating_sub(1),
+            end: size,
+        },
+    );
+    let mut skipped = Vec::new();
+    let mut pos = at.saturating_sub(1);
+    if at == 0 {
+        return 0;
+    }
+    loop {
+        skipped.clear();
+        match (&mut r).take(1 << 16).read_until(b'\n', &mut skipped) {
+            Ok(0) | Err(_) => return size,
+            Ok(n) => {
+                pos += n as u64;
+                if skipped.last() == Some(&b'\n') {
+                    return pos;
+                }
+            }
+        }
+    }
+}
+
+/// Journals at least this big are read in pieces, side by side.
+const SPLIT_JOURNAL_BYTES: u64 = 16 << 20;
+
+#[derive(Default)]
+pub(crate) struct Journals {
+    /// The journals read, duplicates of an earlier one's bytes left out.
+    accepted: Vec<Accepted>,
     /// Segments in the order read, keyed by sweep id.
     segments: Vec<(String, Segment)>,
+    /// Read journals from this size on in pieces ([`SPLIT_JOURNAL_BYTES`] unless set).
+    split_at: Option<u64>,
 }
 
 impl Journals {
-    fn read(&mut self, path: &Path, warnings: &mut Vec<String>) {
-        let shown = path.display();
-        let file = match open_bounded(path, MAX_JOURNAL_BYTES) {
-            Ok((f, _)) => f,
-            Err(why) => {
-                warnings.push(format!("skipping journal {shown}: {why}"));
-                return;
-            }
+    /// Reads one journal, holding the runs it says were written.
+    pub(crate) fn read(&mut self, path: &Path, warnings: &mut Vec<String>) {
+        let Some((file, size)) = open_journal(path, warnings) else {
+            return;
         };
-        let mut reader = BufReader::new(file.take(MAX_JOURNAL_BYTES));
-        let mut digest = Sha256::new();
-        let mut by_sweep: BTreeMap<String, Segment> = BTreeMap::new();
-        let (mut lines, mut bad, mut long) = (0u64, 0u64, 0u64);
-        let mut buf = Vec::new();
-        loop {
-            buf.clear();
-            let n = match (&mut reader)
-                .take(MAX_JOURNAL_LINE)
-                .read_until(b'\n', &mut buf)
-            {
-                Ok(n) => n,
-                Err(e) => {
-                    warnings.push(format!("journal {shown}: {e}"));
-                    break;
-                }
-            };
-            if n == 0 {
-                break;
-            }
-            digest.update(&buf);
-            if buf.last() != Some(&b'\n') && n as u64 == MAX_JOURNAL_LINE {
-                // An overlong line: skip the rest of it.
-                long += 1;
-                if !skip_line(&mut reader, &mut digest) {
-                    break;
-                }
-                continue;
-            }
-            lines += 1;
-            if !is_interesting(&buf) {
-                continue;
-            }
-            let Ok(line) = serde_json::from_slice::<Line>(&buf) else {
-                bad += 1;
-                continue;
-            };
-            let seg = by_sweep
-                .entry(line.sweep_id.clone())
-                .or_insert_with(|| Segment {
-                    journal: shown.to_string(),
-                    ..Segment::default()
-                });
-            match line.event.as_str() {
-                "SweepStarted" => {
-                    seg.started = Some(Started {
-                        shard: line.shard,
-                        ts: line.ts,
-                        pack: line.pack,
-                        agent: line.agent,
-                        hooks: line.hooks.unwrap_or_default(),
+        let mut digest = self.hashed(size).then(Sha256::new);
+        let mut reader = BufReader::with_capacity(1 << 18, file.take(MAX_JOURNAL_BYTES));
+        let shown = path.display().to_string();
+        let chunk = read_chunk(&mut reader, &shown, digest.as_mut(), OnWritten::Hold);
+        self.accept(path, chunk, digest, warnings);
+    }
+
+    /// Reads one journal, checking each run it says was written against the runs read
+    /// (`read(stem)`); a big journal is read in `threads` pieces side by side. Returns the
+    /// runs it names that were not read, in its order, when the journal is accepted (read for
+    /// the first time, not the bytes of a journal read before).
+    pub(crate) fn read_checked(
+        &mut self,
+        path: &Path,
+        warnings: &mut Vec<String>,
+        read: &(dyn Fn(&str) -> bool + Sync),
+        threads: usize,
+    ) -> Option<Vec<UnreadRun>> {
+        let (file, size) = open_journal(path, warnings)?;
+        let shown = path.display().to_string();
+        let on = OnWritten::Check(read);
+        let split_at = self.split_at.unwrap_or(SPLIT_JOURNAL_BYTES);
+        let (chunk, digest) = if size < split_at || threads < 2 {
+            let mut digest = self.hashed(size).then(Sha256::new);
+            let mut reader = BufReader::with_capacity(1 << 18, (&file).take(MAX_JOURNAL_BYTES));
+            (read_chunk(&mut reader, &shown, digest.as_mut(), on), digest)
+        } else {
+            // Pieces that start at a line; the last one reads on to the end, as a journal
+            // still being written grows.
+            let mut bounds: Vec<u64> = (0..threads as u64)
+                .map(|k| line_start(&file, k * size / threads as u64, size))
+                .collect();
+            bounds.push(MAX_JOURNAL_BYTES);
+            let chunks: Vec<Chunk> = std::thread::scope(|s| {
+                let pieces: Vec<_> = bounds
+                    .windows(2)
+                    .map(|w| {
+                        let (file, shown) = (&file, &shown);
+                        let (at, end) = (w[0], w[1]);
+                        s.spawn(move || {
+                            let mut reader =
+                                BufReader::with_capacity(1 << 18, ReadAt { file, at, end });
+                            read_chunk(&mut reader, shown, None, on)
+                        })
                     })
-                }
-                "SweepEnded" => seg.ended = Some(line.exit_code.unwrap_or_default()),
-                "RunEnded" => {
-                    if let (Some(stem), Some(scenario)) = (line.stem, line.scenario_id) {
-                        seg.written.push((scenario, stem));
-                    }
-                }
-                "ScenarioEnded" => {
-                    if let (Some(error), Some(scenario)) = (line.error, line.scenario_id) {
-                        seg.errors.push((scenario, line.runs.unwrap_or(0), error));
-                    }
-                }
-                _ => {}
-            }
+                    .collect();
+                pieces
+                    .into_iter()
+                    .map(|p| p.join().expect("a journal reader panicked"))
+                    .collect()
+            });
+            let chunk = chunks.into_iter().reduce(Chunk::then).unwrap_or_default();
+            (chunk, None)
+        };
+        let mut chunk = chunk;
+        let missing = std::mem::take(&mut chunk.missing);
+        self.accept(path, chunk, digest, warnings)
+            .then_some(missing)
+    }
+
+    /// What was read, to compare readings (sweeps by id with status, pack, errors, journals).
+    #[cfg(test)]
+    fn sweeps(self) -> String {
+        let mut errors = Vec::new();
+        let mut warnings = Vec::new();
+        let sweeps = self.close(BTreeMap::new(), &mut errors, &mut warnings);
+        format!(
+            "{}\n{}\n{warnings:?}",
+            serde_json::to_string(&sweeps).unwrap(),
+            serde_json::to_string(&errors).unwrap()
+        )
+    }
+
+    /// Whether a journal of `size` bytes is hashed as it is read: only when one of its length
+    /// was read before.
+    fn hashed(&self, size: u64) -> bool {
+        self.accepted.iter().any(|a| a.len == size)
+    }
+
+    /// Takes what a journal said, unless it said nothing a journal says or its bytes are those
+    /// of a journal read before (`digest`: its hash, when it was hashed as it was read).
+    fn accept(
+        &mut self,
+        path: &Path,
+        chunk: Chunk,
+        digest: Option<Sha256>,
+        warnings: &mut Vec<String>,
+    ) -> bool {
+        let shown = path.display();
+        if let Some(e) = &chunk.error {
+            warnings.push(format!("journal {shown}: {e}"));
         }
         let mut skipped = Vec::new();
-        if bad > 0 {
-            skipped.push(format!("{bad} line(s) that are not journal events"));
+        if chunk.bad > 0 {
+            skipped.push(format!("{} line(s) that are not journal events", chunk.bad));
         }
-        if long > 0 {
+        if chunk.long > 0 {
             skipped.push(format!(
-                "{long} line(s) over {} MiB",
+                "{} line(s) over {} MiB",
+                chunk.long,
                 MAX_JOURNAL_LINE >> 20
             ));
         }
-        if by_sweep.is_empty() {
-            if lines > 0 || long > 0 {
+        if chunk.by_sweep.is_empty() {
+            if chunk.lines > 0 || chunk.long > 0 {
                 let why = if skipped.is_empty() {
                     String::new()
                 } else {
@@ -616,7 +1011,7 @@ impl Journals {
                     "skipping journal {shown}: not a wt event journal{why}"
                 ));
             }
-            return;
+            return false;
         }
         if !skipped.is_empty() {
             warnings.push(format!(
@@ -624,10 +1019,22 @@ impl Journals {
                 skipped.join(" and ")
             ));
         }
-        if !self.digests.insert(digest.finalize().into()) {
-            return;
+        let len = chunk.len;
+        let mut mine = digest.map(|d| <[u8; 32]>::from(d.finalize()));
+        for a in self.accepted.iter_mut().filter(|a| a.len == len) {
+            let theirs = *a.digest.get_or_insert_with(|| digest_of(&a.path, len));
+            let mine = *mine.get_or_insert_with(|| digest_of(path, len));
+            if theirs == mine {
+                return false;
+            }
         }
-        self.segments.extend(by_sweep);
+        self.accepted.push(Accepted {
+            path: path.to_owned(),
+            len,
+            digest: mine,
+        });
+        self.segments.extend(chunk.by_sweep);
+        true
     }
 
     fn finish(self, out: &mut Loaded) {
@@ -654,6 +1061,21 @@ impl Journals {
                 }
             }
         }
+        let mut runs_per_sweep: BTreeMap<String, usize> = BTreeMap::new();
+        for r in &out.runs {
+            *runs_per_sweep.entry(r.trace.sweep_id.clone()).or_default() += 1;
+        }
+        out.sweeps = self.close(runs_per_sweep, &mut out.scenario_errors, &mut out.warnings);
+    }
+
+    /// The sweeps the journals (and the runs read, `runs_per_sweep`) tell of, with the
+    /// scenarios that could not run and a warning per partial sweep.
+    pub(crate) fn close(
+        self,
+        runs_per_sweep: BTreeMap<String, usize>,
+        scenario_errors: &mut Vec<ScenarioError>,
+        warnings: &mut Vec<String>,
+    ) -> Vec<Sweep> {
         let mut sweeps: BTreeMap<String, Sweep> = BTreeMap::new();
         let new_sweep = |id: &str| Sweep {
             sweep_id: id.to_owned(),
@@ -701,7 +1123,7 @@ impl Journals {
                 _ => SweepStatus::Complete,
             };
             for (scenario_id, runs, error) in seg.errors {
-                out.scenario_errors.push(ScenarioError {
+                scenario_errors.push(ScenarioError {
                     sweep_id: id.clone(),
                     scenario_id,
                     runs,
@@ -709,62 +1131,108 @@ impl Journals {
                 });
             }
         }
-        for r in &out.runs {
+        for (id, n) in runs_per_sweep {
             sweeps
-                .entry(r.trace.sweep_id.clone())
-                .or_insert_with(|| new_sweep(&r.trace.sweep_id))
-                .runs += 1;
+                .entry(id.clone())
+                .or_insert_with(|| new_sweep(&id))
+                .runs += n;
         }
         for s in sweeps.values() {
             match s.status {
-                SweepStatus::Incomplete => out.warnings.push(format!(
+                SweepStatus::Incomplete => warnings.push(format!(
                     "sweep {} is incomplete: {} has no SweepEnded (killed, or still running); \
                      its missing runs cannot be judged",
                     s.sweep_id,
                     s.journals.join(", ")
                 )),
-                SweepStatus::Interrupted => out.warnings.push(format!(
+                SweepStatus::Interrupted => warnings.push(format!(
                     "sweep {} was interrupted: runs that never started are missing",
                     s.sweep_id
                 )),
                 _ => {}
             }
         }
-        out.sweeps = sweeps.into_values().collect();
+        sweeps.into_values().collect()
     }
 }
 
-/// Discards the rest of an overlong line in bounded chunks; false at the end of the file.
-fn skip_line(reader: &mut impl BufRead, digest: &mut Sha256) -> bool {
+/// Opens a journal within its bound, or says why not.
+fn open_journal(path: &Path, warnings: &mut Vec<String>) -> Option<(File, u64)> {
+    match open_bounded(path, MAX_JOURNAL_BYTES) {
+        Ok(f) => Some(f),
+        Err(why) => {
+            warnings.push(format!("skipping journal {}: {why}", path.display()));
+            None
+        }
+    }
+}
+
+/// SHA-256 of the first `len` bytes of a journal read before (to tell copies apart). A file
+/// that can no longer be read hashes as its path, which no journal's bytes will equal.
+fn digest_of(path: &Path, len: u64) -> [u8; 32] {
+    let mut digest = Sha256::new();
+    match open_bounded(path, MAX_JOURNAL_BYTES) {
+        Ok((file, _)) => {
+            let mut reader = BufReader::with_capacity(1 << 18, file.take(len));
+            loop {
+                match reader.fill_buf() {
+                    Ok([]) | Err(_) => break,
+                    Ok(chunk) => {
+                        digest.update(chunk);
+                        let n = chunk.len();
+                        reader.consume(n);
+                    }
+                }
+            }
+        }
+        Err(_) => {
+            digest.update(b"\0unreadable\0");
+            digest.update(path.as_os_str().as_encoded_bytes());
+        }
+    }
+    digest.finalize().into()
+}
+
+/// Discards the rest of an overlong line in bounded chunks: the bytes it skipped, and false
+/// at the end of the file.
+fn skip_line(reader: &mut impl BufRead, mut digest: Option<&mut Sha256>) -> (u64, bool) {
     let mut chunk = Vec::new();
+    let mut skipped = 0;
     loop {
         chunk.clear();
         match (&mut *reader)
             .take(MAX_JOURNAL_LINE)
             .read_until(b'\n', &mut chunk)
         {
-            Ok(0) | Err(_) => return false,
-            Ok(_) => {
-                digest.update(&chunk);
+            Ok(0) | Err(_) => return (skipped, false),
+            Ok(n) => {
+                skipped += n as u64;
+                if let Some(d) = digest.as_mut() {
+                    d.update(&chunk);
+                }
                 if chunk.last() == Some(&b'\n') {
-                    return true;
+                    return (skipped, true);
                 }
             }
         }
     }
 }
 
-/// Only three events matter here; skip parsing the rest (most of a journal).
+/// Only four events matter here; skip parsing the rest (most of a journal). The needles are
+/// searched with the standard library's vectorized substring search.
 fn is_interesting(line: &[u8]) -> bool {
-    const NEEDLES: [&[u8]; 4] = [
-        b"\"SweepStarted\"",
-        b"\"SweepEnded\"",
-        b"\"ScenarioEnded\"",
-        b"\"RunEnded\"",
+    const NEEDLES: [&str; 4] = [
+        "\"SweepStarted\"",
+        "\"SweepEnded\"",
+        "\"ScenarioEnded\"",
+        "\"RunEnded\"",
     ];
-    NEEDLES
-        .iter()
-        .any(|n| line.windows(n.len()).any(|w| w == *n))
+    match std::str::from_utf8(line) {
+        Ok(text) => NEEDLES.iter().any(|n| text.contains(n)),
+        Err(_) => NEEDLES
+            .iter()
+            .any(|n| line.windows(n.len()).any(|w| w == n.as_bytes())),
+    }
 }
 
 #[cfg(test)]
@@ -919,6 +1387,72 @@ mod tests {
             l.warnings
         );
         assert_eq!(l.partial_sweeps().count(), 2);
+    }
+
+    /// A journal read in pieces side by side says what it says read in one go: the same
+    /// sweeps, statuses, scenario errors, warnings and runs not read, in the same order.
+    #[test]
+    fn a_journal_read_in_pieces_is_the_journal_read_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let line = |sweep: &str, event: &str, extra: &str| {
+            format!("{{\"v\":1,\"sweep_id\":\"{sweep}\",\"event\":\"{event}\"{extra}}}\n")
+        };
+        let mut text = String::new();
+        for (k, sweep) in ["b", "a", "b"].iter().enumerate() {
+            text += &line(
+                sweep,
+                "SweepStarted",
+                &format!(",\"pack\":\"p{k}\",\"hooks\":[\"h\"]"),
+            );
+            for i in 0..40 {
+                text += &line(sweep, "RunStarted", ",\"input\":\"some text\"");
+                text += &line(
+                    sweep,
+                    "RunEnded",
+                    &format!(",\"scenario_id\":\"s\",\"stem\":\"x{k}-{i:02}\""),
+                );
+                if i % 13 == 0 {
+                    text += "{\"event\": \"RunEnded\", broken\n";
+                    text += &format!(
+                        "{{\"event\":\"TurnStarted\",\"input\":\"{}\"}}\n",
+                        "y".repeat(1 << 20)
+                    );
+                }
+            }
+            text += &line(
+                sweep,
+                "ScenarioEnded",
+                &format!(",\"scenario_id\":\"t\",\"runs\":{k},\"error\":\"e{k}\""),
+            );
+            text += &line(sweep, "SweepEnded", &format!(",\"exit_code\":{}", 129 + k));
+        }
+        text += "{\"sweep_id\":\"c\",\"event\":\"SweepStarted\""; // cut off mid-line
+        let path = dir.path().join("big.events.jsonl");
+        std::fs::write(&path, &text).unwrap();
+        let read = |stem: &str| stem.ends_with('7');
+        let whole = {
+            let mut j = Journals::default();
+            let mut w = Vec::new();
+            let missing = j.read_checked(&path, &mut w, &read, 1).unwrap();
+            (j.sweeps(), w, missing)
+        };
+        assert_eq!(whole.2.len(), 3 * 40 - 3 * 4, "runs not read");
+        assert!(
+            whole.1.iter().any(|w| w.contains(
+                "skipped 13 line(s) that are not journal events and 12 line(s) over 1 MiB"
+            )),
+            "{:?}",
+            whole.1
+        );
+        for threads in 2..9 {
+            let mut j = Journals {
+                split_at: Some(0),
+                ..Journals::default()
+            };
+            let mut w = Vec::new();
+            let missing = j.read_checked(&path, &mut w, &read, threads).unwrap();
+            assert_eq!((j.sweeps(), w, missing), whole, "{threads} pieces");
+        }
     }
 
     #[test]

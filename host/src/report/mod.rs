@@ -1,7 +1,10 @@
 //! The reading side: what stored runs add up to, and the views of it.
 //!
-//! - [`load`] is the one loader every reading command uses (sidecar rule, dedupe by
-//!   `run_id`, foreign files skipped with a warning, journals read).
+//! - [`load`] holds the reading side's rules (sidecar rule, dedupe by `run_id`, foreign files
+//!   skipped with a warning, bounded reads, journals) and the loader that holds runs whole
+//!   (`wt triage`, `wt rescore`); [`scan`] reads by the same rules for `wt report` and
+//!   `wt compare`, counting as it reads and holding a key per run (the tests check that both
+//!   give the same report).
 //! - [`Report`] is the one summary model: per scenario k/n with a Wilson interval, pass^k
 //!   and pass@k, per-layer failures and latency; the pack's totals; the sweeps and whether
 //!   they ended; the gate code.
@@ -14,12 +17,15 @@ pub(crate) mod compare;
 pub(crate) mod gate;
 pub(crate) mod html;
 pub(crate) mod junit;
+pub(crate) mod lean;
 pub(crate) mod load;
 pub(crate) mod plan;
+pub(crate) mod scan;
 pub(crate) mod stats;
 pub(crate) mod table;
 pub(crate) mod triage;
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -46,6 +52,10 @@ pub fn load_runs<P: AsRef<Path>>(dirs: &[P]) -> Result<Vec<StoredRun>, StoreErro
         .map(|r| (r.trace, r.score, r.path))
         .collect())
 }
+
+/// Per scenario, the failure reasons of its runs — (layer, detail normalized as triage
+/// normalizes it) → runs — as `wt compare` tells which appeared and disappeared.
+pub(crate) type Reasons = BTreeMap<String, BTreeMap<(String, String), u32>>;
 
 /// Confidence level of the intervals `wt report` shows.
 pub(crate) const REPORT_ALPHA: f64 = 0.05;
@@ -206,9 +216,39 @@ pub(crate) struct Report {
     /// Model calls and tokens over every run, when `wt` saw any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<RunUsage>,
-    /// The runs themselves, for views that show details (the HTML page).
+    /// The runs themselves, when the loader read them (the page's details are drawn from
+    /// them; see [`html::Details`]).
     #[serde(skip)]
     pub loaded: Vec<LoadedRun>,
+    /// The page's details, when a scan gathered them.
+    #[serde(skip)]
+    pub details: Option<html::Details>,
+    /// The agents of the runs read, sorted.
+    #[serde(skip)]
+    pub agents: Vec<String>,
+    /// Failure reasons per scenario, over every run read (a scan counts them when asked).
+    #[serde(skip)]
+    pub reasons: Reasons,
+    /// Where every run is, when `runs` holds only the few the table shows ([`scan`]): the
+    /// JSON view streams every row from it.
+    #[serde(skip)]
+    pub listing: Option<scan::Listing>,
+    /// Per scenario, how many of its runs read did not pass (`runs` may hold only the
+    /// first few of them).
+    #[serde(skip)]
+    pub not_passed: BTreeMap<String, usize>,
+}
+
+/// What the reading side found beside the runs.
+pub(crate) struct Found {
+    pub sweeps: Vec<Sweep>,
+    pub scenario_errors: Vec<ScenarioError>,
+    pub warnings: Vec<String>,
+    pub duplicates: usize,
+    pub gaps: Vec<String>,
+    pub unread: Vec<UnreadRun>,
+    /// A sweep may not have run to the end, or a shard is missing.
+    pub partial: bool,
 }
 
 impl Report {
@@ -216,35 +256,66 @@ impl Report {
     pub(crate) fn new(loaded: Loaded) -> Report {
         let mut aggs: BTreeMap<String, Aggregator> = BTreeMap::new();
         let mut rows = Vec::with_capacity(loaded.runs.len());
-        let mut usage: BTreeMap<String, RunUsage> = BTreeMap::new();
-        let mut total: Option<RunUsage> = None;
+        let mut usage: BTreeMap<String, UsageSum> = BTreeMap::new();
         for run in &loaded.runs {
             let trace = &run.trace;
             aggs.entry(trace.scenario_id.clone())
                 .or_insert_with(|| Aggregator::new(&trace.scenario_id))
                 .add(trace, run.score.as_ref());
             if let Some(u) = run.score.as_ref().and_then(|s| s.usage.as_ref()) {
-                add_usage(
-                    usage
-                        .entry(trace.scenario_id.clone())
-                        .or_insert_with(|| first(u)),
-                    u,
-                );
-                add_usage(total.get_or_insert_with(|| first(u)), u);
+                usage.entry(trace.scenario_id.clone()).or_default().add(u);
             }
             rows.push(row(run));
         }
+        let partial = loaded.partial_sweeps().next().is_some() || !loaded.gaps.is_empty();
+        let found = Found {
+            sweeps: loaded.sweeps,
+            scenario_errors: loaded.scenario_errors,
+            warnings: loaded.warnings,
+            duplicates: loaded.duplicates.len(),
+            gaps: loaded.gaps,
+            unread: loaded.unread,
+            partial,
+        };
+        let mut report = Report::assemble(aggs, usage, rows, found);
+        let mut agents: Vec<String> = report.runs.iter().map(|r| r.agent.clone()).collect();
+        agents.sort();
+        agents.dedup();
+        report.agents = agents;
+        for r in report.runs.iter().filter(|r| !r.failures.is_empty()) {
+            let per = report.reasons.entry(r.scenario_id.clone()).or_default();
+            for (layer, detail) in &r.failures {
+                *per.entry((layer.clone(), triage::normalize(detail)))
+                    .or_default() += 1;
+            }
+        }
+        report.loaded = loaded.runs;
+        report
+    }
+
+    /// The model of aggregates counted elsewhere (the loader's or [`scan`]'s) and of what
+    /// the reading side found beside the runs.
+    pub(crate) fn assemble(
+        mut aggs: BTreeMap<String, Aggregator>,
+        mut usage: BTreeMap<String, UsageSum>,
+        rows: Vec<RunRow>,
+        found: Found,
+    ) -> Report {
         let mut unread: BTreeMap<&str, u32> = BTreeMap::new();
-        for u in &loaded.unread {
+        for u in &found.unread {
             aggs.entry(u.scenario_id.clone())
                 .or_insert_with(|| Aggregator::new(&u.scenario_id));
             *unread.entry(&u.scenario_id).or_default() += 1;
         }
         let mut scenario_errors: BTreeMap<&str, Vec<&ScenarioError>> = BTreeMap::new();
-        for e in &loaded.scenario_errors {
+        for e in &found.scenario_errors {
             aggs.entry(e.scenario_id.clone())
                 .or_insert_with(|| Aggregator::new(&e.scenario_id));
             scenario_errors.entry(&e.scenario_id).or_default().push(e);
+        }
+        let mut total: Option<UsageSum> = None;
+        for u in usage.values() {
+            total.get_or_insert_with(UsageSum::default).merge(u);
         }
         let scenarios: Vec<ScenarioSummary> = aggs
             .into_iter()
@@ -261,26 +332,67 @@ impl Report {
                     a.error.get_or_insert_with(|| e.error.clone());
                 }
                 let mut summary = ScenarioSummary::new(a);
-                summary.usage = usage.remove(&id);
+                summary.usage = usage.remove(&id).map(|u| u.finish());
                 summary
             })
             .collect();
-        let partial = loaded.partial_sweeps().next().is_some() || !loaded.gaps.is_empty();
-        let gate = gate_code(scenarios.iter().map(|s| &s.aggregate), partial);
+        let gate = gate_code(scenarios.iter().map(|s| &s.aggregate), found.partial);
+        let mut not_passed: BTreeMap<String, usize> = BTreeMap::new();
+        for r in rows.iter().filter(|r| r.verdict != Some(Verdict::Pass)) {
+            *not_passed.entry(r.scenario_id.clone()).or_default() += 1;
+        }
         Report {
+            not_passed,
             schema_version: SCHEMA_VERSION,
             pack: PackSummary::new(&scenarios),
             scenarios,
             runs: rows,
-            sweeps: loaded.sweeps,
-            scenario_errors: loaded.scenario_errors,
-            warnings: loaded.warnings,
-            duplicates: loaded.duplicates.len(),
-            gaps: loaded.gaps,
-            unread: loaded.unread,
+            sweeps: found.sweeps,
+            scenario_errors: found.scenario_errors,
+            warnings: found.warnings,
+            duplicates: found.duplicates,
+            gaps: found.gaps,
+            unread: found.unread,
             gate,
-            usage: total,
-            loaded: loaded.runs,
+            usage: total.map(|u| u.finish()),
+            loaded: Vec::new(),
+            details: None,
+            agents: Vec::new(),
+            reasons: Reasons::new(),
+            listing: None,
+        }
+    }
+
+    /// The model of a [`scan`]: every count, the few runs the table lists, and the
+    /// listing the JSON view streams every row from.
+    pub(crate) fn from_scan(scan: scan::Scan) -> Report {
+        let mut report = Report::assemble(scan.aggs, scan.usage, scan.shown, scan.found);
+        report.not_passed = scan.not_passed;
+        report.listing = scan.listing;
+        report.details = scan.details;
+        report.agents = scan.agents;
+        report.reasons = scan.reasons;
+        report
+    }
+
+    /// The rows held of the runs of `scenario` that did not pass (all of them after the
+    /// loader, the first [`scan::SHOWN_PER_SCENARIO`] after a scan), and how many there are.
+    pub(crate) fn not_passed_of(&self, scenario: &str) -> (Vec<&RunRow>, usize) {
+        let rows: Vec<&RunRow> = self
+            .runs
+            .iter()
+            .filter(|r| r.scenario_id == scenario && r.verdict != Some(Verdict::Pass))
+            .collect();
+        let n = self.not_passed.get(scenario).copied().unwrap_or(rows.len());
+        (rows, n)
+    }
+
+    /// Every row, for views that list every run: those held, or (after a [`scan`]) each
+    /// read again from the listing.
+    pub(crate) fn all_rows(&self) -> Box<dyn Iterator<Item = Cow<'_, RunRow>> + '_> {
+        match &self.listing {
+            Some(listing) => Box::new(listing.rows().map(Cow::Owned)),
+            None => Box::new(self.runs.iter().map(Cow::Borrowed)),
         }
     }
 
@@ -316,15 +428,65 @@ impl Report {
         (p.runs, p.passed, p.failed, p.errored)
     }
 
+    #[cfg(test)]
     pub(crate) fn to_json(&self) -> String {
-        let mut s = serde_json::to_string_pretty(self).expect("report serializes");
-        s.push('\n');
-        s
+        let mut out = Vec::new();
+        self.write_json(&mut out).expect("a Vec takes any write");
+        String::from_utf8(out).expect("JSON is UTF-8")
+    }
+
+    /// The JSON view, streamed: with a listing, every row is read again as it is written,
+    /// so the document's size does not become memory.
+    pub(crate) fn write_json(&self, w: &mut dyn std::io::Write) -> std::io::Result<()> {
+        let view = JsonView {
+            schema_version: self.schema_version,
+            scenarios: &self.scenarios,
+            pack: &self.pack,
+            runs: RowsView(self),
+            sweeps: &self.sweeps,
+            scenario_errors: &self.scenario_errors,
+            warnings: &self.warnings,
+            duplicates: self.duplicates,
+            gaps: &self.gaps,
+            unread: &self.unread,
+            gate: self.gate,
+            usage: &self.usage,
+        };
+        serde_json::to_writer_pretty(&mut *w, &view).map_err(std::io::Error::other)?;
+        w.write_all(b"\n")
     }
 
     /// Sweeps that may not have run to the end.
     pub(crate) fn partial_sweeps(&self) -> impl Iterator<Item = &Sweep> {
         self.sweeps.iter().filter(|s| s.status.is_partial())
+    }
+}
+
+/// The JSON document: [`Report`]'s fields, in its order, with the rows streamed.
+#[derive(Serialize)]
+struct JsonView<'a> {
+    schema_version: u32,
+    scenarios: &'a [ScenarioSummary],
+    pack: &'a PackSummary,
+    runs: RowsView<'a>,
+    sweeps: &'a [Sweep],
+    scenario_errors: &'a [ScenarioError],
+    warnings: &'a [String],
+    duplicates: usize,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    gaps: &'a [String],
+    #[serde(skip_serializing_if = "<[UnreadRun]>::is_empty")]
+    unread: &'a [UnreadRun],
+    gate: u8,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    usage: &'a Option<RunUsage>,
+}
+
+struct RowsView<'a>(&'a Report);
+
+impl Serialize for RowsView<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.all_rows())
     }
 }
 
@@ -341,38 +503,75 @@ pub(crate) fn gate_code<'a>(
     crate::exit::of_aggregates(aggs)
 }
 
-/// An empty sum to add `u` to: its cost is known until a run without one is added.
-fn first(u: &RunUsage) -> RunUsage {
-    let mut zero = RunUsage::default();
-    zero.cost_usd = u.cost_usd.map(|_| 0.0);
-    zero
+/// Model usage summed over runs, in any order with the same result: tokens are integers,
+/// and dollars are added as fixed-point numbers (2^-64 dollar steps), so a report that reads
+/// runs in parallel prints the same total every time. The sum has a cost only while every
+/// run added has one: a total that leaves runs out would be false.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct UsageSum {
+    sum: RunUsage,
+    cost: i128,
+    uncosted: u64,
 }
 
-/// Adds a run's usage to a sum. The sum has a cost only while every run added has one: a
-/// total that leaves runs out would be false.
-pub(crate) fn add_usage(sum: &mut RunUsage, u: &RunUsage) {
-    sum.model_calls += u.model_calls;
-    sum.unreported += u.unreported;
-    sum.tokens.add(&u.tokens);
-    sum.cost_usd = match (sum.cost_usd, u.cost_usd) {
-        (Some(a), Some(b)) => Some(a + b),
-        _ => None,
-    };
+/// Dollars to fixed point: exact for every cost above 2^-64 dollars.
+const COST_SCALE: f64 = 18_446_744_073_709_551_616.0;
+
+impl UsageSum {
+    pub(crate) fn add(&mut self, u: &RunUsage) {
+        self.sum.model_calls += u.model_calls;
+        self.sum.unreported += u.unreported;
+        self.sum.tokens.add(&u.tokens);
+        match u.cost_usd {
+            Some(c) => self.cost += (c * COST_SCALE) as i128,
+            None => self.uncosted += 1,
+        }
+    }
+
+    /// Takes a run added before back out.
+    pub(crate) fn remove(&mut self, u: &RunUsage) {
+        let t = &mut self.sum.tokens;
+        self.sum.model_calls = self.sum.model_calls.saturating_sub(u.model_calls);
+        self.sum.unreported = self.sum.unreported.saturating_sub(u.unreported);
+        t.prompt_tokens = t.prompt_tokens.saturating_sub(u.tokens.prompt_tokens);
+        t.completion_tokens = t
+            .completion_tokens
+            .saturating_sub(u.tokens.completion_tokens);
+        t.cached_tokens = t.cached_tokens.saturating_sub(u.tokens.cached_tokens);
+        t.reasoning_tokens = t.reasoning_tokens.saturating_sub(u.tokens.reasoning_tokens);
+        match u.cost_usd {
+            Some(c) => self.cost -= (c * COST_SCALE) as i128,
+            None => self.uncosted = self.uncosted.saturating_sub(1),
+        }
+    }
+
+    pub(crate) fn merge(&mut self, other: &UsageSum) {
+        self.sum.model_calls += other.sum.model_calls;
+        self.sum.unreported += other.sum.unreported;
+        self.sum.tokens.add(&other.sum.tokens);
+        self.cost += other.cost;
+        self.uncosted += other.uncosted;
+    }
+
+    pub(crate) fn finish(&self) -> RunUsage {
+        let mut u = self.sum.clone();
+        u.cost_usd = (self.uncosted == 0).then(|| self.cost as f64 / COST_SCALE);
+        u
+    }
 }
 
-fn row(run: &LoadedRun) -> RunRow {
+/// A score's failed layers and their details, in reporting order.
+pub(crate) fn failures(s: &windtunnel_sdk::model::Score) -> Vec<(String, String)> {
+    s.layers()
+        .into_iter()
+        .filter(|(_, l)| !l.passed)
+        .map(|(n, l)| (n.to_owned(), l.detail.clone()))
+        .collect()
+}
+
+pub(crate) fn row(run: &LoadedRun) -> RunRow {
     let trace = &run.trace;
-    let failures = run
-        .score
-        .as_ref()
-        .map(|s| {
-            s.layers()
-                .into_iter()
-                .filter(|(_, l)| !l.passed)
-                .map(|(n, l)| (n.to_owned(), l.detail.clone()))
-                .collect()
-        })
-        .unwrap_or_default();
+    let failures = run.score.as_ref().map(failures).unwrap_or_default();
     RunRow {
         scenario_id: trace.scenario_id.clone(),
         run_index: trace.run_index,
@@ -387,7 +586,10 @@ fn row(run: &LoadedRun) -> RunRow {
         },
         trace: run.path.display().to_string(),
         usage: run.score.as_ref().and_then(|s| s.usage.clone()),
-        latency_ms: trace.turns.iter().map(|t| t.latency_ms).sum(),
+        latency_ms: trace
+            .turns
+            .iter()
+            .fold(0u64, |n, t| n.saturating_add(t.latency_ms)),
     }
 }
 

@@ -4,6 +4,7 @@ use std::fmt::Write as _;
 
 use windtunnel_sdk::model::{AggregateResult, LAYERS, RunUsage, Verdict};
 
+use super::scan::SHOWN_PER_SCENARIO;
 use super::{AtK, PackSummary, Report, RunRow, ScenarioSummary};
 
 /// `67% [21–94]`: a pass rate with its interval, in whole percent.
@@ -166,6 +167,42 @@ fn not_passed(r: &Report) -> impl Iterator<Item = &RunRow> {
     r.runs.iter().filter(|r| r.verdict != Some(Verdict::Pass))
 }
 
+/// A line of the list of runs that did not pass.
+enum Listed<'a> {
+    Run(&'a RunRow),
+    /// How many more of the scenario's runs did not pass than are listed.
+    More(&'a str, usize),
+}
+
+/// The runs that did not pass, as the table and Markdown list them: per scenario the first
+/// [`SHOWN_PER_SCENARIO`], then how many more there are (every run is in the JSON view).
+fn listed(r: &Report) -> Vec<Listed<'_>> {
+    let rows: Vec<&RunRow> = not_passed(r).collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < rows.len() {
+        let scenario = rows[i].scenario_id.as_str();
+        let j = i + rows[i..]
+            .iter()
+            .take_while(|row| row.scenario_id == scenario)
+            .count();
+        let shown = (j - i).min(SHOWN_PER_SCENARIO);
+        out.extend(rows[i..i + shown].iter().map(|row| Listed::Run(row)));
+        let total = r.not_passed.get(scenario).copied().unwrap_or(j - i);
+        if total > shown {
+            out.push(Listed::More(scenario, total - shown));
+        }
+        i = j;
+    }
+    out
+}
+
+fn more_line(scenario: &str, more: usize) -> String {
+    format!(
+        "… and {more} more run(s) of {scenario} that did not pass (`wt report --format json` lists every run)"
+    )
+}
+
 impl Report {
     /// The human table: one line per scenario, the pack's figures, then every run that did
     /// not pass with its reasons.
@@ -205,11 +242,18 @@ impl Report {
                 }
             }
         }
-        let mut bad = not_passed(self).peekable();
-        if bad.peek().is_some() {
+        let bad = listed(self);
+        if !bad.is_empty() {
             out.push('\n');
         }
-        for r in bad {
+        for line in bad {
+            let r = match line {
+                Listed::Run(r) => r,
+                Listed::More(scenario, more) => {
+                    let _ = writeln!(out, "{}", more_line(scenario, more));
+                    continue;
+                }
+            };
             let verdict = r.verdict.map_or("UNSCORED", Verdict::as_str);
             let _ = writeln!(
                 out,
@@ -252,12 +296,19 @@ impl Report {
         if let Some(u) = &self.usage {
             let _ = writeln!(out, "\nModel: {}", md(&usage_line(u)));
         }
-        let mut bad = not_passed(self).peekable();
-        if bad.peek().is_some() {
+        let bad = listed(self);
+        if !bad.is_empty() {
             out.push_str(
                 "\n### Runs that did not pass\n\n| Run | Verdict | Why |\n|---|---|---|\n",
             );
-            for r in bad {
+            for line in bad {
+                let r = match line {
+                    Listed::Run(r) => r,
+                    Listed::More(scenario, more) => {
+                        let _ = writeln!(out, "| | | {} |", md(&more_line(scenario, more)));
+                        continue;
+                    }
+                };
                 let mut why: Vec<String> = r.error.iter().map(|e| format!("error: {e}")).collect();
                 why.extend(r.failures.iter().map(|(l, d)| format!("{l}: {d}")));
                 let _ = writeln!(

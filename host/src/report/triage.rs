@@ -58,6 +58,44 @@ pub(crate) struct Cluster {
     pub of: usize,
     /// Excerpts of debrief replies for runs in the cluster.
     pub debriefs: Vec<String>,
+    /// Where its runs are among the runs clustered (the page shows some of them in full).
+    #[serde(skip)]
+    pub members: Vec<usize>,
+}
+
+/// A cluster as the report page lists it: its runs counted, not named.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Head {
+    pub scenario_id: String,
+    pub verdict: Verdict,
+    pub failed_layers: Vec<String>,
+    pub reason: String,
+    pub rung: Rung,
+    pub evidence: String,
+    /// Runs in the cluster.
+    pub runs: usize,
+    /// Runs of the scenario looked at.
+    pub of: usize,
+}
+
+impl Head {
+    pub(crate) fn of(c: &Cluster) -> Head {
+        Head {
+            scenario_id: c.scenario_id.clone(),
+            verdict: c.verdict,
+            failed_layers: c.failed_layers.clone(),
+            reason: c.reason.clone(),
+            rung: c.rung,
+            evidence: c.evidence.clone(),
+            runs: c.runs.len(),
+            of: c.of,
+        }
+    }
+
+    /// The cluster of the runs of a scenario that could not run at all.
+    pub(crate) fn of_scenario_error(e: &super::ScenarioError) -> Head {
+        Head::of(&scenario_error(e))
+    }
 }
 
 /// Replaces what varies between runs of the same failure: quoted text, ids, numbers.
@@ -106,6 +144,25 @@ pub(crate) fn normalize(reason: &str) -> String {
         }
     }
     out
+}
+
+/// The rung of a failing run, from what decides it: its score, whether a guard denied a turn,
+/// whether a tool call came back with an error ([`place`] gives the same rung, with the
+/// evidence).
+pub(crate) fn rung(score: &Score, denied: bool, tool_errors: bool) -> Rung {
+    if score.verdict == Verdict::Error {
+        return if denied { Rung::Harness } else { Rung::Wiring };
+    }
+    if !score.integrity.passed {
+        return Rung::Wiring;
+    }
+    if tool_errors {
+        return Rung::Harness;
+    }
+    if !score.constraint.passed || !score.trajectory.passed {
+        return Rung::Steering;
+    }
+    Rung::Model
 }
 
 /// Where a failing run sits on the ladder, and the evidence for it.
@@ -206,38 +263,36 @@ pub(crate) fn debrief_excerpt(run: &LoadedRun) -> Option<String> {
     })
 }
 
-/// A failing run's cluster key parts, rung and evidence. A run without a readable score is
-/// placed on the harness rung: the run's own files are broken.
-fn judge(run: &LoadedRun) -> Option<(Verdict, Vec<String>, String, Rung, String)> {
-    let Some(score) = &run.score else {
-        let why = run
-            .score_problem
-            .clone()
-            .unwrap_or_else(|| "no score".to_owned());
-        return Some((
+/// What clusters a run that did not pass: its verdict, failed layers and normalized reason
+/// (`problem`: why it has no score, when it has none); `None` for a run that passed.
+pub(crate) fn cluster_key(
+    score: Option<&Score>,
+    problem: Option<&str>,
+) -> Option<(Verdict, Vec<&'static str>, String)> {
+    match score {
+        None => Some((
             Verdict::Error,
             Vec::new(),
-            normalize(&why),
-            Rung::Harness,
-            format!("the run has no usable score: {why}"),
-        ));
-    };
-    if score.verdict == Verdict::Pass {
-        return None;
+            normalize(problem.unwrap_or("no score")),
+        )),
+        Some(s) if s.verdict == Verdict::Pass => None,
+        Some(s) => Some((s.verdict, s.failed_layers(), normalize(&reason(s)))),
     }
-    let layers = score
-        .failed_layers()
-        .into_iter()
-        .map(str::to_owned)
-        .collect();
-    let (rung, evidence) = place(&run.trace, score);
-    Some((
-        score.verdict,
-        layers,
-        normalize(&reason(score)),
-        rung,
-        evidence,
-    ))
+}
+
+/// A failing run's cluster key parts, rung and evidence. A run without a readable score is
+/// placed on the harness rung: the run's own files are broken.
+pub(crate) fn judge(run: &LoadedRun) -> Option<(Verdict, Vec<String>, String, Rung, String)> {
+    let (verdict, layers, norm) = cluster_key(run.score.as_ref(), run.score_problem.as_deref())?;
+    let layers = layers.into_iter().map(str::to_owned).collect();
+    let (rung, evidence) = match &run.score {
+        Some(score) => place(&run.trace, score),
+        None => {
+            let why = run.score_problem.as_deref().unwrap_or("no score");
+            (Rung::Harness, format!("the run has no usable score: {why}"))
+        }
+    };
+    Some((verdict, layers, norm, rung, evidence))
 }
 
 /// The failing runs among `runs`, clustered, plus one cluster per scenario that could not
@@ -250,37 +305,67 @@ pub(crate) fn triage_all(
     debriefs: bool,
 ) -> Vec<Cluster> {
     let mut out = unsorted(runs, debriefs);
-    for e in scenario_errors {
-        let n = e.runs as usize;
-        out.push(Cluster {
-            scenario_id: e.scenario_id.clone(),
-            verdict: Verdict::Error,
-            failed_layers: Vec::new(),
-            reason: normalize(&e.error),
-            rung: Rung::Wiring,
-            evidence: format!(
-                "the scenario could not run: its {n} run(s) never ran (sweep {}): {}",
-                e.sweep_id, e.error
-            ),
-            runs: (0..n)
-                .map(|k| format!("{}#{k} (never ran)", e.scenario_id))
-                .collect(),
-            of: n,
-            debriefs: Vec::new(),
-        });
-    }
-    sort(&mut out);
+    out.extend(scenario_errors.iter().map(scenario_error));
+    out.sort_by(|a, b| {
+        order(
+            a.rung,
+            a.runs.len(),
+            &a.scenario_id,
+            b.rung,
+            b.runs.len(),
+            &b.scenario_id,
+        )
+    });
     out
 }
 
-/// Lowest rung first, then most frequent, then by scenario.
-fn sort(clusters: &mut [Cluster]) {
-    clusters.sort_by(|a, b| {
-        a.rung
-            .cmp(&b.rung)
-            .then(b.runs.len().cmp(&a.runs.len()))
-            .then(a.scenario_id.cmp(&b.scenario_id))
-    });
+fn scenario_error(e: &super::ScenarioError) -> Cluster {
+    let n = e.runs as usize;
+    Cluster {
+        scenario_id: e.scenario_id.clone(),
+        verdict: Verdict::Error,
+        failed_layers: Vec::new(),
+        reason: normalize(&e.error),
+        rung: Rung::Wiring,
+        evidence: format!(
+            "the scenario could not run: its {n} run(s) never ran (sweep {}): {}",
+            e.sweep_id, e.error
+        ),
+        runs: (0..n)
+            .map(|k| format!("{}#{k} (never ran)", e.scenario_id))
+            .collect(),
+        of: n,
+        debriefs: Vec::new(),
+        members: Vec::new(),
+    }
+}
+
+/// The clusters' order: lowest rung first, then most frequent, then by scenario (a stable
+/// sort keeps the rest as it was: by scenario, failed layers and reason).
+fn order(
+    a_rung: Rung,
+    a_runs: usize,
+    a_scenario: &str,
+    b_rung: Rung,
+    b_runs: usize,
+    b_scenario: &str,
+) -> std::cmp::Ordering {
+    a_rung
+        .cmp(&b_rung)
+        .then(b_runs.cmp(&a_runs))
+        .then(a_scenario.cmp(b_scenario))
+}
+
+/// The page's clusters in [`triage_all`]'s order (for a stable sort).
+pub(crate) fn head_order(a: &Head, b: &Head) -> std::cmp::Ordering {
+    order(
+        a.rung,
+        a.runs,
+        &a.scenario_id,
+        b.rung,
+        b.runs,
+        &b.scenario_id,
+    )
 }
 
 /// The clusters of the failing runs, in no particular order; lowest rung first, then most
@@ -291,7 +376,7 @@ fn unsorted(runs: &[LoadedRun], debriefs: bool) -> Vec<Cluster> {
         *per_scenario.entry(&r.trace.scenario_id).or_default() += 1;
     }
     let mut clusters: BTreeMap<(String, Vec<String>, String), Cluster> = BTreeMap::new();
-    for run in runs {
+    for (i, run) in runs.iter().enumerate() {
         let Some((verdict, layers, norm, rung, evidence)) = judge(run) else {
             continue;
         };
@@ -310,8 +395,10 @@ fn unsorted(runs: &[LoadedRun], debriefs: bool) -> Vec<Cluster> {
                 .copied()
                 .unwrap_or(0),
             debriefs: Vec::new(),
+            members: Vec::new(),
         });
         c.runs.push(trace.run_id.clone());
+        c.members.push(i);
         if debriefs && let Some(d) = debrief_excerpt(run) {
             c.debriefs.push(d);
         }
@@ -322,6 +409,43 @@ fn unsorted(runs: &[LoadedRun], debriefs: bool) -> Vec<Cluster> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The scan places a run from its score and two facts of its trace; the page's evidence
+    /// comes from the whole trace: both must name the same rung.
+    #[test]
+    fn the_rung_from_a_runs_facts_is_the_rung_placed_from_its_trace() {
+        use windtunnel_sdk::model::{Denial, LayerResult};
+        for bits in 0u32..128 {
+            let on = |i: u32| bits >> i & 1 == 1;
+            let verdict = if on(0) { Verdict::Error } else { Verdict::Fail };
+            let mut score = Score::new("r", "s", verdict);
+            let layer = |ok: bool| {
+                if ok {
+                    LayerResult::pass("ok")
+                } else {
+                    LayerResult::fail("bad")
+                }
+            };
+            score.integrity = layer(on(1));
+            score.constraint = layer(on(2));
+            score.trajectory = layer(on(3));
+            score.outcome = layer(on(4));
+            let mut trace = Trace::new("r", "s");
+            if on(5) {
+                trace.denial = Some(Denial::default());
+            }
+            if on(6) {
+                let mut call = windtunnel_sdk::model::ToolCall::default();
+                call.error = Some("boom".into());
+                trace.evidence.tool_calls.push(call);
+            }
+            assert_eq!(
+                rung(&score, on(5), on(6)),
+                place(&trace, &score).0,
+                "case {bits:07b}"
+            );
+        }
+    }
 
     #[test]
     fn normalization_folds_what_varies_between_runs() {
