@@ -5,6 +5,7 @@ worker waits between points, and every wake is paid.
 
 Usage: python3 bench/hook_sweep.py [RUNS] [REPEATS] [CASE]   (after bench/hook_sweep.sh)
   CASE lifecycle: one no-op hook at all six lifecycle points (default)
+  CASE eight:     eight no-op hooks (each at on_run_end) and the one at all six points
   CASE turns:     four no-op turn observers (a two-turn scenario)
 BENCH_DIR picks where runs go (default: the system temp dir); use a tmpfs such as /dev/shm to
 keep the file system out of a cost measured in microseconds.
@@ -28,6 +29,9 @@ case = sys.argv[3] if len(sys.argv) > 3 else "lifecycle"
 if case == "turns":
     scenario, per_run, unit = "escalate-human", 2, "turn"
     hooks = [a for i in range(4) for a in ("--hook", f"tnoop{i}")]
+elif case == "eight":
+    scenario, per_run, unit = "order-status", 1, "run"
+    hooks = [a for i in range(8) for a in ("--hook", f"noop{i}")] + ["--hook", "noopall"]
 else:
     scenario, per_run, unit = "order-status", 1, "run"
     hooks = ["--hook", "noopall"]
@@ -62,12 +66,15 @@ for _ in range(repeats):
         old_with.append(sweep(True, baseline, baseline_plugins))
 bw, bc = statistics.median(w for w, _ in base), statistics.median(c for _, c in base)
 ww, wc = statistics.median(w for w, _ in with_), statistics.median(c for _, c in with_)
-label = "1 no-op hook at every lifecycle point" if case != "turns" else "4 no-op turn observers"
+label = {
+    "turns": "4 no-op turn observers",
+    "eight": "9 no-op hooks (8 at on_run_end, 1 at every point)",
+}.get(case, "1 no-op hook at every lifecycle point")
 print(f"sweep of {runs} runs ({units} {unit}s), --jobs 1, median of {repeats}:")
 print(f"  without hooks: {bw:.3f} s wall ({bw / units * 1e6:.1f} us/{unit}), {bc:.3f} s CPU")
 print(f"  with {label}: {ww:.3f} s wall ({ww / units * 1e6:.1f} us/{unit}), {wc:.3f} s CPU")
 print(f"  cost: {(ww - bw) / units * 1e6:.1f} us wall and {(wc - bc) / units * 1e6:.1f} us CPU per {unit}")
-print(f"  ratio with/without (wall): {ww / bw:.3f}")
+print(f"  ratio with/without: {ww / bw:.3f} wall, {wc / bc:.3f} CPU")
 if baseline:
     obw, obc = statistics.median(w for w, _ in old_base), statistics.median(c for _, c in old_base)
     oww, owc = statistics.median(w for w, _ in old_with), statistics.median(c for _, c in old_with)

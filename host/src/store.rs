@@ -180,12 +180,15 @@ fn untrack(path: &Path) {
 }
 
 /// Checks, before any work, that a file can be written at `path` later (atomically, as
-/// [`write_atomic`] does): not a directory, in a directory that exists and takes a new file.
-/// `what` names the option, for the message.
+/// [`write_atomic`] does): not a directory, in a directory that exists and takes a new file;
+/// or a device or FIFO, written into. `what` names the option, for the message.
 pub(crate) fn check_output(path: &Path, what: &str) -> Result<(), String> {
     let shown = path.display();
     if path.is_dir() {
         return Err(format!("{what} {shown}: is a directory"));
+    }
+    if is_stream(path) {
+        return Ok(());
     }
     let parent = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
@@ -235,6 +238,13 @@ pub(crate) fn write_atomic_with(
     path: &Path,
     fill: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<()>,
 ) -> Result<(), StoreError> {
+    if is_stream(path) {
+        return write_stream(path, |f| {
+            let mut w = std::io::BufWriter::with_capacity(1 << 16, f);
+            fill(&mut w)?;
+            w.flush()
+        });
+    }
     write_file_with(path, false, |f| {
         let mut w = std::io::BufWriter::with_capacity(1 << 16, f);
         fill(&mut w)?;
@@ -277,8 +287,39 @@ fn write_file_with(
 }
 
 /// Writes `bytes` to `path` atomically (temp file in the same directory, then rename).
+/// Writes an output the user named: a file is replaced atomically; a character device or a
+/// FIFO it names (`/dev/null`, `/dev/stdout`, a named pipe, also through a link) is written
+/// into, never replaced by a file.
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
+    if is_stream(path) {
+        return write_stream(path, |f| f.write_all(bytes));
+    }
     write_file(path, bytes, false)
+}
+
+/// Whether `path` names (itself or through links) a character device or a FIFO.
+fn is_stream(path: &Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::metadata(path).is_ok_and(|m| {
+        let t = m.file_type();
+        t.is_char_device() || t.is_fifo()
+    })
+}
+
+/// Writes into the device or FIFO at `path` (it is neither created nor truncated).
+fn write_stream(
+    path: &Path,
+    fill: impl FnOnce(&mut std::fs::File) -> std::io::Result<()>,
+) -> Result<(), StoreError> {
+    let err = |source| StoreError::Write {
+        path: path.to_owned(),
+        source,
+    };
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .map_err(err)?;
+    fill(&mut f).map_err(err)
 }
 
 pub(crate) fn write_json<T: Serialize + ?Sized>(path: &Path, value: &T) -> Result<(), StoreError> {
@@ -489,6 +530,55 @@ pub(crate) fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T
         path: path.to_owned(),
         source,
     })
+}
+
+#[cfg(test)]
+mod output_tests {
+    use std::io::Read;
+    use std::os::unix::fs::FileTypeExt;
+
+    use super::*;
+
+    #[test]
+    fn an_output_naming_a_fifo_is_written_into_never_replaced_by_a_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("pipe");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        // Also through a link, as `/dev/stdout` is one.
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&fifo, &link).unwrap();
+        check_output(&link, "-o").unwrap();
+        for (target, streamed) in [(&fifo, false), (&link, true)] {
+            let reader = {
+                let fifo = fifo.clone();
+                std::thread::spawn(move || {
+                    let mut got = String::new();
+                    std::fs::File::open(fifo)
+                        .unwrap()
+                        .read_to_string(&mut got)
+                        .unwrap();
+                    got
+                })
+            };
+            if streamed {
+                write_atomic_with(target, |w| w.write_all(b"streamed")).unwrap();
+            } else {
+                write_atomic(target, b"whole").unwrap();
+            }
+            // Checked before the reader is waited for: a FIFO replaced by a file leaves it
+            // waiting for a writer that never comes.
+            assert!(std::fs::metadata(&fifo).unwrap().file_type().is_fifo());
+            assert!(std::fs::symlink_metadata(&link).unwrap().is_symlink());
+            assert_eq!(
+                reader.join().unwrap(),
+                if streamed { "streamed" } else { "whole" }
+            );
+        }
+    }
 }
 
 #[cfg(test)]
