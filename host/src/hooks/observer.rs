@@ -39,14 +39,18 @@ pub(crate) struct HookObserver {
     names: Arc<ArtifactNames>,
     /// Lanes 1, 2, …; lane 0 is this observer.
     lanes: Vec<Arc<HookObserver>>,
+    /// This lane's run in progress and the artifact names written in it: all of a run's
+    /// points fire on its lane, one run at a time.
+    run: Mutex<Option<(String, Names)>>,
+    /// The scenario snapshot this lane handed out last.
+    last_scenario: Mutex<Option<Arc<Scenario>>>,
 }
 
-/// What every lane's observer shares: the artifact names written so far, per run (by run
-/// id), per scenario (by id), and for the pack — each scope's files are named after them,
-/// so a name may be used once —, and the snapshots that do not change within a sweep.
+/// What every lane's observer shares: the artifact names written so far per scenario (by
+/// id) and for the pack — each scope's files are named after them, so a name may be used
+/// once (a run's are its lane's) —, and the snapshots that do not change within a sweep.
 #[derive(Default)]
 struct ArtifactNames {
-    run: Mutex<HashMap<String, Names>>,
     scenario: Mutex<HashMap<String, Names>>,
     pack: Names,
     scenarios: Mutex<HashMap<String, Arc<Scenario>>>,
@@ -90,6 +94,8 @@ impl HookObserver {
             dispatcher,
             names: Arc::default(),
             lanes: Vec::new(),
+            run: Mutex::new(None),
+            last_scenario: Mutex::new(None),
         }
     }
 
@@ -101,14 +107,51 @@ impl HookObserver {
                 dispatcher: Arc::new(self.dispatcher.for_lane()?),
                 names: self.names.clone(),
                 lanes: Vec::new(),
+                run: Mutex::new(None),
+                last_scenario: Mutex::new(None),
             }));
         }
         Ok(())
     }
 
+    /// The scenario's snapshot (built once per sweep), from this lane's last one when it is
+    /// the same scenario.
+    fn scenario(&self, scenario: &Scenario) -> Arc<Scenario> {
+        let mut last = self.last_scenario.lock().unwrap_or_else(|e| e.into_inner());
+        match &*last {
+            Some(s) if s.id == scenario.id => s.clone(),
+            _ => {
+                let s = self.names.scenario(scenario);
+                *last = Some(s.clone());
+                s
+            }
+        }
+    }
+
+    /// The artifact names of run `run_id`, this lane's run in progress.
+    fn run_names(&self, run_id: &str) -> Names {
+        let mut run = self.run.lock().unwrap_or_else(|e| e.into_inner());
+        match &*run {
+            Some((id, names)) if id == run_id => names.clone(),
+            _ => {
+                let names = Names::default();
+                *run = Some((run_id.to_owned(), names.clone()));
+                names
+            }
+        }
+    }
+
+    /// Forgets the names of run `run_id` once it ended.
+    fn forget_run(&self, run_id: &str) {
+        let mut run = self.run.lock().unwrap_or_else(|e| e.into_inner());
+        if run.as_ref().is_some_and(|(id, _)| id == run_id) {
+            *run = None;
+        }
+    }
+
     fn scenario_data(&self, scenario: &Scenario, agent: &AgentConfig) -> CallData {
         CallData {
-            scenario: Some(self.names.scenario(scenario)),
+            scenario: Some(self.scenario(scenario)),
             agent: Some(self.names.agent(agent)),
             artifact_names: Some(names_in(&self.names.scenario, &scenario.id)),
             ..CallData::default()
@@ -117,9 +160,9 @@ impl HookObserver {
 
     fn run_data(&self, scenario: &Scenario, agent: &AgentConfig, run_id: &str) -> CallData {
         CallData {
-            scenario: Some(self.names.scenario(scenario)),
+            scenario: Some(self.scenario(scenario)),
             agent: Some(self.names.agent(agent)),
-            artifact_names: Some(names_in(&self.names.run, run_id)),
+            artifact_names: Some(self.run_names(run_id)),
             ..CallData::default()
         }
     }
@@ -168,11 +211,6 @@ impl HookObserver {
     /// The hooks' own observer behind `observer`, if that is what it is.
     pub(crate) fn of(observer: &dyn RunObserver) -> Option<&HookObserver> {
         observer.as_any()?.downcast_ref()
-    }
-
-    /// Whether any hook can converse in a run's session (it declares `on_run_scored`).
-    pub(crate) fn converses(&self) -> bool {
-        self.dispatcher.wants(point::ON_RUN_SCORED)
     }
 
     /// The deadline watch for lanes that relay these hooks' calls.
@@ -256,7 +294,7 @@ impl HookObserver {
         let run_id = trace.run_id.clone();
         async move {
             let out = out.await;
-            forget(&self.names.run, &run_id);
+            self.forget_run(&run_id);
             out
         }
     }
@@ -458,7 +496,7 @@ impl RunObserver for HookObserver {
             || self.with_run(scenario, agent, trace, score),
             Some(session),
         );
-        forget(&self.names.run, &trace.run_id);
+        self.forget_run(&trace.run_id);
         out
     }
 

@@ -771,6 +771,56 @@ mod tests {
         assert!(probe["sessions"].as_array().unwrap().len() >= 2, "{probe}");
     }
 
+    /// Converses about an order at `on_run_scored`, keeping the reply.
+    #[derive(Default)]
+    struct AsksAgain {
+        replies: Mutex<Vec<String>>,
+    }
+
+    impl RunObserver for AsksAgain {
+        fn on_run_scored(
+            &self,
+            _: &Scenario,
+            _: &AgentConfig,
+            _: &Arc<Trace>,
+            _: &Arc<Score>,
+            session: &dyn Session,
+        ) -> RunHookOutput {
+            let reply = session
+                .converse("asks", "And order 9012?", Duration::from_secs(5))
+                .unwrap_or_else(|e| format!("error: {e}"));
+            self.replies.lock().unwrap().push(reply);
+            RunHookOutput::default()
+        }
+    }
+
+    #[test]
+    fn a_converse_turn_acts_on_the_runs_world_after_it_was_observed() {
+        // The world's final state moves into the trace when the run is observed; a converse
+        // turn's tool calls must still find the world as the run left it.
+        let dir = tempfile::tempdir().unwrap();
+        let scenarios: Vec<Scenario> = Pack::demo()
+            .scenarios
+            .into_iter()
+            .filter(|s| s.id == "order-status")
+            .collect();
+        let asks = Arc::new(AsksAgain::default());
+        let mut cfg = RunConfig::new(runtime::builtin_agent("demo").unwrap(), dir.path());
+        cfg.observer = asks.clone();
+        cfg.runs = Some(1);
+        let sweep = Sweep::new(&cfg);
+        let result = run_sweep(&scenarios, &cfg, &sweep).unwrap();
+        assert_eq!(result.exit_code(), 0);
+        let replies = asks.replies.lock().unwrap().clone();
+        assert_eq!(replies.len(), 1);
+        assert!(replies[0].contains("processing"), "{replies:?}");
+        // And the trace keeps the final state it was scored on.
+        let runs = crate::report::load_runs(&[dir.path()]).unwrap();
+        let world = runs[0].0.world.as_ref().unwrap();
+        assert_eq!(world.after["orders"]["9012"]["status"], "processing");
+        assert_eq!(world.before, world.after);
+    }
+
     struct Panicky;
     struct PanickyHandle;
     impl Runtime for Panicky {

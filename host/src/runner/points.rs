@@ -83,18 +83,6 @@ impl<'l> Points<'l> {
         }
     }
 
-    /// Whether no hook can ever converse in a run's session (nothing acts on a run's world
-    /// once it is observed): no hooks at all, or none at `on_run_scored`, where converse is
-    /// valid. An observer of a library caller's own might.
-    pub(super) fn never_converses(self) -> bool {
-        match self {
-            Points::Relayed(h, _) => !h.converses(),
-            Points::InPlace(o) => o
-                .as_any()
-                .is_some_and(|a| a.is::<crate::hooks::NoopObserver>()),
-        }
-    }
-
     pub(super) fn wants_turns(self) -> bool {
         match self {
             Points::Relayed(h, _) => h.wants_turns(),

@@ -37,9 +37,6 @@ pub(super) struct RunRunner<'s, 'a> {
     start: Mutex<Option<serde_json::Value>>,
     /// The turn snapshot turn hooks are handed, refilled for each turn.
     turn_call: Mutex<Option<windtunnel_sdk::TurnCall>>,
-    /// Nothing can act on a run's world once it is observed (no hook gets the run's session
-    /// to converse in): its final state moves into the trace instead of being copied.
-    world_done_when_observed: bool,
 }
 
 impl<'s, 'a> RunRunner<'s, 'a> {
@@ -51,11 +48,6 @@ impl<'s, 'a> RunRunner<'s, 'a> {
             surface: Mutex::new(None),
             start: Mutex::new(None),
             turn_call: Mutex::new(None),
-            world_done_when_observed: super::points::Points::new(
-                lane.observer.as_ref(),
-                &lane.relay,
-            )
-            .never_converses(),
         }
     }
 
@@ -156,6 +148,7 @@ impl<'s, 'a> RunRunner<'s, 'a> {
             session_id: trace.session_id.clone(),
             next_turn: AtomicUsize::new(scenario.turns.len()),
             unusable: trace.error.clone(),
+            observed: None,
         };
         let start_out = points
             .on_run_start(
@@ -205,11 +198,9 @@ impl<'s, 'a> RunRunner<'s, 'a> {
                         seen.server = w.server_mut().map(|s| s.record());
                         seen.files = super::world::files_of(hold, &scenario.expect.outcome.files);
                     }
-                    seen.after = if self.world_done_when_observed {
-                        w.take_state()
-                    } else {
-                        w.state().clone()
-                    };
+                    // Moved, not copied: a hook's converse turn, the only thing that can act
+                    // on the world from here on, puts it back first (see `SessionConverse`).
+                    seen.after = w.take_state();
                     trace.world = Some(seen);
                 }
                 None => trace
@@ -258,6 +249,7 @@ impl<'s, 'a> RunRunner<'s, 'a> {
         // them back once both points returned. A hook abandoned past its deadline may still
         // hold them: then the runner goes on with copies.
         let (shared_trace, shared_score) = (Arc::new(trace), Arc::new(score));
+        session.observed = Some(shared_trace.clone());
         let scored_out = points
             .on_run_scored(
                 scenario,
@@ -276,6 +268,7 @@ impl<'s, 'a> RunRunner<'s, 'a> {
                 &session,
             )
             .await;
+        session.observed = None;
         let mut trace = Arc::unwrap_or_clone(shared_trace);
         let score = Arc::unwrap_or_clone(shared_score);
         // The run is over for the agent too: its world closes and what the runtime started

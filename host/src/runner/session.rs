@@ -32,6 +32,9 @@ pub(super) struct SessionConverse<'s, 'a> {
     /// Turn index for the next converse turn (after the scenario's turns).
     pub next_turn: AtomicUsize,
     pub unusable: Option<String>,
+    /// The run's trace once it is observed: its world's final state was moved into it, and
+    /// a converse turn puts a copy back into the world before it starts.
+    pub observed: Option<Arc<windtunnel_sdk::model::Trace>>,
 }
 
 impl Session for SessionConverse<'_, '_> {
@@ -67,6 +70,11 @@ impl Session for SessionConverse<'_, '_> {
                 publish_denial(self.sc, &scope, &cause, denial);
                 return Err(ConverseError::Failed(denial_text(denial)));
             }
+        }
+        if let Some(seen) = self.observed.as_ref().and_then(|t| t.world.as_ref())
+            && let Some(mut w) = super::try_lock(&self.world)
+        {
+            w.restore(|| seen.after.clone());
         }
         self.sc.emit(
             &scope,

@@ -28,6 +28,17 @@ pub struct World {
     stale: bool,
     /// What checks read: the JSON world with the server's snapshot over it.
     view: Option<Value>,
+    /// What [`World::take_state`] moved out, for [`World::restore`].
+    taken: Taken,
+}
+
+/// What [`World::take_state`] moved out.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+enum Taken {
+    #[default]
+    Nothing,
+    View,
+    State,
 }
 
 impl World {
@@ -95,12 +106,28 @@ impl World {
         self.view.as_ref().unwrap_or(&self.state)
     }
 
-    /// [`World::state`], moved out: for the end of a run, when nothing acts on the world any
-    /// more (it reads `null` afterwards).
+    /// [`World::state`], moved out: for the end of a run, where only a hook's converse turn
+    /// may still act on the world, and [`World::restore`]s it first.
     pub fn take_state(&mut self) -> Value {
         match self.view.take() {
-            Some(v) => v,
-            None => self.state.take(),
+            Some(v) => {
+                self.taken = Taken::View;
+                v
+            }
+            None => {
+                self.taken = Taken::State;
+                self.state.take()
+            }
+        }
+    }
+
+    /// Puts back what [`World::take_state`] moved out, as `copy` makes it (nothing if
+    /// nothing was taken).
+    pub fn restore(&mut self, copy: impl FnOnce() -> Value) {
+        match std::mem::take(&mut self.taken) {
+            Taken::Nothing => {}
+            Taken::View => self.view = Some(copy()),
+            Taken::State => self.state = copy(),
         }
     }
 
