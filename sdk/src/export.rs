@@ -128,6 +128,7 @@ struct Adapter<H> {
 
 impl<H: Hook> FfiHook for Adapter<H> {
     fn on_event(&self, point: u32, ctx: FfiContextRef<'_>) -> RResult<RString, RString> {
+        let (point, turn) = crate::turn::ids::split(point);
         let outcome = catch_unwind(AssertUnwindSafe(|| {
             let Ok(mut hook) = self.inner.lock() else {
                 return Err("hook is disabled after an earlier panic".to_owned());
@@ -142,11 +143,13 @@ impl<H: Hook> FfiHook for Adapter<H> {
                 point::ON_RUN_END => done(hook.on_run_end(&cx)),
                 point::ON_SCENARIO_END => done(hook.on_scenario_end(&cx)),
                 point::ON_PACK_END => done(hook.on_pack_end(&cx)),
-                point::TURN_BEGIN => with_turn_call(&cx, |call| done(hook.turn_begin(call, &cx))),
-                point::TURN_FINISH => {
-                    with_turn_result(&cx, |result| done(hook.turn_finish(result, &cx)))
+                point::TURN_BEGIN => {
+                    with_turn_call(&cx, turn, |call| done(hook.turn_begin(call, &cx)))
                 }
-                point::GUARD_CHECK => with_turn_call(&cx, |call| {
+                point::TURN_FINISH => {
+                    with_turn_result(&cx, turn, |result| done(hook.turn_finish(result, &cx)))
+                }
+                point::GUARD_CHECK => with_turn_call(&cx, turn, |call| {
                     let decision = hook.guard_check(call, &cx).map_err(|e| e.to_string())?;
                     serde_json::to_string(&decision).map_err(|e| e.to_string())
                 }),
@@ -166,6 +169,8 @@ impl<H: Hook> FfiHook for Adapter<H> {
 /// and a new turn reuses the strings' buffers — a turn observer costs a compare, or a copy
 /// per field, and no allocation.
 struct Last<T> {
+    /// The turn snapshot id it was read under (0: none).
+    id: u32,
     text: String,
     value: T,
 }
@@ -173,24 +178,34 @@ struct Last<T> {
 impl<T> Last<T> {
     fn read(
         &mut self,
+        id: u32,
         text: &str,
         decode: fn(&str, &mut T) -> Result<(), String>,
     ) -> Result<&T, String> {
         if self.text != text {
+            self.id = 0;
             self.text.clear();
             decode(text, &mut self.value)?;
             self.text.push_str(text);
         }
+        self.id = id;
         Ok(&self.value)
+    }
+
+    /// The turn read under `id` before, if it is this one (no host read at all).
+    fn known(&self, id: u32) -> Option<&T> {
+        (id != 0 && self.id == id).then_some(&self.value)
     }
 }
 
 thread_local! {
     static TURN_CALL: RefCell<Last<crate::TurnCall>> = RefCell::new(Last {
+        id: 0,
         text: String::new(),
         value: crate::TurnCall::default(),
     });
     static TURN_RESULT: RefCell<Last<crate::TurnResult>> = RefCell::new(Last {
+        id: 0,
         text: String::new(),
         value: crate::TurnResult::new(crate::TurnCall::default(), crate::Outcome::Unknown),
     });
@@ -200,13 +215,21 @@ thread_local! {
 /// one (`wt` 1.5 and later), else parsed from its JSON member.
 fn with_turn_call<R>(
     cx: &Context<'_>,
+    id: u32,
     f: impl FnOnce(&crate::TurnCall) -> Result<R, String>,
 ) -> Result<R, String> {
     let mut f = Some(f);
+    if let Some(result) = TURN_CALL.with(|cell| {
+        let last = cell.try_borrow().ok()?;
+        let call = last.known(id)?;
+        Some(f.take().expect("called once")(call))
+    }) {
+        return result;
+    }
     let read = cx.with_raw(crate::member::TURN_CALL_FIELDS, |text| {
         let f = f.take().expect("called once");
         TURN_CALL.with(|cell| match cell.try_borrow_mut() {
-            Ok(mut last) => f(last.read(text, crate::turn::fields::read_call_into)?),
+            Ok(mut last) => f(last.read(id, text, crate::turn::fields::read_call_into)?),
             // A hook called while another's call is read on this thread: a call of its own.
             Err(_) => {
                 let mut call = crate::TurnCall::default();
@@ -231,13 +254,21 @@ fn with_turn_call<R>(
 /// Calls `f` with the turn that ended (see [`with_turn_call`]).
 fn with_turn_result<R>(
     cx: &Context<'_>,
+    id: u32,
     f: impl FnOnce(&crate::TurnResult) -> Result<R, String>,
 ) -> Result<R, String> {
     let mut f = Some(f);
+    if let Some(result) = TURN_RESULT.with(|cell| {
+        let last = cell.try_borrow().ok()?;
+        let result = last.known(id)?;
+        Some(f.take().expect("called once")(result))
+    }) {
+        return result;
+    }
     let read = cx.with_raw(crate::member::TURN_RESULT_FIELDS, |text| {
         let f = f.take().expect("called once");
         TURN_RESULT.with(|cell| match cell.try_borrow_mut() {
-            Ok(mut last) => f(last.read(text, crate::turn::fields::read_result_into)?),
+            Ok(mut last) => f(last.read(id, text, crate::turn::fields::read_result_into)?),
             Err(_) => {
                 let mut result =
                     crate::TurnResult::new(crate::TurnCall::default(), crate::Outcome::Unknown);

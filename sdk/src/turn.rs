@@ -232,6 +232,29 @@ impl GuardDecision {
     }
 }
 
+/// Turn snapshot ids (since 1.5): at turn points, `wt` may pass a plugin built against SDK
+/// 1.5 or later its point number with a turn snapshot id in the bits above the low 8
+/// (`point | id << 8`, `id` nonzero). Calls with the same id are about the same turn, byte
+/// for byte: a library's hooks called about one turn read it from the host once. Plugins
+/// built against older SDKs never get the bits.
+#[doc(hidden)]
+pub mod ids {
+    /// The bits of the point value below the id.
+    pub const SHIFT: u32 = 8;
+    /// The largest id (ids wrap to "none" past it, never to a used one).
+    pub const MAX: u32 = u32::MAX >> SHIFT;
+
+    /// `point` with turn snapshot `id`.
+    pub const fn with(point: u32, id: u32) -> u32 {
+        point | (id << SHIFT)
+    }
+
+    /// The point and the turn snapshot id (0: none) of a value `on_event` got.
+    pub const fn split(value: u32) -> (u32, u32) {
+        (value & ((1 << SHIFT) - 1), value >> SHIFT)
+    }
+}
+
 /// The compact form in which `wt` hands turn snapshots to plugins (since 1.5): a hook's
 /// `turn_begin`, `turn_finish` or `guard_check` reads its [`TurnCall`] or [`TurnResult`]
 /// with a copy per field instead of a JSON parse per hook — the difference between a turn

@@ -202,6 +202,7 @@ impl HookObserver {
     fn turn_data(call: &Arc<TurnCall>) -> CallData {
         CallData {
             turn_call: Some(call.clone()),
+            turn_id: next_turn_id(),
             ..CallData::default()
         }
     }
@@ -390,9 +391,23 @@ impl HookObserver {
     fn finish_data(result: &Arc<TurnResult>) -> CallData {
         CallData {
             turn_result: Some(result.clone()),
+            turn_id: next_turn_id(),
             ..CallData::default()
         }
     }
+}
+
+/// A new turn snapshot id, unique in this process; 0 (none) once they ran out, so an id is
+/// never given to two snapshots.
+fn next_turn_id() -> u32 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static LAST: AtomicU32 = AtomicU32::new(0);
+    let id = LAST
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+            (n < windtunnel_sdk::turn::ids::MAX).then_some(n + 1)
+        })
+        .map_or(0, |n| n + 1);
+    id
 }
 
 /// Artifacts carry a `kind` and a schema version: the framework adds them to object

@@ -369,6 +369,7 @@ impl Registry {
                 source: entry.source.clone(),
                 version: entry.version.clone().unwrap_or_default(),
                 sdk_1_0: built_on_sdk_1_0(&sdk_version),
+                turn_ids: knows_turn_ids(&sdk_version),
                 sdk_version,
                 points: entry.points,
                 sha256,
@@ -466,10 +467,17 @@ pub struct ActiveHook {
     factory: Factory,
     /// Built against SDK 1.0.x, whose types refuse fields a newer `wt` adds.
     sdk_1_0: bool,
+    /// Built against SDK 1.5 or later, which reads turn snapshot ids in the point value
+    /// (`windtunnel_sdk::turn::ids`).
+    turn_ids: bool,
 }
 
 fn built_on_sdk_1_0(sdk_version: &str) -> bool {
     semver::Version::parse(sdk_version).is_ok_and(|v| v.major == 1 && v.minor == 0)
+}
+
+fn knows_turn_ids(sdk_version: &str) -> bool {
+    semver::Version::parse(sdk_version).is_ok_and(|v| v.major == 1 && v.minor >= 5)
 }
 
 /// Where a hook instance lives.
@@ -541,6 +549,7 @@ impl ActiveHook {
             hook: Instance::InProcess(new()),
             factory: Arc::new(move || Ok(Instance::InProcess(new()))),
             sdk_1_0: false,
+            turn_ids: true,
         }
     }
 
@@ -570,12 +579,18 @@ impl ActiveHook {
             hook: (self.factory)()?,
             factory: self.factory.clone(),
             sdk_1_0: self.sdk_1_0,
+            turn_ids: self.turn_ids,
         })
     }
 
     /// Was the hook built against SDK 1.0.x? Its members then come in 1.0's shape.
     pub fn reads_sdk_1_0(&self) -> bool {
         self.sdk_1_0
+    }
+
+    /// Whether its SDK reads turn snapshot ids in the point value.
+    pub fn reads_turn_ids(&self) -> bool {
+        self.turn_ids
     }
 
     /// Does the hook declare `point`?

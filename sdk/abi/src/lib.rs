@@ -113,7 +113,9 @@ impl RootModule for HookLibRef {
 pub trait FfiHook: Send + Sync {
     /// Calls the hook at `point` with the host's context. `Ok` carries JSON text, or the
     /// empty string for no value (lifecycle points); `Err` an error message. The plugin side
-    /// catches panics and reports them as `Err`.
+    /// catches panics and reports them as `Err`. The point is in the low 8 bits; a host may
+    /// set the bits above them at turn points for plugins built against SDK 1.5 or later
+    /// (a turn snapshot id, `windtunnel_sdk::turn::ids`), never for older ones.
     #[sabi(last_prefix_field)]
     fn on_event(&self, point: u32, ctx: FfiContextRef<'_>) -> RResult<RString, RString>;
 }

@@ -498,9 +498,14 @@ impl Dispatcher {
         // The session is reached through a ref that stops working when its call is
         // abandoned; the future holds no borrow of it.
         let shared = (order != 0).then(|| {
+            let point_with_turn = match data.turn_id {
+                0 => point,
+                id => windtunnel_sdk::turn::ids::with(point, id),
+            };
             Arc::new(relay::Point {
                 snapshot: Snapshot::new(data),
                 point,
+                point_with_turn,
                 caps: self.caps,
                 session: session.map(|s| relay.session_ref(s)),
                 converse_timeout: self.deadlines.converse,
@@ -1179,5 +1184,105 @@ mod tests {
         let panic = result.unwrap_err();
         assert_eq!(panic.downcast_ref::<&str>(), Some(&"lane bug"));
         assert_eq!(ended.load(Ordering::SeqCst), 1);
+    }
+
+    static SEEN_TURNS: StdMutex<Vec<String>> = StdMutex::new(Vec::new());
+
+    macro_rules! turn_recorder {
+        ($ty:ident, $name:literal) => {
+            #[derive(Default)]
+            struct $ty;
+            #[hook]
+            impl Hook for $ty {
+                const NAME: &'static str = $name;
+                fn turn_begin(
+                    &mut self,
+                    call: &windtunnel_sdk::TurnCall,
+                    _: &Context<'_>,
+                ) -> HookResult {
+                    SEEN_TURNS.lock().unwrap().push(format!(
+                        "{}:{}:{}:{}",
+                        $name, call.run_id, call.turn, call.input
+                    ));
+                    Ok(())
+                }
+                fn turn_finish(
+                    &mut self,
+                    result: &windtunnel_sdk::TurnResult,
+                    _: &Context<'_>,
+                ) -> HookResult {
+                    SEEN_TURNS.lock().unwrap().push(format!(
+                        "{}:finish:{}:{:?}",
+                        $name, result.call.input, result.outcome
+                    ));
+                    Ok(())
+                }
+            }
+        };
+    }
+    turn_recorder!(TurnsA, "turns-a");
+    turn_recorder!(TurnsB, "turns-b");
+
+    #[test]
+    fn hooks_of_one_library_read_each_turn_once_and_never_a_stale_one() {
+        // Both hooks live in this binary (one "library", one thread's cache): each turn
+        // snapshot id is read once and the next turn, with a new id, is read again — also
+        // when its text is the same as the last one's, and without ids at all.
+        use windtunnel_sdk::{Outcome, TurnCall, TurnResult};
+        let d = Dispatcher::new(vec![active::<TurnsA>(), active::<TurnsB>()], deadlines(5000));
+        let relay = Arc::new(Relay::new());
+        let call = |run: &str, turn: u32, input: &str| Arc::new(TurnCall::new(run, turn, input));
+        let begins = [
+            (call("ids-1", 0, "first"), 901),
+            (call("ids-1", 1, "second"), 902),
+            (call("ids-2", 0, "first"), 903),
+            (call("ids-2", 0, "first"), 0),
+            (call("ids-3", 0, "third"), 0),
+        ];
+        let finish = Arc::new(TurnResult::new((*begins[1].0).clone(), Outcome::Done));
+        one_lane(&d, &relay, async {
+            for (c, id) in &begins {
+                let data = CallData {
+                    turn_call: Some(c.clone()),
+                    turn_id: *id,
+                    ..CallData::default()
+                };
+                let out = d
+                    .dispatch_relayed(&relay, u64::MAX, false, point::TURN_BEGIN, data, None)
+                    .await;
+                assert_eq!(out.ok, 0b11, "{:?}", out.warnings);
+            }
+            let data = CallData {
+                turn_result: Some(finish.clone()),
+                turn_id: 904,
+                ..CallData::default()
+            };
+            d.dispatch_relayed(&relay, u64::MAX, true, point::TURN_FINISH, data, None)
+                .await;
+        });
+        let seen: Vec<String> = SEEN_TURNS
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.contains(":ids-") || l.contains(":finish:"))
+            .cloned()
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                "turns-a:ids-1:0:first",
+                "turns-b:ids-1:0:first",
+                "turns-a:ids-1:1:second",
+                "turns-b:ids-1:1:second",
+                "turns-a:ids-2:0:first",
+                "turns-b:ids-2:0:first",
+                "turns-a:ids-2:0:first",
+                "turns-b:ids-2:0:first",
+                "turns-a:ids-3:0:third",
+                "turns-b:ids-3:0:third",
+                "turns-b:finish:second:Done",
+                "turns-a:finish:second:Done",
+            ]
+        );
     }
 }

@@ -82,6 +82,8 @@ pub(crate) struct Hung {
 pub(super) struct Point {
     pub(super) snapshot: Snapshot,
     pub(super) point: u32,
+    /// The point value for hooks that read turn snapshot ids: `point` with the snapshot's.
+    pub(super) point_with_turn: u32,
     pub(super) caps: HookCaps,
     pub(super) session: Option<SessionRef>,
     pub(super) converse_timeout: Duration,
@@ -266,8 +268,13 @@ impl Relay {
             session: point.session.as_ref(),
             converse_timeout: point.converse_timeout,
         };
+        let value = if call.hook.reads_turn_ids() {
+            point.point_with_turn
+        } else {
+            point.point
+        };
         let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            call.hook.call(point.point, &services)
+            call.hook.call(value, &services)
         }))
         .unwrap_or_else(|p| {
             Err(CallError::Failed(format!(

@@ -28,6 +28,9 @@ pub struct CallData {
     /// a hook asks for it, once per dispatch.
     pub turn_call: Option<Arc<TurnCall>>,
     pub turn_result: Option<Arc<TurnResult>>,
+    /// The turn snapshot's id (0: none): equal ids are the same `turn_call` or
+    /// `turn_result`, so a plugin's hooks read it once (`windtunnel_sdk::turn::ids`).
+    pub turn_id: u32,
     /// The artifact names already written in this call's scope (the run, the scenario or
     /// the pack), as `<hook>` or `<hook>.<label>`: a second artifact with a taken name is an
     /// error to the hook, never a silent overwrite.

@@ -250,7 +250,8 @@ impl Isolated {
             Ok(result) => result.map_err(CallError::Failed),
             Err(e) => {
                 let (what, detail) = self.bury(&mut st, e);
-                let cause = format!("isolated process {what} in {}{detail}", point::name(point));
+                let at = point::name(windtunnel_sdk::turn::ids::split(point).0);
+                let cause = format!("isolated process {what} in {at}{detail}");
                 st.dead = Some(cause.clone());
                 Err(CallError::Fatal(cause))
             }
@@ -358,7 +359,8 @@ fn exchange(
         ..
     } = st;
     let to_child = to_child.as_mut().ok_or(FrameError::Eof)?;
-    let learned = read_before.get_mut(point as usize);
+    // The point proper, without a turn snapshot id (`windtunnel_sdk::turn::ids`).
+    let learned = read_before.get_mut(windtunnel_sdk::turn::ids::split(point).0 as usize);
     let want = learned.as_deref().copied().unwrap_or(0);
     let ahead: Vec<(usize, Option<String>)> = (0..protocol::AHEAD.len())
         .filter(|i| want & (1 << i) != 0)
