@@ -402,12 +402,10 @@ impl HookObserver {
 fn next_turn_id() -> u32 {
     use std::sync::atomic::{AtomicU32, Ordering};
     static LAST: AtomicU32 = AtomicU32::new(0);
-    let id = LAST
-        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-            (n < windtunnel_sdk::turn::ids::MAX).then_some(n + 1)
-        })
-        .map_or(0, |n| n + 1);
-    id
+    LAST.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+        (n < windtunnel_sdk::turn::ids::MAX).then_some(n + 1)
+    })
+    .map_or(0, |n| n + 1)
 }
 
 /// Artifacts carry a `kind` and a schema version: the framework adds them to object
