@@ -1,14 +1,16 @@
 """In-sweep cost of active hooks: the same pinned demo sweep with and without hooks, on the real
 `wt` and a real plugin, alternating in one invocation; medians compared. Unlike the dispatch
-microbenchmark (back-to-back calls), this is the cost users live with: in a sweep the hook
-worker waits between points, and every wake is paid.
+microbenchmark (back-to-back calls), this is the cost users live with: the hooks' calls among
+everything else a run does, in wall time and in CPU time (wt's own, user + system).
 
 Usage: python3 bench/hook_sweep.py [RUNS] [REPEATS] [CASE]   (after bench/hook_sweep.sh)
   CASE lifecycle: one no-op hook at all six lifecycle points (default)
   CASE eight:     eight no-op hooks (each at on_run_end) and the one at all six points
   CASE turns:     four no-op turn observers (a two-turn scenario)
-BENCH_DIR picks where runs go (default: the system temp dir); use a tmpfs such as /dev/shm to
-keep the file system out of a cost measured in microseconds.
+BENCH_DIR picks where runs go (default: /dev/shm when it is a writable directory, else the system
+temp dir): a tmpfs keeps the file system out of a cost measured in microseconds — on a disk, the
+file system's own state (ext4 after mass deletions) moves a sweep by hundreds of microseconds a
+run between one sweep and the next.
 WT_BASELINE=/path/to/wt (with WT_BASELINE_PLUGINS, the directory of its no-op plugin) adds another
 build of wt, alternated with this one in the same sitting: the before and after of a change.
 """
@@ -36,10 +38,13 @@ else:
     scenario, per_run, unit = "order-status", 1, "run"
     hooks = ["--hook", "noopall"]
 units = int(runs) * per_run
+bench_dir = os.environ.get("BENCH_DIR") or (
+    "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+)
 
 
 def sweep(with_hooks, wt=wt, plugins=plugins):
-    out = tempfile.mkdtemp(prefix="wt-bench-", dir=os.environ.get("BENCH_DIR"))
+    out = tempfile.mkdtemp(prefix="wt-bench-", dir=bench_dir)
     cmd = [wt, "run", "--jobs", "1", "--runs", runs, "--filter", scenario, "--out", out]
     if with_hooks:
         cmd += hooks + ["--plugin-dir", plugins]
@@ -75,6 +80,11 @@ print(f"  without hooks: {bw:.3f} s wall ({bw / units * 1e6:.1f} us/{unit}), {bc
 print(f"  with {label}: {ww:.3f} s wall ({ww / units * 1e6:.1f} us/{unit}), {wc:.3f} s CPU")
 print(f"  cost: {(ww - bw) / units * 1e6:.1f} us wall and {(wc - bc) / units * 1e6:.1f} us CPU per {unit}")
 print(f"  ratio with/without: {ww / bw:.3f} wall, {wc / bc:.3f} CPU")
+# Each repeat runs the two sweeps back to back: the median of their differences is steadier
+# than the difference of the medians when the machine's speed drifts during the sitting.
+pw = statistics.median(w - b for (w, _), (b, _) in zip(with_, base))
+pc = statistics.median(w - b for (_, w), (_, b) in zip(with_, base))
+print(f"  paired (median of the repeats' differences): {pw / units * 1e6:.1f} us wall and {pc / units * 1e6:.1f} us CPU per {unit}")
 if baseline:
     obw, obc = statistics.median(w for w, _ in old_base), statistics.median(c for _, c in old_base)
     oww, owc = statistics.median(w for w, _ in old_with), statistics.median(c for _, c in old_with)

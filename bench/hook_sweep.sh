@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # In-sweep hook cost (see bench/hook_sweep.py): builds wt and the no-op plugin in release.
-#   bash bench/hook_sweep.sh [RUNS] [REPEATS] [lifecycle|turns]
+#   bash bench/hook_sweep.sh [RUNS] [REPEATS] [lifecycle|eight|turns]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build -q --release -p windtunnel -p wt_test_noop8

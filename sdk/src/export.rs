@@ -182,7 +182,8 @@ impl<T> Last<T> {
         text: &str,
         decode: fn(&str, &mut T) -> Result<(), String>,
     ) -> Result<&T, String> {
-        if self.text != text {
+        // An empty text is never a turn read before (a failed read leaves the text empty).
+        if self.text != text || text.is_empty() {
             self.id = 0;
             self.text.clear();
             decode(text, &mut self.value)?;

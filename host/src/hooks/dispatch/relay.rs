@@ -121,18 +121,26 @@ struct Gate {
     inside: AtomicU32,
 }
 
+/// What a lane's point has and has not done yet.
+#[derive(Default)]
+struct InPoint {
+    /// The point's calls not made yet, in order; `None` when the future is not waiting.
+    pending: Option<Batch>,
+    /// The replies of the point's calls made so far, in order, with each call's slot.
+    replies: Vec<(usize, Reply)>,
+    /// What the watchdog needs to know of the call in progress.
+    current: Option<Current>,
+}
+
 /// One lane's relay: where its future waits, the calls it wants made, and their replies.
 pub struct Relay {
     future: Mutex<Option<LaneFuture<'static>>>,
-    /// The point's calls not made yet, in order; `None` when the future is not waiting.
-    pending: Mutex<Option<Batch>>,
-    /// The replies of the point's calls made so far, in order, with each call's slot.
-    replies: Mutex<Vec<(usize, Reply)>>,
+    /// The point's calls, their replies and the call in progress: one lock a call.
+    point: Mutex<InPoint>,
     /// The call in progress: `(call number << 8) | 1`, 0 when idle, with [`ABANDONED`] once
     /// the watchdog gave up on it.
     state: AtomicU64,
     calls: AtomicU64,
-    current: Mutex<Option<Current>>,
     gate: Arc<Gate>,
     /// Completion of the group of lanes this relay belongs to.
     group: Mutex<Option<Arc<Group>>>,
@@ -148,11 +156,9 @@ impl Relay {
     pub fn new() -> Relay {
         Relay {
             future: Mutex::new(None),
-            pending: Mutex::new(None),
-            replies: Mutex::new(Vec::new()),
+            point: Mutex::new(InPoint::default()),
             state: AtomicU64::new(0),
             calls: AtomicU64::new(0),
-            current: Mutex::new(None),
             gate: Arc::default(),
             group: Mutex::new(None),
         }
@@ -196,9 +202,9 @@ impl Relay {
     /// allocate nothing.
     pub(super) fn recycle(&self, mut replies: Vec<(usize, Reply)>) {
         replies.clear();
-        let mut kept = lock(&self.replies);
-        if kept.capacity() == 0 {
-            *kept = replies;
+        let mut kept = lock(&self.point);
+        if kept.replies.capacity() == 0 {
+            kept.replies = replies;
         }
     }
 
@@ -214,7 +220,7 @@ impl Relay {
                 Poll::Ready(()) => return,
                 Poll::Pending => {
                     assert!(
-                        lock(&self.pending).is_some(),
+                        lock(&self.point).pending.is_some(),
                         "a future driven by a relay suspends only at relayed calls"
                     );
                     assert!(self.make_pending(), "nobody abandons calls without a watchdog");
@@ -227,32 +233,45 @@ impl Relay {
     /// `false` when the watchdog abandoned one of them meanwhile (the lane is someone
     /// else's now, and so are the calls left).
     fn make_pending(&self) -> bool {
-        let Some(point) = lock(&self.pending).as_ref().map(|b| b.point.clone()) else {
+        let Some(point) = lock(&self.point)
+            .pending
+            .as_ref()
+            .map(|b| b.point.clone())
+        else {
             return true;
         };
+        let mut done = None;
         loop {
-            let next = lock(&self.pending).as_mut().and_then(|b| b.calls.next());
-            let Some(call) = next else {
-                *lock(&self.pending) = None;
-                return true;
+            // One lock a call: the last call's reply in, the next call out and made current.
+            let call = {
+                let mut p = lock(&self.point);
+                if let Some(reply) = done.take() {
+                    p.replies.push(reply);
+                }
+                let Some(call) = p.pending.as_mut().and_then(|b| b.calls.next()) else {
+                    p.pending = None;
+                    return true;
+                };
+                p.current = Some(Current {
+                    hook: call.hook.clone(),
+                    slot: call.slot,
+                    deadline: call.deadline,
+                });
+                call
             };
             let slot = call.slot;
             match self.make(&point, call) {
-                Some(reply) => lock(&self.replies).push((slot, reply)),
+                Some(reply) => done = Some((slot, reply)),
                 None => return false,
             }
         }
     }
 
-    /// Makes one call on this thread; `None` when the watchdog abandoned it meanwhile.
+    /// Makes one call on this thread, the relay's current one; `None` when the watchdog
+    /// abandoned it meanwhile.
     fn make(&self, point: &Point, call: Call) -> Option<Reply> {
         let n = self.calls.fetch_add(1, Ordering::Relaxed) + 1;
         let tag = (n << 8) | 1;
-        *lock(&self.current) = Some(Current {
-            hook: call.hook.clone(),
-            slot: call.slot,
-            deadline: call.deadline,
-        });
         self.state.store(tag, Ordering::Release);
         // Plugins' panics are caught on their side of the boundary; this catches the host's
         // own (an isolated hook's parent side), which must not end the lane's driver.
@@ -304,11 +323,12 @@ impl Future for CallsFuture<'_> {
 
     fn poll(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Self::Output> {
         if let Some(batch) = self.batch.take() {
-            lock(&self.relay.replies).clear();
-            *lock(&self.relay.pending) = Some(batch);
+            let mut p = lock(&self.relay.point);
+            p.replies.clear();
+            p.pending = Some(batch);
             return Poll::Pending;
         }
-        Poll::Ready(std::mem::take(&mut *lock(&self.relay.replies)))
+        Poll::Ready(std::mem::take(&mut lock(&self.relay.point).replies))
     }
 }
 
@@ -478,7 +498,7 @@ fn look(relays: &[Arc<Relay>], seen: &mut [(u64, Instant)], watch: &Watch) {
             *seen = (state, now);
             continue;
         }
-        let Some(current) = lock(&relay.current).clone() else {
+        let Some(current) = lock(&relay.point).current.clone() else {
             continue;
         };
         let deadline = if cut {
@@ -530,7 +550,7 @@ fn rescue(relay: &Relay, (slot, hung): (usize, Hung)) {
     while relay.gate.inside.load(Ordering::SeqCst) != 0 {
         std::thread::sleep(Duration::from_millis(1));
     }
-    lock(&relay.replies).push((slot, Err(hung)));
+    lock(&relay.point).replies.push((slot, Err(hung)));
     relay.state.store(0, Ordering::Release);
     // The point's calls after the hung one, then the lane.
     if relay.make_pending() {
@@ -560,7 +580,7 @@ fn drive(relay: &Relay) {
                 return;
             }
             Ok(Poll::Pending) => {
-                if lock(&relay.pending).is_none() {
+                if lock(&relay.point).pending.is_none() {
                     let _ = std::panic::catch_unwind(AssertUnwindSafe(move || drop(future)));
                     finish(
                         relay,
