@@ -63,12 +63,14 @@ baseline = os.environ.get("WT_BASELINE")
 baseline_plugins = os.environ.get("WT_BASELINE_PLUGINS", os.path.dirname(baseline or ""))
 base, with_, old_base, old_with = [], [], [], []
 sweep(False)
-for _ in range(repeats):
-    base.append(sweep(False))
-    with_.append(sweep(True))
+for i in range(repeats):
+    # The order within a pair alternates (with first on odd repeats), so that what a sweep
+    # leaves the machine (a warmer page cache, a tmpfs to free) does not always favour one side.
+    for with_hooks in ((False, True) if i % 2 == 0 else (True, False)):
+        (with_ if with_hooks else base).append(sweep(with_hooks))
     if baseline:
-        old_base.append(sweep(False, baseline, baseline_plugins))
-        old_with.append(sweep(True, baseline, baseline_plugins))
+        for with_hooks in ((False, True) if i % 2 == 0 else (True, False)):
+            (old_with if with_hooks else old_base).append(sweep(with_hooks, baseline, baseline_plugins))
 bw, bc = statistics.median(w for w, _ in base), statistics.median(c for _, c in base)
 ww, wc = statistics.median(w for w, _ in with_), statistics.median(c for _, c in with_)
 label = {
@@ -80,8 +82,9 @@ print(f"  without hooks: {bw:.3f} s wall ({bw / units * 1e6:.1f} us/{unit}), {bc
 print(f"  with {label}: {ww:.3f} s wall ({ww / units * 1e6:.1f} us/{unit}), {wc:.3f} s CPU")
 print(f"  cost: {(ww - bw) / units * 1e6:.1f} us wall and {(wc - bc) / units * 1e6:.1f} us CPU per {unit}")
 print(f"  ratio with/without: {ww / bw:.3f} wall, {wc / bc:.3f} CPU")
-# Each repeat runs the two sweeps back to back: the median of their differences is steadier
-# than the difference of the medians when the machine's speed drifts during the sitting.
+# Each repeat runs the two sweeps back to back (in alternating order): the median of their
+# differences is steadier than the difference of the medians when the machine's speed drifts
+# during the sitting.
 pw = statistics.median(w - b for (w, _), (b, _) in zip(with_, base))
 pc = statistics.median(w - b for (_, w), (_, b) in zip(with_, base))
 print(f"  paired (median of the repeats' differences): {pw / units * 1e6:.1f} us wall and {pc / units * 1e6:.1f} us CPU per {unit}")

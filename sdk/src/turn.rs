@@ -300,7 +300,9 @@ pub mod fields {
             head[0] = b'1';
             put_hex(&mut head[1..3], self.n as u32);
             for (i, f) in fields.iter().enumerate() {
-                put_hex(&mut head[3 + 8 * i..11 + 8 * i], f.len() as u32);
+                // A field longer than 4 GiB is not a turn `wt` hands over.
+                let len = u32::try_from(f.len()).unwrap_or(u32::MAX);
+                head[3 + 8 * i..11 + 8 * i].copy_from_slice(&hex8(len));
             }
             let head = &head[..3 + 8 * fields.len()];
             let mut out = String::with_capacity(head.len() + body);
@@ -311,6 +313,31 @@ pub mod fields {
             }
             out
         }
+    }
+
+    /// `n` as 8 lowercase hex digits, all at once: each nibble spread into a byte of its own,
+    /// then `'0'` added, and `'a' - '0' - 10` more where the nibble is 10 or above.
+    fn hex8(n: u32) -> [u8; 8] {
+        let mut x = u64::from(n);
+        x = ((x & 0xffff_0000) << 16) | (x & 0xffff);
+        x = ((x & 0x0000_ff00_0000_ff00) << 8) | (x & 0x0000_00ff_0000_00ff);
+        x = ((x & 0x00f0_00f0_00f0_00f0) << 4) | (x & 0x000f_000f_000f_000f);
+        let letters = ((x + 0x0606_0606_0606_0606) >> 4) & 0x0101_0101_0101_0101;
+        (x + 0x3030_3030_3030_3030 + letters * 39).to_be_bytes()
+    }
+
+    /// The value of 8 lowercase hex digits, or `None` when they are not: each byte's digit
+    /// value taken at once, the nibbles packed, and the result checked by writing it back.
+    fn unhex8(bytes: &[u8]) -> Option<u32> {
+        let digits: [u8; 8] = bytes.try_into().ok()?;
+        let x = u64::from_be_bytes(digits);
+        // '0'..'9' keep their low nibble; 'a'..'f' (0x61..0x66) add 9 to theirs.
+        let mut v = (x & 0x0f0f_0f0f_0f0f_0f0f) + 9 * ((x >> 6) & 0x0101_0101_0101_0101);
+        v = ((v >> 4) | v) & 0x00ff_00ff_00ff_00ff;
+        v = ((v >> 8) | v) & 0x0000_ffff_0000_ffff;
+        v = ((v >> 16) | v) & 0x0000_0000_ffff_ffff;
+        let n = v as u32;
+        (hex8(n) == digits).then_some(n)
     }
 
     /// Writes `n` as lowercase hex digits filling `into`.
@@ -457,7 +484,7 @@ pub mod fields {
         let mut at = 3 + 8 * count;
         let mut out = [""; N];
         for (i, slot) in out.iter_mut().enumerate() {
-            let len = hex(b.get(3 + 8 * i..11 + 8 * i)?)?;
+            let len = unhex8(b.get(3 + 8 * i..11 + 8 * i)?)? as usize;
             *slot = text.get(at..at.checked_add(len)?)?;
             at += len;
         }
@@ -533,6 +560,58 @@ pub mod fields {
     #[cfg(test)]
     mod tests {
         use super::*;
+
+        #[test]
+        fn lengths_are_written_and_read_as_eight_hex_digits_and_nothing_else_is_read() {
+            let mut samples = vec![
+                0,
+                1,
+                9,
+                10,
+                15,
+                16,
+                0x9a,
+                0xabcd_ef12,
+                0x1234_5678,
+                u32::MAX,
+            ];
+            samples.extend(
+                (0..32)
+                    .map(|i| 1u32 << (i % 32))
+                    .chain((0..16).map(|d| d * 0x1111_1111)),
+            );
+            for n in samples {
+                let text = format!("{n:08x}");
+                assert_eq!(hex8(n), text.as_bytes(), "{n:#x}");
+                assert_eq!(unhex8(text.as_bytes()), Some(n), "{text}");
+            }
+            for bad in [
+                "0000000A",
+                "0000000g",
+                "000000/0",
+                "0000000:",
+                "0000000`",
+                "0000 000",
+                "+0000000",
+                "0000000\u{0}",
+                "00000000f",
+                "0000000",
+            ] {
+                assert_eq!(unhex8(bad.as_bytes()), None, "{bad:?}");
+            }
+            // Every single byte in every place: only the 16 lowercase digits read.
+            for place in 0..8 {
+                for b in 0..=255u8 {
+                    let mut digits = *b"00000000";
+                    digits[place] = b;
+                    let want = HEX
+                        .iter()
+                        .position(|&h| h == b)
+                        .map(|d| (d as u32) << (4 * (7 - place)));
+                    assert_eq!(unhex8(&digits), want, "byte {b:#x} at {place}");
+                }
+            }
+        }
 
         #[test]
         fn calls_and_results_round_trip_whatever_their_text() {
