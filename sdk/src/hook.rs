@@ -455,6 +455,14 @@ type Cached<T> = OnceCell<std::result::Result<Option<T>, MemberError>>;
 pub struct Context<'a> {
     host: &'a (dyn Access + 'a),
     warned: Cell<u32>,
+    /// The typed members read so far, made at the first read: a hook that reads none (a turn
+    /// observer) costs no cache to build or drop.
+    members: OnceCell<Box<Members>>,
+}
+
+/// A [`Context`]'s typed members, each parsed at its first read.
+#[derive(Default)]
+struct Members {
     scenario: Cached<Scenario>,
     agent: Cached<AgentConfig>,
     trace: Cached<Trace>,
@@ -473,13 +481,12 @@ impl<'a> Context<'a> {
         Context {
             host,
             warned: Cell::new(0),
-            scenario: OnceCell::new(),
-            agent: OnceCell::new(),
-            trace: OnceCell::new(),
-            score: OnceCell::new(),
-            aggregate: OnceCell::new(),
-            aggregates: OnceCell::new(),
+            members: OnceCell::new(),
         }
+    }
+
+    fn members(&self) -> &Members {
+        self.members.get_or_init(Box::default)
     }
 
     /// A member as raw JSON text, `None` when absent at this point. Use it for what a newer
@@ -570,7 +577,7 @@ impl<'a> Context<'a> {
     }
     /// The scenario being run, or why it could not be read.
     pub fn try_scenario(&self) -> std::result::Result<Option<&Scenario>, MemberError> {
-        self.cached(&self.scenario, member::SCENARIO)
+        self.cached(&self.members().scenario, member::SCENARIO)
     }
 
     /// The agent under test.
@@ -579,7 +586,7 @@ impl<'a> Context<'a> {
     }
     /// The agent under test, or why it could not be read.
     pub fn try_agent(&self) -> std::result::Result<Option<&AgentConfig>, MemberError> {
-        self.cached(&self.agent, member::AGENT)
+        self.cached(&self.members().agent, member::AGENT)
     }
 
     /// The current run's id (run and turn points).
@@ -606,7 +613,7 @@ impl<'a> Context<'a> {
     }
     /// The frozen trace, or why it could not be read.
     pub fn try_trace(&self) -> std::result::Result<Option<&Trace>, MemberError> {
-        self.cached(&self.trace, member::TRACE)
+        self.cached(&self.members().trace, member::TRACE)
     }
 
     /// The computed score (`on_run_scored`, `on_run_end`).
@@ -615,7 +622,7 @@ impl<'a> Context<'a> {
     }
     /// The computed score, or why it could not be read.
     pub fn try_score(&self) -> std::result::Result<Option<&Score>, MemberError> {
-        self.cached(&self.score, member::SCORE)
+        self.cached(&self.members().score, member::SCORE)
     }
 
     /// The scenario's aggregate (`on_scenario_end`).
@@ -624,7 +631,7 @@ impl<'a> Context<'a> {
     }
     /// The scenario's aggregate, or why it could not be read.
     pub fn try_aggregate(&self) -> std::result::Result<Option<&AggregateResult>, MemberError> {
-        self.cached(&self.aggregate, member::AGGREGATE)
+        self.cached(&self.members().aggregate, member::AGGREGATE)
     }
 
     /// Every scenario's aggregate (`on_pack_end`).
@@ -635,7 +642,7 @@ impl<'a> Context<'a> {
     pub fn try_aggregates(
         &self,
     ) -> std::result::Result<Option<&Vec<AggregateResult>>, MemberError> {
-        self.cached(&self.aggregates, member::AGGREGATES)
+        self.cached(&self.members().aggregates, member::AGGREGATES)
     }
 
     /// The turn about to start (turn points).

@@ -42,8 +42,8 @@ pub struct TurnOpen {
     /// Set when a guard denied the turn: it must not start.
     pub denial: Option<Denial>,
     pub warnings: Vec<String>,
-    /// Which observers began (their finishes are owed), opaque to the runner.
-    pub begun: Vec<usize>,
+    /// Which observers began (their finishes are owed): a bit per hook, opaque to the runner.
+    pub begun: u64,
 }
 
 /// The seam lifecycle hooks plug into. Per run the order is: reset → mint session → capture

@@ -319,7 +319,7 @@ impl HookObserver {
                 let out = d
                     .dispatch_relayed(relay, begins, false, point::TURN_BEGIN, data, None)
                     .await;
-                open.begun = succeeded(&out);
+                open.begun = out.ok;
                 open.warnings = out.warnings;
                 return open;
             }
@@ -352,7 +352,7 @@ impl HookObserver {
                     let out = d
                         .dispatch_relayed(relay, bit, false, point::TURN_BEGIN, data.clone(), None)
                         .await;
-                    open.begun.extend(succeeded(&out));
+                    open.begun |= out.ok;
                     open.warnings.extend(out.warnings);
                 }
             }
@@ -368,7 +368,7 @@ impl HookObserver {
         open: TurnOpen,
         result: &Arc<TurnResult>,
     ) -> impl Future<Output = Vec<String>> + Send + 'a {
-        let mask = open.begun.iter().fold(0u64, |m, s| m | (1u64 << s));
+        let mask = open.begun;
         let dispatch = (mask != 0).then(|| {
             self.dispatcher.dispatch_relayed(
                 relay,
@@ -571,7 +571,7 @@ impl RunObserver for HookObserver {
                 Self::turn_data(call),
                 None,
             );
-            open.begun = succeeded(&out);
+            open.begun = out.ok;
             open.warnings = out.warnings;
             return open;
         }
@@ -587,7 +587,7 @@ impl RunObserver for HookObserver {
             }
             if begins & bit != 0 {
                 let out = d.dispatch_to(bit, false, point::TURN_BEGIN, Self::turn_data(call), None);
-                open.begun.extend(succeeded(&out));
+                open.begun |= out.ok;
                 open.warnings.extend(out.warnings);
             }
         }
@@ -595,7 +595,7 @@ impl RunObserver for HookObserver {
     }
 
     fn finish_turn(&self, open: TurnOpen, result: &TurnResult) -> Vec<String> {
-        let mask = open.begun.iter().fold(0u64, |m, s| m | (1u64 << s));
+        let mask = open.begun;
         if mask == 0 {
             // The begin's warnings are the runner's already (it records them at begin).
             return Vec::new();
@@ -698,10 +698,6 @@ impl HookObserver {
 }
 
 /// Slots whose call returned `Ok`.
-fn succeeded(out: &DispatchOutput) -> Vec<usize> {
-    (0..64).filter(|s| out.ok & (1u64 << s) != 0).collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

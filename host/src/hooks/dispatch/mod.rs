@@ -517,7 +517,7 @@ impl Dispatcher {
                 return out;
             };
             let deadline = self.deadline(point);
-            let mut calls = Vec::with_capacity(order.count_ones() as usize);
+            let mut calls = relay.call_buffer();
             let mut left = order;
             while left != 0 {
                 let slot = if reverse {

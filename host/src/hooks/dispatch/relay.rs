@@ -100,7 +100,8 @@ pub(super) struct Call {
 /// A point's calls not made yet.
 struct Batch {
     point: Arc<Point>,
-    calls: std::vec::IntoIter<Call>,
+    /// Last call first: the next one is popped.
+    calls: Vec<Call>,
 }
 
 /// What the watchdog needs to know of the call in progress.
@@ -130,6 +131,8 @@ struct InPoint {
     replies: Vec<(usize, Reply)>,
     /// What the watchdog needs to know of the call in progress.
     current: Option<Current>,
+    /// The last point's calls' buffer, empty, for the next point's.
+    spare_calls: Vec<Call>,
 }
 
 /// One lane's relay: where its future waits, the calls it wants made, and their replies.
@@ -169,15 +172,18 @@ impl Relay {
     pub(super) fn calls(
         &self,
         point: Arc<Point>,
-        calls: Vec<Call>,
+        mut calls: Vec<Call>,
     ) -> impl Future<Output = Vec<(usize, Reply)>> + '_ {
+        calls.reverse();
         CallsFuture {
             relay: self,
-            batch: Some(Batch {
-                point,
-                calls: calls.into_iter(),
-            }),
+            batch: Some(Batch { point, calls }),
         }
+    }
+
+    /// An empty buffer for a point's calls: the last point's, so a point allocates none.
+    pub(super) fn call_buffer(&self) -> Vec<Call> {
+        std::mem::take(&mut lock(&self.point).spare_calls)
     }
 
     /// The run's session, for hook calls relayed while the caller holds `session`: usable
@@ -248,8 +254,10 @@ impl Relay {
                 if let Some(reply) = done.take() {
                     p.replies.push(reply);
                 }
-                let Some(call) = p.pending.as_mut().and_then(|b| b.calls.next()) else {
-                    p.pending = None;
+                let Some(call) = p.pending.as_mut().and_then(|b| b.calls.pop()) else {
+                    if let Some(batch) = p.pending.take() {
+                        p.spare_calls = batch.calls;
+                    }
                     return true;
                 };
                 p.current = Some(Current {
