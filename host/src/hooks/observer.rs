@@ -697,7 +697,6 @@ impl HookObserver {
     }
 }
 
-/// Slots whose call returned `Ok`.
 #[cfg(test)]
 mod tests {
     use super::*;
