@@ -537,11 +537,19 @@ pub struct Seen {
 }
 
 /// A local HTTP server on 127.0.0.1 answering with `handler(request) -> (status, body)`,
-/// each request on its own thread (so a slow answer does not block the others).
+/// each request on a thread of its own (so a slow answer does not block the others).
+///
+/// Every connection is served as long as the client keeps it (hyper, one task per
+/// connection): lanes each keep a pooled keep-alive connection for a whole sweep, and a
+/// server that served connections from a bounded thread pool would leave some lane's requests
+/// unread until that lane's request timed out.
 pub struct TestServer {
     pub base: String,
     pub seen: Arc<Mutex<Vec<Seen>>>,
 }
+
+/// A test server's handler: the request as seen, to its status, extra headers and body.
+type Handler = dyn Fn(&Seen) -> (u16, Vec<(String, String)>, String) + Send + Sync;
 
 impl TestServer {
     pub fn start<F>(handler: F) -> TestServer
@@ -554,48 +562,41 @@ impl TestServer {
         })
     }
 
-    /// Like [`TestServer::start`], with extra response headers.
+    /// Like [`TestServer::start`], with extra response headers (a `Content-Type` among them
+    /// replaces the default `application/json`).
     pub fn start_with_headers<F>(handler: F) -> TestServer
     where
         F: Fn(&Seen) -> (u16, Vec<(String, String)>, String) + Send + Sync + 'static,
     {
-        let server = tiny_http::Server::http("127.0.0.1:0").expect("bind test server");
-        let port = server.server_addr().to_ip().expect("ip addr").port();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind test server");
+        let port = listener.local_addr().expect("test server address").port();
+        listener
+            .set_nonblocking(true)
+            .expect("non-blocking listener");
         let seen = Arc::new(Mutex::new(Vec::new()));
-        let handler = Arc::new(handler);
+        let handler: Arc<Handler> = Arc::new(handler);
         let log = seen.clone();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("test-server")
+            .enable_all()
+            .build()
+            .expect("test server runtime");
         std::thread::spawn(move || {
-            for mut req in server.incoming_requests() {
-                let mut body = String::new();
-                let _ = req.as_reader().read_to_string(&mut body);
-                let s = Seen {
-                    method: req.method().to_string(),
-                    url: req.url().to_owned(),
-                    headers: req
-                        .headers()
-                        .iter()
-                        .map(|h| (h.field.to_string(), h.value.to_string()))
-                        .collect(),
-                    body,
-                };
-                log.lock().unwrap().push(s.clone());
-                let handler = handler.clone();
-                std::thread::spawn(move || {
-                    let (status, headers, body) = handler(&s);
-                    let mut resp = tiny_http::Response::from_string(body)
-                        .with_status_code(status)
-                        .with_header(
-                            tiny_http::Header::from_bytes("Content-Type", "application/json")
-                                .unwrap(),
-                        );
-                    for (k, v) in headers {
-                        resp.add_header(
-                            tiny_http::Header::from_bytes(k.as_bytes(), v.as_bytes()).unwrap(),
-                        );
-                    }
-                    let _ = req.respond(resp);
-                });
-            }
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
+                while let Ok((stream, _)) = listener.accept().await {
+                    let (handler, log) = (handler.clone(), log.clone());
+                    tokio::spawn(async move {
+                        let service = hyper::service::service_fn(move |req| {
+                            answer(req, handler.clone(), log.clone())
+                        });
+                        let _ = hyper::server::conn::http1::Builder::new()
+                            .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                            .await;
+                    });
+                }
+            });
         });
         TestServer {
             base: format!("http://127.0.0.1:{port}"),
@@ -606,6 +607,55 @@ impl TestServer {
     pub fn seen(&self) -> Vec<Seen> {
         self.seen.lock().unwrap().clone()
     }
+}
+
+/// One request to a [`TestServer`]: read whole, logged, answered by the handler on a
+/// blocking thread (handlers sleep); a handler that panics answers 500.
+async fn answer(
+    req: hyper::Request<hyper::body::Incoming>,
+    handler: Arc<Handler>,
+    log: Arc<Mutex<Vec<Seen>>>,
+) -> Result<hyper::Response<http_body_util::Full<bytes::Bytes>>, std::convert::Infallible> {
+    use http_body_util::BodyExt;
+    let (parts, body) = req.into_parts();
+    let body = body
+        .collect()
+        .await
+        .map(|b| String::from_utf8_lossy(&b.to_bytes()).into_owned())
+        .unwrap_or_default();
+    let s = Seen {
+        method: parts.method.to_string(),
+        url: parts.uri.to_string(),
+        headers: parts
+            .headers
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.to_string(),
+                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                )
+            })
+            .collect(),
+        body,
+    };
+    log.lock().unwrap().push(s.clone());
+    let (status, headers, body) = tokio::task::spawn_blocking(move || handler(&s))
+        .await
+        .unwrap_or_else(|_| (500, Vec::new(), "handler panicked".into()));
+    let mut resp = hyper::Response::new(http_body_util::Full::new(bytes::Bytes::from(body)));
+    *resp.status_mut() = hyper::StatusCode::from_u16(status).expect("a status code");
+    let h = resp.headers_mut();
+    h.insert("content-type", "application/json".parse().unwrap());
+    for (k, v) in headers {
+        let name = hyper::header::HeaderName::from_bytes(k.as_bytes()).expect("a header name");
+        let value = v.parse().expect("a header value");
+        if name == hyper::header::CONTENT_TYPE {
+            h.insert(name, value);
+        } else {
+            h.append(name, value);
+        }
+    }
+    Ok(resp)
 }
 
 /// A port on 127.0.0.1 with nothing listening.
@@ -863,4 +913,34 @@ pub fn path_with_world_servers() -> String {
         world_servers_bin().display(),
         std::env::var("PATH").unwrap_or_default()
     )
+}
+
+/// The test server answers every connection a client keeps open at once: lanes each keep a
+/// pooled keep-alive connection for the whole sweep, so a server that serves connections from
+/// a bounded pool would leave one lane's requests waiting until the client gives up.
+#[test]
+fn the_test_server_answers_every_keep_alive_connection_at_once() {
+    use std::io::{BufRead, BufReader, Write};
+    let server = TestServer::start(|s| (200, format!("{{\"url\":\"{}\"}}", s.url)));
+    let addr = server.base.trim_start_matches("http://").to_owned();
+    for round in 0..20 {
+        let mut conns: Vec<_> = (0..16)
+            .map(|i| {
+                let mut c = std::net::TcpStream::connect(&addr).unwrap();
+                c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                write!(
+                    c,
+                    "POST /r{round}c{i} HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\n{{}}"
+                )
+                .unwrap();
+                BufReader::new(c)
+            })
+            .collect();
+        for (i, c) in conns.iter_mut().enumerate() {
+            let mut status = String::new();
+            c.read_line(&mut status)
+                .unwrap_or_else(|e| panic!("round {round}: connection {i} had no answer: {e}"));
+            assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+        }
+    }
 }
