@@ -69,6 +69,15 @@ impl Clock {
 
     /// [`Clock::now_rfc3339`], appended to `out`.
     pub(crate) fn push_rfc3339(&self, out: &mut String) {
+        // The system clock read as the standard library has it: a `Timestamp` would cost a
+        // 128-bit division to split into seconds and milliseconds again.
+        if let Clock::System = self
+            && let Ok(d) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)
+            && let Some(c) = civil_of(d.as_secs(), d.subsec_millis())
+        {
+            push_civil(out, &c);
+            return;
+        }
         push_rfc3339(out, self.now());
     }
 
@@ -92,23 +101,7 @@ fn push_rfc3339(out: &mut String, t: Timestamp) {
     // A sweep stamps every event, run and turn: the common case is formatted by hand
     // (jiff's general formatter costs about 20 times as much).
     match civil(t) {
-        Some(c) => {
-            let out = &mut *out;
-            digits(out, c.year, 4);
-            out.push('-');
-            digits(out, c.month, 2);
-            out.push('-');
-            digits(out, c.day, 2);
-            out.push('T');
-            digits(out, c.hour, 2);
-            out.push(':');
-            digits(out, c.minute, 2);
-            out.push(':');
-            digits(out, c.second, 2);
-            out.push('.');
-            digits(out, c.milli, 3);
-            out.push('Z');
-        }
+        Some(c) => push_civil(out, &c),
         None => {
             use std::fmt::Write as _;
             let _ = write!(out, "{}", t.strftime("%Y-%m-%dT%H:%M:%S%.3fZ"));
@@ -116,20 +109,40 @@ fn push_rfc3339(out: &mut String, t: Timestamp) {
     }
 }
 
+/// `c` as RFC 3339 with milliseconds, appended to `out`.
+fn push_civil(out: &mut String, c: &Civil) {
+    let mut buf = *b"0000-00-00T00:00:00.000Z";
+    put_digits(&mut buf[0..4], c.year);
+    put_digits(&mut buf[5..7], c.month);
+    put_digits(&mut buf[8..10], c.day);
+    put_digits(&mut buf[11..13], c.hour);
+    put_digits(&mut buf[14..16], c.minute);
+    put_digits(&mut buf[17..19], c.second);
+    put_digits(&mut buf[20..23], c.milli);
+    // ASCII digits and separators only.
+    out.push_str(std::str::from_utf8(&buf).unwrap_or_default());
+}
+
+/// Writes `n` in decimal into `into`, zero-padded to its length (the low digits only).
+fn put_digits(into: &mut [u8], mut n: u32) {
+    for b in into.iter_mut().rev() {
+        *b = b'0' + (n % 10) as u8;
+        n /= 10;
+    }
+}
+
 /// The compact form used in file names: `20261130T051500Z` (no dots, no colons).
 pub(crate) fn compact(t: Timestamp) -> String {
     match civil(t) {
         Some(c) => {
-            let mut out = String::with_capacity(16);
-            digits(&mut out, c.year, 4);
-            digits(&mut out, c.month, 2);
-            digits(&mut out, c.day, 2);
-            out.push('T');
-            digits(&mut out, c.hour, 2);
-            digits(&mut out, c.minute, 2);
-            digits(&mut out, c.second, 2);
-            out.push('Z');
-            out
+            let mut buf = *b"00000000T000000Z";
+            put_digits(&mut buf[0..4], c.year);
+            put_digits(&mut buf[4..6], c.month);
+            put_digits(&mut buf[6..8], c.day);
+            put_digits(&mut buf[9..11], c.hour);
+            put_digits(&mut buf[11..13], c.minute);
+            put_digits(&mut buf[13..15], c.second);
+            std::str::from_utf8(&buf).unwrap_or_default().to_owned()
         }
         None => t.strftime("%Y%m%dT%H%M%SZ").to_string(),
     }
@@ -151,6 +164,11 @@ struct Civil {
 fn civil(t: Timestamp) -> Option<Civil> {
     let secs = u64::try_from(t.as_second()).ok()?;
     let milli = u32::try_from(t.subsec_millisecond()).ok()?;
+    civil_of(secs, milli)
+}
+
+/// [`civil`] of a time given as seconds since 1970 and milliseconds.
+fn civil_of(secs: u64, milli: u32) -> Option<Civil> {
     let (days, rem) = (secs / 86_400, secs % 86_400);
     // Days since 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's algorithm).
     let z = days + 719_468;
@@ -174,15 +192,6 @@ fn civil(t: Timestamp) -> Option<Civil> {
         second: (rem % 60) as u32,
         milli,
     })
-}
-
-/// Appends `n` in decimal, zero-padded to `width` digits.
-fn digits(out: &mut String, n: u32, width: u32) {
-    let mut div = 10u32.pow(width - 1);
-    while div > 0 {
-        out.push(char::from(b'0' + (n / div % 10) as u8));
-        div /= 10;
-    }
 }
 
 /// Measures elapsed time, or reads 0 when the clock is pinned.
@@ -309,6 +318,27 @@ mod tests {
         // Before 1970 the general formatter takes over.
         let t: Timestamp = "1969-12-31T23:59:59.5Z".parse().unwrap();
         assert_eq!(rfc3339(t), "1969-12-31T23:59:59.500Z");
+    }
+
+    #[test]
+    fn the_system_clock_stamps_the_time_it_was_read_at() {
+        for _ in 0..1_000 {
+            let before = Timestamp::now();
+            let mut stamp = "kept ".to_owned();
+            Clock::System.push_rfc3339(&mut stamp);
+            let after = Timestamp::now();
+            let read: Timestamp = stamp["kept ".len()..].parse().unwrap();
+            // Milliseconds are cut, not rounded: the stamp is at most 1 ms before `before`.
+            assert!(
+                read.as_millisecond() >= before.as_millisecond(),
+                "{stamp} {before}"
+            );
+            assert!(read <= after, "{stamp} {after}");
+            assert_eq!(
+                stamp.len(),
+                "kept ".len() + "2026-12-02T00:00:00.000Z".len()
+            );
+        }
     }
 
     #[test]

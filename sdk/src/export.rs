@@ -164,50 +164,24 @@ impl<H: Hook> FfiHook for Adapter<H> {
     }
 }
 
-/// The last turn read on this thread, with the text it was read from: the next hook called
-/// about the same turn (another hook of this library, at the same point) reads nothing again,
-/// and a new turn reuses the strings' buffers — a turn observer costs a compare, or a copy
-/// per field, and no allocation.
-struct Last<T> {
-    /// The turn snapshot id it was read under (0: none).
-    id: u32,
-    text: String,
-    value: T,
-}
-
-impl<T> Last<T> {
-    fn read(
-        &mut self,
-        id: u32,
-        text: &str,
-        decode: fn(&str, &mut T) -> Result<(), String>,
-    ) -> Result<&T, String> {
-        // An empty text is never a turn read before (a failed read leaves the text empty).
-        if self.text != text || text.is_empty() {
-            self.id = 0;
-            self.text.clear();
-            decode(text, &mut self.value)?;
-            self.text.push_str(text);
-        }
-        self.id = id;
-        Ok(&self.value)
-    }
-
-    /// The turn read under `id` before, if it is this one (no host read at all).
-    fn known(&self, id: u32) -> Option<&T> {
-        (id != 0 && self.id == id).then_some(&self.value)
-    }
+/// The last turn read on this thread: the call a begin (or a guard) read, under the snapshot
+/// id it was served with, and the result a finish read, in one place. The next hook called
+/// about the same snapshot (another hook of this library, at the same point) reads nothing
+/// from the host; a finish whose result's tail names the call held here reads only the
+/// result's own five fields; a new turn reuses the strings' buffers. A turn observer costs a
+/// compare, or a copy per field, and no allocation.
+struct LastTurn {
+    /// The id `value.call` was read under at a begin (0: none, or not known).
+    call_id: u32,
+    /// The id the whole of `value` was read under at a finish (0: none).
+    result_id: u32,
+    value: crate::TurnResult,
 }
 
 thread_local! {
-    static TURN_CALL: RefCell<Last<crate::TurnCall>> = RefCell::new(Last {
-        id: 0,
-        text: String::new(),
-        value: crate::TurnCall::default(),
-    });
-    static TURN_RESULT: RefCell<Last<crate::TurnResult>> = RefCell::new(Last {
-        id: 0,
-        text: String::new(),
+    static TURN: RefCell<LastTurn> = RefCell::new(LastTurn {
+        call_id: 0,
+        result_id: 0,
         value: crate::TurnResult::new(crate::TurnCall::default(), crate::Outcome::Unknown),
     });
 }
@@ -220,17 +194,22 @@ fn with_turn_call<R>(
     f: impl FnOnce(&crate::TurnCall) -> Result<R, String>,
 ) -> Result<R, String> {
     let mut f = Some(f);
-    if let Some(result) = TURN_CALL.with(|cell| {
+    if let Some(result) = TURN.with(|cell| {
         let last = cell.try_borrow().ok()?;
-        let call = last.known(id)?;
-        Some(f.take().expect("called once")(call))
+        (id != 0 && last.call_id == id).then(|| f.take().expect("called once")(&last.value.call))
     }) {
         return result;
     }
     let read = cx.with_raw(crate::member::TURN_CALL_FIELDS, |text| {
         let f = f.take().expect("called once");
-        TURN_CALL.with(|cell| match cell.try_borrow_mut() {
-            Ok(mut last) => f(last.read(id, text, crate::turn::fields::read_call_into)?),
+        TURN.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut last) => {
+                // The result held here had the call about to be overwritten.
+                (last.call_id, last.result_id) = (0, 0);
+                crate::turn::fields::read_call_into(text, &mut last.value.call)?;
+                last.call_id = id;
+                f(&last.value.call)
+            }
             // A hook called while another's call is read on this thread: a call of its own.
             Err(_) => {
                 let mut call = crate::TurnCall::default();
@@ -252,24 +231,57 @@ fn with_turn_call<R>(
     }
 }
 
-/// Calls `f` with the turn that ended (see [`with_turn_call`]).
+/// Calls `f` with the turn that ended: its own fields only when the host names the call held
+/// here as its call (`wt` 1.5 and later), else read whole (see [`with_turn_call`]).
 fn with_turn_result<R>(
     cx: &Context<'_>,
     id: u32,
     f: impl FnOnce(&crate::TurnResult) -> Result<R, String>,
 ) -> Result<R, String> {
     let mut f = Some(f);
-    if let Some(result) = TURN_RESULT.with(|cell| {
+    let held = TURN.with(|cell| {
         let last = cell.try_borrow().ok()?;
-        let result = last.known(id)?;
-        Some(f.take().expect("called once")(result))
-    }) {
-        return result;
+        if id != 0 && last.result_id == id {
+            return Some(Ok(f.take().expect("called once")(&last.value)));
+        }
+        Some(Err(last.call_id))
+    });
+    let held = match held {
+        Some(Ok(result)) => return result,
+        Some(Err(call_id)) => call_id,
+        None => 0,
+    };
+    if held != 0 && id != 0 {
+        let read = cx.with_raw(crate::member::TURN_RESULT_TAIL, |text| {
+            if crate::turn::fields::tail_call_id(text) != Ok(held) {
+                return None;
+            }
+            TURN.with(|cell| {
+                let mut last = cell.try_borrow_mut().ok()?;
+                if last.call_id != held {
+                    return None;
+                }
+                last.result_id = 0;
+                // A tail that does not read is read whole below.
+                crate::turn::fields::read_tail_into(text, &mut last.value).ok()?;
+                last.result_id = id;
+                Some(f.take().expect("called once")(&last.value))
+            })
+        });
+        if let Some(Some(result)) = read {
+            return result;
+        }
     }
     let read = cx.with_raw(crate::member::TURN_RESULT_FIELDS, |text| {
         let f = f.take().expect("called once");
-        TURN_RESULT.with(|cell| match cell.try_borrow_mut() {
-            Ok(mut last) => f(last.read(id, text, crate::turn::fields::read_result_into)?),
+        TURN.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut last) => {
+                // The call is the result's now; under which begin's id, nobody said.
+                (last.call_id, last.result_id) = (0, 0);
+                crate::turn::fields::read_result_into(text, &mut last.value)?;
+                last.result_id = id;
+                f(&last.value)
+            }
             Err(_) => {
                 let mut result =
                     crate::TurnResult::new(crate::TurnCall::default(), crate::Outcome::Unknown);

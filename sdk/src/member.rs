@@ -49,6 +49,10 @@ pub const TURN_RESULT: &str = "turn_result";
 pub const TURN_CALL_FIELDS: &str = "turn_call.fields";
 /// [`TURN_RESULT`] in the compact form (since 1.5).
 pub const TURN_RESULT_FIELDS: &str = "turn_result.fields";
+/// [`TURN_RESULT`]'s own fields in the compact form, after the snapshot id its call was
+/// served under at the turn's begin (since 1.5): a plugin that read that call keeps it and
+/// reads only the rest. Served at `turn_finish` when the begin's call had an id.
+pub const TURN_RESULT_TAIL: &str = "turn_result.tail";
 
 /// Every member this SDK knows, lifecycle members first.
 pub const ALL: [&str; 10] = [

@@ -265,6 +265,10 @@ pub mod ids {
 /// The form: `1` (its version), the number of fields as 2 hex digits, each field's byte
 /// length as 8 hex digits, then the fields' bytes one after another. An optional field is
 /// `-` (absent) or `+` followed by the value. Fields a newer `wt` appends are ignored.
+///
+/// A result's *tail* (since 1.5, [`member::TURN_RESULT_TAIL`](crate::member::TURN_RESULT_TAIL))
+/// is the same form with the id of the begin's call snapshot (8 hex digits) and the result's
+/// own fields: a plugin that still holds that call reads five fields at a finish, not fifteen.
 #[doc(hidden)]
 pub mod fields {
     use super::{Cause, Outcome, TurnCall, TurnResult};
@@ -397,24 +401,53 @@ pub mod fields {
         w.finish()
     }
 
+    /// A result's own optional fields, written as the form writes them (`-` or `+value`).
+    struct Own {
+        error: Option<String>,
+        kind: Option<String>,
+        denial: Option<String>,
+    }
+
+    impl Own {
+        fn of(result: &TurnResult) -> Own {
+            Own {
+                error: result.error.as_deref().map(|e| format!("+{e}")),
+                kind: result.error_kind.map(|k| format!("+{}", k.as_str())),
+                denial: result
+                    .denial
+                    .as_ref()
+                    .and_then(|d| serde_json::to_string(d).ok())
+                    .map(|d| format!("+{d}")),
+            }
+        }
+
+        fn put<'a>(&'a self, w: &mut Writer<'a>, result: &'a TurnResult) {
+            w.put(&result.ended_at);
+            w.put(outcome_name(result.outcome));
+            w.put(self.error.as_deref().unwrap_or("-"));
+            w.put(self.kind.as_deref().unwrap_or("-"));
+            w.put(self.denial.as_deref().unwrap_or("-"));
+        }
+    }
+
     /// `result`, encoded: its call's fields, then its own.
     pub fn result(result: &TurnResult) -> String {
         let mut buf = [0u8; 10];
         let turn = decimal(result.call.turn, &mut buf);
-        let error = result.error.as_deref().map(|e| format!("+{e}"));
-        let kind = result.error_kind.map(|k| format!("+{}", k.as_str()));
-        let denial = result
-            .denial
-            .as_ref()
-            .and_then(|d| serde_json::to_string(d).ok())
-            .map(|d| format!("+{d}"));
+        let own = Own::of(result);
         let mut w = Writer::new();
         put_call(&mut w, &result.call, turn);
-        w.put(&result.ended_at);
-        w.put(outcome_name(result.outcome));
-        w.put(error.as_deref().unwrap_or("-"));
-        w.put(kind.as_deref().unwrap_or("-"));
-        w.put(denial.as_deref().unwrap_or("-"));
+        own.put(&mut w, result);
+        w.finish()
+    }
+
+    /// `result`'s tail: the id its call was served under (`call_id`), then its own fields.
+    pub fn tail(result: &TurnResult, call_id: u32) -> String {
+        let id = hex8(call_id);
+        let own = Own::of(result);
+        let mut w = Writer::new();
+        w.put(std::str::from_utf8(&id).unwrap_or_default());
+        own.put(&mut w, result);
         w.finish()
     }
 
@@ -536,25 +569,43 @@ pub mod fields {
         read_call(&f, into)
     }
 
-    /// Decodes a result into `into`, reusing its strings' buffers.
-    pub fn read_result_into(text: &str, into: &mut TurnResult) -> Result<(), String> {
-        let f = split::<RESULT_FIELDS>(text).ok_or(BAD)?;
-        read_call(&f, &mut into.call)?;
-        set(&mut into.ended_at, f[10]);
-        into.outcome = outcome_of(f[11]);
-        match (opt(f[12])?, &mut into.error) {
+    /// A result's own fields (`f`: ended_at, outcome, error, kind, denial) into `into`.
+    fn read_own(f: &[&str], into: &mut TurnResult) -> Result<(), String> {
+        set(&mut into.ended_at, f[0]);
+        into.outcome = outcome_of(f[1]);
+        match (opt(f[2])?, &mut into.error) {
             (None, e) => *e = None,
             (Some(v), Some(e)) => set(e, v),
             (Some(v), e) => *e = Some(v.to_owned()),
         }
-        into.error_kind = opt(f[13])?.map(kind_of);
-        into.denial = match opt(f[14])? {
+        into.error_kind = opt(f[3])?.map(kind_of);
+        into.denial = match opt(f[4])? {
             None => None,
             Some(json) => {
                 Some(serde_json::from_str(json).map_err(|e| format!("turn fields: denial: {e}"))?)
             }
         };
         Ok(())
+    }
+
+    /// Decodes a result into `into`, reusing its strings' buffers.
+    pub fn read_result_into(text: &str, into: &mut TurnResult) -> Result<(), String> {
+        let f = split::<RESULT_FIELDS>(text).ok_or(BAD)?;
+        read_call(&f, &mut into.call)?;
+        read_own(&f[CALL_FIELDS..], into)
+    }
+
+    /// The id of the call snapshot a tail goes with.
+    pub fn tail_call_id(text: &str) -> Result<u32, String> {
+        let f = split::<1>(text).ok_or(BAD)?;
+        unhex8(f[0].as_bytes()).ok_or_else(|| BAD.to_owned())
+    }
+
+    /// Decodes a tail's own fields into `into`, leaving its call as it is: the caller holds
+    /// the call the tail names ([`tail_call_id`]) in `into.call`.
+    pub fn read_tail_into(text: &str, into: &mut TurnResult) -> Result<(), String> {
+        let f = split::<6>(text).ok_or(BAD)?;
+        read_own(&f[1..], into)
     }
 
     #[cfg(test)]
@@ -645,6 +696,35 @@ pub mod fields {
             let plain = TurnResult::new(call, Outcome::Done);
             read_result_into(&super::result(&plain), &mut into).unwrap();
             assert_eq!(into, plain);
+        }
+
+        #[test]
+        fn a_tail_names_its_call_and_reads_back_only_the_results_own_fields() {
+            let call = TurnCall::new("run-1", 2, "kept");
+            let mut result = TurnResult::new(call.clone(), Outcome::Failed);
+            result.ended_at = "2026-12-02T00:00:01.000Z".into();
+            result.error = Some("agent said no \u{202e}".into());
+            result.error_kind = Some(TurnErrorKind::Agent);
+            for id in [1, 0x9a, 0xab_cdef, super::super::ids::MAX] {
+                let text = tail(&result, id);
+                assert_eq!(tail_call_id(&text), Ok(id));
+                // The call stays whatever the reader holds: only the own fields change.
+                let mut into = TurnResult::new(call.clone(), Outcome::Done);
+                into.denial = Some(crate::model::Denial::default());
+                read_tail_into(&text, &mut into).unwrap();
+                assert_eq!(into, result);
+            }
+            // A tail is not a full result, nor a call: each reader refuses the other's form.
+            let text = tail(&result, 7);
+            assert!(read_result_into(&text, &mut result.clone()).is_err());
+            assert!(read_call_into(&text, &mut TurnCall::default()).is_err());
+            assert!(tail_call_id(&super::call(&call)).is_err());
+            for cut in (0..text.len()).filter(|&c| text.is_char_boundary(c)) {
+                assert!(
+                    read_tail_into(&text[..cut], &mut result.clone()).is_err(),
+                    "{cut}"
+                );
+            }
         }
 
         #[test]

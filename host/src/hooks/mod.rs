@@ -44,6 +44,9 @@ pub struct TurnOpen {
     pub warnings: Vec<String>,
     /// Which observers began (their finishes are owed): a bit per hook, opaque to the runner.
     pub begun: u64,
+    /// The snapshot id the begins' call was served under (0: none): the finish names it, so
+    /// a plugin that holds that call reads only the result's own fields.
+    pub turn_id: u32,
 }
 
 /// The seam lifecycle hooks plug into. Per run the order is: reset → mint session → capture

@@ -239,6 +239,11 @@ impl HookObserver {
         }
     }
 
+    /// Does any of these hooks declare `point`?
+    pub(crate) fn wants(&self, point: u32) -> bool {
+        self.dispatcher.wants(point)
+    }
+
     /// `on_run_start`, relayed.
     pub(crate) fn relayed_run_start<'a>(
         &'a self,
@@ -313,7 +318,10 @@ impl HookObserver {
         let data = Self::turn_data(call);
         let turn = call.turn;
         async move {
-            let mut open = TurnOpen::default();
+            let mut open = TurnOpen {
+                turn_id: data.turn_id,
+                ..TurnOpen::default()
+            };
             if guards == 0 {
                 // Observers only: every begin in one go.
                 let out = d
@@ -375,7 +383,7 @@ impl HookObserver {
                 mask,
                 true,
                 point::TURN_FINISH,
-                Self::finish_data(result),
+                Self::finish_data(result, open.turn_id),
                 None,
             )
         });
@@ -388,10 +396,13 @@ impl HookObserver {
         }
     }
 
-    fn finish_data(result: &Arc<TurnResult>) -> CallData {
+    /// What a finish's hooks read: the result, under a new snapshot id, naming the id its
+    /// call was served under at the begin (`begun_as`).
+    fn finish_data(result: &Arc<TurnResult>, begun_as: u32) -> CallData {
         CallData {
             turn_result: Some(result.clone()),
             turn_id: next_turn_id(),
+            begun_as,
             ..CallData::default()
         }
     }
@@ -550,7 +561,12 @@ impl RunObserver for HookObserver {
         let call = &Arc::new(call.clone());
         let mut guards = d.declared(point::GUARD_CHECK);
         let mut begins = d.declared(point::TURN_BEGIN);
-        let mut open = TurnOpen::default();
+        // One snapshot id for the turn's guards and begins: the finish names it.
+        let data = Self::turn_data(call);
+        let mut open = TurnOpen {
+            turn_id: data.turn_id,
+            ..TurnOpen::default()
+        };
         if let TurnCause::Converse { hook } = &call.cause {
             // A converse turn: guards only (observers watch the scenario's turns), and not
             // the conversing hook itself, whose call is in progress.
@@ -564,13 +580,7 @@ impl RunObserver for HookObserver {
         }
         if guards == 0 {
             // Observers only: one hand-off for all begins.
-            let out = d.dispatch_to(
-                begins,
-                false,
-                point::TURN_BEGIN,
-                Self::turn_data(call),
-                None,
-            );
+            let out = d.dispatch_to(begins, false, point::TURN_BEGIN, data, None);
             open.begun = out.ok;
             open.warnings = out.warnings;
             return open;
@@ -580,13 +590,13 @@ impl RunObserver for HookObserver {
         for slot in 0..d.hooks().len() {
             let bit = 1u64 << slot;
             if guards & bit != 0
-                && let Some(denial) = self.check(slot, call, &mut open.warnings)
+                && let Some(denial) = self.check(slot, call.turn, &data, &mut open.warnings)
             {
                 open.denial = Some(denial);
                 return open;
             }
             if begins & bit != 0 {
-                let out = d.dispatch_to(bit, false, point::TURN_BEGIN, Self::turn_data(call), None);
+                let out = d.dispatch_to(bit, false, point::TURN_BEGIN, data.clone(), None);
                 open.begun |= out.ok;
                 open.warnings.extend(out.warnings);
             }
@@ -604,7 +614,7 @@ impl RunObserver for HookObserver {
             mask,
             true,
             point::TURN_FINISH,
-            Self::finish_data(&Arc::new(result.clone())),
+            Self::finish_data(&Arc::new(result.clone()), open.turn_id),
             None,
         );
         out.warnings
@@ -617,20 +627,14 @@ impl HookObserver {
     fn check(
         &self,
         slot: usize,
-        call: &Arc<TurnCall>,
+        turn: u32,
+        data: &CallData,
         warnings: &mut Vec<String>,
     ) -> Option<Denial> {
         let d = &self.dispatcher;
-        let out = (d.quarantined() & (1 << slot) == 0).then(|| {
-            d.dispatch_to(
-                1 << slot,
-                false,
-                point::GUARD_CHECK,
-                Self::turn_data(call),
-                None,
-            )
-        });
-        self.judge(slot, call.turn, out, warnings)
+        let out = (d.quarantined() & (1 << slot) == 0)
+            .then(|| d.dispatch_to(1 << slot, false, point::GUARD_CHECK, data.clone(), None));
+        self.judge(slot, turn, out, warnings)
     }
 
     /// What a guard's dispatch decided for turn `turn` (`None`: the guard was quarantined

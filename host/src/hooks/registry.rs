@@ -606,6 +606,9 @@ impl ActiveHook {
                 let adapter = FfiHost(host);
                 let ctx = FfiContext_TO::from_ptr(&adapter, TD_Opaque);
                 match hook.on_event(point, ctx) {
+                    // No value (every lifecycle point): nothing to copy out of the plugin's
+                    // string (its allocator is not ours, so `into` would copy).
+                    RResult::ROk(v) if v.is_empty() => Ok(String::new()),
                     RResult::ROk(v) => Ok(v.into()),
                     RResult::RErr(e) => Err(CallError::Failed(e.into())),
                 }

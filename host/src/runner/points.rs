@@ -13,6 +13,8 @@ use windtunnel_sdk::turn::{TurnCall, TurnResult};
 
 use crate::hooks::dispatch::{Relay, Session};
 use crate::hooks::observer::HookObserver;
+use windtunnel_abi::point;
+
 use crate::hooks::{RunHookOutput, RunObserver, TurnOpen};
 
 #[derive(Clone, Copy)]
@@ -38,6 +40,9 @@ impl<'l> Points<'l> {
         session: &dyn Session,
     ) -> impl Future<Output = RunHookOutput> + Send + 'l {
         match self {
+            Points::Relayed(h, _) if !h.wants(point::ON_RUN_START) => {
+                Either::Ready(Some(RunHookOutput::default()))
+            }
             Points::Relayed(h, relay) => Either::relayed(
                 h.relayed_run_start(relay, scenario, agent, run_id, session_id, session),
             ),
@@ -56,6 +61,9 @@ impl<'l> Points<'l> {
         session: &dyn Session,
     ) -> impl Future<Output = RunHookOutput> + Send + 'l {
         match self {
+            Points::Relayed(h, _) if !h.wants(point::ON_RUN_SCORED) => {
+                Either::Ready(Some(RunHookOutput::default()))
+            }
             Points::Relayed(h, relay) => {
                 Either::relayed(h.relayed_run_scored(relay, scenario, agent, trace, score, session))
             }
@@ -74,6 +82,9 @@ impl<'l> Points<'l> {
         session: &dyn Session,
     ) -> impl Future<Output = RunHookOutput> + Send + 'l {
         match self {
+            Points::Relayed(h, _) if !h.wants(point::ON_RUN_END) => {
+                Either::Ready(Some(RunHookOutput::default()))
+            }
             Points::Relayed(h, relay) => {
                 Either::relayed(h.relayed_run_end(relay, scenario, agent, trace, score, session))
             }
@@ -105,7 +116,8 @@ impl<'l> Points<'l> {
     }
 }
 
-/// A relayed point's future, or the value an in-place call already returned.
+/// A relayed point's future, or the value an in-place call already returned (or a point no
+/// hook of the lane wants: nothing to box).
 enum Either<F: Future> {
     Relayed(Pin<Box<F>>),
     Ready(Option<F::Output>),

@@ -35,8 +35,8 @@ pub(super) struct RunRunner<'s, 'a> {
     surface: Mutex<Option<store::RenderedSurface>>,
     /// The built-in world's starting state, lent to each trace as its `world.before`.
     start: Mutex<Option<serde_json::Value>>,
-    /// The turn snapshot turn hooks are handed, refilled for each turn.
-    turn_call: Mutex<Option<windtunnel_sdk::TurnCall>>,
+    /// The turn snapshots turn hooks are handed, refilled for each turn.
+    turn_call: Mutex<super::turn::Spare>,
 }
 
 impl<'s, 'a> RunRunner<'s, 'a> {
@@ -47,7 +47,7 @@ impl<'s, 'a> RunRunner<'s, 'a> {
             lane,
             surface: Mutex::new(None),
             start: Mutex::new(None),
-            turn_call: Mutex::new(None),
+            turn_call: Mutex::default(),
         }
     }
 

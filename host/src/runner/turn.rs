@@ -25,8 +25,8 @@ pub(super) struct TurnRunner<'r, 'a> {
     pub sc: &'r ScenarioRunner<'a>,
     /// The lane's turn hooks and guards (its own hook instances).
     pub points: Points<'r>,
-    /// The lane's turn snapshot, refilled for each turn (see [`fill_turn_call`]).
-    pub spare: &'r Mutex<Option<TurnCall>>,
+    /// The lane's turn snapshots, refilled for each turn (see [`Spare`]).
+    pub spare: &'r Mutex<Spare>,
     pub handle: &'r Handle,
     pub world: &'r Arc<Mutex<World>>,
     pub scope: &'r Scope,
@@ -46,9 +46,9 @@ impl TurnRunner<'_, '_> {
                 ..self.scope.clone()
             };
             let call = turn_hooks.then(|| {
-                let mut call = lock(self.spare).take().unwrap_or_default();
+                let mut call = lock(self.spare).call.take().unwrap_or_default();
                 fill_turn_call(
-                    &mut call,
+                    Arc::make_mut(&mut call),
                     sc,
                     &trace.run_id,
                     &trace.session_id,
@@ -56,7 +56,7 @@ impl TurnRunner<'_, '_> {
                     text,
                     TurnCause::Scenario,
                 );
-                Arc::new(call)
+                call
             });
             let mut open = match &call {
                 Some(call) => self.points.begin_turn(call).await,
@@ -175,8 +175,19 @@ pub(super) fn publish_denial(
     );
 }
 
+/// A lane's turn snapshots between turns: the begin's call and the finish's result, each
+/// in the `Arc` hooks were handed, its strings' buffers kept. A turn refills them in place,
+/// so once a lane's first turn is built its turns allocate nothing for their snapshots. A
+/// snapshot a hook abandoned past its deadline may still hold is not kept: the next turn
+/// builds anew.
+#[derive(Default)]
+pub(super) struct Spare {
+    call: Option<Arc<TurnCall>>,
+    result: Option<Arc<TurnResult>>,
+}
+
 /// Finishes the observers that began, in reverse order (after the terminal event is
-/// durable); the turn's snapshot goes back to `spare` for the next turn.
+/// durable); the turn's snapshots go back to `spare` for the next turn.
 #[expect(
     clippy::too_many_arguments,
     reason = "one turn's ending, as the loop has it"
@@ -189,22 +200,37 @@ async fn finish(
     outcome: Outcome,
     error: Option<runtime::TurnError>,
     denial: Option<Denial>,
-    spare: &Mutex<Option<TurnCall>>,
+    spare: &Mutex<Spare>,
 ) -> Vec<String> {
-    let Some(call) = call else {
+    let Some(mut call) = call else {
         return Vec::new();
     };
-    // The begin's snapshots are gone by now: the call moves into the result uncopied.
-    let mut result = TurnResult::new(Arc::unwrap_or_clone(call), outcome);
-    result.ended_at = cfg.clock.now_rfc3339();
-    result.error_kind = error.as_ref().map(|e| e.kind);
-    result.error = error.map(|e| e.message);
-    result.denial = denial;
-    let result = Arc::new(result);
+    let mut result = lock(spare)
+        .result
+        .take()
+        .unwrap_or_else(|| Arc::new(TurnResult::new(TurnCall::default(), outcome)));
+    {
+        let r = Arc::make_mut(&mut result);
+        // The begin's snapshots are gone by now: the call moves into the result uncopied,
+        // and the result's last call (its buffers) into the call's place.
+        match Arc::get_mut(&mut call) {
+            Some(c) => std::mem::swap(c, &mut r.call),
+            None => r.call.clone_from(&call),
+        }
+        r.outcome = outcome;
+        r.ended_at.clear();
+        cfg.clock.push_rfc3339(&mut r.ended_at);
+        r.error_kind = error.as_ref().map(|e| e.kind);
+        r.error = error.map(|e| e.message);
+        r.denial = denial;
+    }
     let warnings = points.finish_turn(open, &result).await;
-    // A hook abandoned past its deadline may still hold it: then the next turn builds anew.
-    if let Ok(result) = Arc::try_unwrap(result) {
-        *lock(spare) = Some(result.call);
+    // The call goes back to its own place with its buffers for the next turn to refill.
+    if let (Some(r), Some(c)) = (Arc::get_mut(&mut result), Arc::get_mut(&mut call)) {
+        std::mem::swap(c, &mut r.call);
+        let mut kept = lock(spare);
+        kept.call = Some(call);
+        kept.result = Some(result);
     }
     warnings
 }

@@ -1259,6 +1259,38 @@ mod tests {
             };
             d.dispatch_relayed(&relay, u64::MAX, true, point::TURN_FINISH, data, None)
                 .await;
+            // A finish whose tail names the call this thread read at a begin reads only the
+            // result's own fields: its call is that begin's (here told apart by its input,
+            // which a real finish never changes). A tail naming another begin's call than
+            // the one held is read whole.
+            let fifth = call("ids-5", 0, "fifth");
+            let begin = |c: &Arc<TurnCall>, id| CallData {
+                turn_call: Some(c.clone()),
+                turn_id: id,
+                ..CallData::default()
+            };
+            let finish = |input: &str, outcome, begun_as, id| CallData {
+                turn_result: Some(Arc::new(TurnResult::new(
+                    (*call("ids-5", 0, input)).clone(),
+                    outcome,
+                ))),
+                turn_id: id,
+                begun_as,
+                ..CallData::default()
+            };
+            let steps = [
+                (point::TURN_BEGIN, begin(&fifth, 905)),
+                (point::TURN_FINISH, finish("not-read", Outcome::Done, 905, 906)),
+                (point::TURN_BEGIN, begin(&call("ids-6", 0, "sixth"), 907)),
+                (point::TURN_FINISH, finish("fifth", Outcome::Failed, 905, 908)),
+                (point::TURN_FINISH, finish("fifth", Outcome::Interrupted, 0, 909)),
+            ];
+            for (p, data) in steps {
+                let out = d
+                    .dispatch_relayed(&relay, u64::MAX, p == point::TURN_FINISH, p, data, None)
+                    .await;
+                assert_eq!(out.ok, 0b11, "{:?}", out.warnings);
+            }
         });
         let seen: Vec<String> = SEEN_TURNS
             .lock()
@@ -1282,6 +1314,16 @@ mod tests {
                 "turns-b:ids-3:0:third",
                 "turns-b:finish:second:Done",
                 "turns-a:finish:second:Done",
+                "turns-a:ids-5:0:fifth",
+                "turns-b:ids-5:0:fifth",
+                "turns-b:finish:fifth:Done",
+                "turns-a:finish:fifth:Done",
+                "turns-a:ids-6:0:sixth",
+                "turns-b:ids-6:0:sixth",
+                "turns-b:finish:fifth:Failed",
+                "turns-a:finish:fifth:Failed",
+                "turns-b:finish:fifth:Interrupted",
+                "turns-a:finish:fifth:Interrupted",
             ]
         );
     }

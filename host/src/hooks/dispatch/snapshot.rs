@@ -25,12 +25,15 @@ pub struct CallData {
     /// The turn, at turn points: the call (begin, guard), or the result with its call
     /// (finish). Served as JSON (`turn_call`, `turn_result`) and in the compact form SDK 1.5
     /// reads without a parse (`turn_call.fields`, `turn_result.fields`), each built only when
-    /// a hook asks for it, once per dispatch.
+    /// a hook asks for it: the JSON once per dispatch, the compact form at each read.
     pub turn_call: Option<Arc<TurnCall>>,
     pub turn_result: Option<Arc<TurnResult>>,
     /// The turn snapshot's id (0: none): equal ids are the same `turn_call` or
     /// `turn_result`, so a plugin's hooks read it once (`windtunnel_sdk::turn::ids`).
     pub turn_id: u32,
+    /// At a finish: the snapshot id the turn's call was served under at its begin (0:
+    /// none). The result's tail (`turn_result.tail`) names it.
+    pub begun_as: u32,
     /// The artifact names already written in this call's scope (the run, the scenario or
     /// the pack), as `<hook>` or `<hook>.<label>`: a second artifact with a taken name is an
     /// error to the hook, never a silent overwrite.
@@ -39,7 +42,8 @@ pub struct CallData {
 
 pub(super) struct Snapshot {
     pub data: CallData,
-    pub cache: [OnceLock<Option<String>>; MEMBERS.len()],
+    /// The JSON members read so far (the compact forms, the last three, are not kept).
+    pub cache: [OnceLock<Option<String>>; MEMBERS.len() - 3],
     /// The members SDK 1.0 reads in a shape of its own ([`SDK_1_0_FIELDS`]), in that shape.
     pub legacy: [OnceLock<Option<String>>; SDK_1_0_FIELDS.len()],
 }
@@ -105,7 +109,7 @@ fn for_sdk_1_0(member: &str, json: &str) -> String {
     }
 }
 
-const MEMBERS: [&str; 12] = [
+const MEMBERS: [&str; 13] = [
     member::SCENARIO,
     member::AGENT,
     member::RUN_ID,
@@ -118,6 +122,7 @@ const MEMBERS: [&str; 12] = [
     member::TURN_RESULT,
     member::TURN_CALL_FIELDS,
     member::TURN_RESULT_FIELDS,
+    member::TURN_RESULT_TAIL,
 ];
 
 /// The place of `name` in [`MEMBERS`].
@@ -135,6 +140,7 @@ fn member_index(name: &str) -> Option<usize> {
         member::TURN_RESULT => 9,
         member::TURN_CALL_FIELDS => 10,
         member::TURN_RESULT_FIELDS => 11,
+        member::TURN_RESULT_TAIL => 12,
         _ => return None,
     };
     debug_assert_eq!(MEMBERS[i], name);
@@ -168,6 +174,25 @@ impl Snapshot {
                 .as_deref()
                 .or(d.turn_result.as_deref().map(|r| &r.call))
         };
+        // The compact forms are written for each read, never kept: writing one costs what
+        // copying a kept one would, and a plugin's hooks read a turn once (by its id).
+        match i {
+            10 => return call().map(windtunnel_sdk::turn::fields::call),
+            11 => {
+                return d
+                    .turn_result
+                    .as_deref()
+                    .map(windtunnel_sdk::turn::fields::result);
+            }
+            12 => {
+                return d
+                    .turn_result
+                    .as_deref()
+                    .filter(|_| d.begun_as != 0)
+                    .map(|r| windtunnel_sdk::turn::fields::tail(r, d.begun_as));
+            }
+            _ => {}
+        }
         self.cache[i]
             .get_or_init(|| match i {
                 0 => json(&d.scenario),
@@ -186,12 +211,7 @@ impl Snapshot {
                 6 => json(&d.aggregate),
                 7 => json(&d.aggregates),
                 8 => call().and_then(|c| serde_json::to_string(c).ok()),
-                9 => json(&d.turn_result),
-                10 => call().map(windtunnel_sdk::turn::fields::call),
-                _ => d
-                    .turn_result
-                    .as_deref()
-                    .map(windtunnel_sdk::turn::fields::result),
+                _ => json(&d.turn_result),
             })
             .clone()
     }

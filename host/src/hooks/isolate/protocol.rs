@@ -38,7 +38,7 @@ pub const VERSION: u32 = 2;
 /// hook read at this point before. A hook that reads the trace and the score then costs one
 /// round trip per call, not three (each a pair of process wakes on a machine without a
 /// spare core).
-pub const AHEAD: [&str; 12] = [
+pub const AHEAD: [&str; 13] = [
     windtunnel_sdk::member::SCENARIO,
     windtunnel_sdk::member::AGENT,
     windtunnel_sdk::member::RUN_ID,
@@ -51,6 +51,7 @@ pub const AHEAD: [&str; 12] = [
     windtunnel_sdk::member::TURN_RESULT,
     windtunnel_sdk::member::TURN_CALL_FIELDS,
     windtunnel_sdk::member::TURN_RESULT_FIELDS,
+    windtunnel_sdk::member::TURN_RESULT_TAIL,
 ];
 
 /// The index of `name` in [`AHEAD`].
@@ -354,7 +355,7 @@ mod tests {
             &[1u8, 0, 0, 0][..],
             &[1, 0, 0, 0, 1, 0][..],
             &[][..],
-            &[1, 0, 0, 0, 0, 12, 0][..],
+            &[1, 0, 0, 0, 0, AHEAD.len() as u8, 0][..],
             &[1, 0, 0, 0, 0, 4, 2][..],
             &[1, 0, 0, 0, 0, 4, 1, 9, 0, 0, 0, b'x'][..],
             &[1, 0, 0, 0, 0, 4, 1, 1, 0, 0, 0, 0xff][..],
