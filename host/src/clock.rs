@@ -64,7 +64,9 @@ impl Clock {
 
     /// Now, as RFC 3339 in UTC with millisecond precision (`2026-11-30T05:15:00.123Z`).
     pub fn now_rfc3339(&self) -> String {
-        rfc3339(self.now())
+        let mut out = String::with_capacity(24);
+        self.push_rfc3339(&mut out);
+        out
     }
 
     /// [`Clock::now_rfc3339`], appended to `out`.
@@ -73,9 +75,11 @@ impl Clock {
         // 128-bit division to split into seconds and milliseconds again.
         if let Clock::System = self
             && let Ok(d) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)
-            && let Some(c) = civil_of(d.as_secs(), d.subsec_millis())
+            && let Some(mut stamp) = second_stamp(d.as_secs())
         {
-            push_civil(out, &c);
+            put_digits(&mut stamp[20..23], d.subsec_millis());
+            // ASCII digits and separators only.
+            out.push_str(std::str::from_utf8(&stamp).unwrap_or_default());
             return;
         }
         push_rfc3339(out, self.now());
@@ -109,8 +113,24 @@ fn push_rfc3339(out: &mut String, t: Timestamp) {
     }
 }
 
-/// `c` as RFC 3339 with milliseconds, appended to `out`.
-fn push_civil(out: &mut String, c: &Civil) {
+/// The RFC 3339 stamp of second `secs` (milliseconds 000): a sweep stamps many events a
+/// second, so each thread keeps the last second's and formats only the milliseconds anew.
+fn second_stamp(secs: u64) -> Option<[u8; 24]> {
+    use std::cell::Cell;
+    thread_local! {
+        static LAST: Cell<(u64, [u8; 24])> = const { Cell::new((u64::MAX, [0; 24])) };
+    }
+    let (last, stamp) = LAST.get();
+    if last == secs {
+        return Some(stamp);
+    }
+    let stamp = civil_stamp(&civil_of(secs, 0)?);
+    LAST.set((secs, stamp));
+    Some(stamp)
+}
+
+/// `c` as RFC 3339 with milliseconds.
+fn civil_stamp(c: &Civil) -> [u8; 24] {
     let mut buf = *b"0000-00-00T00:00:00.000Z";
     put_digits(&mut buf[0..4], c.year);
     put_digits(&mut buf[5..7], c.month);
@@ -119,6 +139,12 @@ fn push_civil(out: &mut String, c: &Civil) {
     put_digits(&mut buf[14..16], c.minute);
     put_digits(&mut buf[17..19], c.second);
     put_digits(&mut buf[20..23], c.milli);
+    buf
+}
+
+/// `c` as RFC 3339 with milliseconds, appended to `out`.
+fn push_civil(out: &mut String, c: &Civil) {
+    let buf = civil_stamp(c);
     // ASCII digits and separators only.
     out.push_str(std::str::from_utf8(&buf).unwrap_or_default());
 }
@@ -338,6 +364,25 @@ mod tests {
                 stamp.len(),
                 "kept ".len() + "2026-12-02T00:00:00.000Z".len()
             );
+        }
+    }
+
+    #[test]
+    fn the_kept_second_is_the_second_asked_for() {
+        // Repeats, steps forward and back, and a day and a year boundary.
+        for secs in [
+            1_764_633_600u64,
+            1_764_633_600,
+            1_764_633_601,
+            1_764_633_599,
+            1_767_225_599,
+            1_767_225_600,
+            1_767_225_600,
+            0,
+        ] {
+            let want = rfc3339(Timestamp::from_second(secs as i64).unwrap());
+            let got = second_stamp(secs).unwrap();
+            assert_eq!(std::str::from_utf8(&got).unwrap(), want, "{secs}");
         }
     }
 
