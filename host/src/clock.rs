@@ -161,14 +161,20 @@ fn put_digits(into: &mut [u8], mut n: u32) {
 pub(crate) fn compact(t: Timestamp) -> String {
     match civil(t) {
         Some(c) => {
-            let mut buf = *b"00000000T000000Z";
-            put_digits(&mut buf[0..4], c.year);
-            put_digits(&mut buf[4..6], c.month);
-            put_digits(&mut buf[6..8], c.day);
-            put_digits(&mut buf[9..11], c.hour);
-            put_digits(&mut buf[11..13], c.minute);
-            put_digits(&mut buf[13..15], c.second);
-            std::str::from_utf8(&buf).unwrap_or_default().to_owned()
+            // The RFC 3339 stamp without its separators and milliseconds.
+            let s = civil_stamp(&c);
+            let parts = [
+                &s[0..4],
+                &s[5..7],
+                &s[8..10],
+                b"T",
+                &s[11..13],
+                &s[14..16],
+                &s[17..19],
+            ];
+            let mut out: String = parts.concat().into_iter().map(char::from).collect();
+            out.push('Z');
+            out
         }
         None => t.strftime("%Y%m%dT%H%M%SZ").to_string(),
     }
