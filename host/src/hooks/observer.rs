@@ -39,9 +39,9 @@ pub(crate) struct HookObserver {
     names: Arc<ArtifactNames>,
     /// Lanes 1, 2, …; lane 0 is this observer.
     lanes: Vec<Arc<HookObserver>>,
-    /// This lane's run in progress and the artifact names written in it: all of a run's
-    /// points fire on its lane, one run at a time.
-    run: Mutex<Option<(String, Names)>>,
+    /// This lane's run in progress: all of a run's points fire on its lane, one run at a
+    /// time, and share what does not change within the run.
+    run: Mutex<RunSlot>,
     /// The scenario snapshot this lane handed out last.
     last_scenario: Mutex<Option<Arc<Scenario>>>,
 }
@@ -76,6 +76,24 @@ impl ArtifactNames {
     }
 }
 
+/// What a run's points share, built at its first point: its ids, its scenario's and agent's
+/// snapshots, and the artifact names written in it.
+#[derive(Clone)]
+struct RunScope {
+    run_id: Arc<str>,
+    session_id: Arc<str>,
+    scenario: Arc<Scenario>,
+    agent: Arc<AgentConfig>,
+    names: Names,
+}
+
+/// A lane's run in progress, and the names set of the run before it, emptied, for the next.
+#[derive(Default)]
+struct RunSlot {
+    current: Option<RunScope>,
+    spare_names: Option<Names>,
+}
+
 fn names_in(map: &Mutex<HashMap<String, Names>>, key: &str) -> Names {
     let mut map = map.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(names) = map.get(key) {
@@ -94,7 +112,7 @@ impl HookObserver {
             dispatcher,
             names: Arc::default(),
             lanes: Vec::new(),
-            run: Mutex::new(None),
+            run: Mutex::default(),
             last_scenario: Mutex::new(None),
         }
     }
@@ -107,7 +125,7 @@ impl HookObserver {
                 dispatcher: Arc::new(self.dispatcher.for_lane()?),
                 names: self.names.clone(),
                 lanes: Vec::new(),
-                run: Mutex::new(None),
+                run: Mutex::default(),
                 last_scenario: Mutex::new(None),
             }));
         }
@@ -128,24 +146,54 @@ impl HookObserver {
         }
     }
 
-    /// The artifact names of run `run_id`, this lane's run in progress.
-    fn run_names(&self, run_id: &str) -> Names {
+    /// What the points of run `run_id` share (this lane's run in progress), built at its
+    /// first point.
+    fn run_scope(
+        &self,
+        scenario: &Scenario,
+        agent: &AgentConfig,
+        run_id: &str,
+        session_id: &str,
+    ) -> RunScope {
         let mut run = self.run.lock().unwrap_or_else(|e| e.into_inner());
-        match &*run {
-            Some((id, names)) if id == run_id => names.clone(),
-            _ => {
-                let names = Names::default();
-                *run = Some((run_id.to_owned(), names.clone()));
-                names
+        if let Some(scope) = &mut run.current
+            && &*scope.run_id == run_id
+        {
+            if &*scope.session_id != session_id {
+                scope.session_id = Arc::from(session_id);
             }
+            if scope.scenario.id != scenario.id {
+                scope.scenario = self.scenario(scenario);
+            }
+            return scope.clone();
         }
+        let names = run.spare_names.take().unwrap_or_default();
+        let scope = RunScope {
+            run_id: Arc::from(run_id),
+            session_id: Arc::from(session_id),
+            scenario: self.scenario(scenario),
+            agent: self.names.agent(agent),
+            names,
+        };
+        run.current = Some(scope.clone());
+        scope
     }
 
-    /// Forgets the names of run `run_id` once it ended.
+    /// Forgets run `run_id` once it ended; its names set, emptied, serves the next run when
+    /// nothing else holds it.
     fn forget_run(&self, run_id: &str) {
         let mut run = self.run.lock().unwrap_or_else(|e| e.into_inner());
-        if run.as_ref().is_some_and(|(id, _)| id == run_id) {
-            *run = None;
+        if run
+            .current
+            .as_ref()
+            .is_some_and(|scope| &*scope.run_id == run_id)
+            && let Some(scope) = run.current.take()
+        {
+            let mut names = scope.names;
+            if let Some(set) = Arc::get_mut(&mut names) {
+                set.get_mut().unwrap_or_else(|e| e.into_inner()).clear();
+                run.spare_names = Some(names);
+            }
         }
     }
 
@@ -158,11 +206,20 @@ impl HookObserver {
         }
     }
 
-    fn run_data(&self, scenario: &Scenario, agent: &AgentConfig, run_id: &str) -> CallData {
+    fn run_data(
+        &self,
+        scenario: &Scenario,
+        agent: &AgentConfig,
+        run_id: &str,
+        session_id: &str,
+    ) -> CallData {
+        let scope = self.run_scope(scenario, agent, run_id, session_id);
         CallData {
-            scenario: Some(self.scenario(scenario)),
-            agent: Some(self.names.agent(agent)),
-            artifact_names: Some(self.run_names(run_id)),
+            scenario: Some(scope.scenario),
+            agent: Some(scope.agent),
+            run_id: Some(scope.run_id),
+            session_id: Some(scope.session_id),
+            artifact_names: Some(scope.names),
             ..CallData::default()
         }
     }
@@ -175,13 +232,11 @@ impl HookObserver {
         score: &Arc<Score>,
     ) -> CallData {
         CallData {
-            run_id: Some(Arc::from(trace.run_id.as_str())),
-            session_id: Some(Arc::from(trace.session_id.as_str())),
             // Shared, not copied: the runner takes the trace back once the run's points
             // are dispatched.
             trace: Some(trace.clone()),
             score: Some(score.clone()),
-            ..self.run_data(scenario, agent, &trace.run_id)
+            ..self.run_data(scenario, agent, &trace.run_id, &trace.session_id)
         }
     }
 
@@ -257,11 +312,7 @@ impl HookObserver {
         let data = self
             .dispatcher
             .wants(point::ON_RUN_START)
-            .then(|| CallData {
-                run_id: Some(Arc::from(run_id)),
-                session_id: Some(Arc::from(session_id)),
-                ..self.run_data(scenario, agent, run_id)
-            });
+            .then(|| self.run_data(scenario, agent, run_id, session_id));
         self.relayed(relay, point::ON_RUN_START, data, Some(session))
     }
 
@@ -446,9 +497,14 @@ pub(crate) fn stamp(mut a: Artifact) -> Artifact {
 }
 
 fn output(out: DispatchOutput) -> RunHookOutput {
+    let artifacts = if out.artifacts.is_empty() {
+        Vec::new()
+    } else {
+        out.artifacts.into_iter().map(stamp).collect()
+    };
     RunHookOutput {
         warnings: out.warnings,
-        artifacts: out.artifacts.into_iter().map(stamp).collect(),
+        artifacts,
     }
 }
 
@@ -483,11 +539,7 @@ impl RunObserver for HookObserver {
     ) -> RunHookOutput {
         self.fire(
             point::ON_RUN_START,
-            || CallData {
-                run_id: Some(Arc::from(run_id)),
-                session_id: Some(Arc::from(session_id)),
-                ..self.run_data(scenario, agent, run_id)
-            },
+            || self.run_data(scenario, agent, run_id, session_id),
             Some(session),
         )
     }

@@ -4,9 +4,7 @@
 //! place for any other observer (a library caller's own, or none).
 
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use windtunnel_sdk::model::{AgentConfig, Scenario, Score, Trace};
 use windtunnel_sdk::turn::{TurnCall, TurnResult};
@@ -38,17 +36,17 @@ impl<'l> Points<'l> {
         run_id: &str,
         session_id: &str,
         session: &dyn Session,
-    ) -> impl Future<Output = RunHookOutput> + Send + 'l {
+    ) -> PointCall<impl Future<Output = RunHookOutput> + Send + 'l> {
         match self {
             Points::Relayed(h, _) if !h.wants(point::ON_RUN_START) => {
-                Either::Ready(Some(RunHookOutput::default()))
+                PointCall::Done(RunHookOutput::default())
             }
-            Points::Relayed(h, relay) => Either::relayed(
+            Points::Relayed(h, relay) => PointCall::Relayed(
                 h.relayed_run_start(relay, scenario, agent, run_id, session_id, session),
             ),
-            Points::InPlace(o) => Either::Ready(Some(
-                o.on_run_start(scenario, agent, run_id, session_id, session),
-            )),
+            Points::InPlace(o) => {
+                PointCall::Done(o.on_run_start(scenario, agent, run_id, session_id, session))
+            }
         }
     }
 
@@ -59,17 +57,17 @@ impl<'l> Points<'l> {
         trace: &Arc<Trace>,
         score: &Arc<Score>,
         session: &dyn Session,
-    ) -> impl Future<Output = RunHookOutput> + Send + 'l {
+    ) -> PointCall<impl Future<Output = RunHookOutput> + Send + 'l> {
         match self {
             Points::Relayed(h, _) if !h.wants(point::ON_RUN_SCORED) => {
-                Either::Ready(Some(RunHookOutput::default()))
+                PointCall::Done(RunHookOutput::default())
             }
-            Points::Relayed(h, relay) => {
-                Either::relayed(h.relayed_run_scored(relay, scenario, agent, trace, score, session))
+            Points::Relayed(h, relay) => PointCall::Relayed(
+                h.relayed_run_scored(relay, scenario, agent, trace, score, session),
+            ),
+            Points::InPlace(o) => {
+                PointCall::Done(o.on_run_scored(scenario, agent, trace, score, session))
             }
-            Points::InPlace(o) => Either::Ready(Some(
-                o.on_run_scored(scenario, agent, trace, score, session),
-            )),
         }
     }
 
@@ -80,16 +78,16 @@ impl<'l> Points<'l> {
         trace: &Arc<Trace>,
         score: &Arc<Score>,
         session: &dyn Session,
-    ) -> impl Future<Output = RunHookOutput> + Send + 'l {
+    ) -> PointCall<impl Future<Output = RunHookOutput> + Send + 'l> {
         match self {
             Points::Relayed(h, _) if !h.wants(point::ON_RUN_END) => {
-                Either::Ready(Some(RunHookOutput::default()))
+                PointCall::Done(RunHookOutput::default())
             }
             Points::Relayed(h, relay) => {
-                Either::relayed(h.relayed_run_end(relay, scenario, agent, trace, score, session))
+                PointCall::Relayed(h.relayed_run_end(relay, scenario, agent, trace, score, session))
             }
             Points::InPlace(o) => {
-                Either::Ready(Some(o.on_run_end(scenario, agent, trace, score, session)))
+                PointCall::Done(o.on_run_end(scenario, agent, trace, score, session))
             }
         }
     }
@@ -116,29 +114,11 @@ impl<'l> Points<'l> {
     }
 }
 
-/// A relayed point's future, or the value an in-place call already returned (or a point no
-/// hook of the lane wants: nothing to box).
-enum Either<F: Future> {
-    Relayed(Pin<Box<F>>),
-    Ready(Option<F::Output>),
-}
-
-impl<F: Future> Either<F> {
-    fn relayed(f: F) -> Self {
-        Either::Relayed(Box::pin(f))
-    }
-}
-
-impl<F: Future> Future for Either<F>
-where
-    F::Output: Unpin,
-{
-    type Output = F::Output;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        match self.get_mut() {
-            Either::Relayed(f) => f.as_mut().poll(cx),
-            Either::Ready(v) => Poll::Ready(v.take().expect("polled after completion")),
-        }
-    }
+/// A relayed point's future, to await, or what the point returned already (an in-place
+/// call, or a point no hook of the lane wants). The caller awaits the future in place, in
+/// the lane's own future: a point allocates no box, and a point with nothing to relay moves
+/// no future.
+pub(super) enum PointCall<F> {
+    Relayed(F),
+    Done(RunHookOutput),
 }

@@ -502,22 +502,25 @@ impl Dispatcher {
                 0 => point,
                 id => windtunnel_sdk::turn::ids::with(point, id),
             };
-            Arc::new(relay::Point {
-                snapshot: Snapshot::new(data),
+            let session = session.map(|s| relay.session_ref(s));
+            let (calls, spare) = relay.spares();
+            let shared = relay::Point::make(
+                spare,
+                data,
                 point,
                 point_with_turn,
-                caps: self.caps,
-                session: session.map(|s| relay.session_ref(s)),
-                converse_timeout: self.deadlines.converse,
-            })
+                self.caps,
+                session,
+                self.deadlines.converse,
+            );
+            (shared, calls)
         });
         async move {
             let mut out = DispatchOutput::default();
-            let Some(shared) = shared else {
+            let Some((shared, mut calls)) = shared else {
                 return out;
             };
             let deadline = self.deadline(point);
-            let mut calls = relay.call_buffer();
             let mut left = order;
             while left != 0 {
                 let slot = if reverse {
@@ -532,7 +535,7 @@ impl Dispatcher {
                     deadline,
                 });
             }
-            let mut replies = relay.calls(shared, calls).await;
+            let (mut replies, spent) = relay.calls(shared, calls).await;
             for (slot, reply) in replies.drain(..) {
                 match reply {
                     Ok((result, outputs)) => {
@@ -551,7 +554,7 @@ impl Dispatcher {
                     Err(hung) => self.timed_out(slot, point, hung.after, &mut out),
                 }
             }
-            relay.recycle(replies);
+            relay.recycle(replies, spent);
             out
         }
     }
@@ -1019,6 +1022,38 @@ mod tests {
         let log = LOG.lock().unwrap().clone();
         assert!(log.contains(&"order-a:lane-hang".to_string()), "{log:?}");
         assert!(log.contains(&"order-a:lane-hang-2".to_string()), "{log:?}");
+    }
+
+    #[test]
+    fn a_relayed_point_lets_go_of_its_members_and_the_next_point_reuses_its_place() {
+        let d = Dispatcher::new(vec![active::<OrderA>()], deadlines(5000));
+        let relay = Arc::new(Relay::new());
+        let run_id: Arc<str> = Arc::from("reuse");
+        let places = StdMutex::new(Vec::new());
+        one_lane(&d, &relay, async {
+            for _ in 0..3 {
+                let data = CallData {
+                    run_id: Some(run_id.clone()),
+                    ..CallData::default()
+                };
+                let out = d
+                    .dispatch_relayed(&relay, u64::MAX, false, point::ON_RUN_START, data, None)
+                    .await;
+                assert_eq!(out.ok, 1);
+                // The runner takes its trace back with `Arc::unwrap_or_clone` right after a
+                // point: nothing of the point may hold a member any more.
+                assert_eq!(Arc::strong_count(&run_id), 1, "a member outlived its point");
+                let (calls, spare) = relay.spares();
+                let spare = spare.expect("the point was kept for the next one");
+                places.lock().unwrap().push(Arc::as_ptr(&spare) as usize);
+                let mut p = relay.point_for_test();
+                p.spare_calls = calls;
+                p.spare_point = Some(spare);
+            }
+        });
+        let places = places.into_inner().unwrap();
+        assert_eq!(places.len(), 3);
+        assert!(places.windows(2).all(|w| w[0] == w[1]), "{places:?}");
     }
 
     #[test]

@@ -51,7 +51,7 @@ use super::{
     ConverseError, Session,
     handoff::lock,
     services::{CallServices, Frame, Outputs},
-    snapshot::Snapshot,
+    snapshot::{CallData, Snapshot},
 };
 use crate::{
     hooks::registry::{ActiveHook, CallError},
@@ -89,6 +89,46 @@ pub(super) struct Point {
     pub(super) converse_timeout: Duration,
 }
 
+impl Point {
+    /// A point of `point` with members `data`, in `spare`'s place when no abandoned call
+    /// holds it (its snapshot emptied by [`Point::empty`]).
+    pub(super) fn make(
+        spare: Option<Arc<Point>>,
+        data: CallData,
+        point: u32,
+        point_with_turn: u32,
+        caps: HookCaps,
+        session: Option<SessionRef>,
+        converse_timeout: Duration,
+    ) -> Arc<Point> {
+        if let Some(mut spare) = spare
+            && let Some(p) = Arc::get_mut(&mut spare)
+        {
+            p.snapshot.data = data;
+            p.point = point;
+            p.point_with_turn = point_with_turn;
+            p.caps = caps;
+            p.session = session;
+            p.converse_timeout = converse_timeout;
+            return spare;
+        }
+        Arc::new(Point {
+            snapshot: Snapshot::new(data),
+            point,
+            point_with_turn,
+            caps,
+            session,
+            converse_timeout,
+        })
+    }
+
+    /// Lets go of what the point held (its members, the JSON read of them, the session).
+    fn empty(&mut self) {
+        self.snapshot.empty();
+        self.session = None;
+    }
+}
+
 /// One hook call a lane wants made at a [`Point`].
 pub(super) struct Call {
     pub(super) hook: Arc<ActiveHook>,
@@ -124,7 +164,7 @@ struct Gate {
 
 /// What a lane's point has and has not done yet.
 #[derive(Default)]
-struct InPoint {
+pub(super) struct InPoint {
     /// The point's calls not made yet, in order; `None` when the future is not waiting.
     pending: Option<Batch>,
     /// The replies of the point's calls made so far, in order, with each call's slot.
@@ -132,7 +172,11 @@ struct InPoint {
     /// What the watchdog needs to know of the call in progress.
     current: Option<Current>,
     /// The last point's calls' buffer, empty, for the next point's.
-    spare_calls: Vec<Call>,
+    pub(super) spare_calls: Vec<Call>,
+    /// The point whose calls were all made, until its future takes it back with the replies.
+    spent: Option<Arc<Point>>,
+    /// The last point, emptied, for the next one: a point allocates nothing.
+    pub(super) spare_point: Option<Arc<Point>>,
 }
 
 /// One lane's relay: where its future waits, the calls it wants made, and their replies.
@@ -168,12 +212,12 @@ impl Relay {
     }
 
     /// Has the lane's driver make `calls`, in order: the future suspends until every reply
-    /// is in (one per call, in the same order).
+    /// is in (one per call, in the same order), and comes back with them and the point.
     pub(super) fn calls(
         &self,
         point: Arc<Point>,
         mut calls: Vec<Call>,
-    ) -> impl Future<Output = Vec<(usize, Reply)>> + '_ {
+    ) -> impl Future<Output = (Vec<(usize, Reply)>, Option<Arc<Point>>)> + '_ {
         calls.reverse();
         CallsFuture {
             relay: self,
@@ -181,9 +225,11 @@ impl Relay {
         }
     }
 
-    /// An empty buffer for a point's calls: the last point's, so a point allocates none.
-    pub(super) fn call_buffer(&self) -> Vec<Call> {
-        std::mem::take(&mut lock(&self.point).spare_calls)
+    /// A point to fill and an empty buffer for its calls: the last point's, so a point
+    /// allocates nothing (a point is new only when an abandoned call still holds the last).
+    pub(super) fn spares(&self) -> (Vec<Call>, Option<Arc<Point>>) {
+        let mut p = lock(&self.point);
+        (std::mem::take(&mut p.spare_calls), p.spare_point.take())
     }
 
     /// The run's session, for hook calls relayed while the caller holds `session`: usable
@@ -204,14 +250,27 @@ impl Relay {
         }
     }
 
-    /// Hands back the buffer a point's replies came in, emptied, so the next point's replies
-    /// allocate nothing.
-    pub(super) fn recycle(&self, mut replies: Vec<(usize, Reply)>) {
+    /// Hands back the buffer a point's replies came in and the point, emptied, so the next
+    /// point allocates nothing. A point an abandoned call still holds is left to it.
+    pub(super) fn recycle(&self, mut replies: Vec<(usize, Reply)>, point: Option<Arc<Point>>) {
         replies.clear();
+        let point = point.and_then(|mut point| {
+            Arc::get_mut(&mut point)?.empty();
+            Some(point)
+        });
         let mut kept = lock(&self.point);
         if kept.replies.capacity() == 0 {
             kept.replies = replies;
         }
+        if point.is_some() {
+            kept.spare_point = point;
+        }
+    }
+
+    /// The relay's point state, for tests of what it keeps between points.
+    #[cfg(test)]
+    pub(super) fn point_for_test(&self) -> std::sync::MutexGuard<'_, InPoint> {
+        lock(&self.point)
     }
 
     /// Drives `future` to completion on this thread, making its calls here, with no
@@ -239,13 +298,7 @@ impl Relay {
     /// `false` when the watchdog abandoned one of them meanwhile (the lane is someone
     /// else's now, and so are the calls left).
     fn make_pending(&self) -> bool {
-        let Some(point) = lock(&self.point)
-            .pending
-            .as_ref()
-            .map(|b| b.point.clone())
-        else {
-            return true;
-        };
+        let mut point: Option<Arc<Point>> = None;
         let mut done = None;
         loop {
             // One lock a call: the last call's reply in, the next call out and made current.
@@ -254,12 +307,19 @@ impl Relay {
                 if let Some(reply) = done.take() {
                     p.replies.push(reply);
                 }
-                let Some(call) = p.pending.as_mut().and_then(|b| b.calls.pop()) else {
+                let Some(batch) = p.pending.as_mut() else {
+                    return true;
+                };
+                let Some(call) = batch.calls.pop() else {
                     if let Some(batch) = p.pending.take() {
                         p.spare_calls = batch.calls;
+                        p.spent = Some(batch.point);
                     }
                     return true;
                 };
+                if point.is_none() {
+                    point = Some(batch.point.clone());
+                }
                 p.current = Some(Current {
                     hook: call.hook.clone(),
                     slot: call.slot,
@@ -268,7 +328,8 @@ impl Relay {
                 call
             };
             let slot = call.slot;
-            match self.make(&point, call) {
+            let point = point.as_deref().expect("taken with the first call");
+            match self.make(point, call) {
                 Some(reply) => done = Some((slot, reply)),
                 None => return false,
             }
@@ -327,7 +388,7 @@ struct CallsFuture<'r> {
 }
 
 impl Future for CallsFuture<'_> {
-    type Output = Vec<(usize, Reply)>;
+    type Output = (Vec<(usize, Reply)>, Option<Arc<Point>>);
 
     fn poll(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Self::Output> {
         if let Some(batch) = self.batch.take() {
@@ -336,7 +397,8 @@ impl Future for CallsFuture<'_> {
             p.pending = Some(batch);
             return Poll::Pending;
         }
-        Poll::Ready(std::mem::take(&mut lock(&self.relay.point).replies))
+        let mut p = lock(&self.relay.point);
+        Poll::Ready((std::mem::take(&mut p.replies), p.spent.take()))
     }
 }
 
