@@ -122,3 +122,14 @@ pub(super) enum PointCall<F> {
     Relayed(F),
     Done(RunHookOutput),
 }
+
+/// Awaits a run point's [`PointCall`]: the relayed future in place, or what it returned.
+macro_rules! await_point {
+    ($call:expr) => {
+        match $call {
+            $crate::runner::points::PointCall::Relayed(f) => f.await,
+            $crate::runner::points::PointCall::Done(out) => out,
+        }
+    };
+}
+pub(super) use await_point;

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use windtunnel_sdk::model::{Score, Trace, Verdict, WorldObservation};
 
 use super::lock;
-use super::points::{PointCall, Points};
+use super::points::{Points, await_point};
 use super::scenario::{Handle, ScenarioRunner};
 use super::session::SessionConverse;
 use super::sweep::Lane;
@@ -150,16 +150,13 @@ impl<'s, 'a> RunRunner<'s, 'a> {
             unusable: trace.error.clone(),
             observed: None,
         };
-        let start_out = match points.on_run_start(
+        let start_out = await_point!(points.on_run_start(
             scenario,
             cfg.agent_view(),
             &run_id,
             &trace.session_id,
             &session,
-        ) {
-            PointCall::Relayed(f) => f.await,
-            PointCall::Done(out) => out,
-        };
+        ));
         if trace.error.is_none() {
             super::turn::TurnRunner {
                 sc,
@@ -251,26 +248,20 @@ impl<'s, 'a> RunRunner<'s, 'a> {
         // hold them: then the runner goes on with copies.
         let (shared_trace, shared_score) = (Arc::new(trace), Arc::new(score));
         session.observed = Some(shared_trace.clone());
-        let scored_out = match points.on_run_scored(
+        let scored_out = await_point!(points.on_run_scored(
             scenario,
             cfg.agent_view(),
             &shared_trace,
             &shared_score,
             &session,
-        ) {
-            PointCall::Relayed(f) => f.await,
-            PointCall::Done(out) => out,
-        };
-        let end_out = match points.on_run_end(
+        ));
+        let end_out = await_point!(points.on_run_end(
             scenario,
             cfg.agent_view(),
             &shared_trace,
             &shared_score,
             &session,
-        ) {
-            PointCall::Relayed(f) => f.await,
-            PointCall::Done(out) => out,
-        };
+        ));
         session.observed = None;
         let mut trace = Arc::unwrap_or_clone(shared_trace);
         let score = Arc::unwrap_or_clone(shared_score);
