@@ -964,6 +964,44 @@ fn i10_pinned_sweeps_are_byte_identical_at_any_jobs_and_journals_identical_per_r
 
 // 11 ────────────────────────────────────────────────────────────────────────────────────
 
+/// A run's artifact names are its own: a lane's next run may take the names the run before
+/// it took (the lane keeps one names set and empties it between runs), and within each run a
+/// name is still taken once.
+#[test]
+fn i11_each_run_of_a_lane_starts_with_no_artifact_name_taken() {
+    let dir = tmp();
+    let plugins = plugin_dir(dir.path(), &["wt_test_hostile"]);
+    for jobs in [None, Some("1")] {
+        let out = format!("runs-{}", jobs.unwrap_or("default"));
+        let mut extra = vec![
+            "--filter",
+            "order-status",
+            "--runs",
+            "3",
+            "--hook",
+            "clasher",
+        ];
+        if let Some(j) = jobs {
+            extra.extend(["--jobs", j]);
+        }
+        let r = pinned(dir.path(), &out, &extra, Some(&plugins));
+        assert_eq!(r.code, 0, "{r}");
+        let traces = traces(&dir.path().join(&out));
+        assert_eq!(traces.len(), 3, "{r}");
+        for t in &traces {
+            let warnings = t["worker_warnings"].to_string();
+            assert!(
+                warnings.contains("emit twice-1: ok"),
+                "jobs {jobs:?}: {warnings}"
+            );
+            assert!(
+                warnings.contains("emit twice-2: err"),
+                "jobs {jobs:?}: {warnings}"
+            );
+        }
+    }
+}
+
 #[test]
 fn i11_reserved_hook_names_are_refused_and_clashing_artifacts_are_errors_not_overwrites() {
     let dir = tmp();
