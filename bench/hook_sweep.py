@@ -90,6 +90,14 @@ pw = statistics.median(w[0] - b[0] for w, b in zip(with_, base))
 pc = statistics.median(w[1] - b[1] for w, b in zip(with_, base))
 pu = statistics.median(w[2] - b[2] for w, b in zip(with_, base))
 print(f"  paired (median of the repeats' differences): {pw / units * 1e6:.1f} us wall and {pc / units * 1e6:.1f} us CPU per {unit}")
+# The same pairs as ratios (what the goals bound), and the spread of the wall differences: a
+# bound inside that spread is a bound the machine's noise decides, not the hooks.
+rw = statistics.median(w[0] / b[0] for w, b in zip(with_, base))
+rc = statistics.median(w[1] / b[1] for w, b in zip(with_, base))
+print(f"  paired ratio (median of the repeats' ratios): {rw:.3f} wall, {rc:.3f} CPU")
+if repeats >= 4:
+    q1, _, q3 = statistics.quantiles([(w[0] - b[0]) / units * 1e6 for w, b in zip(with_, base)], n=4)
+    print(f"  spread of the paired wall differences (quartiles): {q1:.1f} to {q3:.1f} us per {unit}")
 # User CPU alone leaves out the kernel's side of writing the sweep's files (the larger part of
 # a run's cost on a tmpfs, and the noisier): a hook's own cost is user time.
 print(f"  paired user CPU only: {pu / units * 1e6:.1f} us per {unit}")
