@@ -11,6 +11,7 @@ BENCH_DIR picks where runs go (default: /dev/shm when it is a writable directory
 temp dir): a tmpfs keeps the file system out of a cost measured in microseconds — on a disk, the
 file system's own state (ext4 after mass deletions) moves a sweep by hundreds of microseconds a
 run between one sweep and the next.
+PROFILE=dist measures the build of `cargo build --profile dist` (target/dist) instead of release.
 WT_BASELINE=/path/to/wt (with WT_BASELINE_PLUGINS, the directory of its no-op plugin) adds another
 build of wt, alternated with this one in the same sitting: the before and after of a change.
 """
@@ -23,8 +24,9 @@ import tempfile
 import time
 
 root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-wt = os.path.join(root, "target", "release", "wt")
-plugins = os.path.join(root, "target", "release")
+profile = os.environ.get("PROFILE", "release")
+wt = os.path.join(root, "target", profile, "wt")
+plugins = os.path.join(root, "target", profile)
 runs = sys.argv[1] if len(sys.argv) > 1 else "10000"
 repeats = int(sys.argv[2]) if len(sys.argv) > 2 else 5
 case = sys.argv[3] if len(sys.argv) > 3 else "lifecycle"

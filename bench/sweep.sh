@@ -8,6 +8,7 @@
 #   RUNS=2000 bench/sweep.sh
 #   JOBS="1 8" bench/sweep.sh             # --jobs values to measure (default: 1 and 8)
 #   BENCH_DIR=/mnt/fresh bench/sweep.sh   # where to write (default: $TMPDIR)
+#   PROFILE=dist bench/sweep.sh           # the shipping build (target/dist) instead of release
 #   BASELINE=/tmp/before/wt bench/sweep.sh   # also another build of wt, alternated with this
 #                                          # one in the same sitting (before/after a change)
 #
@@ -23,8 +24,9 @@ JOBS=${JOBS:-1 8}
 REPS=${REPS:-3}
 root=$(cd "$(dirname "$0")/.." && pwd)
 target=${CARGO_TARGET_DIR:-$root/target}
-(cd "$root" && cargo build -q --release -p windtunnel --bin wt)
-wt=$target/release/wt
+PROFILE=${PROFILE:-release}
+(cd "$root" && cargo build -q --profile "$PROFILE" -p windtunnel --bin wt)
+wt=$target/$PROFILE/wt
 
 work=$(mktemp -d "${BENCH_DIR:-${TMPDIR:-/tmp}}/wt-bench.XXXXXX")
 trap 'rm -rf "$work"' EXIT
