@@ -13,7 +13,6 @@
 //! - Stems and names are validated at write time so a trace stem never contains a dot, and
 //!   no hook artifact can take the name of one of `wt`'s own files ([`RESERVED_LABELS`]).
 
-use std::collections::HashSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -163,19 +162,26 @@ pub(crate) fn scoped_artifact_path(
 }
 
 /// Temporary files being written right now.
-static IN_FLIGHT: Mutex<Option<HashSet<PathBuf>>> = Mutex::new(None);
+// A list, not a set: it holds at most a file per writing thread, and a sweep adds and removes
+// two or three a run (hashing a path cost more than finding it among a few).
+static IN_FLIGHT: Mutex<Option<Vec<PathBuf>>> = Mutex::new(None);
 
-fn track(path: &Path) {
+fn track(path: PathBuf) {
     static AT_STOP: std::sync::Once = std::sync::Once::new();
     AT_STOP.call_once(|| crate::interrupt::at_stop(remove_temp_files));
-    let mut set = IN_FLIGHT.lock().unwrap_or_else(|e| e.into_inner());
-    set.get_or_insert_with(HashSet::new).insert(path.to_owned());
+    let mut list = IN_FLIGHT.lock().unwrap_or_else(|e| e.into_inner());
+    list.get_or_insert_with(Vec::new).push(path);
 }
 
 fn untrack(path: &Path) {
-    let mut set = IN_FLIGHT.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(set) = set.as_mut() {
-        set.remove(path);
+    let mut list = IN_FLIGHT.lock().unwrap_or_else(|e| e.into_inner());
+    let bytes = path.as_os_str().as_encoded_bytes();
+    if let Some(list) = list.as_mut()
+        && let Some(at) = list
+            .iter()
+            .rposition(|p| p.as_os_str().as_encoded_bytes() == bytes)
+    {
+        list.swap_remove(at);
     }
 }
 
@@ -265,7 +271,7 @@ fn write_file_with(
     let dir = dir.unwrap_or(Path::new("."));
     let mut tmp = temp_file(dir).map_err(err)?;
     let tmp_path = tmp.path().to_owned();
-    track(&tmp_path);
+    track(tmp_path.clone());
     let result = fill(tmp.as_file_mut()).map_err(err).and_then(|()| {
         let persisted = if new {
             tmp.persist_noclobber(path)
@@ -368,10 +374,21 @@ pub(crate) struct Rendered {
 
 impl Rendered {
     pub(crate) fn new<T: Serialize + ?Sized>(value: &T) -> Rendered {
+        Rendered::indented(value, "\n  ")
+    }
+
+    /// The rendering of a member of a top-level field (two levels of indentation in), as
+    /// `world.before` is.
+    pub(crate) fn nested<T: Serialize + ?Sized>(value: &T) -> Rendered {
+        Rendered::indented(value, "\n    ")
+    }
+
+    fn indented<T: Serialize + ?Sized>(value: &T, newline: &str) -> Rendered {
         Rendered {
+            // Strings never hold a raw newline: every newline is the pretty printer's.
             text: serde_json::to_string_pretty(value)
                 .expect("model types serialize")
-                .replace('\n', "\n  "),
+                .replace('\n', newline),
         }
     }
 }
@@ -402,6 +419,9 @@ pub(crate) struct TraceParts<'a> {
     pub(crate) hooks: Option<&'a Rendered>,
     /// The rendering of `trace.surface`.
     pub(crate) surface: Option<&'a Rendered>,
+    /// The rendering of `trace.world.before` ([`Rendered::nested`]), and whether it is the
+    /// rendering of `trace.world.after` too (a run whose tools never wrote to the world).
+    pub(crate) world: Option<(&'a Rendered, bool)>,
 }
 
 /// The rendering of an empty surface, at its place in a trace.
@@ -418,7 +438,8 @@ pub(crate) fn write_trace(
     parts: TraceParts<'_>,
 ) -> Result<(), StoreError> {
     let hooks = parts.hooks.filter(|_| trace.hooks.is_some());
-    if hooks.is_none() && parts.surface.is_none() {
+    let world = parts.world.filter(|_| trace.world.is_some());
+    if hooks.is_none() && parts.surface.is_none() && world.is_none() {
         return write_json(path, trace);
     }
     // Each field is written with a small stand-in where it belongs, then the stand-in is
@@ -430,6 +451,13 @@ pub(crate) fn write_trace(
     }
     let saved_hooks = hooks.map(|_| trace.hooks.replace(Vec::new()));
     let saved_surface = parts.surface.map(|_| std::mem::take(&mut trace.surface));
+    // The world's states are written as `null` stand-ins, then replaced.
+    let saved_world = world.map(|(_, after_too)| {
+        let seen = trace.world.as_mut().expect("filtered on it");
+        let before = seen.before.take();
+        let after = after_too.then(|| seen.after.take());
+        (before, after)
+    });
     let written = DOCS.with(|docs| {
         let (plain, spliced) = &mut *docs.borrow_mut();
         plain.clear();
@@ -444,6 +472,20 @@ pub(crate) fn write_trace(
                 .windows(key.len() + stand_in.len())
                 .position(|w| w.starts_with(key) && &w[key.len()..] == stand_in)?;
             cuts.push((at + key.len(), stand_in.len(), &r.text));
+        }
+        if let Some((r, after_too)) = world {
+            // The world comes late (only warnings, hooks and processes follow): look from
+            // the end. `before` and `after` are its first two members.
+            const KEY: &[u8] = b"\n  \"world\": {\n    \"before\": null";
+            const AFTER: &[u8] = b",\n    \"after\": null";
+            let at = plain.windows(KEY.len()).rposition(|w| w == KEY)? + KEY.len();
+            cuts.push((at - 4, 4, &r.text));
+            if after_too {
+                if !plain[at..].starts_with(AFTER) {
+                    return None;
+                }
+                cuts.push((at + AFTER.len() - 4, 4, &r.text));
+            }
         }
         if let Some(r) = hooks {
             const MARK: &[u8] = b"\n  \"hooks\": []";
@@ -473,6 +515,13 @@ pub(crate) fn write_trace(
     }
     if let Some(s) = saved_surface {
         trace.surface = s;
+    }
+    if let Some((before, after)) = saved_world {
+        let seen = trace.world.as_mut().expect("filtered on it");
+        seen.before = before;
+        if let Some(after) = after {
+            seen.after = after;
+        }
     }
     // Not found cannot happen (the fields are always written); should it, the plain way.
     written.unwrap_or_else(|| write_json(path, trace))
@@ -583,7 +632,9 @@ mod output_tests {
 
 #[cfg(test)]
 mod trace_tests {
-    use windtunnel_sdk::model::{AgentProcess, HookProvenance, Surface, Trace};
+    use windtunnel_sdk::model::{
+        AgentProcess, HookProvenance, ObservedFile, Surface, Trace, WorldObservation,
+    };
 
     use super::*;
 
@@ -604,15 +655,49 @@ mod trace_tests {
             vec![serde_json::json!({"name": "lookup", "parameters": {"type": "object"}})];
         surface.model = Some("m".into());
         let rendered_surface = RenderedSurface::new(surface.clone());
-        for (processes, with_hooks, with_surface) in [
+        let start = serde_json::json!({
+            "orders": {"1234": {"status": "shipped \"q\"\n", "total": 39.0, "tags": []}},
+            "refunds": [], "empty": {}, "n": null,
+        });
+        let rendered_start = Rendered::nested(&start);
+        let mut written = start.clone();
+        written["refunds"] = serde_json::json!([{"order_id": "1234"}]);
+        // (with the world, its final state untouched, a world file)
+        let worlds = [
+            None,
+            Some((false, false)),
+            Some((true, false)),
+            Some((true, true)),
+            Some((false, true)),
+        ];
+        for ((processes, with_hooks, with_surface), world) in [
             (false, true, false),
             (true, true, false),
             (false, false, true),
             (true, true, true),
             (false, true, true),
-        ] {
+        ]
+        .into_iter()
+        .flat_map(|c| worlds.iter().map(move |w| (c, *w)))
+        {
             let mut trace = Trace::new("run-1", "order-status");
             trace.surface = surface.clone();
+            if let Some((untouched, file)) = world {
+                let mut seen = WorldObservation::default();
+                seen.before = start.clone();
+                seen.after = if untouched {
+                    start.clone()
+                } else {
+                    written.clone()
+                };
+                if file {
+                    let mut f = ObservedFile::default();
+                    f.exists = true;
+                    f.text = Some("  \"world\": {\n    \"before\": null".into());
+                    seen.files.insert("a.txt".into(), f);
+                }
+                trace.world = Some(seen);
+            }
             if with_hooks {
                 trace.hooks = Some(hooks.clone());
             }
@@ -628,14 +713,18 @@ mod trace_tests {
             let parts = TraceParts {
                 hooks: Some(&rendered_hooks).filter(|_| with_hooks),
                 surface: Some(rendered_surface.rendered()).filter(|_| with_surface),
+                world: world.map(|(untouched, _)| (&rendered_start, untouched)),
             };
+            let before = trace.world.clone();
             write_trace(&b, &mut trace, parts).unwrap();
             assert_eq!(
                 std::fs::read_to_string(&a).unwrap(),
-                std::fs::read_to_string(&b).unwrap()
+                std::fs::read_to_string(&b).unwrap(),
+                "{world:?}"
             );
             assert_eq!(trace.hooks.is_some(), with_hooks);
             assert_eq!(trace.surface, surface);
+            assert_eq!(trace.world, before, "the world is put back");
         }
     }
 }

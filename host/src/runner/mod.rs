@@ -821,6 +821,49 @@ mod tests {
         assert_eq!(world.before, world.after);
     }
 
+    #[test]
+    fn a_lane_hands_each_run_the_starting_world_whatever_the_run_before_did_to_it() {
+        // A lane lends its runs the starting state (and the last run's final state, when no
+        // tool wrote to it) and writes both from one rendering: a run that writes must not
+        // leak into the next, and every trace must be what serde writes for it.
+        let dir = tempfile::tempdir().unwrap();
+        let demo = Pack::demo();
+        let start = |id: &str| {
+            demo.scenarios
+                .iter()
+                .find(|s| s.id == id)
+                .and_then(|s| s.world.clone())
+                .unwrap()
+        };
+        let scenarios: Vec<Scenario> = demo
+            .scenarios
+            .iter()
+            .filter(|s| s.id == "refund-damaged" || s.id == "order-status")
+            .cloned()
+            .collect();
+        let mut cfg = RunConfig::new(runtime::builtin_agent("demo").unwrap(), dir.path());
+        cfg.runs = Some(3);
+        cfg.jobs = 1;
+        let sweep = Sweep::new(&cfg);
+        let result = run_sweep(&scenarios, &cfg, &sweep).unwrap();
+        assert_eq!(result.exit_code(), 0);
+        let runs = crate::report::load_runs(&[dir.path()]).unwrap();
+        assert_eq!(runs.len(), 6);
+        for (trace, _, path) in &runs {
+            let world = trace.world.as_ref().unwrap();
+            assert_eq!(world.before, start(&trace.scenario_id), "{path:?}");
+            if trace.scenario_id == "refund-damaged" {
+                assert_eq!(world.after["refunds"].as_array().unwrap().len(), 1);
+                assert_ne!(world.after, world.before);
+            } else {
+                assert_eq!(world.after, world.before);
+            }
+            let mut plain = serde_json::to_string_pretty(trace).unwrap();
+            plain.push('\n');
+            assert_eq!(std::fs::read_to_string(path).unwrap(), plain, "{path:?}");
+        }
+    }
+
     struct Panicky;
     struct PanickyHandle;
     impl Runtime for Panicky {

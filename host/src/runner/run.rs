@@ -35,6 +35,12 @@ pub(super) struct RunRunner<'s, 'a> {
     surface: Mutex<Option<store::RenderedSurface>>,
     /// The built-in world's starting state, lent to each trace as its `world.before`.
     start: Mutex<Option<serde_json::Value>>,
+    /// The built-in world's starting state as the next run's world: the last run's final
+    /// state, when no tool wrote to it (a copy saved, not made, per run).
+    fresh: Mutex<Option<serde_json::Value>>,
+    /// The rendering of the built-in world's starting state, written into each trace as its
+    /// `world.before`, and as its `world.after` when no tool wrote to the world.
+    start_text: std::sync::OnceLock<store::Rendered>,
     /// The turn snapshots turn hooks are handed, refilled for each turn.
     turn_call: Mutex<super::turn::Spare>,
 }
@@ -47,6 +53,8 @@ impl<'s, 'a> RunRunner<'s, 'a> {
             lane,
             surface: Mutex::new(None),
             start: Mutex::new(None),
+            fresh: Mutex::new(None),
+            start_text: std::sync::OnceLock::new(),
             turn_call: Mutex::default(),
         }
     }
@@ -63,7 +71,17 @@ impl<'s, 'a> RunRunner<'s, 'a> {
         let started = cfg.clock.now();
         let ts = clock::compact(started);
         let (run_id, mut stem) = sc.claim_stem(index, &ts)?;
-        let world = Arc::new(Mutex::new(World::new(scenario.world.as_ref())));
+        // The built-in world (which a world server's scenario does not have) is what can be
+        // lent and rendered once: it starts the same for every run.
+        let builtin = scenario
+            .world
+            .as_ref()
+            .filter(|_| scenario.world_server.is_none());
+        let world = match (builtin, lock(&self.fresh).take()) {
+            (Some(_), Some(fresh)) => World::starting_at(fresh),
+            _ => World::new(scenario.world.as_ref()),
+        };
+        let world = Arc::new(Mutex::new(world));
         let mut trace = Trace::new(&run_id, &scenario.id);
         trace.sweep_id = sc.sweep.id.clone();
         trace.run_index = index;
@@ -169,6 +187,8 @@ impl<'s, 'a> RunRunner<'s, 'a> {
             .inject(&mut trace)
             .await;
         }
+        // Whether the trace's final world state is its starting state, untouched.
+        let mut untouched = false;
         if scenario.world.is_some() || scenario.world_server.is_some() {
             // A turn cut when wt stopped may still hold the world on its own thread; the run
             // is ERROR then, and its world is not observed.
@@ -198,6 +218,7 @@ impl<'s, 'a> RunRunner<'s, 'a> {
                     }
                     // Moved, not copied: a hook's converse turn, the only thing that can act
                     // on the world from here on, puts it back first (see `SessionConverse`).
+                    untouched = builtin.is_some() && !w.written();
                     seen.after = w.take_state();
                     trace.world = Some(seen);
                 }
@@ -338,7 +359,13 @@ impl<'s, 'a> RunRunner<'s, 'a> {
         }
         let mut clash = 1;
         loop {
-            match self.write(&stem, &mut trace, &score, &artifacts, &surface) {
+            let world = builtin.map(|start| {
+                let text = self
+                    .start_text
+                    .get_or_init(|| store::Rendered::nested(start));
+                (text, untouched)
+            });
+            match self.write(&stem, &mut trace, &score, &artifacts, &surface, world) {
                 Err(StoreError::Exists { .. }) => {
                     // Another sweep writing to this directory took the file name first (its
                     // run id shares the first 8 characters in the same second). The run
@@ -367,6 +394,9 @@ impl<'s, 'a> RunRunner<'s, 'a> {
             && let Some(seen) = trace.world.as_mut()
         {
             *lock(&self.start) = Some(std::mem::take(&mut seen.before));
+            if untouched {
+                *lock(&self.fresh) = Some(std::mem::take(&mut seen.after));
+            }
         }
         Ok(score)
     }
@@ -380,6 +410,7 @@ impl<'s, 'a> RunRunner<'s, 'a> {
         score: &Score,
         artifacts: &[Artifact],
         surface: &store::RenderedSurface,
+        world: Option<(&store::Rendered, bool)>,
     ) -> Result<(), StoreError> {
         let dir = &self.sc.cfg.out_dir;
         store::write_json_new(&store::score_path(dir, stem), score)?;
@@ -402,6 +433,7 @@ impl<'s, 'a> RunRunner<'s, 'a> {
         let parts = store::TraceParts {
             hooks: self.sc.cfg.rendered_hooks(),
             surface: Some(surface.rendered()),
+            world,
         };
         store::write_trace(&store::trace_path(dir, stem), trace, parts)
     }

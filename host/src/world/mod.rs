@@ -30,6 +30,9 @@ pub struct World {
     view: Option<Value>,
     /// What [`World::take_state`] moved out, for [`World::restore`].
     taken: Taken,
+    /// A tool wrote to (or appended to) the JSON world: its state may differ from the one
+    /// it started with.
+    written: bool,
 }
 
 /// What [`World::take_state`] moved out.
@@ -43,10 +46,22 @@ enum Taken {
 
 impl World {
     pub fn new(state: Option<&Value>) -> Self {
+        World::starting_at(state.cloned().unwrap_or(Value::Null))
+    }
+
+    /// A world whose JSON state starts as `state` (owned: a lane hands back the last run's
+    /// untouched copy instead of cloning the scenario's again).
+    pub fn starting_at(state: Value) -> Self {
         World {
-            state: state.cloned().unwrap_or(Value::Null),
+            state,
             ..World::default()
         }
+    }
+
+    /// Has a tool written to the JSON world? Until one has, its state is still the one it
+    /// started with (a world server's state is not the JSON world's, and not counted).
+    pub fn written(&self) -> bool {
+        self.written
     }
 
     /// Adds the run's world server; `state_call` is what [`World::refresh`] reads.
@@ -200,6 +215,7 @@ impl World {
                     (None, Some(arg)) => arg_value(args, arg)?.clone(),
                     (None, None) => args.clone(),
                 };
+                self.written = true;
                 let slot = slot_mut(&mut self.state, &path)?;
                 *slot = new.clone();
                 Ok(new)
@@ -209,6 +225,7 @@ impl World {
                     Some(arg) => arg_value(args, arg)?.clone(),
                     None => args.clone(),
                 };
+                self.written = true;
                 let target = lookup_mut(&mut self.state, path)
                     .ok_or_else(|| format!("nothing at `{path}`"))?;
                 let array = target
