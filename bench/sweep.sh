@@ -2,7 +2,10 @@
 # Benchmark (not a test): a one-turn sweep of RUNS runs (default 10,000) on the demo agent,
 # against a floor that only writes the same number of files of the same sizes atomically
 # (`wt bench-floor`, the same temp-file + rename as the runner). Prints both wall times,
-# their ratio (target: at most 1.3) and peak RSS at RUNS/10 and RUNS runs (target: flat).
+# their ratio (target: at most 1.3), the same ratio paired (each sweep against the floor run
+# just before it; the median), the user and system CPU of both per run (the floor's is mostly
+# the kernel's: what is left to `wt` is its user time) and peak RSS at RUNS/10 and RUNS runs
+# (target: flat).
 #
 #   bench/sweep.sh            # 10,000 runs
 #   RUNS=2000 bench/sweep.sh
@@ -40,10 +43,10 @@ fresh_dir() {
     mktemp -d "$work/out.XXXXXX"
 }
 
-# measure CMD... → prints "<seconds> <max RSS KiB>"
+# measure CMD... → prints "<seconds> <max RSS KiB> <user s> <system s>"
 measure() {
     sync
-    /usr/bin/time -f '%e %M' -o "$work/time" "$@" >/dev/null 2>&1
+    /usr/bin/time -f '%e %M %U %S' -o "$work/time" "$@" >/dev/null 2>&1
     cat "$work/time"
 }
 
@@ -65,18 +68,28 @@ trace_bytes=$(find "$probe" -name '*.json' ! -name '*.*.json' -printf '%s\n' | a
 score_bytes=$(find "$probe" -name '*.score.json' -printf '%s\n' | awk '{s+=$1} END {printf "%d", s/NR}')
 
 best_floor=999999 best_floor_j=999999 rss_full=0
-declare -A best_sweep best_base
+declare -A best_sweep best_base ratios users systems
+floor_users="" floor_systems=""
+# The median of a list of numbers.
+median() {
+    tr ' ' '\n' | sed '/^$/d' | sort -g | awk '{v[NR] = $1} END {print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2)}'
+}
 for _ in $(seq "$REPS"); do
     read -r f_s _ < <(measure "$wt" bench-floor --out "$(fresh_dir)" --count "$RUNS" \
         --trace-bytes "$trace_bytes" --score-bytes "$score_bytes")
-    read -r fj_s _ < <(measure "$wt" bench-floor --out "$(fresh_dir)" --count "$RUNS" \
+    read -r fj_s _ fj_u fj_k < <(measure "$wt" bench-floor --out "$(fresh_dir)" --count "$RUNS" \
         --trace-bytes "$trace_bytes" --score-bytes "$score_bytes" \
         --journal-lines "$journal_lines" --journal-line-bytes "$journal_line_bytes")
+    floor_users+=" $fj_u" floor_systems+=" $fj_k"
     best_floor=$(awk -v a="$best_floor" -v b="$f_s" 'BEGIN {print (b < a ? b : a)}')
     best_floor_j=$(awk -v a="$best_floor_j" -v b="$fj_s" 'BEGIN {print (b < a ? b : a)}')
     for jobs in $JOBS; do
         out=$(fresh_dir)
-        read -r s_s s_kb < <(sweep "$RUNS" "$out" "$jobs")
+        read -r s_s s_kb s_u s_k < <(sweep "$RUNS" "$out" "$jobs")
+        # This sweep against the floor measured just before it: steadier than the two bests
+        # when the machine's speed drifts during a sitting.
+        ratios[$jobs]+=" $(awk -v s="$s_s" -v f="$fj_s" 'BEGIN {print (f > 0 ? s / f : 0)}')"
+        users[$jobs]+=" $s_u" systems[$jobs]+=" $s_k"
         n=$(find "$out" -name '*.json' | wc -l)
         [ "$n" -eq $((RUNS * 2)) ] || { echo "expected $((RUNS * 2)) files, found $n" >&2; exit 1; }
         best_sweep[$jobs]=$(awk -v a="${best_sweep[$jobs]:-999999}" -v b="$s_s" 'BEGIN {print (b < a ? b : a)}')
@@ -87,7 +100,7 @@ for _ in $(seq "$REPS"); do
         fi
     done
 done
-read -r _ rss_tenth < <(sweep $((RUNS / 10)) "$(fresh_dir)")
+read -r _ rss_tenth _ < <(sweep $((RUNS / 10)) "$(fresh_dir)")
 
 echo "runs:            $RUNS (one turn each; trace $trace_bytes B, score $score_bytes B)"
 echo "journal:         $journal_lines lines of ~$journal_line_bytes B, one write each"
@@ -95,6 +108,9 @@ echo "floor wall time: ${best_floor}s (traces + scores), ${best_floor_j}s (+ jou
 for jobs in $JOBS; do
     b=${best_sweep[$jobs]}
     awk -v s="$b" -v f="$best_floor" -v j="$best_floor_j" -v jobs="$jobs" -v reps="$REPS" 'BEGIN {printf "sweep --jobs %-3s %ss (best of %s): %.2fx the floor of traces + scores; %.2fx the floor with the journal (target <= 1.3x)\n", jobs, s, reps, (f > 0 ? s / f : 0), (j > 0 ? s / j : 0)}'
+    awk -v r="$(median <<<"${ratios[$jobs]}")" -v u="$(median <<<"${users[$jobs]}")" -v k="$(median <<<"${systems[$jobs]}")" \
+        -v fu="$(median <<<"$floor_users")" -v fk="$(median <<<"$floor_systems")" -v n="$RUNS" -v jobs="$jobs" \
+        'BEGIN {printf "  --jobs %-3s paired (median of each repeat'"'"'s sweep / the floor with the journal just before it): %.2fx; CPU per run, user / system (medians): wt %.1f / %.1f us, the floor %.1f / %.1f us\n", jobs, r, u * 1e6 / n, k * 1e6 / n, fu * 1e6 / n, fk * 1e6 / n}'
 done
 if [ -n "${BASELINE:-}" ]; then
     for jobs in $JOBS; do
