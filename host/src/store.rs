@@ -474,8 +474,9 @@ pub(crate) fn write_trace(
             cuts.push((at + key.len(), stand_in.len(), &r.text));
         }
         if let Some((r, after_too)) = world {
-            // The world comes late (only warnings, hooks and processes follow): look from
-            // the end. `before` and `after` are its first two members.
+            // The world comes late (only the warnings, error, policy revision, denial, hooks
+            // and processes follow): look from the end. `before` and `after` are its first
+            // two members.
             const KEY: &[u8] = b"\n  \"world\": {\n    \"before\": null";
             const AFTER: &[u8] = b",\n    \"after\": null";
             let at = plain.windows(KEY.len()).rposition(|w| w == KEY)? + KEY.len();
