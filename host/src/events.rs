@@ -241,12 +241,12 @@ fn write_line(
         value: &T,
     ) -> serde_json::Result<()> {
         out.extend_from_slice(name);
-        serde_json::to_writer(&mut *out, value)
+        crate::json::to_vec(out, value)
     }
     fn text(out: &mut Vec<u8>, name: &[u8], value: Option<&str>) -> serde_json::Result<()> {
         out.extend_from_slice(name);
         match value {
-            Some(v) => push_json_str(out, v),
+            Some(v) => crate::json::push_str(out, v),
             None => out.extend_from_slice(b"null"),
         }
         Ok(())
@@ -265,43 +265,11 @@ fn write_line(
     // The event is an object whose first key is its name: its fields continue this one.
     out.push(b',');
     let at = out.len();
-    serde_json::to_writer(&mut *out, event)?;
+    crate::json::to_vec(out, event)?;
     if out.get(at) == Some(&b'{') {
         out.remove(at);
     }
     Ok(())
-}
-
-/// Writes `s` as a JSON string, byte for byte as serde_json does. The ids and timestamps
-/// of a line never need escaping, and serde_json's escaper looks at them a byte at a time;
-/// this looks at eight bytes at a time for one that needs it (a control character, `"` or
-/// `\`) and hands the string to serde_json only when it finds one.
-fn push_json_str(out: &mut Vec<u8>, s: &str) {
-    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
-    const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
-    // Is a byte of `x` below `n` (n ≤ 128)? Exact for the word as a whole.
-    let below = |x: u64, n: u8| x.wrapping_sub(ONES * u64::from(n)) & !x & HIGHS != 0;
-    let zero = |x: u64| below(x, 1);
-    let needs = |x: u64| {
-        below(x, 0x20) || zero(x ^ (ONES * u64::from(b'"'))) || zero(x ^ (ONES * u64::from(b'\\')))
-    };
-    let bytes = s.as_bytes();
-    let mut chunks = bytes.chunks_exact(8);
-    let clean = chunks
-        .by_ref()
-        .all(|c| !needs(u64::from_ne_bytes(c.try_into().expect("eight bytes"))))
-        && chunks
-            .remainder()
-            .iter()
-            .all(|&b| b >= 0x20 && b != b'"' && b != b'\\');
-    if clean {
-        out.reserve(bytes.len() + 2);
-        out.push(b'"');
-        out.extend_from_slice(bytes);
-        out.push(b'"');
-    } else {
-        serde_json::to_writer(&mut *out, s).expect("a string serializes");
-    }
 }
 
 /// Why the journal could not be written.
@@ -366,6 +334,8 @@ struct Inner {
     seq: u64,
     /// The first write error; later events are still attempted.
     failed: Option<String>,
+    /// The line being written, its allocation kept from line to line.
+    line: Vec<u8>,
 }
 
 /// The sweep's journal: the durable first stage of its [`Stream`].
@@ -418,6 +388,7 @@ impl Journal {
                 file,
                 seq: 0,
                 failed: None,
+                line: Vec::with_capacity(512),
             }),
         })
     }
@@ -450,27 +421,32 @@ impl Journal {
             then(None);
             return seq;
         }
-        let mut bytes = Vec::with_capacity(384);
-        match write_line(&mut bytes, seq, &ts, &self.sweep_id, scope, cause, event) {
+        let Inner {
+            file,
+            seq: next,
+            failed,
+            line,
+        } = &mut *inner;
+        match write_line(line, seq, &ts, &self.sweep_id, scope, cause, event) {
             Ok(()) => {}
             Err(e) => {
-                inner
-                    .failed
-                    .get_or_insert(format!("event {}: {e}", event.name()));
+                failed.get_or_insert(format!("event {}: {e}", event.name()));
                 then(None);
                 return seq;
             }
         };
-        bytes.push(b'\n');
-        inner.seq += 1;
+        line.push(b'\n');
+        *next += 1;
         // One write of the whole line: O_APPEND makes it atomic with respect to the file's
         // end, and a killed process leaves either the whole line or none of it.
-        if let Err(e) = inner.file.write_all(&bytes) {
-            inner
-                .failed
-                .get_or_insert(format!("{}: {e}", self.path.display()));
+        if let Err(e) = file.write_all(line) {
+            failed.get_or_insert(format!("{}: {e}", self.path.display()));
         }
-        then(Some(&bytes));
+        then(Some(line));
+        if line.capacity() > 1 << 16 {
+            // Do not keep an outsized buffer after a huge event.
+            *line = Vec::with_capacity(512);
+        }
         seq
     }
 
@@ -553,46 +529,6 @@ mod tests {
         cause: &'a Cause,
         #[serde(flatten)]
         event: &'a Event,
-    }
-
-    #[test]
-    fn strings_are_written_as_serde_json_writes_them() {
-        let mut cases: Vec<String> = [
-            "",
-            "a",
-            "0123456",
-            "01234567",
-            "012345678",
-            "run-\"1\"",
-            "back\\slash",
-            "tab\t",
-            "\u{1f}",
-            "\u{7f}",
-            "é",
-            "\u{202e}bidi",
-            "😀 emoji",
-            " ~",
-            "!#[]",
-            "2026-12-01T05:35:10.123456Z",
-            "a0b1c2d3-e4f5-4a6b-8c7d-9e0f1a2b3c4d",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        // Every byte that needs escaping (and its neighbours) at every place of a word.
-        for b in (0u8..0x21).chain([b'"', b'#', b'[', b'\\', b']', 0x7f]) {
-            for at in 0..17 {
-                let mut v = vec![b'x'; 17];
-                v[at] = b;
-                cases.push(String::from_utf8(v).unwrap());
-            }
-        }
-        for s in cases {
-            let mut out = b"prefix".to_vec();
-            push_json_str(&mut out, &s);
-            let want = format!("prefix{}", serde_json::to_string(&s).unwrap());
-            assert_eq!(String::from_utf8(out).unwrap(), want, "{s:?}");
-        }
     }
 
     #[test]

@@ -68,9 +68,15 @@ pub(crate) fn is_trace(path: &Path) -> bool {
 
 /// The stem of a run's files: `<UTC timestamp, no dots>_<run_id[:8]>`.
 pub(crate) fn stem(compact_ts: &str, run_id: &str) -> Result<String, StoreError> {
-    let short: String = run_id.chars().take(8).collect();
-    let stem = format!("{compact_ts}_{short}");
-    if stem.contains('.') || stem.contains('/') || stem.contains('\\') || short.is_empty() {
+    let short = run_id
+        .char_indices()
+        .nth(8)
+        .map_or(run_id, |(at, _)| &run_id[..at]);
+    let mut stem = String::with_capacity(compact_ts.len() + 1 + short.len());
+    stem.push_str(compact_ts);
+    stem.push('_');
+    stem.push_str(short);
+    if stem.bytes().any(|b| matches!(b, b'.' | b'/' | b'\\')) || short.is_empty() {
         return Err(StoreError::BadName {
             what: "trace stem",
             name: stem,
@@ -81,11 +87,20 @@ pub(crate) fn stem(compact_ts: &str, run_id: &str) -> Result<String, StoreError>
 }
 
 pub(crate) fn trace_path(dir: &Path, stem: &str) -> PathBuf {
-    dir.join(format!("{stem}.json"))
+    path_in(dir, stem, ".json")
 }
 
 pub(crate) fn score_path(dir: &Path, stem: &str) -> PathBuf {
-    dir.join(format!("{stem}.score.json"))
+    path_in(dir, stem, ".score.json")
+}
+
+/// `dir/<stem><ext>` (`stem` has no separator), in one allocation.
+fn path_in(dir: &Path, stem: &str, ext: &str) -> PathBuf {
+    let mut path = PathBuf::with_capacity(dir.as_os_str().len() + 1 + stem.len() + ext.len());
+    path.push(dir);
+    path.push(stem);
+    path.as_mut_os_string().push(ext);
+    path
 }
 
 /// Labels no artifact may carry (the SDK's rule): they would make its file look like one of
@@ -352,7 +367,7 @@ fn write_json_to<T: Serialize + ?Sized>(
     BUF.with(|buf| {
         let mut buf = buf.borrow_mut();
         buf.clear();
-        serde_json::to_writer_pretty(&mut *buf, value).expect("model types serialize");
+        crate::json::to_vec_pretty(&mut buf, value).expect("model types serialize");
         buf.push(b'\n');
         let written = write_file(path, &buf, new);
         if buf.capacity() > 1 << 20 {
@@ -374,21 +389,20 @@ pub(crate) struct Rendered {
 
 impl Rendered {
     pub(crate) fn new<T: Serialize + ?Sized>(value: &T) -> Rendered {
-        Rendered::indented(value, "\n  ")
+        Rendered::indented(value, 1)
     }
 
     /// The rendering of a member of a top-level field (two levels of indentation in), as
     /// `world.before` is.
     pub(crate) fn nested<T: Serialize + ?Sized>(value: &T) -> Rendered {
-        Rendered::indented(value, "\n    ")
+        Rendered::indented(value, 2)
     }
 
-    fn indented<T: Serialize + ?Sized>(value: &T, newline: &str) -> Rendered {
+    fn indented<T: Serialize + ?Sized>(value: &T, depth: usize) -> Rendered {
+        let mut text = Vec::new();
+        crate::json::to_vec_pretty_at(&mut text, value, depth).expect("model types serialize");
         Rendered {
-            // Strings never hold a raw newline: every newline is the pretty printer's.
-            text: serde_json::to_string_pretty(value)
-                .expect("model types serialize")
-                .replace('\n', newline),
+            text: String::from_utf8(text).expect("JSON is UTF-8"),
         }
     }
 }
@@ -461,25 +475,30 @@ pub(crate) fn write_trace(
     let written = DOCS.with(|docs| {
         let (plain, spliced) = &mut *docs.borrow_mut();
         plain.clear();
-        serde_json::to_writer_pretty(&mut *plain, &*trace).expect("model types serialize");
+        crate::json::to_vec_pretty(plain, &*trace).expect("model types serialize");
         // (where the stand-in starts, its length, the rendering), in document order.
         let mut cuts: Vec<(usize, usize, &str)> = Vec::with_capacity(2);
+        // The searchers, built once.
+        static FINDERS: std::sync::LazyLock<[memchr::memmem::Finder<'static>; 3]> =
+            std::sync::LazyLock::new(|| {
+                [SURFACE_KEY, WORLD_KEY, HOOKS_MARK].map(memchr::memmem::Finder::new)
+            });
+        const SURFACE_KEY: &[u8] = b"\n  \"surface\": ";
+        // `before` and `after` are the world's first two members.
+        const WORLD_KEY: &[u8] = b"\n  \"world\": {\n    \"before\": null";
+        const HOOKS_MARK: &[u8] = b"\n  \"hooks\": []";
+        let [surface_key, world_key, hooks_mark] = &*FINDERS;
         if let Some(r) = parts.surface {
-            let key = b"\n  \"surface\": ";
             let stand_in = empty_surface().as_bytes();
-            // The surface comes early in a trace: look from the start.
-            let at = plain
-                .windows(key.len() + stand_in.len())
-                .position(|w| w.starts_with(key) && &w[key.len()..] == stand_in)?;
-            cuts.push((at + key.len(), stand_in.len(), &r.text));
+            let at = surface_key.find(plain)?;
+            if !plain[at + SURFACE_KEY.len()..].starts_with(stand_in) {
+                return None;
+            }
+            cuts.push((at + SURFACE_KEY.len(), stand_in.len(), &r.text));
         }
         if let Some((r, after_too)) = world {
-            // The world comes late (only the warnings, error, policy revision, denial, hooks
-            // and processes follow): look from the end. `before` and `after` are its first
-            // two members.
-            const KEY: &[u8] = b"\n  \"world\": {\n    \"before\": null";
             const AFTER: &[u8] = b",\n    \"after\": null";
-            let at = plain.windows(KEY.len()).rposition(|w| w == KEY)? + KEY.len();
+            let at = world_key.find(plain)? + WORLD_KEY.len();
             cuts.push((at - 4, 4, &r.text));
             if after_too {
                 if !plain[at..].starts_with(AFTER) {
@@ -489,10 +508,8 @@ pub(crate) fn write_trace(
             }
         }
         if let Some(r) = hooks {
-            const MARK: &[u8] = b"\n  \"hooks\": []";
-            // The hooks come late: look from the end.
-            let at = plain.windows(MARK.len()).rposition(|w| w == MARK)?;
-            cuts.push((at + MARK.len() - 2, 2, &r.text));
+            let at = hooks_mark.find(plain)?;
+            cuts.push((at + HOOKS_MARK.len() - 2, 2, &r.text));
         }
         cuts.sort_by_key(|c| c.0);
         spliced.clear();
@@ -711,6 +728,11 @@ mod trace_tests {
             }
             let (a, b) = (dir.path().join("a.json"), dir.path().join("b.json"));
             write_json(&a, &trace).unwrap();
+            assert_eq!(
+                std::fs::read_to_string(&a).unwrap(),
+                serde_json::to_string_pretty(&trace).unwrap() + "\n",
+                "as serde_json writes it"
+            );
             let parts = TraceParts {
                 hooks: Some(&rendered_hooks).filter(|_| with_hooks),
                 surface: Some(rendered_surface.rendered()).filter(|_| with_surface),
@@ -758,6 +780,14 @@ mod tests {
             "20261130T051500Z_abcdef01"
         );
         assert!(stem("2026.11", "abc").is_err());
+        assert!(stem("20261130T051500Z", "ab/c").is_err());
+        assert!(stem("20261130T051500Z", "").is_err());
+        assert_eq!(stem("T", "éééééééééé").unwrap(), "T_éééééééé");
+        for dir in ["", ".", "d", "/abs/d", "d/"] {
+            let dir = Path::new(dir);
+            assert_eq!(trace_path(dir, "s_1"), dir.join("s_1.json"));
+            assert_eq!(score_path(dir, "s_1"), dir.join("s_1.score.json"));
+        }
         assert!(artifact_path(Path::new("."), "s", "Bad.Hook", None).is_err());
         assert_eq!(
             artifact_path(Path::new("d"), "s", "debrief", Some("x")).unwrap(),

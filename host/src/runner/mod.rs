@@ -849,7 +849,16 @@ mod tests {
         assert_eq!(result.exit_code(), 0);
         let runs = crate::report::load_runs(&[dir.path()]).unwrap();
         assert_eq!(runs.len(), 6);
-        for (trace, _, path) in &runs {
+        for (trace, score, path) in &runs {
+            // The score as serde_json writes it, too.
+            let score_file = path.with_extension("score.json");
+            let mut plain = serde_json::to_string_pretty(score).unwrap();
+            plain.push('\n');
+            assert_eq!(
+                std::fs::read_to_string(&score_file).unwrap(),
+                plain,
+                "{score_file:?}"
+            );
             let world = trace.world.as_ref().unwrap();
             assert_eq!(world.before, start(&trace.scenario_id), "{path:?}");
             if trace.scenario_id == "refund-damaged" {

@@ -299,19 +299,23 @@ impl<'a> ScenarioRunner<'a> {
     /// take a `-N` stem (another sweep of the same identity writes here: pinned, same seed)
     /// mints its run ids with that `N`, so no two sweeps in one directory share a run id.
     pub(super) fn claim_stem(&self, index: u32, ts: &str) -> Result<(String, String), StoreError> {
-        let idx = index.to_string();
-        let claim = format!("claim{}", self.sweep.claim);
+        let mut idx = itoa::Buffer::new();
+        let idx = idx.format(index);
+        let claim = (self.sweep.claim > 0).then(|| format!("claim{}", self.sweep.claim));
         let mut attempt = 0u32;
+        let mut attempt_s = itoa::Buffer::new();
         loop {
-            let attempt_s = attempt.to_string();
-            let mut place = vec![self.scenario.id.as_str(), idx.as_str()];
+            let mut place = [self.scenario.id.as_str(), idx, "", ""];
+            let mut len = 2;
             if attempt > 0 {
-                place.push(&attempt_s);
+                place[len] = attempt_s.format(attempt);
+                len += 1;
             }
-            if self.sweep.claim > 0 {
-                place.push(&claim);
+            if let Some(claim) = &claim {
+                place[len] = claim;
+                len += 1;
             }
-            let run_id = self.cfg.ids.mint("run", &place);
+            let run_id = self.cfg.ids.mint("run", &place[..len]);
             let stem = store::stem(ts, &run_id)?;
             if lock(self.stems).insert(stem_key(&stem)) {
                 return Ok((run_id, stem));
