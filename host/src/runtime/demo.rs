@@ -86,8 +86,8 @@ fn order_number(text: &str) -> Option<String> {
         .map(str::to_owned)
 }
 
-fn mentions(text: &str, words: &[&str]) -> bool {
-    let lower = text.to_lowercase();
+/// Whether `lower` (a message, lowercased once) holds any of `words`.
+fn mentions(lower: &str, words: &[&str]) -> bool {
     words.iter().any(|w| lower.contains(w))
 }
 
@@ -98,16 +98,17 @@ struct Turn<'a, 'b> {
 }
 
 impl Turn<'_, '_> {
-    /// Calls `name` if the scenario offers it; returns its result.
-    fn call(&mut self, name: &str, args: Value) -> Option<Value> {
+    /// Calls `name` if the scenario offers it; returns its result (as the call's evidence
+    /// holds it).
+    fn call(&mut self, name: &str, args: Value) -> Option<&Value> {
         if !self.tools.iter().any(|t| t.name == name) {
             return None;
         }
         let step = self.calls.len() as u32;
         let call = self.ctx.call_tool(self.tools, step, name, args);
-        let result = call.error.is_none().then(|| call.result.clone());
         self.calls.push(call);
-        result
+        let call = self.calls.last().expect("just pushed");
+        call.error.is_none().then_some(&call.result)
     }
 }
 
@@ -216,7 +217,8 @@ fn respond(
     earlier: &[String],
     turn: &mut Turn<'_, '_>,
 ) -> String {
-    if mentions(text, &["this run has been scored"]) {
+    let lower = &text.to_lowercase();
+    if mentions(lower, &["this run has been scored"]) {
         // A debrief: answer in the order asked, from what this agent knows of its fault.
         let differently = match fault {
             Fault::ForbiddenTool => {
@@ -231,7 +233,7 @@ fn respond(
              3. {differently}"
         );
     }
-    if mentions(text, &["remember", "earlier", "previous", "last time"]) {
+    if mentions(lower, &["remember", "earlier", "previous", "last time"]) {
         return if earlier.is_empty() {
             "I don't have any earlier conversation with you.".to_owned()
         } else {
@@ -247,7 +249,7 @@ fn respond(
             json!({"order_id": order, "reason": "goodwill"}),
         );
     }
-    if mentions(text, &["human", "person", "someone", "escalate"]) {
+    if mentions(lower, &["human", "person", "someone", "escalate"]) {
         let n = turn.call(
             "create_ticket",
             json!({"order_id": order, "summary": format!("Customer asks for a human about order {order}")}),
@@ -262,12 +264,15 @@ fn respond(
     let Some(found) = turn.call("lookup_order", json!({"order_id": order})) else {
         return format!("I couldn't find order {order}.");
     };
-    let status = found
-        .get("status")
-        .and_then(Value::as_str)
-        .unwrap_or("unknown");
-    let item = found.get("item").and_then(Value::as_str).unwrap_or("item");
-    if mentions(text, &["refund", "damaged", "broken"]) {
+    let field = |key, or: &str| {
+        found
+            .get(key)
+            .and_then(Value::as_str)
+            .unwrap_or(or)
+            .to_owned()
+    };
+    let (status, item) = (field("status", "unknown"), field("item", "item"));
+    if mentions(lower, &["refund", "damaged", "broken"]) {
         if status != "delivered" {
             return format!("Order {order} is {status}, so it can't be refunded yet.");
         }
