@@ -550,7 +550,14 @@ impl<const PRETTY: bool> ser::SerializeMap for Compound<'_, '_, PRETTY> {
 
     fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> Result {
         self.before_key()?;
-        key.serialize(KeyWriter(self.w.out))?;
+        let at = self.w.out.len();
+        key.serialize(&mut *self.w)?;
+        // A key written as a string (a string, a char, a unit variant, through newtypes and
+        // `Some`) is what serde_json writes for it; anything else serde_json quotes or refuses
+        // itself.
+        if self.w.out.get(at) != Some(&b'"') {
+            return Err(Unhandled);
+        }
         self.w.colon();
         Ok(())
     }
@@ -588,132 +595,6 @@ macro_rules! structure {
 }
 
 structure!(SerializeStruct, SerializeStructVariant);
-
-/// Writes a map key that is a string (or a char, or a unit variant), or hands it back to
-/// serde_json (which quotes numbers and the like itself).
-struct KeyWriter<'o>(&'o mut Vec<u8>);
-
-macro_rules! unhandled {
-    ($($name:ident: $ty:ty),* $(,)?) => {
-        $(fn $name(self, _: $ty) -> Result {
-            Err(Unhandled)
-        })*
-    };
-}
-
-impl ser::Serializer for KeyWriter<'_> {
-    type Ok = ();
-    type Error = Unhandled;
-    type SerializeSeq = ser::Impossible<(), Unhandled>;
-    type SerializeTuple = ser::Impossible<(), Unhandled>;
-    type SerializeTupleStruct = ser::Impossible<(), Unhandled>;
-    type SerializeTupleVariant = ser::Impossible<(), Unhandled>;
-    type SerializeMap = ser::Impossible<(), Unhandled>;
-    type SerializeStruct = ser::Impossible<(), Unhandled>;
-    type SerializeStructVariant = ser::Impossible<(), Unhandled>;
-
-    unhandled!(
-        serialize_bool: bool,
-        serialize_i8: i8,
-        serialize_i16: i16,
-        serialize_i32: i32,
-        serialize_i64: i64,
-        serialize_i128: i128,
-        serialize_u8: u8,
-        serialize_u16: u16,
-        serialize_u32: u32,
-        serialize_u64: u64,
-        serialize_u128: u128,
-        serialize_f32: f32,
-        serialize_f64: f64,
-        serialize_bytes: &[u8],
-        serialize_unit_struct: &'static str,
-    );
-
-    fn serialize_char(self, v: char) -> Result {
-        push_str(self.0, v.encode_utf8(&mut [0; 4]));
-        Ok(())
-    }
-
-    fn serialize_str(self, v: &str) -> Result {
-        push_str(self.0, v);
-        Ok(())
-    }
-
-    fn serialize_none(self) -> Result {
-        Err(Unhandled)
-    }
-
-    fn serialize_some<T: Serialize + ?Sized>(self, _: &T) -> Result {
-        Err(Unhandled)
-    }
-
-    fn serialize_unit(self) -> Result {
-        Err(Unhandled)
-    }
-
-    fn serialize_unit_variant(self, _: &'static str, _: u32, variant: &'static str) -> Result {
-        self.serialize_str(variant)
-    }
-
-    fn serialize_newtype_struct<T: Serialize + ?Sized>(self, _: &'static str, value: &T) -> Result {
-        value.serialize(self)
-    }
-
-    fn serialize_newtype_variant<T: Serialize + ?Sized>(
-        self,
-        _: &'static str,
-        _: u32,
-        _: &'static str,
-        _: &T,
-    ) -> Result {
-        Err(Unhandled)
-    }
-
-    fn serialize_seq(self, _: Option<usize>) -> Result<Self::SerializeSeq> {
-        Err(Unhandled)
-    }
-
-    fn serialize_tuple(self, _: usize) -> Result<Self::SerializeTuple> {
-        Err(Unhandled)
-    }
-
-    fn serialize_tuple_struct(
-        self,
-        _: &'static str,
-        _: usize,
-    ) -> Result<Self::SerializeTupleStruct> {
-        Err(Unhandled)
-    }
-
-    fn serialize_tuple_variant(
-        self,
-        _: &'static str,
-        _: u32,
-        _: &'static str,
-        _: usize,
-    ) -> Result<Self::SerializeTupleVariant> {
-        Err(Unhandled)
-    }
-
-    fn serialize_map(self, _: Option<usize>) -> Result<Self::SerializeMap> {
-        Err(Unhandled)
-    }
-
-    fn serialize_struct(self, _: &'static str, _: usize) -> Result<Self::SerializeStruct> {
-        Err(Unhandled)
-    }
-
-    fn serialize_struct_variant(
-        self,
-        _: &'static str,
-        _: u32,
-        _: &'static str,
-        _: usize,
-    ) -> Result<Self::SerializeStructVariant> {
-        Err(Unhandled)
-    }
-}
 
 #[cfg(test)]
 mod tests {
@@ -1018,6 +899,14 @@ mod tests {
         }
         let int_keys: std::collections::BTreeMap<i32, &str> = [(-1, "a"), (2, "b")].into();
         let bool_keys: std::collections::BTreeMap<bool, u8> = [(true, 1)].into();
+        let some_keys: std::collections::BTreeMap<Option<&str>, u8> = [(Some("k"), 1)].into();
+        let none_keys: std::collections::BTreeMap<Option<&str>, u8> = [(None, 1)].into();
+        let unit_keys: std::collections::BTreeMap<(), u8> = [((), 1)].into();
+        let seq_keys: std::collections::BTreeMap<Vec<&str>, u8> = [(vec!["a"], 1)].into();
+        same(&some_keys);
+        same(&none_keys);
+        same(&unit_keys);
+        same(&seq_keys);
         same(&json!({"before": [1, 2], "then": serde_json::to_value(&int_keys).unwrap()}));
         same(&int_keys);
         same(&bool_keys);

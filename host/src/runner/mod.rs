@@ -822,6 +822,41 @@ mod tests {
     }
 
     #[test]
+    fn every_file_of_a_sweep_at_the_default_jobs_is_what_serde_json_writes() {
+        // The runner writes traces, scores and journal lines with its own JSON writer; under
+        // the settings users run with (the whole demo pack, the default lanes) every byte is
+        // serde_json's.
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = RunConfig::new(runtime::builtin_agent("demo").unwrap(), dir.path());
+        cfg.runs = Some(4);
+        // `wt run`'s default for the demo agent: one lane per CPU (at least two here).
+        cfg.jobs = std::thread::available_parallelism().map_or(2, |n| n.get().max(2));
+        let sweep = Sweep::new(&cfg);
+        let result = run_sweep(&Pack::demo().scenarios, &cfg, &sweep).unwrap();
+        assert_eq!(result.exit_code(), 0);
+        let runs = crate::report::load_runs(&[dir.path()]).unwrap();
+        assert_eq!(runs.len(), 12);
+        for (trace, score, path) in &runs {
+            let plain = serde_json::to_string_pretty(trace).unwrap() + "\n";
+            assert_eq!(std::fs::read_to_string(path).unwrap(), plain, "{path:?}");
+            let score_file = path.with_extension("score.json");
+            let plain = serde_json::to_string_pretty(score).unwrap() + "\n";
+            assert_eq!(std::fs::read_to_string(&score_file).unwrap(), plain);
+        }
+        let journal = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.to_string_lossy().ends_with(".events.jsonl"))
+            .unwrap();
+        let text = std::fs::read_to_string(&journal).unwrap();
+        assert!(text.lines().count() > 12 * 5);
+        for line in text.lines() {
+            let value: serde_json::Value = serde_json::from_str(line).unwrap();
+            assert_eq!(serde_json::to_string(&value).unwrap(), line);
+        }
+    }
+
+    #[test]
     fn a_lane_hands_each_run_the_starting_world_whatever_the_run_before_did_to_it() {
         // A lane lends its runs the starting state (and the last run's final state, when no
         // tool wrote to it) and writes both from one rendering: a run that writes must not
