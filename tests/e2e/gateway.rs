@@ -68,8 +68,12 @@ impl FakeLlm {
         let config = dir.join("fakellm.yaml");
         std::fs::write(&config, rules).unwrap();
         let port = crate::harness::dead_port();
-        let fakellm = agent_python().parent().unwrap().join("fakellm");
-        let child = Command::new(&fakellm)
+        // The venv's script run by the venv's Python, not through its `#!` line: a venv the
+        // harness built aside and renamed into place keeps the aside path there.
+        let python = agent_python();
+        let fakellm = python.parent().unwrap().join("fakellm");
+        let child = Command::new(python)
+            .arg(&fakellm)
             .args(["serve", "--host", "127.0.0.1", "--port", &port.to_string()])
             .arg("--config")
             .arg(&config)

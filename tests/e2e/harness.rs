@@ -110,6 +110,14 @@ fn cargo_ok(args: &[&str]) {
 
 /// Builds `wt` and every plugin in this test binary's profile, plus the `panic = "abort"`
 /// test plugin in its own profile. Once per process.
+///
+/// Every crate this build shares with the test binary's own — the host library, the SDK, its
+/// macros, abi_stable and what lies under them — is reused, not compiled a second time: the
+/// build turns on the features the suite's dev-dependencies turn on (`windtunnel/internals`,
+/// `windtunnel-sdk/testing`; neither changes what `wt` or a plugin does: one makes internal
+/// modules public, the other adds the SDK's test kit), and leaves out the macros crate, which
+/// as a build of its own would be compiled with the profile's debug info where as a
+/// dependency it is not (cargo's `build-override`).
 pub fn build() -> &'static Path {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT.get_or_init(|| {
@@ -120,6 +128,10 @@ pub fn build() -> &'static Path {
             "--workspace",
             "--exclude",
             "wt_test_abort",
+            "--exclude",
+            "windtunnel-sdk-macros",
+            "--features",
+            "internals,testing",
             "--profile",
             &profile,
         ]);
@@ -775,7 +787,8 @@ pub fn agent_python() -> &'static Path {
             return Ok(python);
         }
         // Built aside and renamed into place, so concurrent test processes never see half
-        // a venv.
+        // a venv. Its Python finds the venv wherever it lies, but the `#!` lines of its
+        // scripts keep the aside path: run a script as `python <venv>/bin/<script>`.
         let tmp = target_dir().join(format!("py-agents.tmp-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&tmp);
         let step = |cmd: &mut Command, what: &str| -> Result<(), String> {
