@@ -3,14 +3,14 @@
 //! A sweep writes a pretty trace, a pretty score and six compact journal lines per run, and
 //! serde_json's writer was the largest part of a run's own work: it looks at every byte of
 //! every key and string through a table, one at a time, and writes each level of indentation
-//! as its own call. This writer looks at eight bytes at a time for one that needs escaping
-//! and writes what serde_json writes; numbers with a fraction (a few a run) it has serde_json
-//! write, so they come from the same formatter. What it does not handle itself (map keys that
-//! are not strings, byte strings, serde_json's raw values, a serializer error, elements after
-//! a sequence or map said it was empty) it hands back: the document is then written again by
-//! serde_json, so the output, and any error, are always serde_json's own. Tests compare the
-//! two on every form of serde's data model, thousands of generated documents and every byte
-//! that needs escaping at every offset.
+//! as its own call. This writer looks at eight bytes at a time (sixteen on x86-64) for one
+//! that needs escaping and writes what serde_json writes; numbers with a fraction (a few a
+//! run) it has serde_json write, so they come from the same formatter. What it does not
+//! handle itself (map keys that are not strings, byte strings, serde_json's raw values, a
+//! serializer error, elements after a sequence or map said it was empty) it hands back: the
+//! document is then written again by serde_json, so the output, and any error, are always
+//! serde_json's own. Tests compare the two on every form of serde's data model, thousands of
+//! generated documents and every byte that needs escaping at every offset.
 
 use serde::ser::{self, Serialize};
 
@@ -121,6 +121,11 @@ fn clean(bytes: &[u8]) -> bool {
     };
     let word = |at: usize| u64::from_ne_bytes(bytes[at..at + 8].try_into().expect("eight bytes"));
     let n = bytes.len();
+    #[cfg(target_arch = "x86_64")]
+    if n >= 16 {
+        // SAFETY: SSE2 is part of every x86-64 target's baseline.
+        return unsafe { clean_sse2(bytes) };
+    }
     if n >= 8 {
         // Whole words, then the last eight bytes (which may overlap the last word).
         let mut at = 0;
@@ -147,6 +152,43 @@ fn clean(bytes: &[u8]) -> bool {
         }
     }
     marks(u64::from_ne_bytes(padded)) == 0
+}
+
+/// [`clean`] of sixteen bytes or more, sixteen at a time (SSE2, which every x86-64 has):
+/// per sixteen bytes three compares and a mask, where the word-wise test takes a dozen
+/// operations per eight.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse2")]
+fn clean_sse2(bytes: &[u8]) -> bool {
+    use std::arch::x86_64::{
+        __m128i, _mm_cmpeq_epi8, _mm_min_epu8, _mm_movemask_epi8, _mm_or_si128, _mm_set_epi64x,
+        _mm_set1_epi8,
+    };
+    let half = |at: usize| {
+        let b: [u8; 8] = bytes[at..at + 8].try_into().expect("eight bytes");
+        i64::from_le_bytes(b)
+    };
+    let lane = |at: usize| _mm_set_epi64x(half(at + 8), half(at));
+    let quote = _mm_set1_epi8(b'"' as i8);
+    let backslash = _mm_set1_epi8(b'\\' as i8);
+    let control = _mm_set1_epi8(0x1f);
+    // Whether any byte of `v` is `"`, `\` or at most 0x1f (unsigned: the minimum of it and
+    // 0x1f is itself).
+    let marked = |v: __m128i| {
+        let quoted = _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash));
+        let low = _mm_cmpeq_epi8(_mm_min_epu8(v, control), v);
+        _mm_movemask_epi8(_mm_or_si128(quoted, low)) != 0
+    };
+    let n = bytes.len();
+    // Whole lanes, then the last sixteen bytes (which may overlap the last lane).
+    let mut at = 0;
+    while at + 16 < n {
+        if marked(lane(at)) {
+            return false;
+        }
+        at += 16;
+    }
+    !marked(lane(n - 16))
 }
 
 /// `bytes` with what needs escaping escaped, a byte at a time.
@@ -639,7 +681,8 @@ mod tests {
     #[test]
     fn strings_are_escaped_as_serde_json_escapes_them() {
         // Every byte that needs escaping (and its neighbours) at every offset of strings
-        // longer and shorter than a word, so each lands in a word and in the tail.
+        // longer and shorter than a word and than a sixteen-byte lane, so each lands in a
+        // word, a lane and the overlapping tail of either.
         let specials: Vec<char> = (0u8..0x20)
             .map(char::from)
             .chain([
@@ -647,10 +690,11 @@ mod tests {
                 '😀',
             ])
             .collect();
-        for len in [1, 7, 8, 9, 16, 17, 25] {
+        let letters = "abcdefghijklmnopqrstuvwxyz".repeat(2);
+        for len in [1, 7, 8, 9, 15, 16, 17, 25, 31, 32, 33, 47, 48, 49] {
             for at in 0..len {
                 for &c in &specials {
-                    let mut s: String = "abcdefghijklmnopqrstuvwxyz".chars().take(len).collect();
+                    let mut s: String = letters.chars().take(len).collect();
                     s.replace_range(at..=at, c.encode_utf8(&mut [0; 4]));
                     same(&s);
                     let doubled = format!("{s}{c}{s}");

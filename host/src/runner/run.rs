@@ -159,11 +159,9 @@ impl<'s, 'a> RunRunner<'s, 'a> {
         let mut session = SessionConverse {
             sc,
             observer: observer.as_ref(),
-            scope: scope.clone(),
-            run_id: run_id.clone(),
+            scope: &scope,
             handle: self.handle.clone(),
             world: world.clone(),
-            session_id: trace.session_id.clone(),
             next_turn: AtomicUsize::new(scenario.turns.len()),
             unusable: trace.error.clone(),
             observed: None,

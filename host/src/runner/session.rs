@@ -24,17 +24,26 @@ pub(super) struct SessionConverse<'s, 'a> {
     pub sc: &'s ScenarioRunner<'a>,
     /// The lane's observer: guards are consulted through it.
     pub observer: &'s dyn RunObserver,
-    pub scope: Scope,
-    pub run_id: String,
+    /// The run's scope: its run and session ids are the session's.
+    pub scope: &'s Scope,
     pub handle: Handle,
     pub world: Arc<Mutex<World>>,
-    pub session_id: String,
     /// Turn index for the next converse turn (after the scenario's turns).
     pub next_turn: AtomicUsize,
     pub unusable: Option<String>,
     /// The run's trace once it is observed: its world's final state was moved into it, and
     /// a converse turn puts a copy back into the world before it starts.
     pub observed: Option<Arc<windtunnel_sdk::model::Trace>>,
+}
+
+impl SessionConverse<'_, '_> {
+    fn run_id(&self) -> &str {
+        self.scope.run_id.as_deref().unwrap_or_default()
+    }
+
+    fn session_id(&self) -> &str {
+        self.scope.session_id.as_deref().unwrap_or_default()
+    }
 }
 
 impl Session for SessionConverse<'_, '_> {
@@ -54,8 +63,8 @@ impl Session for SessionConverse<'_, '_> {
         if self.observer.wants_turns() {
             let call = turn_call(
                 self.sc,
-                &self.run_id,
-                &self.session_id,
+                self.run_id(),
+                self.session_id(),
                 index,
                 text,
                 TurnCause::Converse {
@@ -88,7 +97,7 @@ impl Session for SessionConverse<'_, '_> {
             cfg,
             &self.handle,
             &self.world,
-            &self.session_id,
+            self.session_id(),
             text,
             index,
             timeout,

@@ -506,6 +506,7 @@ impl Dispatcher {
             let (calls, spare) = relay.spares();
             let shared = relay::Point::make(
                 spare,
+                &self.hooks,
                 data,
                 point,
                 point_with_turn,
@@ -530,7 +531,6 @@ impl Dispatcher {
                 };
                 left &= !(1u64 << slot);
                 calls.push(Call {
-                    hook: self.hooks[slot].clone(),
                     slot,
                     deadline,
                 });

@@ -78,8 +78,10 @@ pub(crate) struct Hung {
 }
 
 /// What a point's calls share, owned (an abandoned call holds nothing of the lane's): the
-/// members, the session, the caps.
+/// hooks, the members, the session, the caps.
 pub(super) struct Point {
+    /// The dispatcher's hooks: a call names its hook by its slot here.
+    pub(super) hooks: Arc<[Arc<ActiveHook>]>,
     pub(super) snapshot: Snapshot,
     pub(super) point: u32,
     /// The point value for hooks that read turn snapshot ids: `point` with the snapshot's.
@@ -92,8 +94,10 @@ pub(super) struct Point {
 impl Point {
     /// A point of `point` with members `data`, in `spare`'s place when no abandoned call
     /// holds it (its snapshot emptied by [`Point::empty`]).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn make(
         spare: Option<Arc<Point>>,
+        hooks: &Arc<[Arc<ActiveHook>]>,
         data: CallData,
         point: u32,
         point_with_turn: u32,
@@ -104,6 +108,9 @@ impl Point {
         if let Some(mut spare) = spare
             && let Some(p) = Arc::get_mut(&mut spare)
         {
+            if !Arc::ptr_eq(&p.hooks, hooks) {
+                p.hooks = hooks.clone();
+            }
             p.snapshot.data = data;
             p.point = point;
             p.point_with_turn = point_with_turn;
@@ -113,6 +120,7 @@ impl Point {
             return spare;
         }
         Arc::new(Point {
+            hooks: hooks.clone(),
             snapshot: Snapshot::new(data),
             point,
             point_with_turn,
@@ -129,10 +137,10 @@ impl Point {
     }
 }
 
-/// One hook call a lane wants made at a [`Point`].
+/// One hook call a lane wants made at a [`Point`]: no `Arc` of the hook per call (the
+/// point holds the dispatcher's hooks), so a call costs no reference count.
 pub(super) struct Call {
-    pub(super) hook: Arc<ActiveHook>,
-    /// The hook's place in its dispatcher, handed back with the reply.
+    /// The hook's place in its dispatcher ([`Point::hooks`]), handed back with the reply.
     pub(super) slot: usize,
     pub(super) deadline: Duration,
 }
@@ -144,10 +152,10 @@ struct Batch {
     calls: Vec<Call>,
 }
 
-/// What the watchdog needs to know of the call in progress.
-#[derive(Clone)]
+/// What the watchdog needs to know of the call in progress (its hook is the pending
+/// point's in `slot`).
+#[derive(Clone, Copy)]
 struct Current {
-    hook: Arc<ActiveHook>,
     slot: usize,
     deadline: Duration,
 }
@@ -321,7 +329,6 @@ impl Relay {
                     point = Some(batch.point.clone());
                 }
                 p.current = Some(Current {
-                    hook: call.hook.clone(),
                     slot: call.slot,
                     deadline: call.deadline,
                 });
@@ -339,7 +346,11 @@ impl Relay {
     /// Makes one call on this thread, the relay's current one; `None` when the watchdog
     /// abandoned it meanwhile.
     fn make(&self, point: &Point, call: Call) -> Option<Reply> {
-        let n = self.calls.fetch_add(1, Ordering::Relaxed) + 1;
+        let hook = &point.hooks[call.slot];
+        // Only the lane's driver makes calls, one at a time (a new driver starts only after
+        // the old one's call was abandoned): a load and a store, not a locked add.
+        let n = self.calls.load(Ordering::Relaxed) + 1;
+        self.calls.store(n, Ordering::Relaxed);
         let tag = (n << 8) | 1;
         self.state.store(tag, Ordering::Release);
         // Plugins' panics are caught on their side of the boundary; this catches the host's
@@ -349,20 +360,20 @@ impl Relay {
                 &point.snapshot,
                 point.point,
                 point.caps,
-                &call.hook.name,
+                &hook.name,
                 point.session.is_some(),
-                call.hook.reads_sdk_1_0(),
+                hook.reads_sdk_1_0(),
             ),
             session: point.session.as_ref(),
             converse_timeout: point.converse_timeout,
         };
-        let value = if call.hook.reads_turn_ids() {
+        let value = if hook.reads_turn_ids() {
             point.point_with_turn
         } else {
             point.point
         };
         let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            call.hook.call(value, &services)
+            hook.call(value, &services)
         }))
         .unwrap_or_else(|p| {
             Err(CallError::Failed(format!(
@@ -568,8 +579,16 @@ fn look(relays: &[Arc<Relay>], seen: &mut [(u64, Instant)], watch: &Watch) {
             *seen = (state, now);
             continue;
         }
-        let Some(current) = lock(&relay.point).current.clone() else {
-            continue;
+        let (current, hook) = {
+            let p = lock(&relay.point);
+            let Some(current) = p.current else {
+                continue;
+            };
+            let hook = p
+                .pending
+                .as_ref()
+                .map(|batch| batch.point.hooks[current.slot].clone());
+            (current, hook)
         };
         let deadline = if cut {
             current.deadline.min(CUT_HOOK_DEADLINE)
@@ -596,7 +615,9 @@ fn look(relays: &[Arc<Relay>], seen: &mut [(u64, Instant)], watch: &Watch) {
         relay.gate.generation.fetch_add(1, Ordering::SeqCst);
         // An isolated hook's process dies now; the old driver then sees its call fail and
         // finds it abandoned.
-        current.hook.abandon();
+        if let Some(hook) = hook {
+            hook.abandon();
+        }
         let hung = (current.slot, Hung { after: deadline });
         let spawned = std::thread::Builder::new()
             .name("wt-lane".into())
