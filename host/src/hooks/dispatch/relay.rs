@@ -579,16 +579,8 @@ fn look(relays: &[Arc<Relay>], seen: &mut [(u64, Instant)], watch: &Watch) {
             *seen = (state, now);
             continue;
         }
-        let (current, hook) = {
-            let p = lock(&relay.point);
-            let Some(current) = p.current else {
-                continue;
-            };
-            let hook = p
-                .pending
-                .as_ref()
-                .map(|batch| batch.point.hooks[current.slot].clone());
-            (current, hook)
+        let Some(current) = lock(&relay.point).current else {
+            continue;
         };
         let deadline = if cut {
             current.deadline.min(CUT_HOOK_DEADLINE)
@@ -614,7 +606,12 @@ fn look(relays: &[Arc<Relay>], seen: &mut [(u64, Instant)], watch: &Watch) {
         // Sessions refs of the abandoned call stop working from here on.
         relay.gate.generation.fetch_add(1, Ordering::SeqCst);
         // An isolated hook's process dies now; the old driver then sees its call fail and
-        // finds it abandoned.
+        // finds it abandoned. (The abandoned driver leaves the pending point as it is, so the
+        // call's hook is still there.)
+        let hook = lock(&relay.point)
+            .pending
+            .as_ref()
+            .map(|batch| batch.point.hooks[current.slot].clone());
         if let Some(hook) = hook {
             hook.abandon();
         }
