@@ -5,7 +5,7 @@ same local stub (bench/openai_floor.rs: answers at once, no tool calls):
 - the runtime alone (host/benches/openai_floor.rs): the agent's runtime provisioned for the
   scenario and sent its turn RUNS times in place, as the runner calls it — no runner, no files;
 - `wt run --jobs 1` of RUNS one-turn runs with the `openai` agent: the whole sweep;
-- the write floor of those runs (`wt bench-floor`: their traces, scores and journal lines, of
+- the write floor of those runs (`write-floor` of bench/src: their traces, scores and journal lines, of
   the same sizes, written the way the runner writes them).
 So a run's time splits into the runtime (its HTTP and the rest of its work), the files, and
 the rest of the runner (scoring, serializing the trace, score and events). Sides alternate (the order rotates each repeat);
@@ -31,6 +31,7 @@ import time
 root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 target = os.environ.get("CARGO_TARGET_DIR", os.path.join(root, "target"))
 wt = os.environ.get("WT", os.path.join(target, "release", "wt"))
+floor_bin = os.environ.get("FLOOR", os.path.join(target, "release", "write-floor"))
 stub_bin = os.environ.get("STUB", os.path.join(target, "release", "openai_floor_stub"))
 runtime_bench = os.environ.get("RUNTIME_BENCH")
 baseline = os.environ.get("BASELINE")
@@ -161,7 +162,7 @@ curl_version = subprocess.run(["curl", "--version"], capture_output=True, text=T
 sides = {
     "curl": lambda: curl,
     "wt": lambda: wt_run(wt, runs, fresh()),
-    "floor": lambda: [wt, "bench-floor", "--out", fresh(), "--count", str(runs),
+    "floor": lambda: [floor_bin, "--out", fresh(), "--count", str(runs),
                       "--trace-bytes", str(trace_bytes), "--score-bytes", str(score_bytes),
                       "--journal-lines", str(journal_lines),
                       "--journal-line-bytes", str(journal_line_bytes)],
@@ -207,7 +208,7 @@ if runtime_bench:
 rows.append(("wt run", "wt"))
 if baseline:
     rows.append(("baseline wt run", "baseline"))
-rows.append(("write floor (wt bench-floor)", "floor"))
+rows.append(("write floor (write-floor)", "floor"))
 for label, name in rows:
     print(f"  {label:34} {us(med(name, 0)):7.1f}us {us(med(name, 1)):7.1f}us {us(med(name, 2)):7.1f}us")
 cw, cc = med("curl", 0), med("curl", 1)

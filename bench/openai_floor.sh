@@ -11,7 +11,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 target=${CARGO_TARGET_DIR:-$root/target}
-(cd "$root" && cargo build -q --release -p windtunnel --bin wt)
+(cd "$root" && cargo build -q --release -p windtunnel --bin wt -p wt-bench --bin write-floor)
 # The runtime alone (host/benches/openai_floor.rs): its executable, built in the bench profile.
 runtime_bench=$(cd "$root" && cargo bench -q -p windtunnel --bench openai_floor --no-run --message-format=json \
     | python3 -c 'import json, sys

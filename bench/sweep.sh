@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Benchmark (not a test): a one-turn sweep of RUNS runs (default 10,000) on the demo agent,
 # against a floor that only writes the same number of files of the same sizes atomically
-# (`wt bench-floor`, the same temp-file + rename as the runner). Prints both wall times,
-# their ratio (target: at most 1.3), the same ratio paired (each sweep against the floor run
+# (`write-floor` of bench/src, the same temp-file + rename as the runner). Prints both wall times,
+# their ratio (the rail: at most 1.8 at --jobs 1), the same ratio paired (each sweep against the floor run
 # just before it; the median), the user and system CPU of both per run (the floor's is mostly
 # the kernel's: what is left to `wt` is its user time) and peak RSS at RUNS/10 and RUNS runs
 # (target: flat).
@@ -28,8 +28,9 @@ REPS=${REPS:-3}
 root=$(cd "$(dirname "$0")/.." && pwd)
 target=${CARGO_TARGET_DIR:-$root/target}
 PROFILE=${PROFILE:-release}
-(cd "$root" && cargo build -q --profile "$PROFILE" -p windtunnel --bin wt)
+(cd "$root" && cargo build -q --profile "$PROFILE" -p windtunnel --bin wt -p wt-bench --bin write-floor)
 wt=$target/$PROFILE/wt
+floor=$target/$PROFILE/write-floor
 
 work=$(mktemp -d "${BENCH_DIR:-${TMPDIR:-/tmp}}/wt-bench.XXXXXX")
 trap 'rm -rf "$work"' EXIT
@@ -75,9 +76,9 @@ median() {
     tr ' ' '\n' | sed '/^$/d' | sort -g | awk '{v[NR] = $1} END {print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2)}'
 }
 for _ in $(seq "$REPS"); do
-    read -r f_s _ < <(measure "$wt" bench-floor --out "$(fresh_dir)" --count "$RUNS" \
+    read -r f_s _ < <(measure "$floor" --out "$(fresh_dir)" --count "$RUNS" \
         --trace-bytes "$trace_bytes" --score-bytes "$score_bytes")
-    read -r fj_s _ fj_u fj_k < <(measure "$wt" bench-floor --out "$(fresh_dir)" --count "$RUNS" \
+    read -r fj_s _ fj_u fj_k < <(measure "$floor" --out "$(fresh_dir)" --count "$RUNS" \
         --trace-bytes "$trace_bytes" --score-bytes "$score_bytes" \
         --journal-lines "$journal_lines" --journal-line-bytes "$journal_line_bytes")
     floor_users+=" $fj_u" floor_systems+=" $fj_k"

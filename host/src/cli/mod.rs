@@ -7,8 +7,6 @@ use clap::{Parser, Subcommand};
 
 use crate::{exit, term};
 
-pub(crate) mod bench_floor;
-pub(crate) mod bench_gate;
 pub(crate) mod compare;
 pub(crate) mod doctor;
 pub(crate) mod hooks;
@@ -47,12 +45,6 @@ pub(crate) enum Command {
     /// Cluster failing runs and place each cluster on the wiring → harness → steering →
     /// model ladder.
     Triage(triage::TriageArgs),
-    /// Benchmark floor: write files atomically, nothing else (used by bench/sweep.sh).
-    #[command(hide = true)]
-    BenchFloor(bench_floor::BenchFloorArgs),
-    /// Benchmark: `wt compare --gate` simulated (used by bench/compare_sim.sh).
-    #[command(hide = true)]
-    BenchGate(bench_gate::BenchGateArgs),
     /// An isolated hook's process (started by `wt` itself; speaks a binary protocol).
     #[command(hide = true, name = "hook-child")]
     HookChild(crate::hooks::isolate::child::ChildArgs),
@@ -100,8 +92,6 @@ pub fn main() -> ExitCode {
         Command::Hooks(cmd) => hooks::run(cmd),
         Command::Doctor(args) => doctor::run(args),
         Command::Triage(args) => triage::run(args),
-        Command::BenchFloor(args) => bench_floor::run(args),
-        Command::BenchGate(args) => bench_gate::run(args),
         Command::HookChild(args) => crate::hooks::isolate::child::run(args),
         Command::SweepWatchdog(args) => Ok(crate::procs::watch(&args.tag)),
     };

@@ -22,12 +22,12 @@ use serde::Serialize;
 use super::stats::{self, Correction};
 
 /// The share of alpha spent on the scenarios; the pack test gets the rest.
-pub(crate) const SCENARIO_SHARE: f64 = 0.5;
+pub const SCENARIO_SHARE: f64 = 0.5;
 
 /// What happened to a scenario between BASE and NEW.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub(crate) enum Change {
+pub enum Change {
     Regressed,
     Improved,
     Unchanged,
@@ -35,7 +35,7 @@ pub(crate) enum Change {
 }
 
 impl Change {
-    pub(crate) fn as_str(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             Change::Regressed => "regressed",
             Change::Improved => "improved",
@@ -47,7 +47,7 @@ impl Change {
 
 /// One scenario's runs: passes and runs of BASE, then of NEW.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Tally {
+pub struct Tally {
     pub base_pass: u64,
     pub base_runs: u64,
     pub new_pass: u64,
@@ -56,7 +56,7 @@ pub(crate) struct Tally {
 
 /// One scenario's decision.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) struct ScenarioDecision {
+pub struct ScenarioDecision {
     /// One-sided p-value of a regression (NEW passes this rarely or more rarely).
     pub p_regression: f64,
     /// One-sided p-value of an improvement.
@@ -69,7 +69,7 @@ pub(crate) struct ScenarioDecision {
 
 /// The pack-level test.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
-pub(crate) struct PackTest {
+pub struct PackTest {
     /// The standardized difference of NEW's passes from what equal rates would give
     /// (negative: fewer passes).
     pub z: f64,
@@ -82,7 +82,7 @@ pub(crate) struct PackTest {
 
 /// The gate's decision over a pack.
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) struct Decision {
+pub struct Decision {
     /// Per scenario, in the order given.
     pub scenarios: Vec<ScenarioDecision>,
     pub pack: PackTest,
@@ -92,13 +92,13 @@ pub(crate) struct Decision {
 
 impl Decision {
     /// Did the comparison find a regression (a scenario, or the pack)?
-    pub(crate) fn regressed(&self) -> bool {
+    pub fn regressed(&self) -> bool {
         self.pack.regressed || self.scenarios.iter().any(|s| s.change == Change::Regressed)
     }
 }
 
 /// Decides a pack: see the module's documentation.
-pub(crate) fn decide(tallies: &[Tally], alpha: f64, correction: Correction) -> Decision {
+pub fn decide(tallies: &[Tally], alpha: f64, correction: Correction) -> Decision {
     let scenario_alpha = alpha * SCENARIO_SHARE;
     let pack_alpha = alpha - scenario_alpha;
     let sided: Vec<(f64, f64)> = tallies
@@ -157,16 +157,6 @@ pub(crate) fn decide(tallies: &[Tally], alpha: f64, correction: Correction) -> D
         },
         scenario_alpha,
     }
-}
-
-/// The per-scenario rule `wt compare --gate` applied before this module: each scenario on its own, two-sided Fisher
-/// at alpha, failing on any drop found. Kept for the simulation benchmark's comparison.
-pub(crate) fn old_rule_regressed(tallies: &[Tally], alpha: f64) -> bool {
-    tallies.iter().any(|t| {
-        t.new_pass * t.base_runs < t.base_pass * t.new_runs
-            && stats::fisher_floor(t.base_runs, t.new_runs) < alpha
-            && stats::fisher_two_sided(t.base_pass, t.base_runs, t.new_pass, t.new_runs) < alpha
-    })
 }
 
 #[cfg(test)]
@@ -242,7 +232,7 @@ mod tests {
 /// A look of `wt run --until-decided` at one scenario.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub(crate) enum Look {
+pub enum Look {
     /// The remaining runs could still change the decision.
     Continue,
     /// Regressed, whatever the remaining runs do.
@@ -255,7 +245,7 @@ pub(crate) enum Look {
 }
 
 impl Look {
-    pub(crate) fn as_str(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             Look::Continue => "continue",
             Look::Regressed => "regressed",
@@ -274,7 +264,7 @@ impl Look {
 /// computes early what the final test will say, so looks cost no error rate: the decisions
 /// are those of the fixed-size design. Returns the look and the p-value if the remaining
 /// runs split as the passes so far did.
-pub(crate) fn look(
+pub fn look(
     base: (u64, u64),
     passed: u64,
     runs: u64,

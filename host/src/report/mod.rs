@@ -14,14 +14,14 @@
 //! Nothing here writes into a runs directory.
 
 pub(crate) mod compare;
-pub(crate) mod gate;
+internal_mod!(gate);
 pub(crate) mod html;
 pub(crate) mod junit;
 pub(crate) mod lean;
 pub(crate) mod load;
 pub(crate) mod plan;
 pub(crate) mod scan;
-pub(crate) mod stats;
+internal_mod!(stats);
 pub(crate) mod table;
 pub(crate) mod triage;
 

@@ -1,5 +1,4 @@
-//! `wt bench-gate` (hidden; `bench/compare_sim.sh`): a seeded simulation of `wt compare
-//! --gate` on packs of 1, 30 and 300 scenarios, through the gate's own decision
+//! `bench/compare_sim.sh`'s simulation of `wt compare --gate`: a seeded simulation on packs of 1, 30 and 300 scenarios, through the gate's own decision
 //! ([`crate::report::gate::decide`]), against the per-scenario rule it replaced (each
 //! scenario on its own, two-sided Fisher at alpha). For each pack size and runs per side it
 //! prints how often each rule fails the gate:
@@ -15,26 +14,26 @@
 //!
 //! No network, no files; the seed fixes every draw.
 
-use crate::report::gate::{self, Tally};
-use crate::report::stats::Correction;
-use crate::{exit, term};
+use clap::Parser;
+use statrs::distribution::{Discrete, Hypergeometric};
+use windtunnel::report::gate::{self, Tally};
+use windtunnel::report::stats::{self, Correction};
 
-/// Options of `wt bench-gate`.
-#[derive(Debug, Clone, clap::Args)]
-pub(crate) struct BenchGateArgs {
+#[derive(Debug, Clone, Parser)]
+struct Args {
     /// Simulated comparisons per cell.
     #[arg(long, default_value_t = 2000)]
-    pub reps: u32,
+    reps: u32,
     #[arg(long, default_value_t = 1)]
-    pub seed: u64,
+    seed: u64,
     #[arg(long, value_delimiter = ',', default_value = "1,30,300")]
-    pub scenarios: Vec<usize>,
+    scenarios: Vec<usize>,
     #[arg(long, value_delimiter = ',', default_value = "10,20")]
-    pub runs: Vec<u64>,
+    runs: Vec<u64>,
     #[arg(long, default_value_t = 0.05)]
-    pub alpha: f64,
+    alpha: f64,
     #[arg(long, value_enum, default_value_t = Correction::Holm)]
-    pub correction: Correction,
+    correction: Correction,
 }
 
 /// splitmix64: small, seeded, and good enough for Bernoulli draws.
@@ -82,13 +81,14 @@ const CASES: [Case; 4] = [
     },
 ];
 
-pub(crate) fn run(args: BenchGateArgs) -> anyhow::Result<u8> {
+fn main() {
+    let args = Args::parse();
     let mut rng = Rng(args.seed);
-    term::out_line(&format!(
+    println!(
         "wt compare --gate, simulated: {} comparisons per cell, alpha {}, correction {:?}, seed {}",
         args.reps, args.alpha, args.correction, args.seed
-    ));
-    term::out_line(&format!(
+    );
+    println!(
         "{:<22} {:>9} {:>5}  {:>9} {:>9}  {:>6}  {:>9} {:>9} {:>11}",
         "case",
         "scenarios",
@@ -99,7 +99,7 @@ pub(crate) fn run(args: BenchGateArgs) -> anyhow::Result<u8> {
         "fixed m",
         "sequential",
         "runs saved"
-    ));
+    );
     for case in &CASES {
         for &m in &args.scenarios {
             for &n in &args.runs {
@@ -125,15 +125,15 @@ pub(crate) fn run(args: BenchGateArgs) -> anyhow::Result<u8> {
                     if gate::decide(&tallies, args.alpha, args.correction).regressed() {
                         gate_fails += 1;
                     }
-                    if gate::old_rule_regressed(&tallies, args.alpha) {
+                    if old_rule_regressed(&tallies, args.alpha) {
                         old_fails += 1;
                     }
                     // The fixed design `--until-decided` curtails, on these draws; then the
                     // sequential one, NEW's runs drawn one at a time.
-                    if tallies.iter().any(|t| {
-                        crate::report::stats::fisher_one_sided(t.base_pass, n, t.new_pass, n).0
-                            < strict
-                    }) {
+                    if tallies
+                        .iter()
+                        .any(|t| stats::fisher_one_sided(t.base_pass, n, t.new_pass, n).0 < strict)
+                    {
                         fixed_fails += 1;
                     }
                     let mut found = false;
@@ -164,7 +164,7 @@ pub(crate) fn run(args: BenchGateArgs) -> anyhow::Result<u8> {
                 let planned = u64::from(args.reps) * m as u64 * n;
                 let saved =
                     100.0 * (planned - seq_runs.min(planned)) as f64 / planned.max(1) as f64;
-                term::out_line(&format!(
+                println!(
                     "{:<22} {m:>9} {n:>5}  {:>8.1}% {:>8.1}%  {:>5.1}%  {:>8.1}% {:>9.1}% {:>10.0}%",
                     case.name,
                     g * 100.0,
@@ -173,9 +173,92 @@ pub(crate) fn run(args: BenchGateArgs) -> anyhow::Result<u8> {
                     rate(fixed_fails) * 100.0,
                     rate(seq_fails) * 100.0,
                     saved
-                ));
+                );
             }
         }
     }
-    Ok(exit::SUCCESS)
+}
+
+/// The per-scenario rule `wt compare --gate` applied before this module: each scenario on its own, two-sided Fisher
+/// at alpha, failing on any drop found.
+fn old_rule_regressed(tallies: &[Tally], alpha: f64) -> bool {
+    tallies.iter().any(|t| {
+        t.new_pass * t.base_runs < t.base_pass * t.new_runs
+            && fisher_floor(t.base_runs, t.new_runs) < alpha
+            && fisher_two_sided(t.base_pass, t.base_runs, t.new_pass, t.new_runs) < alpha
+    })
+}
+
+/// Two-sided p-value of Fisher's exact test on the 2×2 table
+/// `[[a_pass, a_runs - a_pass], [b_pass, b_runs - b_pass]]`: the probability, with the
+/// margins fixed, of every table at most as likely as the observed one (R's `fisher.test`
+/// rule, including its relative tolerance of 1e-7 for ties). 1 when either side has no runs.
+fn fisher_two_sided(a_pass: u64, a_runs: u64, b_pass: u64, b_runs: u64) -> f64 {
+    if a_runs == 0 || b_runs == 0 {
+        return 1.0;
+    }
+    let population = a_runs + b_runs;
+    let successes = a_pass + b_pass;
+    let Ok(dist) = Hypergeometric::new(population, successes, a_runs) else {
+        return 1.0;
+    };
+    let lo = successes.saturating_sub(b_runs);
+    let hi = successes.min(a_runs);
+    let observed = dist.ln_pmf(a_pass);
+    let cutoff = observed + (1.0f64 + 1e-7).ln();
+    let p: f64 = (lo..=hi)
+        .map(|x| dist.ln_pmf(x))
+        .filter(|&l| l <= cutoff)
+        .map(f64::exp)
+        .sum();
+    p.min(1.0)
+}
+
+/// The smallest p-value Fisher's test can give for `a_runs` against `b_runs` runs, whatever
+/// the outcomes: one side all passes, the other all failures. When it is not below alpha, no
+/// result could count as a real difference.
+fn fisher_floor(a_runs: u64, b_runs: u64) -> f64 {
+    fisher_two_sided(a_runs, a_runs, 0, b_runs).min(fisher_two_sided(0, a_runs, b_runs, b_runs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn close(a: f64, b: f64, tol: f64) -> bool {
+        (a - b).abs() <= tol
+    }
+
+    #[test]
+    fn fisher_two_sided_matches_published_p_values() {
+        assert!(close(fisher_two_sided(3, 4, 1, 4), 0.485_714, 1e-6));
+        assert!(close(fisher_two_sided(1, 10, 11, 14), 0.002_759, 1e-6));
+        // Symmetric in the sides and the outcome labels.
+        assert!(close(fisher_two_sided(11, 14, 1, 10), 0.002_759, 1e-6));
+        assert!(close(fisher_two_sided(9, 10, 3, 14), 0.002_759, 1e-6));
+        assert_eq!(fisher_two_sided(3, 3, 3, 3), 1.0);
+        assert_eq!(fisher_two_sided(0, 0, 3, 3), 1.0);
+        // 3 vs 3 can never be significant at 0.05 (floor 0.1); 4 vs 4 can (2/70).
+        assert!(close(fisher_floor(3, 3), 0.1, 1e-9));
+        assert!(close(fisher_floor(4, 4), 2.0 / 70.0, 1e-9));
+        // Large sweeps stay finite.
+        let p = fisher_two_sided(5000, 10_000, 4800, 10_000);
+        assert!(p > 0.0 && p < 0.01, "{p}");
+    }
+
+    #[test]
+    fn the_old_rule_fails_on_any_significant_drop_alone() {
+        let t = |base_pass, new_pass| Tally {
+            base_pass,
+            base_runs: 10,
+            new_pass,
+            new_runs: 10,
+        };
+        assert!(old_rule_regressed(&[t(10, 2)], 0.05));
+        assert!(!old_rule_regressed(&[t(10, 8)], 0.05));
+        assert!(
+            !old_rule_regressed(&[t(2, 10)], 0.05),
+            "an improvement is no regression"
+        );
+    }
 }
