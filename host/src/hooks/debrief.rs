@@ -9,22 +9,11 @@ use windtunnel_sdk::{
     model::{Score, Trace},
 };
 
-use crate::hooks::registry::BuiltIn;
-
 /// Version of the debrief artifact schema.
 pub(crate) const SCHEMA_VERSION: u32 = 2;
 
 #[derive(Default)]
 pub(crate) struct Debrief;
-
-pub(crate) fn builtin() -> BuiltIn {
-    let entry = windtunnel_sdk::__private::HookEntry::of::<Debrief>();
-    BuiltIn {
-        name: entry.name,
-        points: entry.points,
-        new: entry.new,
-    }
-}
 
 /// The `<stem>.debrief.json` artifact, field for field as design 0003 specifies.
 #[derive(Debug, Serialize)]

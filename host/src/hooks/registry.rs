@@ -35,7 +35,19 @@ pub struct BuiltIn {
 
 /// The built-in hooks. Their names are reserved: no plugin may reuse them.
 pub fn builtins() -> Vec<BuiltIn> {
-    vec![crate::hooks::debrief::builtin()]
+    vec![BuiltIn::of::<crate::hooks::debrief::Debrief>()]
+}
+
+impl BuiltIn {
+    /// The built-in hook `H`, as the SDK's export macro describes it to `wt`.
+    fn of<H: windtunnel_sdk::Hook>() -> BuiltIn {
+        let entry = windtunnel_sdk::__private::HookEntry::of::<H>();
+        BuiltIn {
+            name: entry.name,
+            points: entry.points,
+            new: entry.new,
+        }
+    }
 }
 
 /// Where a hook comes from.

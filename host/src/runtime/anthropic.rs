@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use serde_json::{Value, json};
-use windtunnel_sdk::model::{ModelCall, Scenario, TokenUsage, ToolSpec, TurnErrorKind};
+use windtunnel_sdk::model::{Scenario, ToolSpec, TurnErrorKind};
 
 use super::gateway;
 use super::net::Log;
@@ -118,43 +118,6 @@ impl AnthropicAgent {
     }
 }
 
-/// What a Messages API response says, into `call`: its content, stop reason, usage, id and
-/// model; a refusal's text.
-pub(crate) fn message_record(call: &mut ModelCall, resp: &Value) {
-    let s = |p: &str| resp.pointer(p).and_then(Value::as_str).map(str::to_owned);
-    call.response_id = s("/id");
-    call.served_model = s("/model");
-    call.finish_reason = s("/stop_reason");
-    let content = resp.get("content").cloned().unwrap_or(Value::Null);
-    if call.finish_reason.as_deref() == Some("refusal") {
-        call.refusal = Some(text_of(&content));
-    }
-    call.response = json!({"role": "assistant", "content": content});
-    if let Some(u) = resp.get("usage") {
-        let n = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);
-        if u.get("input_tokens").is_some() || u.get("output_tokens").is_some() {
-            let cached = n("cache_read_input_tokens");
-            let mut t = TokenUsage::default();
-            // As OpenAI counts them: every input token, the cached ones among them.
-            t.prompt_tokens = n("input_tokens") + cached + n("cache_creation_input_tokens");
-            t.completion_tokens = n("output_tokens");
-            t.cached_tokens = cached;
-            call.usage = Some(t);
-        }
-    }
-}
-
-/// The text blocks of a content list, joined.
-fn text_of(content: &Value) -> String {
-    content
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
-        .filter_map(|b| b.get("text").and_then(Value::as_str))
-        .collect()
-}
-
 impl AgentHandle for AnthropicAgent {
     fn reset_state(&mut self) -> Result<(), RuntimeError> {
         self.sessions.clear();
@@ -184,7 +147,7 @@ impl AgentHandle for AnthropicAgent {
                 ctx.stop,
                 &mut log,
                 &mut record,
-                message_record,
+                gateway::message_record,
             );
             models.push(record);
             let resp = match sent {
@@ -216,7 +179,7 @@ impl AgentHandle for AnthropicAgent {
                 .collect();
             messages.push(json!({"role": "assistant", "content": content}));
             if uses.is_empty() {
-                let reply = text_of(&Value::Array(content.clone()));
+                let reply = gateway::text_of(&Value::Array(content.clone()));
                 self.sessions.insert(session_id.to_owned(), messages);
                 return done(Reply::text(reply, calls), models, log);
             }
@@ -265,11 +228,12 @@ impl AgentHandle for AnthropicAgent {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use windtunnel_sdk::model::ModelCall;
 
     #[test]
     fn a_message_reads_as_a_model_call() {
         let mut call = ModelCall::default();
-        message_record(
+        gateway::message_record(
             &mut call,
             &json!({
                 "id": "msg_1", "model": "claude-x", "stop_reason": "max_tokens",
@@ -286,7 +250,7 @@ mod tests {
             (42, 30, 5)
         );
         let mut refused = ModelCall::default();
-        message_record(
+        gateway::message_record(
             &mut refused,
             &json!({"stop_reason": "refusal", "content": [{"type": "text", "text": "No."}]}),
         );

@@ -496,7 +496,7 @@ pub(crate) fn response_record(
         }
     } else {
         match serde_json::from_str::<Value>(&text) {
-            Ok(v) if shape == Shape::Messages => super::anthropic::message_record(call, &v),
+            Ok(v) if shape == Shape::Messages => message_record(call, &v),
             Ok(v) if shape == Shape::Responses => responses_record(call, &v),
             Ok(v) => completion_record(call, &v),
             Err(e) => {
@@ -611,7 +611,7 @@ fn assemble_message_stream(call: &mut ModelCall, text: &str) {
     if !usage.is_empty() {
         message["usage"] = Value::Object(usage);
     }
-    super::anthropic::message_record(call, &message);
+    message_record(call, &message);
 }
 
 /// What a Responses API response says, into `call`: its output items, status (an
@@ -734,6 +734,43 @@ fn assemble_stream(call: &mut ModelCall, text: &str) {
         call.refusal = Some(refusal);
     }
     call.response = message;
+}
+
+/// What a Messages API response says, into `call`: its content, stop reason, usage, id and
+/// model; a refusal's text.
+pub(crate) fn message_record(call: &mut ModelCall, resp: &Value) {
+    let s = |p: &str| resp.pointer(p).and_then(Value::as_str).map(str::to_owned);
+    call.response_id = s("/id");
+    call.served_model = s("/model");
+    call.finish_reason = s("/stop_reason");
+    let content = resp.get("content").cloned().unwrap_or(Value::Null);
+    if call.finish_reason.as_deref() == Some("refusal") {
+        call.refusal = Some(text_of(&content));
+    }
+    call.response = json!({"role": "assistant", "content": content});
+    if let Some(u) = resp.get("usage") {
+        let n = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);
+        if u.get("input_tokens").is_some() || u.get("output_tokens").is_some() {
+            let cached = n("cache_read_input_tokens");
+            let mut t = TokenUsage::default();
+            // As OpenAI counts them: every input token, the cached ones among them.
+            t.prompt_tokens = n("input_tokens") + cached + n("cache_creation_input_tokens");
+            t.completion_tokens = n("output_tokens");
+            t.cached_tokens = cached;
+            call.usage = Some(t);
+        }
+    }
+}
+
+/// The text blocks of a content list, joined.
+pub(crate) fn text_of(content: &Value) -> String {
+    content
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
+        .filter_map(|b| b.get("text").and_then(Value::as_str))
+        .collect()
 }
 
 #[cfg(test)]
