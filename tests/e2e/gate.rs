@@ -1,4 +1,4 @@
-//! Issue 19 through the real binary: verdicts that nothing but a successful call satisfies,
+//! Through the real binary: verdicts that nothing but a successful call satisfies,
 //! and a merge gate that holds at pack scale.
 
 use std::path::{Path, PathBuf};

@@ -1,4 +1,4 @@
-//! The model side of agents (issue 20): the model gateway of `process` agents, with an
+//! The model side of agents: the model gateway of `process` agents, with an
 //! unmodified openai-agents (pip) agent and fakellm (pip, a third-party OpenAI-compatible
 //! mock) as the upstream; the gateway's bounds (its token, its routes, the upstream's key);
 //! and what the `openai` runtime records of its own model calls.

@@ -7,7 +7,8 @@ use std::{cell::RefCell, collections::HashMap};
 use windtunnel::hooks::registry::{HostServices, Registry};
 use windtunnel_abi::point;
 
-use crate::harness::plugin_dir;
+use crate::harness::*;
+use std::time::Duration;
 
 /// A host context with fixed members that records every service call.
 #[derive(Default)]
@@ -129,4 +130,109 @@ fn two_hooks_of_one_library_are_independent_instances_with_their_own_points() {
     let prov = hooks[1].provenance();
     assert_eq!(prov.sha256.as_ref().map(String::len), Some(64));
     assert!(prov.source.ends_with("libacme_state_probe.so"));
+}
+
+#[test]
+fn fifos_symlinks_and_huge_files_in_a_plugin_dir_neither_hang_nor_exhaust_wt() {
+    let dir = tmp();
+    let plugins = plugin_dir(dir.path(), &["acme_state_probe"]);
+    let fifo = plugins.join("fifo.so");
+    let ok = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "mkfifo");
+    std::os::unix::fs::symlink("/dev/zero", plugins.join("zero.so")).unwrap();
+    let sparse = std::fs::File::create(plugins.join("sparse.so")).unwrap();
+    sparse.set_len(1 << 30).unwrap();
+    drop(sparse);
+
+    let run = |args: &[&str]| {
+        Wt::new(dir.path())
+            .args(args)
+            .arg("--plugin-dir")
+            .arg(&plugins)
+            .start()
+            .finish_within(Duration::from_secs(30))
+    };
+    let list = run(&["hooks", "list"]);
+    assert_eq!(list.code, 0, "{list}");
+    let row = |name: &str| {
+        list.stdout
+            .lines()
+            .find(|l| l.contains(name))
+            .unwrap_or_else(|| panic!("no row for {name}: {list}"))
+            .to_owned()
+    };
+    assert!(row("fifo.so").contains("not a regular file"), "{list}");
+    assert!(row("zero.so").contains("symbolic link"), "{list}");
+    assert!(
+        row("sparse.so").contains("more than a plugin may have"),
+        "{list}"
+    );
+    assert!(row("acme_state_probe").ends_with("ok"), "{list}");
+    let r = run(&["run", "--filter", "order-status", "--hook", "debrief"]);
+    assert_eq!(r.code, 0, "{r}");
+    let r = run(&[
+        "run",
+        "--filter",
+        "order-status",
+        "--hook",
+        "acme_state_probe",
+    ]);
+    assert_eq!(r.code, 0, "{r}");
+    for f in ["fifo.so", "zero.so", "sparse.so"] {
+        let r = Wt::new(dir.path())
+            .args(["hooks", "check"])
+            .arg(plugins.join(f))
+            .start()
+            .finish_within(Duration::from_secs(30));
+        assert_eq!(r.code, 2, "{f}: {r}");
+    }
+    // A plugin directory that does not exist is refused, not ignored.
+    let r = Wt::new(dir.path())
+        .args(["hooks", "list", "--plugin-dir", "no-such-dir"])
+        .run();
+    assert_eq!(r.code, 2, "{r}");
+    assert!(r.stderr.contains("--plugin-dir no-such-dir"), "{r}");
+    let r = Wt::new(dir.path())
+        .args(["run", "--out", "refused", "--hook", "debrief"])
+        .args(["--plugin-dir", "no-such-dir"])
+        .run();
+    assert_eq!(r.code, 2, "{r}");
+    assert!(
+        !dir.path().join("refused").exists(),
+        "a refused run wrote files"
+    );
+}
+
+#[test]
+fn a_plugin_whose_file_name_is_not_utf8_is_refused_in_one_line_everywhere() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tmp();
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    let odd = plugins.join(std::ffi::OsStr::from_bytes(b"libodd\xff.so"));
+    std::fs::copy(plugin_lib("wt_test_hostile"), &odd).unwrap();
+    set_mode(&odd, 0o755);
+    let list = Wt::new(dir.path())
+        .args(["hooks", "list", "--plugin-dir"])
+        .arg(&plugins)
+        .run();
+    assert!(
+        list.stdout.contains("not valid UTF-8") || list.stderr.contains("not valid UTF-8"),
+        "hooks list: {list}"
+    );
+    let check = Wt::new(dir.path()).args(["hooks", "check"]).arg(&odd).run();
+    assert_eq!(check.code, 2, "hooks check: {check}");
+    assert!(check.stdout.contains("not valid UTF-8"), "{check}");
+    let run = Wt::new(dir.path())
+        .args(["run", "--runs", "1", "--hook", "forger", "--plugin-dir"])
+        .arg(&plugins)
+        .run();
+    assert_eq!(run.code, 2, "run: {run}");
+    let lines: Vec<&str> = run.stderr.lines().filter(|l| !l.is_empty()).collect();
+    assert_eq!(lines.len(), 1, "{run}");
+    assert!(lines[0].contains("not valid UTF-8"), "{run}");
 }

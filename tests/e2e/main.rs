@@ -1,21 +1,31 @@
 //! The end-to-end suite: builds the workspace's binaries and plugins from source and drives
 //! the real `wt` binary.
 
+mod agent_processes;
+mod bounds;
+mod config;
+mod endpoints;
+mod escaping;
+mod files;
+mod fixtures;
 mod gate;
 mod gateway;
-mod hardening;
 mod harness;
+mod hook_faults;
 mod hooks;
-mod hostile;
 mod isolation;
 mod loader;
+mod logs;
 mod plugins_cli;
 mod process;
+mod reading;
 mod reports;
 mod rules;
 mod runner;
 mod scale;
 mod sdk_compat;
 mod sdk_product;
+mod secrets;
+mod signals;
 mod turns;
 mod worlds;

@@ -11,9 +11,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::harness::{
-    CLOCK, Run, TestServer, Wt, files, journal, plugin_dir, tmp, traces, write_pack,
-};
+use crate::fixtures::*;
+use crate::harness::*;
 
 /// Counts requests in flight and remembers the most at once.
 #[derive(Default, Clone)]
@@ -485,4 +484,59 @@ fn jobs_default_to_the_runtime_and_follow_wt_jobs() {
         .run();
     assert_eq!(r.code, 0, "{r}");
     assert_eq!(sweep_started("net")["jobs"], 16);
+}
+
+#[test]
+fn a_billion_planned_runs_cost_no_memory_and_a_signal_stops_the_sweep_at_any_moment() {
+    let dir = tmp();
+    // Runs start at once: memory stays what a ten-run sweep needs, and SIGTERM is honoured.
+    let out = dir.path().join("all");
+    let wt = Wt::new(dir.path())
+        .args(["run", "--runs", "1000000000", "--out"])
+        .arg(&out)
+        .start();
+    wait_for_journal_event(&out, "RunEnded");
+    let peak: u64 = process_tree(wt.pid())
+        .iter()
+        .map(|p| status_kib(*p, "VmHWM"))
+        .max()
+        .unwrap();
+    assert!(
+        peak < 256 * 1024,
+        "peak RSS {peak} KiB with 10^9 runs planned"
+    );
+    wt.signal("TERM");
+    let r = wt.finish_within(PATIENCE);
+    assert_eq!(r.code, 130, "{r}");
+    assert!(r.stderr.contains("3000000000 run(s)"), "{r}");
+    assert_eq!(events(&journal(&out), "SweepEnded").len(), 1);
+
+    // A shard of a billion runs is counted without holding them; a signal while it is still
+    // counting stops `wt` there, with nothing run.
+    let out = dir.path().join("shard");
+    let wt = Wt::new(dir.path())
+        .args(["run", "--runs", "1000000000", "--shard", "1/2", "--out"])
+        .arg(&out)
+        .start();
+    // The sweep's own process is up and planning.
+    wait_for("the sweep's process", PATIENCE, || {
+        process_tree(wt.pid()).len() > 1
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let peak: u64 = process_tree(wt.pid())
+        .iter()
+        .map(|p| status_kib(*p, "VmHWM"))
+        .max()
+        .unwrap();
+    assert!(peak < 256 * 1024, "peak RSS {peak} KiB while planning");
+    let sent = Instant::now();
+    wt.signal("TERM");
+    let r = wt.finish_within(PATIENCE);
+    assert_eq!(r.code, 130, "{r}");
+    assert!(
+        sent.elapsed() < Duration::from_secs(20),
+        "the stop took {:?}",
+        sent.elapsed()
+    );
+    assert!(trace_paths(&out).is_empty(), "{r}");
 }

@@ -4,12 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::harness::*;
 use serde_json::Value;
-
-use crate::harness::{
-    Mode, PATIENCE, Run, both_modes, find_journal, journal_file, plugin_dir, run, scores, traces,
-    wait_for, worker_warnings, wt,
-};
 
 const OBSERVERS: [&str; 4] = ["turn_a", "turn_b", "turn_c", "turn_d"];
 
@@ -477,4 +473,133 @@ fn events_stream_live_to_stdout_and_match_the_journal(mode: Mode) {
     let journal_text = std::fs::read_to_string(journal_file(&s.out)).unwrap();
     assert_eq!(s.run.stdout, journal_text);
     assert!(s.run.stdout.lines().count() > 8);
+}
+
+#[test]
+fn turn_hooks_and_guards_report_consistently_and_denials_are_events() {
+    let dir = tmp();
+    let plugins = plugin_dir(dir.path(), &["wt_test_turns"]);
+    let log = dir.path().join("turns.log");
+    let run = |out: &str, hooks: &[&str], env: &[(&str, &str)], extra: &[&str]| {
+        let mut wt = Wt::new(dir.path())
+            .args(["run", "--jobs", "1", "--out", out, "--plugin-dir"])
+            .arg(&plugins)
+            .args(extra);
+        for h in hooks {
+            wt = wt
+                .args(["--hook", h])
+                .env(&format!("WT_{}_LOG", h.to_ascii_uppercase()), &log);
+        }
+        for (k, v) in env {
+            wt = wt.env(k, v);
+        }
+        wt.run()
+    };
+    // A panicking turn hook reaches stderr, like a lifecycle hook.
+    let r = run(
+        "panic",
+        &["turn_c"],
+        &[("WT_TURN_C_PANIC", "finish")],
+        &["--filter", "order-status"],
+    );
+    assert_eq!(r.code, 0, "{r}");
+    assert!(r.stderr.contains("hook:turn_c: panicked at"), "{r}");
+    assert_eq!(
+        r.stderr.matches("hook:turn_c: panicked at").count(),
+        1,
+        "{r}"
+    );
+
+    // A guard that panicked is `quarantined` on later turns, consistently.
+    let r = run(
+        "guard-panic",
+        &["guard_panic"],
+        &[],
+        &["--filter", "order-status", "--policy-revision", "r1"],
+    );
+    assert_eq!(r.code, 3, "{r}");
+    let mut kinds: Vec<(u64, String)> = traces(&dir.path().join("guard-panic"))
+        .iter()
+        .map(|t| {
+            (
+                t["run_index"].as_u64().unwrap(),
+                t["denial"]["kind"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    kinds.sort();
+    assert_eq!(
+        kinds,
+        [(0, "panic".to_owned()), (1, "quarantined".to_owned())]
+    );
+
+    // An empty policy revision does not satisfy the guard requirement.
+    let r = run("empty", &["guard_deny"], &[], &["--policy-revision", ""]);
+    assert_eq!(r.code, 2, "{r}");
+    assert!(
+        r.stderr.contains("--policy-revision must not be empty"),
+        "{r}"
+    );
+
+    // A denial is a typed event; the revision is on SweepStarted; observers see the denial.
+    let r = run(
+        "deny",
+        &["turn_a", "guard_deny"],
+        &[],
+        &[
+            "--filter",
+            "order-status",
+            "--runs",
+            "1",
+            "--policy-revision",
+            "r7",
+        ],
+    );
+    assert_eq!(r.code, 3, "{r}");
+    let j = journal(&dir.path().join("deny"));
+    assert_eq!(events(&j, "SweepStarted")[0]["policy_revision"], "r7");
+    let denied = events(&j, "TurnDenied");
+    assert_eq!(denied.len(), 1, "{j:?}");
+    assert_eq!(denied[0]["guard"], "guard_deny");
+    assert_eq!(denied[0]["code"], "no_refunds");
+    assert_eq!(denied[0]["kind"], "denied");
+    assert_eq!(denied[0]["policy_revision"], "r7");
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.contains("turn_a denial") && text.contains("guard_deny/no_refunds"),
+        "{text}"
+    );
+
+    // Guards are consulted for converse turns: debrief's converse (turn 1 of a one-turn
+    // scenario) is denied, and the debrief says so.
+    let r = run(
+        "converse",
+        &["guard_deny", "debrief"],
+        &[("WT_GUARD_DENY_TURN", "1")],
+        &[
+            "--filter",
+            "order-status",
+            "--runs",
+            "1",
+            "--agent",
+            "demo-forbidden-tool",
+            "--policy-revision",
+            "r7",
+        ],
+    );
+    assert_eq!(r.code, 1, "{r}");
+    let out = dir.path().join("converse");
+    let j = journal(&out);
+    let denied = events(&j, "TurnDenied");
+    assert_eq!(denied.len(), 1, "{j:?}");
+    assert_eq!(denied[0]["cause"]["hook"], "debrief");
+    let debrief = files(&out)
+        .into_iter()
+        .find(|(n, _)| n.ends_with(".debrief.json"))
+        .map(|(_, b)| String::from_utf8(b).unwrap())
+        .expect("a debrief artifact");
+    assert!(
+        debrief.contains("denied by guard `guard_deny`"),
+        "{debrief}"
+    );
 }
