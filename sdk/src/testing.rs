@@ -79,9 +79,8 @@ use crate::{
     hook::{Access, Context},
     member,
     model::{
-        AgentConfig, AgentRef, AggregateResult, Evidence, LatencyStats, LayerResult, Scenario,
-        Score, Surface, ToolCall, ToolEffect, ToolSpec, Trace, TurnRecord, Verdict, WorldCheck,
-        WorldObservation,
+        AgentConfig, AggregateResult, LayerResult, Scenario, Score, ToolCall, ToolEffect, ToolSpec,
+        Trace, TurnRecord, Verdict, WorldCheck, WorldObservation,
     },
     rules,
     turn::{Cause, GuardDecision, Outcome, TurnCall, TurnResult},
@@ -853,63 +852,51 @@ impl Plan {
         trace.sweep_id = "sweep-1".into();
         trace.run_index = index as u32;
         trace.session_id = format!("session-{}", index + 1);
-        trace.agent = AgentRef {
-            label: self.agent.label.clone(),
-            runtime: self.agent.runtime.clone(),
-            model: self.agent.model.clone(),
-        };
+        trace.agent.label = self.agent.label.clone();
+        trace.agent.runtime = self.agent.runtime.clone();
+        trace.agent.model = self.agent.model.clone();
         trace.started_at = "2026-01-01T00:00:00Z".into();
         trace.ended_at = "2026-01-01T00:00:01Z".into();
-        trace.surface = Surface {
-            soul: self.agent.soul.clone(),
-            tools: s
-                .tools
-                .iter()
-                .map(|t| json!({"name": t.name, "description": t.description, "parameters": t.parameters}))
-                .collect(),
-            model: self.agent.model.clone(),
-            sampling: self.agent.sampling.clone(),
-        };
+        trace.surface.soul = self.agent.soul.clone();
+        trace.surface.tools = s
+            .tools
+            .iter()
+            .map(|t| json!({"name": t.name, "description": t.description, "parameters": t.parameters}))
+            .collect();
+        trace.surface.model = self.agent.model.clone();
+        trace.surface.sampling = self.agent.sampling.clone();
         trace.turns = s
             .turns
             .iter()
             .enumerate()
-            .map(|(i, input)| TurnRecord {
-                index: i as u32,
-                input: input.clone(),
-                reply: Some(
+            .map(|(i, input)| {
+                let mut turn = TurnRecord::default();
+                turn.index = i as u32;
+                turn.input = input.clone();
+                turn.reply = Some(
                     if self.demo {
                         "Order 1234 has shipped."
                     } else {
                         "ok"
                     }
                     .into(),
-                ),
-                latency_ms: 120,
-                ..TurnRecord::default()
+                );
+                turn.latency_ms = 120;
+                turn
             })
             .collect();
         if self.demo {
-            trace.evidence = Evidence {
-                tool_calls: vec![ToolCall {
-                    turn: 0,
-                    step: 0,
-                    name: "lookup_order".into(),
-                    arguments: json!({"order_id": "1234"}),
-                    result: json!({"status": "shipped", "item": "kettle"}),
-                    error: None,
-                    source: None,
-                    server: None,
-                }],
-                model_calls: Vec::new(),
-            };
+            let mut call = ToolCall::default();
+            call.name = "lookup_order".into();
+            call.arguments = json!({"order_id": "1234"});
+            call.result = json!({"status": "shipped", "item": "kettle"});
+            trace.evidence.tool_calls = vec![call];
         }
         if let Some(world) = &s.world {
-            trace.world = Some(WorldObservation {
-                before: world.clone(),
-                after: world.clone(),
-                ..WorldObservation::default()
-            });
+            let mut observed = WorldObservation::default();
+            observed.before = world.clone();
+            observed.after = world.clone();
+            trace.world = Some(observed);
         }
         let mut score = Score::new(&run_id, &s.id, verdict);
         match verdict {
@@ -1115,14 +1102,13 @@ impl Aggregator {
         l.sort_unstable();
         if let (Some(&min), Some(&max)) = (l.first(), l.last()) {
             let at = |q: f64| l[((l.len() - 1) as f64 * q).round() as usize];
-            self.agg.latency = LatencyStats {
-                count: l.len() as u64,
-                min_ms: min,
-                mean_ms: l.iter().sum::<u64>() / l.len() as u64,
-                p50_ms: at(0.5),
-                p95_ms: at(0.95),
-                max_ms: max,
-            };
+            let latency = &mut self.agg.latency;
+            latency.count = l.len() as u64;
+            latency.min_ms = min;
+            latency.mean_ms = l.iter().sum::<u64>() / l.len() as u64;
+            latency.p50_ms = at(0.5);
+            latency.p95_ms = at(0.95);
+            latency.max_ms = max;
         }
         self.agg
     }

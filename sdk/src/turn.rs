@@ -683,11 +683,10 @@ pub mod fields {
             result.ended_at = "2026-12-01T00:00:01Z".into();
             result.error = Some(String::new());
             result.error_kind = Some(TurnErrorKind::Timeout);
-            result.denial = Some(crate::model::Denial {
-                guard: "g".into(),
-                code: "no".into(),
-                ..Default::default()
-            });
+            let mut denial = crate::model::Denial::default();
+            denial.guard = "g".into();
+            denial.code = "no".into();
+            result.denial = Some(denial);
             let mut into = TurnResult::new(TurnCall::default(), Outcome::Done);
             into.error = Some("old text".into());
             read_result_into(&super::result(&result), &mut into).unwrap();

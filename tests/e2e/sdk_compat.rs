@@ -75,7 +75,7 @@ fn sync_tree(from: &Path, to: &Path) {
     }
 }
 
-/// The three SDK crates as `cargo package` ships them, unpacked.
+/// The four SDK crates as `cargo package` ships them, unpacked.
 pub struct PackagedSdk {
     /// `name-version` directory of each crate, by name.
     crates: BTreeMap<String, PathBuf>,
@@ -91,10 +91,11 @@ impl PackagedSdk {
     pub fn patch(&self, sdk: &Path) -> String {
         let path = |p: &Path| toml_string(&p.display().to_string());
         format!(
-            "\n[patch.crates-io]\nwindtunnel-sdk = {{ path = {} }}\nwindtunnel-sdk-macros = {{ path = {} }}\nwindtunnel-abi = {{ path = {} }}\n",
+            "\n[patch.crates-io]\nwindtunnel-sdk = {{ path = {} }}\nwindtunnel-sdk-macros = {{ path = {} }}\nwindtunnel-abi = {{ path = {} }}\nwindtunnel-model = {{ path = {} }}\n",
             path(sdk),
             path(self.dir("windtunnel-sdk-macros")),
             path(self.dir("windtunnel-abi")),
+            path(self.dir("windtunnel-model")),
         )
     }
 }
@@ -103,7 +104,7 @@ fn toml_string(s: &str) -> String {
     format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
 }
 
-/// Packages the three SDK crates with `cargo package` and unpacks them, once per process.
+/// Packages the four SDK crates with `cargo package` and unpacks them, once per process.
 pub fn packaged_sdk() -> &'static PackagedSdk {
     static SDK: OnceLock<PackagedSdk> = OnceLock::new();
     SDK.get_or_init(|| {
@@ -113,6 +114,8 @@ pub fn packaged_sdk() -> &'static PackagedSdk {
             .args([
                 "-p",
                 "windtunnel-abi",
+                "-p",
+                "windtunnel-model",
                 "-p",
                 "windtunnel-sdk-macros",
                 "-p",
@@ -130,6 +133,7 @@ pub fn packaged_sdk() -> &'static PackagedSdk {
         let mut crates = BTreeMap::new();
         for (name, version) in [
             ("windtunnel-abi", "1.0.0"),
+            ("windtunnel-model", "1.0.0"),
             ("windtunnel-sdk-macros", windtunnel_sdk::SDK_VERSION),
             ("windtunnel-sdk", windtunnel_sdk::SDK_VERSION),
         ] {

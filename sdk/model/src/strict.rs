@@ -9,7 +9,7 @@
 //! (`host/src/strict.rs`). Hooks never need it.
 //!
 //! ```
-//! use windtunnel_sdk::model::{Scenario, strict};
+//! use windtunnel_model::{Scenario, strict};
 //!
 //! let text = r#"{"id": "s", "turns": ["hi"], "colour": "red"}"#;
 //! let mut de = serde_json::Deserializer::from_str(text);
@@ -582,7 +582,7 @@ impl<'de, V: Visitor<'de>> Visitor<'de> for KeyVisitor<V> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{AgentConfig, Scenario, ToolEffect};
+    use crate::{AgentConfig, Scenario, ToolEffect};
 
     fn strict<T: de::DeserializeOwned>(text: &str) -> Result<T, serde_json::Error> {
         deserialize(&mut serde_json::Deserializer::from_str(text))
