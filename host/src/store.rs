@@ -222,10 +222,7 @@ pub(crate) fn check_output(path: &Path, what: &str) -> Result<(), String> {
         ));
     }
     temp_file(parent)
-        .map(|(file, tmp)| {
-            drop(file);
-            let _ = std::fs::remove_file(tmp);
-        })
+        .map(drop)
         .map_err(|e| format!("{what} {shown}: cannot write in {}: {e}", parent.display()))
 }
 
@@ -240,81 +237,16 @@ pub(crate) fn remove_temp_files() {
     }
 }
 
-/// Creates a new temporary file `.wt-tmp-XXXXXX` in `dir` (never an existing one, never
-/// through a symlink): the file and its path.
-///
-/// A sweep writes two or three files a run, and the `tempfile` crate's general builder (its
-/// options, a path per error, a name built in three allocations) cost as much as the rest of
-/// a file's writing in user time; this is the one case the store needs.
-fn temp_file(dir: &Path) -> std::io::Result<(std::fs::File, PathBuf)> {
-    use std::os::unix::fs::OpenOptionsExt;
-    const TRIES: u32 = 1 << 10;
-    let mut name = *b".wt-tmp-XXXXXX";
-    let mut tries = 0;
-    loop {
-        for b in &mut name[8..] {
-            *b = fastrand::alphanumeric() as u8;
-        }
-        let path = dir.join(std::str::from_utf8(&name).unwrap_or_default());
-        // `create_new` is O_EXCL: it fails on any existing name, a symlink's included. Temp
-        // files are created 0644 less the umask: the files we leave behind are ordinary ones,
-        // readable by whoever collects the runs directory.
-        let opened = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o644)
-            .open(&path);
-        match opened {
-            Ok(file) => return Ok((file, path)),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && tries < TRIES => {
-                tries += 1;
-            }
-            Err(e) => return Err(e),
-        }
-    }
-}
-
-/// The directory `path` names a file in, as `Path::parent` has it ("." for a bare name),
-/// without parsing every component: the bytes before the last `/`.
-fn parent_dir(path: &Path) -> &Path {
-    use std::os::unix::ffi::OsStrExt;
-    let bytes = path.as_os_str().as_bytes();
-    match bytes.iter().rposition(|&b| b == b'/') {
-        // A last component that is empty, `.` or `..` is left to `Path::parent`.
-        Some(at) if !matches!(&bytes[at + 1..], b"" | b"." | b"..") => match at {
-            0 => Path::new("/"),
-            _ => Path::new(std::ffi::OsStr::from_bytes(&bytes[..at])),
-        },
-        None if !matches!(bytes, b"" | b"." | b"..") => Path::new("."),
-        _ => path
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new(".")),
-    }
-}
-
-/// Moves the written temp file `from` to `to`: replacing a file there, or (`new`) failing
-/// with `AlreadyExists` when one is there — by `renameat2(RENAME_NOREPLACE)` where the kernel
-/// and the file system have it, else by a hard link and an unlink.
-fn persist(from: &Path, to: &Path, new: bool) -> std::io::Result<()> {
-    if !new {
-        return std::fs::rename(from, to);
-    }
-    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-    static NO_RENAMEAT2: AtomicBool = AtomicBool::new(false);
-    if !NO_RENAMEAT2.load(Relaxed) {
-        use rustix::fs::{CWD, RenameFlags, renameat_with};
-        match renameat_with(CWD, from, CWD, to, RenameFlags::NOREPLACE) {
-            Ok(()) => return Ok(()),
-            Err(rustix::io::Errno::NOSYS) => NO_RENAMEAT2.store(true, Relaxed),
-            // The file system does not take the flag (some network and FUSE ones).
-            Err(rustix::io::Errno::INVAL) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    std::fs::hard_link(from, to)?;
-    let _ = std::fs::remove_file(from);
-    Ok(())
+/// Creates a new temporary file `.wt-tmp-XXXXXX` in `dir`: hidden, so no walker of a runs
+/// directory takes it for a run; created new (`O_EXCL`), so never opened through a symlink;
+/// 0644 less the umask, so the files left behind are ordinary ones, readable by whoever
+/// collects the runs directory. Dropped, it is removed.
+fn temp_file(dir: &Path) -> std::io::Result<tempfile::NamedTempFile> {
+    use std::os::unix::fs::PermissionsExt;
+    tempfile::Builder::new()
+        .prefix(".wt-tmp-")
+        .permissions(std::fs::Permissions::from_mode(0o644))
+        .tempfile_in(dir)
 }
 
 /// Writes `bytes` to `path` atomically (temp file in the same directory, then rename); with
@@ -352,25 +284,30 @@ fn write_file_with(
         path: path.to_owned(),
         source,
     };
-    let (mut file, tmp) = temp_file(parent_dir(path)).map_err(err)?;
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let mut file = temp_file(dir).map_err(err)?;
+    let tmp = file.path().to_owned();
     track(tmp.clone());
-    let filled = fill(&mut file);
-    drop(file);
-    let result = filled.map_err(err).and_then(|()| {
-        persist(&tmp, path, new).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::AlreadyExists {
+    // On any failure the temp file is dropped, and so removed: nothing half-written is left.
+    let result = fill(file.as_file_mut()).map_err(err).and_then(|()| {
+        let persisted = if new {
+            file.persist_noclobber(path)
+        } else {
+            file.persist(path)
+        };
+        persisted.map(drop).map_err(|e| {
+            if e.error.kind() == std::io::ErrorKind::AlreadyExists {
                 StoreError::Exists {
                     path: path.to_owned(),
                 }
             } else {
-                err(e)
+                err(e.error)
             }
         })
     });
-    if result.is_err() {
-        // Nothing half-written is left behind.
-        let _ = std::fs::remove_file(&tmp);
-    }
     untrack(&tmp);
     result
 }
@@ -635,58 +572,49 @@ mod tests {
     }
 
     #[test]
-    fn the_directory_of_a_path_is_the_one_path_parent_names() {
-        for p in [
-            "f.json",
-            "out/f.json",
-            "/f.json",
-            "/a/b/f.json",
-            "a//f.json",
-            "./f.json",
-            "../f.json",
-            "a/./f.json",
-            "a/b/",
-            "a/b/.",
-            "a/..",
-            ".",
-            "..",
-            "/",
-            "",
-            "a/.wt",
-            "é/ü.json",
-        ] {
-            let path = Path::new(p);
-            let want = path
-                .parent()
-                .filter(|d| !d.as_os_str().is_empty())
-                .unwrap_or(Path::new("."));
-            // The same directory: equal paths once `//` and a trailing `/` are read as one
-            // separator, as the file system reads them.
-            let norm = |d: &Path| d.components().collect::<PathBuf>();
-            assert_eq!(norm(parent_dir(path)), norm(want), "{p:?}");
-        }
+    fn a_symlink_at_a_file_s_name_is_replaced_or_refused_never_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("target");
+        std::fs::write(&target, "untouched").unwrap();
+        let (replaced, refused) = (dir.path().join("a.json"), dir.path().join("b.json"));
+        std::os::unix::fs::symlink(&target, &replaced).unwrap();
+        std::os::unix::fs::symlink(&target, &refused).unwrap();
+        write_json(&replaced, &1).unwrap();
+        assert!(!std::fs::symlink_metadata(&replaced).unwrap().is_symlink());
+        assert_eq!(std::fs::read(&replaced).unwrap(), b"1\n");
+        assert!(matches!(
+            write_json_new(&refused, &2),
+            Err(StoreError::Exists { .. })
+        ));
+        assert!(std::fs::symlink_metadata(&refused).unwrap().is_symlink());
+        assert_eq!(std::fs::read(&target).unwrap(), b"untouched");
     }
 
     #[test]
-    fn a_file_persisted_new_never_replaces_one_and_is_moved() {
+    fn a_file_is_written_under_a_hidden_temp_name_then_moved_into_place() {
         let dir = tempfile::tempdir().unwrap();
-        let (from, to) = (dir.path().join("a"), dir.path().join("b"));
-        std::fs::write(&to, "kept").unwrap();
-        // What the fallback where renameat2 is missing relies on: a hard link fails on an
-        // existing name.
-        std::fs::write(&from, "new").unwrap();
-        let linked = std::fs::hard_link(&from, &to);
-        assert_eq!(
-            linked.unwrap_err().kind(),
-            std::io::ErrorKind::AlreadyExists
-        );
-        assert_eq!(
-            persist(&from, &to, true).unwrap_err().kind(),
-            std::io::ErrorKind::AlreadyExists
-        );
-        assert_eq!(std::fs::read(&to).unwrap(), b"kept");
-        persist(&from, &dir.path().join("c"), true).unwrap();
-        assert!(!from.exists(), "moved, not copied");
+        let p = dir.path().join("f.json");
+        write_atomic_with(&p, |w| {
+            w.write_all(b"x")?;
+            let names: Vec<String> = std::fs::read_dir(dir.path())?
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect();
+            assert_eq!(names.len(), 1, "{names:?}");
+            assert!(names[0].starts_with(".wt-tmp-"), "{names:?}");
+            assert!(dir_entries(dir.path()).unwrap().is_empty(), "{names:?}");
+            assert!(
+                IN_FLIGHT
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .flatten()
+                    .any(|t| t.starts_with(dir.path()))
+            );
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"x");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
     }
 
     #[test]
@@ -713,26 +641,5 @@ mod tests {
                 .all(|t| !t.starts_with(dir.path())),
             "no longer tracked"
         );
-    }
-
-    #[test]
-    fn temp_files_are_never_opened_through_a_symlink_at_their_name() {
-        // Whatever `fastrand` draws, `create_new` refuses a name that exists as a link: a
-        // link planted at every name tried would make the write fail, never follow it.
-        let dir = tempfile::tempdir().unwrap();
-        let target = dir.path().join("target");
-        std::fs::write(&target, "untouched").unwrap();
-        fastrand::seed(7);
-        let mut name = *b".wt-tmp-XXXXXX";
-        for b in &mut name[8..] {
-            *b = fastrand::alphanumeric() as u8;
-        }
-        let planted = dir.path().join(std::str::from_utf8(&name).unwrap());
-        std::os::unix::fs::symlink(&target, &planted).unwrap();
-        fastrand::seed(7);
-        let (mut file, tmp) = temp_file(dir.path()).unwrap();
-        assert_ne!(tmp, planted, "the planted name was skipped");
-        file.write_all(b"x").unwrap();
-        assert_eq!(std::fs::read(&target).unwrap(), b"untouched");
     }
 }
