@@ -64,25 +64,13 @@ impl Clock {
 
     /// Now, as RFC 3339 in UTC with millisecond precision (`2026-11-30T05:15:00.123Z`).
     pub fn now_rfc3339(&self) -> String {
-        let mut out = String::with_capacity(24);
-        self.push_rfc3339(&mut out);
-        out
+        rfc3339(self.now())
     }
 
     /// [`Clock::now_rfc3339`], appended to `out`.
     pub(crate) fn push_rfc3339(&self, out: &mut String) {
-        // The system clock read as the standard library has it: a `Timestamp` would cost a
-        // 128-bit division to split into seconds and milliseconds again.
-        if let Clock::System = self
-            && let Ok(d) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)
-            && let Some(mut stamp) = second_stamp(d.as_secs())
-        {
-            put_digits(&mut stamp[20..23], d.subsec_millis());
-            // ASCII digits and separators only.
-            out.push_str(std::str::from_utf8(&stamp).unwrap_or_default());
-            return;
-        }
-        push_rfc3339(out, self.now());
+        use std::fmt::Write as _;
+        let _ = write!(out, "{}", self.now().strftime(RFC3339_MS));
     }
 
     /// Starts a stopwatch; it always reads 0 on a pinned clock.
@@ -93,137 +81,17 @@ impl Clock {
     }
 }
 
+/// RFC 3339 in UTC, milliseconds always written (cut, not rounded), `Z` for the zone.
+const RFC3339_MS: &str = "%Y-%m-%dT%H:%M:%S%.3fZ";
+
 /// RFC 3339, UTC, milliseconds.
 pub(crate) fn rfc3339(t: Timestamp) -> String {
-    let mut out = String::with_capacity(24);
-    push_rfc3339(&mut out, t);
-    out
-}
-
-/// [`rfc3339`], appended to `out`.
-fn push_rfc3339(out: &mut String, t: Timestamp) {
-    // A sweep stamps every event, run and turn: the common case is formatted by hand
-    // (jiff's general formatter costs about 20 times as much).
-    match civil(t) {
-        Some(c) => push_civil(out, &c),
-        None => {
-            use std::fmt::Write as _;
-            let _ = write!(out, "{}", t.strftime("%Y-%m-%dT%H:%M:%S%.3fZ"));
-        }
-    }
-}
-
-/// The RFC 3339 stamp of second `secs` (milliseconds 000): a sweep stamps many events a
-/// second, so each thread keeps the last second's and formats only the milliseconds anew.
-fn second_stamp(secs: u64) -> Option<[u8; 24]> {
-    use std::cell::Cell;
-    thread_local! {
-        static LAST: Cell<(u64, [u8; 24])> = const { Cell::new((u64::MAX, [0; 24])) };
-    }
-    let (last, stamp) = LAST.get();
-    if last == secs {
-        return Some(stamp);
-    }
-    let stamp = civil_stamp(&civil_of(secs, 0)?);
-    LAST.set((secs, stamp));
-    Some(stamp)
-}
-
-/// `c` as RFC 3339 with milliseconds.
-fn civil_stamp(c: &Civil) -> [u8; 24] {
-    let mut buf = *b"0000-00-00T00:00:00.000Z";
-    put_digits(&mut buf[0..4], c.year);
-    put_digits(&mut buf[5..7], c.month);
-    put_digits(&mut buf[8..10], c.day);
-    put_digits(&mut buf[11..13], c.hour);
-    put_digits(&mut buf[14..16], c.minute);
-    put_digits(&mut buf[17..19], c.second);
-    put_digits(&mut buf[20..23], c.milli);
-    buf
-}
-
-/// `c` as RFC 3339 with milliseconds, appended to `out`.
-fn push_civil(out: &mut String, c: &Civil) {
-    let buf = civil_stamp(c);
-    // ASCII digits and separators only.
-    out.push_str(std::str::from_utf8(&buf).unwrap_or_default());
-}
-
-/// Writes `n` in decimal into `into`, zero-padded to its length (the low digits only).
-fn put_digits(into: &mut [u8], mut n: u32) {
-    for b in into.iter_mut().rev() {
-        *b = b'0' + (n % 10) as u8;
-        n /= 10;
-    }
+    t.strftime(RFC3339_MS).to_string()
 }
 
 /// The compact form used in file names: `20261130T051500Z` (no dots, no colons).
 pub(crate) fn compact(t: Timestamp) -> String {
-    match civil(t) {
-        Some(c) => {
-            // The RFC 3339 stamp without its separators and milliseconds.
-            let s = civil_stamp(&c);
-            let parts = [
-                &s[0..4],
-                &s[5..7],
-                &s[8..10],
-                b"T",
-                &s[11..13],
-                &s[14..16],
-                &s[17..19],
-            ];
-            let mut out: String = parts.concat().into_iter().map(char::from).collect();
-            out.push('Z');
-            out
-        }
-        None => t.strftime("%Y%m%dT%H%M%SZ").to_string(),
-    }
-}
-
-/// A UTC time's calendar fields.
-struct Civil {
-    year: u32,
-    month: u32,
-    day: u32,
-    hour: u32,
-    minute: u32,
-    second: u32,
-    milli: u32,
-}
-
-/// The calendar fields of `t` in UTC, for times from 1970 to 9999 (`None` otherwise: the
-/// general formatter handles those).
-fn civil(t: Timestamp) -> Option<Civil> {
-    let secs = u64::try_from(t.as_second()).ok()?;
-    let milli = u32::try_from(t.subsec_millisecond()).ok()?;
-    civil_of(secs, milli)
-}
-
-/// [`civil`] of a time given as seconds since 1970 and milliseconds.
-fn civil_of(secs: u64, milli: u32) -> Option<Civil> {
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    // Days since 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z % 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + u64::from(month <= 2);
-    if year > 9999 {
-        return None;
-    }
-    Some(Civil {
-        year: year as u32,
-        month: month as u32,
-        day: day as u32,
-        hour: (rem / 3_600) as u32,
-        minute: (rem % 3_600 / 60) as u32,
-        second: (rem % 60) as u32,
-        milli,
-    })
+    t.strftime("%Y%m%dT%H%M%SZ").to_string()
 }
 
 /// Measures elapsed time, or reads 0 when the clock is pinned.
@@ -308,48 +176,34 @@ mod tests {
     }
 
     #[test]
-    fn the_hand_formatter_agrees_with_jiff_everywhere_it_formats() {
-        let jiff_rfc = |t: Timestamp| t.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string();
-        let jiff_compact = |t: Timestamp| t.strftime("%Y%m%dT%H%M%SZ").to_string();
-        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-        let last = 253_402_207_200_000i64; // the latest instant jiff takes in milliseconds
-        let check = |ms: i64| {
-            let t = Timestamp::from_millisecond(ms).unwrap();
-            assert_eq!(rfc3339(t), jiff_rfc(t), "{ms}");
-            assert_eq!(compact(t), jiff_compact(t), "{ms}");
-        };
-        for ms in [
-            0,
-            1,
-            999,
-            1_000,
-            86_399_999,
-            86_400_000,
-            951_782_400_000,
-            last,
+    fn stamps_have_milliseconds_cut_not_rounded_and_a_z() {
+        for (at, rfc, short) in [
+            (
+                "2026-11-30T05:15:00.1239Z",
+                "2026-11-30T05:15:00.123Z",
+                "20261130T051500Z",
+            ),
+            (
+                "2000-02-29T23:59:59.9999+00:00",
+                "2000-02-29T23:59:59.999Z",
+                "20000229T235959Z",
+            ),
+            (
+                "2026-12-01T01:00:00.5+01:00",
+                "2026-12-01T00:00:00.500Z",
+                "20261201T000000Z",
+            ),
+            (
+                "1969-12-31T23:59:59.5Z",
+                "1969-12-31T23:59:59.500Z",
+                "19691231T235959Z",
+            ),
         ] {
-            check(ms);
+            let t: Timestamp = at.parse().unwrap();
+            assert_eq!(rfc3339(t), rfc, "{at}");
+            assert_eq!(compact(t), short, "{at}");
+            assert_eq!(Clock::Fixed(t).now_rfc3339(), rfc, "{at}");
         }
-        // Leap days, century and 400-year boundaries, and ten thousand random instants.
-        for day in [
-            "2000-02-29",
-            "1900-03-01",
-            "2100-02-28",
-            "2400-02-29",
-            "2026-12-31",
-        ] {
-            let t: Timestamp = format!("{day}T23:59:59.999Z").parse().unwrap();
-            check(t.as_millisecond());
-        }
-        for _ in 0..10_000 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            check((x % (last as u64 + 1)) as i64);
-        }
-        // Before 1970 the general formatter takes over.
-        let t: Timestamp = "1969-12-31T23:59:59.5Z".parse().unwrap();
-        assert_eq!(rfc3339(t), "1969-12-31T23:59:59.500Z");
     }
 
     #[test]
@@ -370,25 +224,6 @@ mod tests {
                 stamp.len(),
                 "kept ".len() + "2026-12-02T00:00:00.000Z".len()
             );
-        }
-    }
-
-    #[test]
-    fn the_kept_second_is_the_second_asked_for() {
-        // Repeats, steps forward and back, and a day and a year boundary.
-        for secs in [
-            1_764_633_600u64,
-            1_764_633_600,
-            1_764_633_601,
-            1_764_633_599,
-            1_767_225_599,
-            1_767_225_600,
-            1_767_225_600,
-            0,
-        ] {
-            let want = rfc3339(Timestamp::from_second(secs as i64).unwrap());
-            let got = second_stamp(secs).unwrap();
-            assert_eq!(std::str::from_utf8(&got).unwrap(), want, "{secs}");
         }
     }
 

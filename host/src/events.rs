@@ -224,52 +224,18 @@ pub struct Scope {
 }
 
 /// A journal line: `{"v":…,"seq":…,"ts":…,"sweep_id":…,` the scope's fields, `"cause":…,`
-/// then the event's own fields, its name first. Written field by field: the general way
-/// (serde's `flatten`) cost several times as much, and a sweep writes six lines a run.
-fn write_line(
-    out: &mut Vec<u8>,
+/// then the event's own fields, its name first.
+#[derive(Serialize)]
+struct Line<'a> {
+    v: u32,
     seq: u64,
-    ts: &str,
-    sweep_id: &str,
-    scope: &Scope,
-    cause: &Cause,
-    event: &Event,
-) -> serde_json::Result<()> {
-    fn field<T: Serialize + ?Sized>(
-        out: &mut Vec<u8>,
-        name: &[u8],
-        value: &T,
-    ) -> serde_json::Result<()> {
-        out.extend_from_slice(name);
-        crate::json::to_vec(out, value)
-    }
-    fn text(out: &mut Vec<u8>, name: &[u8], value: Option<&str>) -> serde_json::Result<()> {
-        out.extend_from_slice(name);
-        match value {
-            Some(v) => crate::json::push_str(out, v),
-            None => out.extend_from_slice(b"null"),
-        }
-        Ok(())
-    }
-    out.clear();
-    field(out, b"{\"v\":", &EVENTS_SCHEMA_VERSION)?;
-    field(out, b",\"seq\":", &seq)?;
-    text(out, b",\"ts\":", Some(ts))?;
-    text(out, b",\"sweep_id\":", Some(sweep_id))?;
-    text(out, b",\"scenario_id\":", scope.scenario_id.as_deref())?;
-    text(out, b",\"run_id\":", scope.run_id.as_deref())?;
-    text(out, b",\"session_id\":", scope.session_id.as_deref())?;
-    field(out, b",\"turn\":", &scope.turn)?;
-    field(out, b",\"step\":", &scope.step)?;
-    field(out, b",\"cause\":", cause)?;
-    // The event is an object whose first key is its name: its fields continue this one.
-    out.push(b',');
-    let at = out.len();
-    crate::json::to_vec(out, event)?;
-    if out.get(at) == Some(&b'{') {
-        out.remove(at);
-    }
-    Ok(())
+    ts: &'a str,
+    sweep_id: &'a str,
+    #[serde(flatten)]
+    scope: &'a Scope,
+    cause: &'a Cause,
+    #[serde(flatten)]
+    event: &'a Event,
 }
 
 /// Why the journal could not be written.
@@ -427,7 +393,17 @@ impl Journal {
             failed,
             line,
         } = &mut *inner;
-        match write_line(line, seq, &ts, &self.sweep_id, scope, cause, event) {
+        line.clear();
+        let written = Line {
+            v: EVENTS_SCHEMA_VERSION,
+            seq,
+            ts: &ts,
+            sweep_id: &self.sweep_id,
+            scope,
+            cause,
+            event,
+        };
+        match serde_json::to_writer(&mut *line, &written) {
             Ok(()) => {}
             Err(e) => {
                 failed.get_or_insert(format!("event {}: {e}", event.name()));
@@ -517,89 +493,43 @@ pub fn read_journal(path: &Path) -> Result<Vec<Value>, String> {
 mod tests {
     use super::*;
 
-    /// The line as serde writes it with `flatten`: what [`write_line`] must write.
-    #[derive(Serialize)]
-    struct Line<'a> {
-        v: u32,
-        seq: u64,
-        ts: &'a str,
-        sweep_id: &'a str,
-        #[serde(flatten)]
-        scope: &'a Scope,
-        cause: &'a Cause,
-        #[serde(flatten)]
-        event: &'a Event,
-    }
-
     #[test]
-    fn lines_written_field_by_field_are_the_flattened_lines_byte_for_byte() {
-        let scopes = [
-            Scope::default(),
-            Scope {
-                scenario_id: Some("order-status".into()),
-                run_id: Some("r \"1\"".into()),
-                session_id: Some("s\u{202e}".into()),
-                turn: Some(3),
-                step: Some(0),
-            },
-        ];
-        let causes = [
-            Cause::Scenario,
-            Cause::Converse {
-                hook: "debrief".into(),
-            },
-        ];
-        let events = [
-            Event::SweepStarted {
-                pack: "p".into(),
-                agent: "a".into(),
-                scenarios: 2,
-                hooks: vec!["h".into()],
-                policy_revision: Some("rev".into()),
-                jobs: 8,
-                shard: None,
-            },
-            Event::RunStarted { run_index: 7 },
-            Event::TurnStarted {
-                input: "where is\n my \"order\"? é".into(),
-            },
-            Event::StepDone {
-                tool: "lookup".into(),
-                error: Some("no".into()),
-                server: None,
-            },
-            Event::TurnDone { latency_ms: 12 },
-            Event::RunScored {
-                verdict: "FAIL".into(),
-                failed_layers: vec!["outcome".into()],
-                error: None,
-            },
-            Event::RunEnded {
-                stem: "20261201T000000Z_abcdef01".into(),
-            },
-        ];
-        let mut out = Vec::new();
-        for scope in &scopes {
-            for cause in &causes {
-                for event in &events {
-                    assert!(event.durable());
-                    let line = Line {
-                        v: EVENTS_SCHEMA_VERSION,
-                        seq: 42,
-                        ts: "2026-12-01T00:00:00.000Z",
-                        sweep_id: "sw",
-                        scope,
-                        cause,
-                        event,
-                    };
-                    write_line(&mut out, 42, line.ts, line.sweep_id, scope, cause, event).unwrap();
-                    assert_eq!(
-                        String::from_utf8(out.clone()).unwrap(),
-                        serde_json::to_string(&line).unwrap()
-                    );
-                }
-            }
-        }
+    fn a_line_is_its_header_then_the_scope_the_cause_and_the_event_s_fields() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut stem = "s".to_owned();
+        let j = Journal::create(
+            dir.path(),
+            &mut stem,
+            "sw",
+            Box::new(|| "2026-12-01T00:00:00.000Z".into()),
+        )
+        .unwrap();
+        let scope = Scope {
+            scenario_id: Some("order-status".into()),
+            run_id: Some("r \"1\"".into()),
+            session_id: None,
+            turn: Some(3),
+            step: None,
+        };
+        let cause = Cause::Converse {
+            hook: "debrief".into(),
+        };
+        let event = Event::StepDone {
+            tool: "lookup".into(),
+            error: Some("no\n".into()),
+            server: None,
+        };
+        j.publish(&scope, &cause, &event);
+        assert_eq!(
+            std::fs::read_to_string(j.path()).unwrap(),
+            concat!(
+                r#"{"v":1,"seq":0,"ts":"2026-12-01T00:00:00.000Z","sweep_id":"sw","#,
+                r#""scenario_id":"order-status","run_id":"r \"1\"","session_id":null,"#,
+                r#""turn":3,"step":null,"cause":{"kind":"converse","hook":"debrief"},"#,
+                r#""event":"StepDone","tool":"lookup","error":"no\n"}"#,
+                "\n"
+            )
+        );
     }
 
     #[test]

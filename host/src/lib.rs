@@ -4,7 +4,6 @@
 //! read as the pipeline; a module imports only modules of lower layers (checked by
 //! `host/tests/layers.rs`):
 //!
-//! 0. `json` — JSON written byte for byte as serde_json writes it, at less cost;
 //! 1. foundations — [`clock`], [`deadlines`], [`events`] (the event stream: journal and
 //!    sinks), [`exit`], [`limits`], [`procs`] (what `wt` starts never outlives it), [`secrets`], [`strict`] (reading the files people write),
 //!    [`term`], [`world`];
@@ -47,7 +46,6 @@ pub mod events;
 pub mod exit;
 pub mod hooks;
 pub mod interrupt;
-pub(crate) mod json;
 pub(crate) mod limits;
 pub mod pack;
 pub(crate) mod procs;

@@ -222,10 +222,7 @@ pub(crate) fn check_output(path: &Path, what: &str) -> Result<(), String> {
         ));
     }
     temp_file(parent)
-        .map(|(file, tmp)| {
-            drop(file);
-            let _ = std::fs::remove_file(tmp);
-        })
+        .map(drop)
         .map_err(|e| format!("{what} {shown}: cannot write in {}: {e}", parent.display()))
 }
 
@@ -240,81 +237,16 @@ pub(crate) fn remove_temp_files() {
     }
 }
 
-/// Creates a new temporary file `.wt-tmp-XXXXXX` in `dir` (never an existing one, never
-/// through a symlink): the file and its path.
-///
-/// A sweep writes two or three files a run, and the `tempfile` crate's general builder (its
-/// options, a path per error, a name built in three allocations) cost as much as the rest of
-/// a file's writing in user time; this is the one case the store needs.
-fn temp_file(dir: &Path) -> std::io::Result<(std::fs::File, PathBuf)> {
-    use std::os::unix::fs::OpenOptionsExt;
-    const TRIES: u32 = 1 << 10;
-    let mut name = *b".wt-tmp-XXXXXX";
-    let mut tries = 0;
-    loop {
-        for b in &mut name[8..] {
-            *b = fastrand::alphanumeric() as u8;
-        }
-        let path = dir.join(std::str::from_utf8(&name).unwrap_or_default());
-        // `create_new` is O_EXCL: it fails on any existing name, a symlink's included. Temp
-        // files are created 0644 less the umask: the files we leave behind are ordinary ones,
-        // readable by whoever collects the runs directory.
-        let opened = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o644)
-            .open(&path);
-        match opened {
-            Ok(file) => return Ok((file, path)),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && tries < TRIES => {
-                tries += 1;
-            }
-            Err(e) => return Err(e),
-        }
-    }
-}
-
-/// The directory `path` names a file in, as `Path::parent` has it ("." for a bare name),
-/// without parsing every component: the bytes before the last `/`.
-fn parent_dir(path: &Path) -> &Path {
-    use std::os::unix::ffi::OsStrExt;
-    let bytes = path.as_os_str().as_bytes();
-    match bytes.iter().rposition(|&b| b == b'/') {
-        // A last component that is empty, `.` or `..` is left to `Path::parent`.
-        Some(at) if !matches!(&bytes[at + 1..], b"" | b"." | b"..") => match at {
-            0 => Path::new("/"),
-            _ => Path::new(std::ffi::OsStr::from_bytes(&bytes[..at])),
-        },
-        None if !matches!(bytes, b"" | b"." | b"..") => Path::new("."),
-        _ => path
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new(".")),
-    }
-}
-
-/// Moves the written temp file `from` to `to`: replacing a file there, or (`new`) failing
-/// with `AlreadyExists` when one is there — by `renameat2(RENAME_NOREPLACE)` where the kernel
-/// and the file system have it, else by a hard link and an unlink.
-fn persist(from: &Path, to: &Path, new: bool) -> std::io::Result<()> {
-    if !new {
-        return std::fs::rename(from, to);
-    }
-    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-    static NO_RENAMEAT2: AtomicBool = AtomicBool::new(false);
-    if !NO_RENAMEAT2.load(Relaxed) {
-        use rustix::fs::{CWD, RenameFlags, renameat_with};
-        match renameat_with(CWD, from, CWD, to, RenameFlags::NOREPLACE) {
-            Ok(()) => return Ok(()),
-            Err(rustix::io::Errno::NOSYS) => NO_RENAMEAT2.store(true, Relaxed),
-            // The file system does not take the flag (some network and FUSE ones).
-            Err(rustix::io::Errno::INVAL) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    std::fs::hard_link(from, to)?;
-    let _ = std::fs::remove_file(from);
-    Ok(())
+/// Creates a new temporary file `.wt-tmp-XXXXXX` in `dir`: hidden, so no walker of a runs
+/// directory takes it for a run; created new (`O_EXCL`), so never opened through a symlink;
+/// 0644 less the umask, so the files left behind are ordinary ones, readable by whoever
+/// collects the runs directory. Dropped, it is removed.
+fn temp_file(dir: &Path) -> std::io::Result<tempfile::NamedTempFile> {
+    use std::os::unix::fs::PermissionsExt;
+    tempfile::Builder::new()
+        .prefix(".wt-tmp-")
+        .permissions(std::fs::Permissions::from_mode(0o644))
+        .tempfile_in(dir)
 }
 
 /// Writes `bytes` to `path` atomically (temp file in the same directory, then rename); with
@@ -352,25 +284,30 @@ fn write_file_with(
         path: path.to_owned(),
         source,
     };
-    let (mut file, tmp) = temp_file(parent_dir(path)).map_err(err)?;
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let mut file = temp_file(dir).map_err(err)?;
+    let tmp = file.path().to_owned();
     track(tmp.clone());
-    let filled = fill(&mut file);
-    drop(file);
-    let result = filled.map_err(err).and_then(|()| {
-        persist(&tmp, path, new).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::AlreadyExists {
+    // On any failure the temp file is dropped, and so removed: nothing half-written is left.
+    let result = fill(file.as_file_mut()).map_err(err).and_then(|()| {
+        let persisted = if new {
+            file.persist_noclobber(path)
+        } else {
+            file.persist(path)
+        };
+        persisted.map(drop).map_err(|e| {
+            if e.error.kind() == std::io::ErrorKind::AlreadyExists {
                 StoreError::Exists {
                     path: path.to_owned(),
                 }
             } else {
-                err(e)
+                err(e.error)
             }
         })
     });
-    if result.is_err() {
-        // Nothing half-written is left behind.
-        let _ = std::fs::remove_file(&tmp);
-    }
     untrack(&tmp);
     result
 }
@@ -428,189 +365,9 @@ fn write_json_to<T: Serialize + ?Sized>(
     value: &T,
     new: bool,
 ) -> Result<(), StoreError> {
-    thread_local! {
-        // Reused per thread: a sweep serializes thousands of similar documents.
-        static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
-    }
-    BUF.with(|buf| {
-        let mut buf = buf.borrow_mut();
-        buf.clear();
-        crate::json::to_vec_pretty(&mut buf, value).expect("model types serialize");
-        buf.push(b'\n');
-        let written = write_file(path, &buf, new);
-        if buf.capacity() > 1 << 20 {
-            // Do not keep an outsized buffer after a huge document.
-            *buf = Vec::new();
-        }
-        written
-    })
-}
-
-/// A top-level field of traces rendered once and written into many: every trace of a sweep
-/// carries the same hooks' provenance, and every trace of a scenario the same surface (its
-/// tool schemas are most of a small trace's text); rendering them again for each trace cost
-/// more than the rest of writing it.
-pub(crate) struct Rendered {
-    /// The value as it appears in a pretty trace (one level of indentation in).
-    text: String,
-}
-
-impl Rendered {
-    pub(crate) fn new<T: Serialize + ?Sized>(value: &T) -> Rendered {
-        Rendered::indented(value, 1)
-    }
-
-    /// The rendering of a member of a top-level field (two levels of indentation in), as
-    /// `world.before` is.
-    pub(crate) fn nested<T: Serialize + ?Sized>(value: &T) -> Rendered {
-        Rendered::indented(value, 2)
-    }
-
-    fn indented<T: Serialize + ?Sized>(value: &T, depth: usize) -> Rendered {
-        let mut text = Vec::new();
-        crate::json::to_vec_pretty_at(&mut text, value, depth).expect("model types serialize");
-        Rendered {
-            text: String::from_utf8(text).expect("JSON is UTF-8"),
-        }
-    }
-}
-
-/// A trace's surface with its rendering, lent to each trace of a scenario in turn.
-pub(crate) struct RenderedSurface {
-    pub(crate) surface: windtunnel_sdk::model::Surface,
-    rendered: Rendered,
-}
-
-impl RenderedSurface {
-    pub(crate) fn new(surface: windtunnel_sdk::model::Surface) -> RenderedSurface {
-        RenderedSurface {
-            rendered: Rendered::new(&surface),
-            surface,
-        }
-    }
-
-    pub(crate) fn rendered(&self) -> &Rendered {
-        &self.rendered
-    }
-}
-
-/// What [`write_trace`] takes from renderings instead of rendering again.
-#[derive(Default, Clone, Copy)]
-pub(crate) struct TraceParts<'a> {
-    /// The rendering of `trace.hooks` (when it has hooks).
-    pub(crate) hooks: Option<&'a Rendered>,
-    /// The rendering of `trace.surface`.
-    pub(crate) surface: Option<&'a Rendered>,
-    /// The rendering of `trace.world.before` ([`Rendered::nested`]), and whether it is the
-    /// rendering of `trace.world.after` too (a run whose tools never wrote to the world).
-    pub(crate) world: Option<(&'a Rendered, bool)>,
-}
-
-/// The rendering of an empty surface, at its place in a trace.
-fn empty_surface() -> &'static str {
-    static EMPTY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    EMPTY.get_or_init(|| Rendered::new(&windtunnel_sdk::model::Surface::default()).text)
-}
-
-/// Writes a trace as [`write_json`] would, with the fields `parts` holds renderings of
-/// written from them (each must be the rendering of that field of `trace`).
-pub(crate) fn write_trace(
-    path: &Path,
-    trace: &mut Trace,
-    parts: TraceParts<'_>,
-) -> Result<(), StoreError> {
-    let hooks = parts.hooks.filter(|_| trace.hooks.is_some());
-    let world = parts.world.filter(|_| trace.world.is_some());
-    if hooks.is_none() && parts.surface.is_none() && world.is_none() {
-        return write_json(path, trace);
-    }
-    // Each field is written with a small stand-in where it belongs, then the stand-in is
-    // replaced: a top-level key is the only line indented by exactly two spaces that starts
-    // with its quoted name (strings never hold a raw newline), so the place is unambiguous.
-    thread_local! {
-        static DOCS: std::cell::RefCell<(Vec<u8>, Vec<u8>)> =
-            const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
-    }
-    let saved_hooks = hooks.map(|_| trace.hooks.replace(Vec::new()));
-    let saved_surface = parts.surface.map(|_| std::mem::take(&mut trace.surface));
-    // The world's states are written as `null` stand-ins, then replaced.
-    let saved_world = world.map(|(_, after_too)| {
-        let seen = trace.world.as_mut().expect("filtered on it");
-        let before = seen.before.take();
-        let after = after_too.then(|| seen.after.take());
-        (before, after)
-    });
-    let written = DOCS.with(|docs| {
-        let (plain, spliced) = &mut *docs.borrow_mut();
-        plain.clear();
-        crate::json::to_vec_pretty(plain, &*trace).expect("model types serialize");
-        // (where the stand-in starts, its length, the rendering), in document order.
-        let mut cuts: Vec<(usize, usize, &str)> = Vec::with_capacity(2);
-        // The searchers, built once.
-        static FINDERS: std::sync::LazyLock<[memchr::memmem::Finder<'static>; 3]> =
-            std::sync::LazyLock::new(|| {
-                [SURFACE_KEY, WORLD_KEY, HOOKS_MARK].map(memchr::memmem::Finder::new)
-            });
-        const SURFACE_KEY: &[u8] = b"\n  \"surface\": ";
-        // `before` and `after` are the world's first two members.
-        const WORLD_KEY: &[u8] = b"\n  \"world\": {\n    \"before\": null";
-        const HOOKS_MARK: &[u8] = b"\n  \"hooks\": []";
-        let [surface_key, world_key, hooks_mark] = &*FINDERS;
-        if let Some(r) = parts.surface {
-            let stand_in = empty_surface().as_bytes();
-            let at = surface_key.find(plain)?;
-            if !plain[at + SURFACE_KEY.len()..].starts_with(stand_in) {
-                return None;
-            }
-            cuts.push((at + SURFACE_KEY.len(), stand_in.len(), &r.text));
-        }
-        if let Some((r, after_too)) = world {
-            const AFTER: &[u8] = b",\n    \"after\": null";
-            let at = world_key.find(plain)? + WORLD_KEY.len();
-            cuts.push((at - 4, 4, &r.text));
-            if after_too {
-                if !plain[at..].starts_with(AFTER) {
-                    return None;
-                }
-                cuts.push((at + AFTER.len() - 4, 4, &r.text));
-            }
-        }
-        if let Some(r) = hooks {
-            let at = hooks_mark.find(plain)?;
-            cuts.push((at + HOOKS_MARK.len() - 2, 2, &r.text));
-        }
-        cuts.sort_by_key(|c| c.0);
-        spliced.clear();
-        let mut from = 0;
-        for (at, len, text) in cuts {
-            spliced.extend_from_slice(&plain[from..at]);
-            spliced.extend_from_slice(text.as_bytes());
-            from = at + len;
-        }
-        spliced.extend_from_slice(&plain[from..]);
-        spliced.push(b'\n');
-        let written = write_file(path, spliced, false);
-        if spliced.capacity() > 1 << 20 {
-            *plain = Vec::new();
-            *spliced = Vec::new();
-        }
-        Some(written)
-    });
-    if let Some(h) = saved_hooks {
-        trace.hooks = h;
-    }
-    if let Some(s) = saved_surface {
-        trace.surface = s;
-    }
-    if let Some((before, after)) = saved_world {
-        let seen = trace.world.as_mut().expect("filtered on it");
-        seen.before = before;
-        if let Some(after) = after {
-            seen.after = after;
-        }
-    }
-    // Not found cannot happen (the fields are always written); should it, the plain way.
-    written.unwrap_or_else(|| write_json(path, trace))
+    let mut bytes = serde_json::to_vec_pretty(value).expect("model types serialize");
+    bytes.push(b'\n');
+    write_file(path, &bytes, new)
 }
 
 /// Creates the runs directory if needed.
@@ -717,110 +474,6 @@ mod output_tests {
 }
 
 #[cfg(test)]
-mod trace_tests {
-    use windtunnel_sdk::model::{
-        AgentProcess, HookProvenance, ObservedFile, Surface, Trace, WorldObservation,
-    };
-
-    use super::*;
-
-    #[test]
-    fn a_trace_written_from_renderings_is_byte_for_byte_the_plain_one() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut p = HookProvenance::default();
-        p.name = "acme".into();
-        p.source = "/plugins/libacme \"q\" é.so".into();
-        p.version = "1.0.0".into();
-        p.sha256 = Some("ab".repeat(32));
-        p.settings.insert("WT_ACME_MODE".into(), "strict\n".into());
-        let hooks = vec![p.clone(), HookProvenance::default()];
-        let rendered_hooks = Rendered::new(&hooks);
-        let mut surface = Surface::default();
-        surface.soul = "You are \"helpful\".\n  \"surface\": {}".into();
-        surface.tools =
-            vec![serde_json::json!({"name": "lookup", "parameters": {"type": "object"}})];
-        surface.model = Some("m".into());
-        let rendered_surface = RenderedSurface::new(surface.clone());
-        let start = serde_json::json!({
-            "orders": {"1234": {"status": "shipped \"q\"\n", "total": 39.0, "tags": []}},
-            "refunds": [], "empty": {}, "n": null,
-        });
-        let rendered_start = Rendered::nested(&start);
-        let mut written = start.clone();
-        written["refunds"] = serde_json::json!([{"order_id": "1234"}]);
-        // (with the world, its final state untouched, a world file)
-        let worlds = [
-            None,
-            Some((false, false)),
-            Some((true, false)),
-            Some((true, true)),
-            Some((false, true)),
-        ];
-        for ((processes, with_hooks, with_surface), world) in [
-            (false, true, false),
-            (true, true, false),
-            (false, false, true),
-            (true, true, true),
-            (false, true, true),
-        ]
-        .into_iter()
-        .flat_map(|c| worlds.iter().map(move |w| (c, *w)))
-        {
-            let mut trace = Trace::new("run-1", "order-status");
-            trace.surface = surface.clone();
-            if let Some((untouched, file)) = world {
-                let mut seen = WorldObservation::default();
-                seen.before = start.clone();
-                seen.after = if untouched {
-                    start.clone()
-                } else {
-                    written.clone()
-                };
-                if file {
-                    let mut f = ObservedFile::default();
-                    f.exists = true;
-                    f.text = Some("  \"world\": {\n    \"before\": null".into());
-                    seen.files.insert("a.txt".into(), f);
-                }
-                trace.world = Some(seen);
-            }
-            if with_hooks {
-                trace.hooks = Some(hooks.clone());
-            }
-            trace
-                .worker_warnings
-                .push("  \"hooks\": [] in a warning".into());
-            trace.error = Some("x".into());
-            if processes {
-                trace.processes.push(AgentProcess::default());
-            }
-            let (a, b) = (dir.path().join("a.json"), dir.path().join("b.json"));
-            write_json(&a, &trace).unwrap();
-            assert_eq!(
-                std::fs::read_to_string(&a).unwrap(),
-                serde_json::to_string_pretty(&trace).unwrap() + "\n",
-                "as serde_json writes it"
-            );
-            let parts = TraceParts {
-                hooks: Some(&rendered_hooks).filter(|_| with_hooks),
-                surface: Some(rendered_surface.rendered()).filter(|_| with_surface),
-                world: world.map(|(untouched, _)| (&rendered_start, untouched)),
-            };
-            let before = trace.world.clone();
-            write_trace(&b, &mut trace, parts).unwrap();
-            assert_eq!(
-                std::fs::read_to_string(&a).unwrap(),
-                std::fs::read_to_string(&b).unwrap(),
-                "{world:?}"
-            );
-            assert_eq!(trace.hooks.is_some(), with_hooks);
-            assert_eq!(trace.surface, surface);
-            assert_eq!(trace.world, before, "the world is put back");
-        }
-    }
-}
-
-#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -919,58 +572,49 @@ mod tests {
     }
 
     #[test]
-    fn the_directory_of_a_path_is_the_one_path_parent_names() {
-        for p in [
-            "f.json",
-            "out/f.json",
-            "/f.json",
-            "/a/b/f.json",
-            "a//f.json",
-            "./f.json",
-            "../f.json",
-            "a/./f.json",
-            "a/b/",
-            "a/b/.",
-            "a/..",
-            ".",
-            "..",
-            "/",
-            "",
-            "a/.wt",
-            "é/ü.json",
-        ] {
-            let path = Path::new(p);
-            let want = path
-                .parent()
-                .filter(|d| !d.as_os_str().is_empty())
-                .unwrap_or(Path::new("."));
-            // The same directory: equal paths once `//` and a trailing `/` are read as one
-            // separator, as the file system reads them.
-            let norm = |d: &Path| d.components().collect::<PathBuf>();
-            assert_eq!(norm(parent_dir(path)), norm(want), "{p:?}");
-        }
+    fn a_symlink_at_a_file_s_name_is_replaced_or_refused_never_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("target");
+        std::fs::write(&target, "untouched").unwrap();
+        let (replaced, refused) = (dir.path().join("a.json"), dir.path().join("b.json"));
+        std::os::unix::fs::symlink(&target, &replaced).unwrap();
+        std::os::unix::fs::symlink(&target, &refused).unwrap();
+        write_json(&replaced, &1).unwrap();
+        assert!(!std::fs::symlink_metadata(&replaced).unwrap().is_symlink());
+        assert_eq!(std::fs::read(&replaced).unwrap(), b"1\n");
+        assert!(matches!(
+            write_json_new(&refused, &2),
+            Err(StoreError::Exists { .. })
+        ));
+        assert!(std::fs::symlink_metadata(&refused).unwrap().is_symlink());
+        assert_eq!(std::fs::read(&target).unwrap(), b"untouched");
     }
 
     #[test]
-    fn a_file_persisted_new_never_replaces_one_and_is_moved() {
+    fn a_file_is_written_under_a_hidden_temp_name_then_moved_into_place() {
         let dir = tempfile::tempdir().unwrap();
-        let (from, to) = (dir.path().join("a"), dir.path().join("b"));
-        std::fs::write(&to, "kept").unwrap();
-        // What the fallback where renameat2 is missing relies on: a hard link fails on an
-        // existing name.
-        std::fs::write(&from, "new").unwrap();
-        let linked = std::fs::hard_link(&from, &to);
-        assert_eq!(
-            linked.unwrap_err().kind(),
-            std::io::ErrorKind::AlreadyExists
-        );
-        assert_eq!(
-            persist(&from, &to, true).unwrap_err().kind(),
-            std::io::ErrorKind::AlreadyExists
-        );
-        assert_eq!(std::fs::read(&to).unwrap(), b"kept");
-        persist(&from, &dir.path().join("c"), true).unwrap();
-        assert!(!from.exists(), "moved, not copied");
+        let p = dir.path().join("f.json");
+        write_atomic_with(&p, |w| {
+            w.write_all(b"x")?;
+            let names: Vec<String> = std::fs::read_dir(dir.path())?
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect();
+            assert_eq!(names.len(), 1, "{names:?}");
+            assert!(names[0].starts_with(".wt-tmp-"), "{names:?}");
+            assert!(dir_entries(dir.path()).unwrap().is_empty(), "{names:?}");
+            assert!(
+                IN_FLIGHT
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .flatten()
+                    .any(|t| t.starts_with(dir.path()))
+            );
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"x");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
     }
 
     #[test]
@@ -997,26 +641,5 @@ mod tests {
                 .all(|t| !t.starts_with(dir.path())),
             "no longer tracked"
         );
-    }
-
-    #[test]
-    fn temp_files_are_never_opened_through_a_symlink_at_their_name() {
-        // Whatever `fastrand` draws, `create_new` refuses a name that exists as a link: a
-        // link planted at every name tried would make the write fail, never follow it.
-        let dir = tempfile::tempdir().unwrap();
-        let target = dir.path().join("target");
-        std::fs::write(&target, "untouched").unwrap();
-        fastrand::seed(7);
-        let mut name = *b".wt-tmp-XXXXXX";
-        for b in &mut name[8..] {
-            *b = fastrand::alphanumeric() as u8;
-        }
-        let planted = dir.path().join(std::str::from_utf8(&name).unwrap());
-        std::os::unix::fs::symlink(&target, &planted).unwrap();
-        fastrand::seed(7);
-        let (mut file, tmp) = temp_file(dir.path()).unwrap();
-        assert_ne!(tmp, planted, "the planted name was skipped");
-        file.write_all(b"x").unwrap();
-        assert_eq!(std::fs::read(&target).unwrap(), b"untouched");
     }
 }

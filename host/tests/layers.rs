@@ -11,8 +11,6 @@ use std::path::{Path, PathBuf};
 
 /// Bottom to top. A module may import modules of lower layers only.
 const LAYERS: &[&[&str]] = &[
-    // JSON written as serde_json writes it: no imports from the crate.
-    &["json"],
     // Foundations.
     &[
         "clock",

@@ -49,8 +49,6 @@ pub struct RunConfig {
     pub agent: Agent,
     /// The SDK's view of `agent`, as hooks read it; built once, on first use.
     agent_view: std::sync::OnceLock<AgentConfig>,
-    /// `hooks`, as every trace writes them, rendered once, on first use.
-    rendered_hooks: std::sync::OnceLock<Option<store::Rendered>>,
     pub out_dir: PathBuf,
     /// Overrides every scenario's `runs`.
     pub runs: Option<u32>,
@@ -145,7 +143,6 @@ impl RunConfig {
         RunConfig {
             agent,
             agent_view: std::sync::OnceLock::new(),
-            rendered_hooks: std::sync::OnceLock::new(),
             out_dir: out_dir.into(),
             runs: None,
             jobs: 1,
@@ -165,13 +162,6 @@ impl RunConfig {
     /// The agent as hooks see it ([`Agent::to_sdk`]).
     pub fn agent_view(&self) -> &AgentConfig {
         self.agent_view.get_or_init(|| self.agent.to_sdk())
-    }
-
-    /// [`RunConfig::hooks`] as traces write them.
-    fn rendered_hooks(&self) -> Option<&store::Rendered> {
-        self.rendered_hooks
-            .get_or_init(|| self.hooks.as_deref().map(store::Rendered::new))
-            .as_ref()
     }
 
     fn cancelled(&self) -> bool {

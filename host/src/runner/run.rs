@@ -30,17 +30,14 @@ pub(super) struct RunRunner<'s, 'a> {
     pub sc: &'s ScenarioRunner<'a>,
     pub handle: &'s Handle,
     pub lane: &'s Lane,
-    /// The scenario's surface and its rendering, lent to each of this lane's traces in turn
-    /// (copied and rendered once per lane, not once per run).
-    surface: Mutex<Option<store::RenderedSurface>>,
+    /// The scenario's surface, lent to each of this lane's traces in turn (copied once per
+    /// lane, not once per run).
+    surface: Mutex<Option<windtunnel_sdk::model::Surface>>,
     /// The built-in world's starting state, lent to each trace as its `world.before`.
     start: Mutex<Option<serde_json::Value>>,
     /// The built-in world's starting state as the next run's world: the last run's final
     /// state, when no tool wrote to it (a copy saved, not made, per run).
     fresh: Mutex<Option<serde_json::Value>>,
-    /// The rendering of the built-in world's starting state, written into each trace as its
-    /// `world.before`, and as its `world.after` when no tool wrote to the world.
-    start_text: std::sync::OnceLock<store::Rendered>,
     /// The turn snapshots turn hooks are handed, refilled for each turn.
     turn_call: Mutex<super::turn::Spare>,
 }
@@ -54,7 +51,6 @@ impl<'s, 'a> RunRunner<'s, 'a> {
             surface: Mutex::new(None),
             start: Mutex::new(None),
             fresh: Mutex::new(None),
-            start_text: std::sync::OnceLock::new(),
             turn_call: Mutex::default(),
         }
     }
@@ -72,7 +68,7 @@ impl<'s, 'a> RunRunner<'s, 'a> {
         let ts = clock::compact(started);
         let (run_id, mut stem) = sc.claim_stem(index, &ts)?;
         // The built-in world (which a world server's scenario does not have) is what can be
-        // lent and rendered once: it starts the same for every run.
+        // lent from run to run: it starts the same for every run.
         let builtin = scenario
             .world
             .as_ref()
@@ -105,11 +101,9 @@ impl<'s, 'a> RunRunner<'s, 'a> {
                 trace.error = Some(format!("the agent could not start the run: {e}"));
             }
         }
-        let surface = lock(&self.surface)
+        trace.surface = lock(&self.surface)
             .take()
-            .unwrap_or_else(|| store::RenderedSurface::new(sc.surface.clone()));
-        let mut surface = surface;
-        trace.surface = std::mem::take(&mut surface.surface);
+            .unwrap_or_else(|| sc.surface.clone());
         // The run's world server, in its starting state; the scenario's preconditions are
         // checked on its state.
         let mut run_world = None;
@@ -357,13 +351,7 @@ impl<'s, 'a> RunRunner<'s, 'a> {
         }
         let mut clash = 1;
         loop {
-            let world = builtin.map(|start| {
-                let text = self
-                    .start_text
-                    .get_or_init(|| store::Rendered::nested(start));
-                (text, untouched)
-            });
-            match self.write(&stem, &mut trace, &score, &artifacts, &surface, world) {
+            match self.write(&stem, &mut trace, &score, &artifacts) {
                 Err(StoreError::Exists { .. }) => {
                     // Another sweep writing to this directory took the file name first (its
                     // run id shares the first 8 characters in the same second). The run
@@ -386,8 +374,7 @@ impl<'s, 'a> RunRunner<'s, 'a> {
         );
         lock(agg).add(&trace, Some(&score));
         self.lane.keep_provenance(trace.hooks.take());
-        surface.surface = std::mem::take(&mut trace.surface);
-        *lock(&self.surface) = Some(surface);
+        *lock(&self.surface) = Some(std::mem::take(&mut trace.surface));
         if scenario.world_server.is_none()
             && let Some(seen) = trace.world.as_mut()
         {
@@ -399,16 +386,13 @@ impl<'s, 'a> RunRunner<'s, 'a> {
         Ok(score)
     }
 
-    /// Writes the score (created new), the artifacts, then the trace (its surface from
-    /// `surface`'s rendering).
+    /// Writes the score (created new), the artifacts, then the trace.
     fn write(
         &self,
         stem: &str,
         trace: &mut Trace,
         score: &Score,
         artifacts: &[Artifact],
-        surface: &store::RenderedSurface,
-        world: Option<(&store::Rendered, bool)>,
     ) -> Result<(), StoreError> {
         let dir = &self.sc.cfg.out_dir;
         store::write_json_new(&store::score_path(dir, stem), score)?;
@@ -428,12 +412,7 @@ impl<'s, 'a> RunRunner<'s, 'a> {
                     .push(format!("hook:{}: artifact not written: {e}", a.hook)),
             }
         }
-        let parts = store::TraceParts {
-            hooks: self.sc.cfg.rendered_hooks(),
-            surface: Some(surface.rendered()),
-            world,
-        };
-        store::write_trace(&store::trace_path(dir, stem), trace, parts)
+        store::write_json(&store::trace_path(dir, stem), trace)
     }
 }
 
