@@ -33,10 +33,9 @@ fn write_atomic(path: &Path, bytes: &[u8], new: bool) -> anyhow::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let mut tmp = tempfile::Builder::new()
         .prefix(".wt-tmp-")
+        .permissions(std::fs::Permissions::from_mode(0o644))
         .tempfile_in(dir)?;
     tmp.write_all(bytes)?;
-    tmp.as_file()
-        .set_permissions(std::fs::Permissions::from_mode(0o644))?;
     if new {
         tmp.persist_noclobber(path)?;
     } else {
