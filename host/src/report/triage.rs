@@ -58,9 +58,6 @@ pub(crate) struct Cluster {
     pub of: usize,
     /// Excerpts of debrief replies for runs in the cluster.
     pub debriefs: Vec<String>,
-    /// Where its runs are among the runs clustered (the page shows some of them in full).
-    #[serde(skip)]
-    pub members: Vec<usize>,
 }
 
 /// A cluster as the report page lists it: its runs counted, not named.
@@ -336,7 +333,6 @@ fn scenario_error(e: &super::ScenarioError) -> Cluster {
             .collect(),
         of: n,
         debriefs: Vec::new(),
-        members: Vec::new(),
     }
 }
 
@@ -376,7 +372,7 @@ fn unsorted(runs: &[LoadedRun], debriefs: bool) -> Vec<Cluster> {
         *per_scenario.entry(&r.trace.scenario_id).or_default() += 1;
     }
     let mut clusters: BTreeMap<(String, Vec<String>, String), Cluster> = BTreeMap::new();
-    for (i, run) in runs.iter().enumerate() {
+    for run in runs {
         let Some((verdict, layers, norm, rung, evidence)) = judge(run) else {
             continue;
         };
@@ -395,10 +391,8 @@ fn unsorted(runs: &[LoadedRun], debriefs: bool) -> Vec<Cluster> {
                 .copied()
                 .unwrap_or(0),
             debriefs: Vec::new(),
-            members: Vec::new(),
         });
         c.runs.push(trace.run_id.clone());
-        c.members.push(i);
         if debriefs && let Some(d) = debrief_excerpt(run) {
             c.debriefs.push(d);
         }
