@@ -18,9 +18,8 @@ use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use windtunnel_sdk::model::HookProvenance;
 
 use super::compare::{Change, Comparison, SideStats};
-use super::load::{MAX_SIDECAR_BYTES, read_bounded};
 use super::table::{failing_layers, pack_line, pct, usage_line};
-use super::triage::{self, Head, Rung};
+use super::triage::{Head, Rung};
 use super::{LoadedRun, Report, ScenarioSummary};
 
 /// Most runs shown with full details on one page.
@@ -282,13 +281,6 @@ fn link(path: &Path, base: Option<&Path>) -> String {
     }
 }
 
-/// What a hook artifact says about itself: its `kind`, if it is JSON with one.
-fn artifact_kind(path: &Path) -> Option<String> {
-    let bytes = read_bounded(path, MAX_SIDECAR_BYTES).ok()?;
-    let v: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
-    v.get("kind")?.as_str().map(str::to_owned)
-}
-
 fn verdict_of(run: &LoadedRun) -> &'static str {
     run.score
         .as_ref()
@@ -298,7 +290,7 @@ fn verdict_of(run: &LoadedRun) -> &'static str {
 fn run_details(run: &LoadedRun, base: Option<&Path>, open: bool) -> Markup {
     let t = &run.trace;
     let verdict = verdict_of(run);
-    let debrief = triage::debrief_excerpt(run);
+    let debrief = run.debrief_excerpt();
     html! {
         details.run open[open] id=(format!("run-{}", t.run_id)) {
             summary {
@@ -396,7 +388,7 @@ fn run_details(run: &LoadedRun, base: Option<&Path>, open: bool) -> Markup {
                     @for a in &run.artifacts {
                         li {
                             a href=(link(a, base)) { (a.file_name().map(|n| n.to_string_lossy()).unwrap_or_default()) }
-                            @if let Some(kind) = artifact_kind(a) { " " span.muted { "(" (kind) ")" } }
+                            @if let Some(kind) = LoadedRun::artifact_kind(a) { " " span.muted { "(" (kind) ")" } }
                         }
                     }
                 }

@@ -64,6 +64,41 @@ impl LoadedRun {
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default()
     }
+
+    /// The first lines of the run's debrief reply (or why there is none), on one line and at
+    /// most 240 characters; `None` when the run has no readable debrief artifact.
+    pub(crate) fn debrief_excerpt(&self) -> Option<String> {
+        let wanted = format!("{}.debrief.json", self.stem());
+        let path = self
+            .artifacts
+            .iter()
+            .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy() == wanted))?;
+        let bytes = read_bounded(path, MAX_SIDECAR_BYTES).ok()?;
+        let doc: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+        let text = doc
+            .get("reply")
+            .and_then(|r| r.as_str())
+            .map(str::to_owned)
+            .or_else(|| {
+                doc.get("error")
+                    .and_then(|e| e.as_str())
+                    .map(|e| format!("(no reply: {e})"))
+            })?;
+        let one_line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        Some(if one_line.chars().count() > 240 {
+            format!("{}…", one_line.chars().take(240).collect::<String>())
+        } else {
+            one_line
+        })
+    }
+
+    /// What a hook artifact beside a run says about itself: its `kind`, if it is JSON with
+    /// one.
+    pub(crate) fn artifact_kind(path: &Path) -> Option<String> {
+        let bytes = read_bounded(path, MAX_SIDECAR_BYTES).ok()?;
+        let v: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+        v.get("kind")?.as_str().map(str::to_owned)
+    }
 }
 
 /// How a sweep ended, as far as its journal says.

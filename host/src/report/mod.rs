@@ -66,6 +66,10 @@ pub fn load_runs<P: AsRef<Path>>(dirs: &[P]) -> Result<Vec<StoredRun>, StoreErro
 /// normalizes it) → runs — as `wt compare` tells which appeared and disappeared.
 pub(crate) type Reasons = BTreeMap<String, BTreeMap<(String, String), u32>>;
 
+/// How many of a scenario's runs that did not pass the table and Markdown views list; the
+/// rest are counted in one line (the JSON view lists every run).
+pub(crate) const SHOWN_PER_SCENARIO: usize = 10;
+
 /// Confidence level of the intervals `wt report` shows.
 pub(crate) const REPORT_ALPHA: f64 = 0.05;
 
@@ -378,7 +382,7 @@ impl Report {
     }
 
     /// The rows held of the runs of `scenario` that did not pass (all of them for runs held in
-    /// memory, the first [`scan::SHOWN_PER_SCENARIO`] after a scan), and how many there are.
+    /// memory, the first [`SHOWN_PER_SCENARIO`] after a scan), and how many there are.
     pub(crate) fn not_passed_of(&self, scenario: &str) -> (Vec<&RunRow>, usize) {
         let rows: Vec<&RunRow> = self
             .runs

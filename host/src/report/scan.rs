@@ -41,13 +41,10 @@ use super::load::{
     read_score_at,
 };
 use super::triage::{self, Head, Rung};
-use super::{Found, Reasons, RunRow, UsageSum};
+use super::{Found, Reasons, RunRow, SHOWN_PER_SCENARIO, UsageSum};
 use crate::score::{Aggregator, Contribution};
 use crate::store::{self, StoreError};
 
-/// How many of a scenario's runs that did not pass the table and Markdown views list; the
-/// rest are counted in one line (the JSON view lists every run).
-pub(crate) const SHOWN_PER_SCENARIO: usize = 10;
 /// Warnings kept (a directory of foreign files would otherwise hold one per file); the rest
 /// are counted.
 pub(crate) const MAX_WARNINGS: usize = 1000;
@@ -466,12 +463,13 @@ impl Listing {
     /// hook artifacts beside it (`wt triage` and `wt rescore` judge runs from them). A run that
     /// cannot be read again is an `Err` with the warning to show.
     pub(crate) fn whole_runs(&self) -> impl Iterator<Item = Result<LoadedRun, String>> + '_ {
-        let artifacts = self.artifacts(0..self.keys.len());
+        let dirs = (0..self.dirs.len()).map(|d| d as u16);
+        let artifacts = self.artifacts_in(dirs, |_, _| true);
         self.keys.iter().map(move |k| self.load(k, &artifacts))
     }
 
     /// The hook artifacts beside the runs at `picked` (indexes of keys), by directory and
-    /// stem: their directories listed again, sidecars that are not scores kept.
+    /// stem.
     fn artifacts(
         &self,
         picked: impl Iterator<Item = usize>,
@@ -484,8 +482,20 @@ impl Listing {
                 .or_default()
                 .insert(self.stem(k).into_owned());
         }
+        self.artifacts_in(stems.keys().copied(), |dir, stem| {
+            stems.get(&dir).is_some_and(|s| s.contains(stem))
+        })
+    }
+
+    /// The hook artifacts in directories `dirs` whose stems `keep` keeps, by directory and
+    /// stem: the directories listed again, sidecars that are not scores kept.
+    fn artifacts_in(
+        &self,
+        dirs: impl Iterator<Item = u16>,
+        keep: impl Fn(u16, &str) -> bool,
+    ) -> HashMap<(u16, String), Vec<PathBuf>> {
         let mut out: HashMap<(u16, String), Vec<PathBuf>> = HashMap::new();
-        for (dir, wanted) in stems {
+        for dir in dirs {
             let Ok(entries) = std::fs::read_dir(&self.dirs[usize::from(dir)]) else {
                 continue;
             };
@@ -500,7 +510,7 @@ impl Listing {
                     continue;
                 }
                 let stem = name.split('.').next().unwrap_or_default();
-                if wanted.contains(stem) {
+                if keep(dir, stem) {
                     out.entry((dir, stem.to_owned()))
                         .or_default()
                         .push(self.dirs[usize::from(dir)].join(&name));

@@ -19,7 +19,6 @@ use serde::Serialize;
 use windtunnel_sdk::model::{Score, Trace, Verdict};
 
 use super::LoadedRun;
-use super::load::{MAX_SIDECAR_BYTES, read_bounded};
 
 /// The rungs, in the order a failure is attributed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -233,33 +232,6 @@ fn reason(score: &Score) -> String {
         .join("; ")
 }
 
-/// The first lines of the run's debrief reply (or why there is none), on one line and at
-/// most 240 characters; `None` when the run has no readable debrief artifact.
-pub(crate) fn debrief_excerpt(run: &LoadedRun) -> Option<String> {
-    let wanted = format!("{}.debrief.json", run.stem());
-    let path = run
-        .artifacts
-        .iter()
-        .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy() == wanted))?;
-    let bytes = read_bounded(path, MAX_SIDECAR_BYTES).ok()?;
-    let doc: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
-    let text = doc
-        .get("reply")
-        .and_then(|r| r.as_str())
-        .map(str::to_owned)
-        .or_else(|| {
-            doc.get("error")
-                .and_then(|e| e.as_str())
-                .map(|e| format!("(no reply: {e})"))
-        })?;
-    let one_line = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    Some(if one_line.chars().count() > 240 {
-        format!("{}…", one_line.chars().take(240).collect::<String>())
-    } else {
-        one_line
-    })
-}
-
 /// What clusters a run that did not pass: its verdict, failed layers and normalized reason
 /// (`problem`: why it has no score, when it has none); `None` for a run that passed.
 pub(crate) fn cluster_key(
@@ -393,7 +365,7 @@ fn unsorted(runs: &[LoadedRun], debriefs: bool) -> Vec<Cluster> {
             debriefs: Vec::new(),
         });
         c.runs.push(trace.run_id.clone());
-        if debriefs && let Some(d) = debrief_excerpt(run) {
+        if debriefs && let Some(d) = run.debrief_excerpt() {
             c.debriefs.push(d);
         }
     }
