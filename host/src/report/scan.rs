@@ -1544,6 +1544,55 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_projection_keeps_what_a_report_reads_and_needs_a_trace() {
+        let mut t = Trace::new("r-1", "order-status");
+        t.sweep_id = "s-1".into();
+        t.run_index = 3;
+        t.agent.label = "demo".into();
+        t.started_at = "2026-12-01T00:00:00Z".into();
+        t.ended_at = "2026-12-01T00:00:01Z".into();
+        for (latency_ms, error) in [(12, None), (30, Some("timed out".to_owned()))] {
+            let mut turn = windtunnel_sdk::model::TurnRecord::default();
+            turn.latency_ms = latency_ms;
+            turn.error = error;
+            turn.reply = Some("x".repeat(1000));
+            t.turns.push(turn);
+        }
+        let mut call = windtunnel_sdk::model::ToolCall::default();
+        call.arguments = serde_json::json!({"deep": [1, {"a": null}]});
+        t.evidence.tool_calls.push(call);
+        let p: Projection = load::parse_json(&serde_json::to_vec(&t).unwrap()).unwrap();
+        assert_eq!(
+            (&*p.run_id, &*p.sweep_id, &*p.scenario_id, p.run_index),
+            ("r-1", "s-1", "order-status", 3)
+        );
+        assert_eq!(
+            (&*p.agent.label, &*p.started_at),
+            ("demo", "2026-12-01T00:00:00Z")
+        );
+        assert_eq!(latency(&p), 42);
+        assert_eq!(counted_latencies(&p).collect::<Vec<_>>(), [12]);
+        assert!(!p.tool_errors() && p.denial.is_none() && p.hooks.is_none());
+        t.evidence.tool_calls[0].error = Some("boom".into());
+        t.denial = Some(windtunnel_sdk::model::Denial::default());
+        let p: Projection = load::parse_json(&serde_json::to_vec(&t).unwrap()).unwrap();
+        assert!(p.tool_errors() && p.denial.is_some());
+        // Not a trace: foreign JSON, or a trace without a field every trace has.
+        let mut v = serde_json::to_value(&t).unwrap();
+        v.as_object_mut().unwrap().remove("surface");
+        let without = serde_json::to_vec(&v).unwrap();
+        for bad in [
+            &b"{\"model\": \"gpt\"}"[..],
+            b"[]",
+            b"null",
+            b"{\"run_id\": ",
+            &without,
+        ] {
+            assert!(load::parse_json::<Projection>(bad).is_err());
+        }
+    }
+
+    #[test]
     fn stems_pack_and_unpack_in_name_order() {
         let a = "20261201T183442Z_70b49168";
         let (hi, lo) = pack_stem(a).unwrap();
@@ -1771,16 +1820,19 @@ mod rules {
         let new = scanned(std::slice::from_ref(&d));
         assert_eq!(new.unread.len(), 2, "{:?}", new.unread);
         assert_eq!(new.duplicates, 1);
-        let bad: Vec<&str> = [
+        let trace_1 = t[1].file_name().unwrap().to_string_lossy().into_owned();
+        let trace_1 = format!("{trace_1}: not a wt trace (EOF while parsing");
+        for b in [
+            trace_1.as_str(),
             "config.json: not a wt trace (missing field",
             "_deadbeef.json: not a wt trace (EOF while parsing",
             "_bigbigbi.json: 68157440 bytes is over the 64 MiB limit",
             "_linklink.json: not a regular file",
             "_fifofifo.json: not a regular file",
             "_adirecto.json: not a regular file",
-        ]
-        .to_vec();
-        for b in bad {
+            ".score.json does not parse",
+            ".score.json is for run",
+        ] {
             assert!(
                 new.warnings.iter().any(|w| w.contains(b)),
                 "{b}: {:?}",
