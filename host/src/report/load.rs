@@ -2,7 +2,7 @@
 //! directory are runs, how each is read (bounded, never following links, never blocking),
 //! a run's score ([`read_score`]), and the event journals ([`Journals`]).
 //!
-//! Rules (docs/reports.md, "What the loader reads"):
+//! Rules (docs/reports.md, "What the reader reads"):
 //! - A trace is a `*.json` whose stem has no dot ([`crate::store::is_sidecar`] decides);
 //!   its score is `<stem>.score.json`, its hook artifacts `<stem>.<hook>[.<label>].json`.
 //!   A score or artifact without its trace is ignored: the runner writes the trace last, so
