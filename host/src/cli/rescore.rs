@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use crate::exit::{self, CodedError};
 use crate::pack::Pack;
+use crate::report::scan;
 use crate::term;
 use crate::{score, store};
 
@@ -31,19 +32,31 @@ pub(crate) fn run(args: RescoreArgs) -> anyhow::Result<u8> {
             CodedError::usage(format!("no run directory at {}", args.dir.display())).into(),
         );
     }
-    let loaded = crate::report::load::load(&[&args.dir])?;
-    for w in &loaded.warnings {
-        crate::term::err_line(&format!("warning: {w}"));
+    let want = scan::Want {
+        listing: true,
+        ..scan::Want::default()
+    };
+    let read = scan::scan(std::slice::from_ref(&args.dir), want)?;
+    for w in &read.found.warnings {
+        term::err_line(&format!("warning: {w}"));
     }
-    for d in &loaded.duplicates {
+    for d in &read.duplicate_paths {
         term::err_line(&format!(
             "warning: skipping {}: it repeats the run_id of a trace already rescored",
             d.display()
         ));
     }
-    let runs = &loaded.runs;
-    let (mut changed, mut unchanged, mut skipped) = (0, 0, Vec::new());
-    for run in runs {
+    // One run whole at a time: a rescore holds no more than the run it scores.
+    let (mut checked, mut changed, mut unchanged, mut skipped) = (0, 0, 0, Vec::new());
+    for run in read.listing.iter().flat_map(|l| l.whole_runs()) {
+        let run = match run {
+            Ok(r) => r,
+            Err(w) => {
+                term::err_line(&format!("warning: {w}"));
+                continue;
+            }
+        };
+        checked += 1;
         let (trace, old, path) = (&run.trace, &run.score, &run.path);
         let Some(scenario) = pack.scenario(&trace.scenario_id) else {
             skipped.push(trace.scenario_id.clone());
@@ -83,8 +96,7 @@ pub(crate) fn run(args: RescoreArgs) -> anyhow::Result<u8> {
     skipped.sort();
     skipped.dedup();
     term::err_line(&format!(
-        "checked {} run(s) against pack {}: {changed} changed, {unchanged} unchanged{}",
-        runs.len(),
+        "checked {checked} run(s) against pack {}: {changed} changed, {unchanged} unchanged{}",
         pack.source,
         if skipped.is_empty() {
             String::new()

@@ -4,7 +4,7 @@
 use std::{io::Write, path::PathBuf};
 
 use crate::exit;
-use crate::report::triage;
+use crate::report::{scan, triage};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct TriageArgs {
@@ -18,11 +18,22 @@ pub(crate) struct TriageArgs {
 
 pub(crate) fn run(args: TriageArgs) -> anyhow::Result<u8> {
     let dirs = super::run_dirs(args.dirs)?;
-    let loaded = crate::report::load::load(&dirs)?;
-    for w in &loaded.warnings {
+    let want = scan::Want {
+        listing: true,
+        ..scan::Want::default()
+    };
+    let read = scan::scan(&dirs, want)?;
+    for w in &read.found.warnings {
         crate::term::err_line(&format!("warning: {w}"));
     }
-    let clusters = triage::triage_all(&loaded.runs, &loaded.scenario_errors, true);
+    let mut runs = Vec::new();
+    for run in read.listing.iter().flat_map(|l| l.whole_runs()) {
+        match run {
+            Ok(r) => runs.push(r),
+            Err(w) => crate::term::err_line(&format!("warning: {w}")),
+        }
+    }
+    let clusters = triage::triage_all(&runs, &read.found.scenario_errors, true);
     let mut out = std::io::stdout().lock();
     if args.json {
         serde_json::to_writer_pretty(&mut out, &clusters)?;
@@ -30,7 +41,7 @@ pub(crate) fn run(args: TriageArgs) -> anyhow::Result<u8> {
         return Ok(exit::SUCCESS);
     }
     if clusters.is_empty() {
-        writeln!(out, "no failing runs among {} run(s)", loaded.runs.len())?;
+        writeln!(out, "no failing runs among {} run(s)", runs.len())?;
         return Ok(exit::SUCCESS);
     }
     // Reasons, evidence and debrief excerpts quote agents: escaped like every terminal line.

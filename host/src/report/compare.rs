@@ -253,7 +253,7 @@ pub(crate) fn dirs_on_both_sides(base_dirs: &[String], new_dirs: &[String]) -> V
         .collect()
 }
 
-/// How many of NEW's runs have a run id also read on BASE's side, from the rows the loader
+/// How many of NEW's runs have a run id also read on BASE's side, from the rows a report
 /// holds (a scan counts them itself: `scan::Want::shared_with`).
 #[cfg(test)]
 pub(crate) fn shared_runs(base: &Report, new: &Report) -> usize {
@@ -270,7 +270,7 @@ pub(crate) fn shared_runs(base: &Report, new: &Report) -> usize {
 const MD_MAX_ROWS: usize = 50;
 
 impl Comparison {
-    /// The comparison of two reports over all their rows (the loader's).
+    /// The comparison of two reports over all their rows (runs held in memory).
     #[cfg(test)]
     pub(crate) fn new(
         base_dirs: &[String],

@@ -18,9 +18,8 @@ use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use windtunnel_sdk::model::HookProvenance;
 
 use super::compare::{Change, Comparison, SideStats};
-use super::load::{self, MAX_SIDECAR_BYTES, read_bounded};
 use super::table::{failing_layers, pack_line, pct, usage_line};
-use super::triage::{self, Cluster, Head, Rung};
+use super::triage::{Head, Rung};
 use super::{LoadedRun, Report, ScenarioSummary};
 
 /// Most runs shown with full details on one page.
@@ -217,25 +216,6 @@ fn latency_histogram(latencies: &BTreeMap<u64, u64>) -> Markup {
     }
 }
 
-/// The hooks recorded in `runs`: for each (name, source, version, digest), the provenance
-/// the first run recorded.
-fn hooks_of(runs: &[LoadedRun]) -> Vec<HookProvenance> {
-    let mut seen: BTreeMap<(String, String, String, Option<String>), HookProvenance> =
-        BTreeMap::new();
-    for r in runs {
-        for h in r.trace.hooks.iter().flatten() {
-            seen.entry((
-                h.name.clone(),
-                h.source.clone(),
-                h.version.clone(),
-                h.sha256.clone(),
-            ))
-            .or_insert_with(|| h.clone());
-        }
-    }
-    seen.into_values().collect()
-}
-
 /// How many runs each listed cluster shows in full, in the ladder's order, from the runs each
 /// has to show (`available`): at most [`MAX_PER_CLUSTER`], [`MAX_DETAILED_RUNS`] in all.
 pub(crate) fn budgets(available: &[usize]) -> Vec<usize> {
@@ -259,14 +239,13 @@ pub(crate) fn positions(len: usize, budget: usize) -> Vec<usize> {
     (0..budget).map(|i| i * len / budget).collect()
 }
 
-/// What the report page shows beyond the model's numbers, gathered by a scan or from the
-/// runs the loader holds ([`Details::of_loaded`]): the same either way.
-#[derive(Clone, Debug)]
+/// What the report page shows beyond the model's numbers, gathered by the reader ([`super::scan`]).
+#[derive(Clone, Debug, Default)]
 pub(crate) struct Details {
     /// The earliest start and the latest end of a run.
     pub first: Option<String>,
     pub last: Option<String>,
-    /// Each hook recorded, with the provenance the first run recorded (see [`hooks_of`]).
+    /// Each hook recorded, with the provenance the first run in the report's order recorded.
     pub hooks: Vec<HookProvenance>,
     /// Turn latencies of every run: milliseconds → turns.
     pub latencies: BTreeMap<u64, u64>,
@@ -277,52 +256,6 @@ pub(crate) struct Details {
     pub hidden: usize,
     /// The runs that did not pass, over every cluster.
     pub not_passed: usize,
-}
-
-impl Details {
-    /// The details of runs the loader holds, and of the scenarios that could not run.
-    pub(crate) fn of_loaded(
-        runs: &[LoadedRun],
-        scenario_errors: &[super::ScenarioError],
-    ) -> Details {
-        let clusters = triage::triage_all(runs, scenario_errors, false);
-        let listed: Vec<&Cluster> = clusters.iter().take(MAX_CLUSTERS).collect();
-        let available: Vec<usize> = listed.iter().map(|c| c.members.len()).collect();
-        let listed = listed
-            .iter()
-            .zip(budgets(&available))
-            .map(|(c, b)| {
-                let shown = positions(c.members.len(), b)
-                    .into_iter()
-                    .map(|p| runs[c.members[p]].clone())
-                    .collect();
-                (Head::of(c), shown)
-            })
-            .collect();
-        let mut latencies: BTreeMap<u64, u64> = BTreeMap::new();
-        for t in runs.iter().flat_map(|r| &r.trace.turns) {
-            if t.error.is_none() {
-                *latencies.entry(t.latency_ms).or_default() += 1;
-            }
-        }
-        Details {
-            first: runs
-                .iter()
-                .map(|r| r.trace.started_at.as_str())
-                .min()
-                .map(str::to_owned),
-            last: runs
-                .iter()
-                .map(|r| r.trace.ended_at.as_str())
-                .max()
-                .map(str::to_owned),
-            hooks: hooks_of(runs),
-            latencies,
-            listed,
-            hidden: clusters.len().saturating_sub(MAX_CLUSTERS),
-            not_passed: clusters.iter().map(|c| c.runs.len()).sum(),
-        }
-    }
 }
 
 fn link(path: &Path, base: Option<&Path>) -> String {
@@ -348,13 +281,6 @@ fn link(path: &Path, base: Option<&Path>) -> String {
     }
 }
 
-/// What a hook artifact says about itself: its `kind`, if it is JSON with one.
-fn artifact_kind(path: &Path) -> Option<String> {
-    let bytes = read_bounded(path, MAX_SIDECAR_BYTES).ok()?;
-    let v: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
-    v.get("kind")?.as_str().map(str::to_owned)
-}
-
 fn verdict_of(run: &LoadedRun) -> &'static str {
     run.score
         .as_ref()
@@ -362,11 +288,9 @@ fn verdict_of(run: &LoadedRun) -> &'static str {
 }
 
 fn run_details(run: &LoadedRun, base: Option<&Path>, open: bool) -> Markup {
-    // Reports hold runs in summary; the few shown in detail are read again whole.
-    let whole = load::reread(run);
-    let t = whole.as_ref().unwrap_or(&run.trace);
+    let t = &run.trace;
     let verdict = verdict_of(run);
-    let debrief = triage::debrief_excerpt(run);
+    let debrief = run.debrief_excerpt();
     html! {
         details.run open[open] id=(format!("run-{}", t.run_id)) {
             summary {
@@ -464,7 +388,7 @@ fn run_details(run: &LoadedRun, base: Option<&Path>, open: bool) -> Markup {
                     @for a in &run.artifacts {
                         li {
                             a href=(link(a, base)) { (a.file_name().map(|n| n.to_string_lossy()).unwrap_or_default()) }
-                            @if let Some(kind) = artifact_kind(a) { " " span.muted { "(" (kind) ")" } }
+                            @if let Some(kind) = LoadedRun::artifact_kind(a) { " " span.muted { "(" (kind) ")" } }
                         }
                     }
                 }
@@ -571,14 +495,9 @@ fn gate_text(code: u8) -> &'static str {
 /// directory the page is written to (the working directory when `None`).
 pub(crate) fn report_page(report: &Report, base: Option<&Path>) -> String {
     let p = &report.pack;
-    let computed;
-    let details = match &report.details {
-        Some(d) => d,
-        None => {
-            computed = Details::of_loaded(&report.loaded, &report.scenario_errors);
-            &computed
-        }
-    };
+    // Runs held in memory (not read from a directory) have no details to show.
+    let none = Details::default();
+    let details = report.details.as_ref().unwrap_or(&none);
     let agents = &report.agents;
     let packs: Vec<String> = {
         let mut v: Vec<String> = report
@@ -806,7 +725,7 @@ pub(crate) fn compare_page(c: &Comparison, new: &Report) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::tests::run;
+    use crate::report::tests::{run, scanned};
     use windtunnel_sdk::model::Verdict;
 
     #[test]
@@ -817,7 +736,8 @@ mod tests {
         turn.reply = Some("<script>alert(1)</script> & \"q\"".into());
         turn.latency_ms = 3;
         runs[0].0.turns.push(turn);
-        let page = report_page(&Report::from_runs(&runs), None);
+        let (_dir, report) = scanned(&runs);
+        let page = report_page(&report, None);
         assert!(page.contains("&lt;script&gt;alert(1)&lt;/script&gt; &amp; &quot;q&quot;"));
         assert!(!page.contains("<script"), "no script element at all");
         assert!(!page.contains("http://") && !page.contains("https://"));
@@ -857,7 +777,8 @@ mod tests {
                 turn
             })
             .collect();
-        let page = report_page(&Report::from_runs(&runs), None);
+        let (_dir, report) = scanned(&runs);
+        let page = report_page(&report, None);
         assert!(page.contains("1 further cluster(s) are counted but not listed."));
         assert_eq!(
             page.matches("<details class=\"run\"").count(),

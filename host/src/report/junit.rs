@@ -118,7 +118,7 @@ impl Totals {
     }
 }
 
-/// The runs a report lists: its rows (the loader's, in any order: `wt run --junit` holds them
+/// The runs a report lists: its rows (runs held in memory, in any order: `wt run --junit` holds them
 /// as they ended), or its listing (a scan's, in the report's order), read again one at a time.
 enum Source<'a> {
     /// The rows, the order they are written in (by scenario, stably), and how many runs each
@@ -551,7 +551,7 @@ impl Report {
         let mut report = quick_junit::Report::new("wt");
         // (scenario, name, sweep, case) for every run, then names made unique.
         let mut cases: Vec<(String, String, String, TestCase)> = Vec::new();
-        for r in &self.runs {
+        for r in self.all_rows() {
             let status = match r.verdict {
                 Some(Verdict::Pass) => TestCaseStatus::success(),
                 v => {
@@ -676,7 +676,9 @@ mod tests {
             runs: 3,
             error: "provisioning failed".into(),
         }];
-        let junit = Report::from_sweep(&runs, errors).to_junit();
+        let report = Report::from_sweep(&runs, errors);
+        let junit = report.to_junit();
+        assert_eq!(junit, report.to_junit_reference());
         assert_eq!(junit.matches("<testcase").count(), 7, "{junit}");
         assert_eq!(junit.matches("<error").count(), 3, "{junit}");
         let names: Vec<&str> = junit

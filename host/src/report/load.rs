@@ -1,9 +1,8 @@
-//! The reading side's rules and its loader. `wt triage` and `wt rescore` read run
-//! directories through [`load`], which holds every run; `wt report` and `wt compare` read them
-//! through [`super::scan`], which applies these same rules (the bounded reads, [`read_score`],
-//! [`Journals`]) and holds a key per run — the tests check both give the same report.
+//! The reading side's rules, applied by its one reader ([`super::scan`]): which files of a runs
+//! directory are runs, how each is read (bounded, never following links, never blocking),
+//! a run's score ([`read_score`]), and the event journals ([`Journals`]).
 //!
-//! Rules (docs/reports.md, "What the loader reads"):
+//! Rules (docs/reports.md, "What the reader reads"):
 //! - A trace is a `*.json` whose stem has no dot ([`crate::store::is_sidecar`] decides);
 //!   its score is `<stem>.score.json`, its hook artifacts `<stem>.<hook>[.<label>].json`.
 //!   A score or artifact without its trace is ignored: the runner writes the trace last, so
@@ -22,19 +21,17 @@
 //!   `sweep_id` inside the lines, never by file names; journals with identical bytes are
 //!   read once.
 //!
-//! The loader never writes anything.
+//! Nothing here writes anything.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use windtunnel_sdk::model::{Score, Trace, is_slug};
-
-use crate::store::{self, StoreError};
+use windtunnel_sdk::model::{Score, Trace};
 
 /// Largest trace file read; larger ones are skipped with a warning.
 pub(crate) const MAX_TRACE_BYTES: u64 = 64 << 20;
@@ -66,6 +63,41 @@ impl LoadedRun {
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default()
+    }
+
+    /// The first lines of the run's debrief reply (or why there is none), on one line and at
+    /// most 240 characters; `None` when the run has no readable debrief artifact.
+    pub(crate) fn debrief_excerpt(&self) -> Option<String> {
+        let wanted = format!("{}.debrief.json", self.stem());
+        let path = self
+            .artifacts
+            .iter()
+            .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy() == wanted))?;
+        let bytes = read_bounded(path, MAX_SIDECAR_BYTES).ok()?;
+        let doc: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+        let text = doc
+            .get("reply")
+            .and_then(|r| r.as_str())
+            .map(str::to_owned)
+            .or_else(|| {
+                doc.get("error")
+                    .and_then(|e| e.as_str())
+                    .map(|e| format!("(no reply: {e})"))
+            })?;
+        let one_line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        Some(if one_line.chars().count() > 240 {
+            format!("{}…", one_line.chars().take(240).collect::<String>())
+        } else {
+            one_line
+        })
+    }
+
+    /// What a hook artifact beside a run says about itself: its `kind`, if it is JSON with
+    /// one.
+    pub(crate) fn artifact_kind(path: &Path) -> Option<String> {
+        let bytes = read_bounded(path, MAX_SIDECAR_BYTES).ok()?;
+        let v: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+        v.get("kind")?.as_str().map(str::to_owned)
     }
 }
 
@@ -131,110 +163,12 @@ pub struct ScenarioError {
     pub error: String,
 }
 
-/// Everything the loader found.
-#[derive(Clone, Debug, Default)]
-pub struct Loaded {
-    /// Deduplicated by `run_id`, sorted by scenario, run index, sweep and file.
-    pub runs: Vec<LoadedRun>,
-    pub sweeps: Vec<Sweep>,
-    pub scenario_errors: Vec<ScenarioError>,
-    /// One line per skipped file or other problem, for stderr (no `warning:` prefix).
-    pub warnings: Vec<String>,
-    /// Trace files not counted because an earlier one was the same run.
-    pub duplicates: Vec<PathBuf>,
-    /// What the directories given cannot account for — a shard of a sharded sweep whose
-    /// journal is not among them, a directory that holds no run and no journal: the result
-    /// is incomplete (gate 3). One line each.
-    pub gaps: Vec<String>,
-    /// Runs a journal says were written whose trace was not read (missing, unreadable, over
-    /// the size limit): each counts as ERROR, never as nothing.
-    pub unread: Vec<UnreadRun>,
-}
-
-/// A run named by its sweep's journal (`RunEnded`) whose trace the loader did not read.
+/// A run named by its sweep's journal (`RunEnded`) whose trace was not read.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct UnreadRun {
     pub sweep_id: String,
     pub scenario_id: String,
     pub stem: String,
-}
-
-impl Loaded {
-    /// Sweeps that may not have run to the end.
-    pub fn partial_sweeps(&self) -> impl Iterator<Item = &Sweep> {
-        self.sweeps.iter().filter(|s| s.status.is_partial())
-    }
-}
-
-/// Reads every run directory in `dirs` (see the module docs for the rules).
-pub(crate) fn load<P: AsRef<Path>>(dirs: &[P]) -> Result<Loaded, StoreError> {
-    load_keeping(dirs, Keep::Whole)
-}
-
-/// How much of each trace the loader holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Keep {
-    /// Every field (`wt rescore` and `wt triage` judge runs from them).
-    Whole,
-    /// What reports count and cluster by ([`summarize`]): a report of a big sweep holds
-    /// every run at once, and a run's texts, tool payloads and world states are most of its
-    /// size. The runs a report shows in detail are read again whole ([`reread`]).
-    Summary,
-}
-
-/// Like [`load`], holding each trace as `keep` says.
-pub(crate) fn load_keeping<P: AsRef<Path>>(dirs: &[P], keep: Keep) -> Result<Loaded, StoreError> {
-    let mut out = Loaded::default();
-    let mut seen_dirs = HashSet::new();
-    let mut seen_runs = HashSet::new();
-    let mut journals = Journals::default();
-    for dir in dirs {
-        let dir = dir.as_ref();
-        let key = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_owned());
-        if !seen_dirs.insert(key) {
-            continue;
-        }
-        let listing = list_dir(dir)?;
-        if listing.traces.is_empty() && listing.journals.is_empty() {
-            out.gaps.push(format!(
-                "{} holds no run and no journal (a shard that never ran, or the wrong directory?)",
-                dir.display()
-            ));
-        }
-        for path in &listing.traces {
-            let Some(mut run) = load_run(path, &listing, &mut out.warnings) else {
-                continue;
-            };
-            if keep == Keep::Summary {
-                summarize(&mut run.trace);
-            }
-            if seen_runs.insert(identity(&run.trace)) {
-                out.runs.push(run);
-            } else {
-                out.duplicates.push(run.path);
-            }
-        }
-        for path in &listing.journals {
-            journals.read(path, &mut out.warnings);
-        }
-    }
-    out.runs.sort_by(|a, b| {
-        (
-            &a.trace.scenario_id,
-            a.trace.run_index,
-            &a.trace.sweep_id,
-            &a.path,
-        )
-            .cmp(&(
-                &b.trace.scenario_id,
-                b.trace.run_index,
-                &b.trace.sweep_id,
-                &b.path,
-            ))
-    });
-    journals.finish(&mut out);
-    out.gaps.extend(missing_shards(&out.sweeps));
-    Ok(out)
 }
 
 /// The shards of every sharding (`K/N`) seen in the journals that no journal read is of: a
@@ -263,78 +197,6 @@ pub(crate) fn missing_shards(sweeps: &[Sweep]) -> Vec<String> {
             })
         })
         .collect()
-}
-
-/// What makes two trace files the same run: its `run_id`, qualified by the sweep, agent and
-/// start time, because pinned sweeps (`--seed`) of different agents mint the same ids for
-/// different runs. A copied directory, or one given twice, repeats all four.
-fn identity(t: &Trace) -> (String, String, String, String) {
-    (
-        t.run_id.clone(),
-        t.sweep_id.clone(),
-        t.agent.label.clone(),
-        t.started_at.clone(),
-    )
-}
-
-/// What one directory holds, by kind.
-#[derive(Default)]
-struct Listing {
-    traces: Vec<PathBuf>,
-    journals: Vec<PathBuf>,
-    /// Sidecars (scores excluded) by the stem of the trace they sit beside.
-    artifacts: HashMap<String, Vec<PathBuf>>,
-}
-
-fn list_dir(dir: &Path) -> Result<Listing, StoreError> {
-    let mut listing = Listing::default();
-    for (name, path) in store::dir_entries(dir)? {
-        if name.ends_with(".events.jsonl") {
-            listing.journals.push(path);
-        } else if store::is_trace(&path) {
-            listing.traces.push(path);
-        } else if store::is_sidecar(&path) && !name.ends_with(".score.json") {
-            let stem = name.split('.').next().unwrap_or_default().to_owned();
-            listing.artifacts.entry(stem).or_default().push(path);
-        }
-    }
-    Ok(listing)
-}
-
-fn load_run(path: &Path, listing: &Listing, warnings: &mut Vec<String>) -> Option<LoadedRun> {
-    let shown = path.display();
-    let bytes = match read_bounded(path, MAX_TRACE_BYTES) {
-        Ok(b) => b,
-        Err(why) => {
-            warnings.push(format!("skipping {shown}: {why}"));
-            return None;
-        }
-    };
-    let trace: Trace = match serde_json::from_slice(&bytes) {
-        Ok(t) => t,
-        Err(e) => {
-            warnings.push(format!("skipping {shown}: not a wt trace ({e})"));
-            return None;
-        }
-    };
-    if trace.run_id.is_empty() || !is_slug(&trace.scenario_id) {
-        warnings.push(format!(
-            "skipping {shown}: not a wt trace (empty run_id or invalid scenario_id)"
-        ));
-        return None;
-    }
-    let (score, score_problem) = read_score(path, &trace.run_id, warnings);
-    let stem = path
-        .file_stem()
-        .and_then(|s| s.to_str())
-        .unwrap_or_default();
-    Some(LoadedRun {
-        trace,
-        score,
-        path: path.to_owned(),
-        score_problem,
-        artifacts: listing.artifacts.get(stem).cloned().unwrap_or_default(),
-    })
 }
 
 /// The score sidecar of the trace at `path` (of run `run_id`), or why there is none; a
@@ -385,35 +247,6 @@ pub(crate) fn read_score_at(
             }
         },
     }
-}
-
-/// Drops what no count, aggregate or cluster reads: the surface, turn texts, tool-call
-/// arguments and results, world states, warnings and agent processes. Kept: ids, agent,
-/// times, errors and denial, hooks, each turn's index, latency and error, and each tool
-/// call's name, place and error.
-pub(crate) fn summarize(t: &mut Trace) {
-    t.surface = Default::default();
-    for turn in &mut t.turns {
-        turn.input = String::new();
-        turn.reply = None;
-        turn.retries = Vec::new();
-    }
-    for call in &mut t.evidence.tool_calls {
-        call.arguments = serde_json::Value::Null;
-        call.result = serde_json::Value::Null;
-    }
-    t.world = None;
-    t.worker_warnings = Vec::new();
-    t.processes = Vec::new();
-}
-
-/// The whole trace of `run`, read again from its file (a report loaded with
-/// [`Keep::Summary`] shows a run in detail). `None` when the file is gone, unreadable or now
-/// holds another run.
-pub(crate) fn reread(run: &LoadedRun) -> Option<Trace> {
-    let bytes = read_bounded(&run.path, MAX_TRACE_BYTES).ok()?;
-    let trace: Trace = serde_json::from_slice(&bytes).ok()?;
-    (trace.run_id == run.trace.run_id).then_some(trace)
 }
 
 /// Why a file from a runs directory was not read.
@@ -596,7 +429,7 @@ fn read_opened(
     Ok(())
 }
 
-/// The journal lines the loader cares about; every other field is ignored. Strings are
+/// The journal lines the reader cares about; every other field is ignored. Strings are
 /// borrowed from the line where they need no unescaping (a journal has a line per event).
 #[derive(Deserialize)]
 struct Line<'a> {
@@ -653,8 +486,6 @@ struct Segment {
     started: Option<Started>,
     ended: Option<u8>,
     errors: Vec<(String, u32, String)>,
-    /// The runs it wrote, by scenario and stem (`RunEnded`).
-    written: Vec<(String, String)>,
 }
 
 /// A journal accepted: its bytes are not those of one read before it.
@@ -705,7 +536,6 @@ impl Chunk {
                         into.ended = seg.ended;
                     }
                     into.errors.extend(seg.errors);
-                    into.written.extend(seg.written);
                 }
             }
         }
@@ -719,20 +549,12 @@ impl Chunk {
     }
 }
 
-/// What becomes of `RunEnded` lines: held in their sweep's segment (the loader, which holds
-/// every run anyway), or checked against the runs read (`read(stem)`), the ones not read kept.
-#[derive(Clone, Copy)]
-pub(crate) enum OnWritten<'a> {
-    Hold,
-    Check(&'a (dyn Fn(&str) -> bool + Sync)),
-}
-
 /// Reads the lines of a journal (or of a stretch of one that starts at a line).
 fn read_chunk(
     reader: &mut impl BufRead,
     shown: &str,
     mut digest: Option<&mut Sha256>,
-    on: OnWritten<'_>,
+    read: &(dyn Fn(&str) -> bool + Sync),
 ) -> Chunk {
     let mut c = Chunk::default();
     let mut buf = Vec::new();
@@ -795,21 +617,14 @@ fn read_chunk(
             }
             "SweepEnded" => seg.ended = Some(line.exit_code.unwrap_or_default()),
             "RunEnded" => {
-                if let (Some(stem), Some(scenario)) = (line.stem, line.scenario_id) {
-                    match on {
-                        OnWritten::Hold => seg
-                            .written
-                            .push((scenario.0.into_owned(), stem.0.into_owned())),
-                        OnWritten::Check(read) => {
-                            if !read(&stem.0) {
-                                c.missing.push(UnreadRun {
-                                    sweep_id: line.sweep_id.into_owned(),
-                                    scenario_id: scenario.0.into_owned(),
-                                    stem: stem.0.into_owned(),
-                                });
-                            }
-                        }
-                    }
+                if let (Some(stem), Some(scenario)) = (line.stem, line.scenario_id)
+                    && !read(&stem.0)
+                {
+                    c.missing.push(UnreadRun {
+                        sweep_id: line.sweep_id.into_owned(),
+                        scenario_id: scenario.0.into_owned(),
+                        stem: stem.0.into_owned(),
+                    });
                 }
             }
             "ScenarioEnded" => {
@@ -892,18 +707,6 @@ pub(crate) struct Journals {
 }
 
 impl Journals {
-    /// Reads one journal, holding the runs it says were written.
-    pub(crate) fn read(&mut self, path: &Path, warnings: &mut Vec<String>) {
-        let Some((file, size)) = open_journal(path, warnings) else {
-            return;
-        };
-        let mut digest = self.hashed(size).then(Sha256::new);
-        let mut reader = BufReader::with_capacity(1 << 18, file.take(MAX_JOURNAL_BYTES));
-        let shown = path.display().to_string();
-        let chunk = read_chunk(&mut reader, &shown, digest.as_mut(), OnWritten::Hold);
-        self.accept(path, chunk, digest, warnings);
-    }
-
     /// Reads one journal, checking each run it says was written against the runs read
     /// (`read(stem)`); a big journal is read in `threads` pieces side by side. Returns the
     /// runs it names that were not read, in its order, when the journal is accepted (read for
@@ -917,12 +720,14 @@ impl Journals {
     ) -> Option<Vec<UnreadRun>> {
         let (file, size) = open_journal(path, warnings)?;
         let shown = path.display().to_string();
-        let on = OnWritten::Check(read);
         let split_at = self.split_at.unwrap_or(SPLIT_JOURNAL_BYTES);
         let (chunk, digest) = if size < split_at || threads < 2 {
             let mut digest = self.hashed(size).then(Sha256::new);
             let mut reader = BufReader::with_capacity(1 << 18, (&file).take(MAX_JOURNAL_BYTES));
-            (read_chunk(&mut reader, &shown, digest.as_mut(), on), digest)
+            (
+                read_chunk(&mut reader, &shown, digest.as_mut(), read),
+                digest,
+            )
         } else {
             // Pieces that start at a line; the last one reads on to the end, as a journal
             // still being written grows.
@@ -939,7 +744,7 @@ impl Journals {
                         s.spawn(move || {
                             let mut reader =
                                 BufReader::with_capacity(1 << 18, ReadAt { file, at, end });
-                            read_chunk(&mut reader, shown, None, on)
+                            read_chunk(&mut reader, shown, None, read)
                         })
                     })
                     .collect();
@@ -1035,37 +840,6 @@ impl Journals {
         });
         self.segments.extend(chunk.by_sweep);
         true
-    }
-
-    fn finish(self, out: &mut Loaded) {
-        // Every run a journal names is a run: one whose trace was not read is ERROR.
-        let read: HashSet<String> = out
-            .runs
-            .iter()
-            .map(LoadedRun::stem)
-            .chain(
-                out.duplicates
-                    .iter()
-                    .filter_map(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned())),
-            )
-            .collect();
-        let mut named = HashSet::new();
-        for (id, seg) in &self.segments {
-            for (scenario, stem) in &seg.written {
-                if !read.contains(stem) && named.insert(stem.clone()) {
-                    out.unread.push(UnreadRun {
-                        sweep_id: id.clone(),
-                        scenario_id: scenario.clone(),
-                        stem: stem.clone(),
-                    });
-                }
-            }
-        }
-        let mut runs_per_sweep: BTreeMap<String, usize> = BTreeMap::new();
-        for r in &out.runs {
-            *runs_per_sweep.entry(r.trace.sweep_id.clone()).or_default() += 1;
-        }
-        out.sweeps = self.close(runs_per_sweep, &mut out.scenario_errors, &mut out.warnings);
     }
 
     /// The sweeps the journals (and the runs read, `runs_per_sweep`) tell of, with the
@@ -1238,6 +1012,7 @@ fn is_interesting(line: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store;
     use windtunnel_sdk::model::Verdict;
 
     fn write_run(dir: &Path, stem: &str, run_id: &str, score_for: &str) {
@@ -1248,54 +1023,22 @@ mod tests {
         store::write_json(&dir.join(format!("{stem}.score.json")), &score).unwrap();
     }
 
-    /// A real sweep of the demo pack on an agent that calls tools and fails: the reports of
-    /// its runs held whole and held in summary are the same, and a run shown in detail is
-    /// read back whole.
-    #[test]
-    fn a_report_from_summaries_is_the_report_from_whole_traces() {
-        use crate::runner::{RunConfig, Sweep, run_sweep};
-        let dir = tempfile::tempdir().unwrap();
-        for agent in ["demo-forbidden-tool", "demo"] {
-            let cfg = RunConfig::new(crate::runtime::builtin_agent(agent).unwrap(), dir.path());
-            let sweep = Sweep::new(&cfg);
-            run_sweep(&crate::pack::Pack::demo().scenarios, &cfg, &sweep).unwrap();
-        }
-        let whole = load(&[dir.path()]).unwrap();
-        let summary = load_keeping(&[dir.path()], Keep::Summary).unwrap();
-        assert_eq!(whole.runs.len(), 12);
-        assert!(whole.runs.iter().any(|r| r.trace.world.is_some()));
-        assert!(
-            whole
-                .runs
-                .iter()
-                .any(|r| !r.trace.evidence.tool_calls.is_empty())
-        );
-        for r in &summary.runs {
-            assert!(r.trace.world.is_none() && r.trace.turns.iter().all(|t| t.reply.is_none()));
-            assert!(
-                r.trace
-                    .evidence
-                    .tool_calls
-                    .iter()
-                    .all(|c| c.arguments.is_null())
-            );
-        }
-        let clusters = |runs: &[LoadedRun]| {
-            serde_json::to_string(&crate::report::triage::triage_all(runs, &[], false)).unwrap()
+    /// Every run in `dir` as the reader hands it over whole, and its warnings.
+    fn read_whole(dir: &Path) -> (Vec<LoadedRun>, crate::report::Report) {
+        use crate::report::scan::{Want, scan};
+        let want = Want {
+            listing: true,
+            ..Want::default()
         };
-        assert_eq!(clusters(&whole.runs), clusters(&summary.runs));
-        let (whole_runs, summary_runs) = (whole.runs.clone(), summary.runs.clone());
-        assert_eq!(
-            crate::report::Report::new(whole).to_json(),
-            crate::report::Report::new(summary).to_json()
-        );
-        for (w, s) in whole_runs.iter().zip(&summary_runs) {
-            assert_eq!(reread(s).as_ref(), Some(&w.trace));
-        }
-        // A file that now holds another run is not read back as this one.
-        let (a, b) = (&summary_runs[0], &summary_runs[1]);
-        std::fs::copy(&b.path, &a.path).unwrap();
-        assert_eq!(reread(a), None);
+        let report = crate::report::Report::from_scan(scan(&[dir], want).unwrap());
+        let runs = report
+            .listing
+            .as_ref()
+            .unwrap()
+            .whole_runs()
+            .map(Result::unwrap)
+            .collect();
+        (runs, report)
     }
 
     #[test]
@@ -1303,10 +1046,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         write_run(dir.path(), "t_aaaaaaaa", "aaaaaaaa-1", "aaaaaaaa-1");
         write_run(dir.path(), "t_bbbbbbbb", "bbbbbbbb-1", "someone-else");
-        let l = load(&[dir.path()]).unwrap();
-        assert_eq!(l.runs.len(), 2);
-        let b = l
-            .runs
+        let (runs, l) = read_whole(dir.path());
+        assert_eq!(runs.len(), 2);
+        let b = runs
             .iter()
             .find(|r| r.trace.run_id == "bbbbbbbb-1")
             .unwrap();
@@ -1362,7 +1104,7 @@ mod tests {
             line("c", "SweepStarted", ""),
         )
         .unwrap();
-        let l = load(&[dir.path()]).unwrap();
+        let (_, l) = read_whole(dir.path());
         let status: Vec<(&str, SweepStatus)> = l
             .sweeps
             .iter()

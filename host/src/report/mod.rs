@@ -1,10 +1,10 @@
 //! The reading side: what stored runs add up to, and the views of it.
 //!
-//! - [`load`] holds the reading side's rules (sidecar rule, dedupe by `run_id`, foreign files
-//!   skipped with a warning, bounded reads, journals) and the loader that holds runs whole
-//!   (`wt triage`, `wt rescore`); [`scan`] reads by the same rules for `wt report` and
-//!   `wt compare`, counting as it reads and holding a key per run (the tests check that both
-//!   give the same report).
+//! - [`scan`] is the one reader of runs directories: it applies the reading side's rules
+//!   ([`load`]: sidecar rule, dedupe by `run_id`, foreign files skipped with a warning,
+//!   bounded reads, journals), counts as it reads and holds a key per run; the views that
+//!   judge runs whole (`wt triage`, `wt rescore`, the page's details) have each run read
+//!   again whole by its key.
 //! - [`Report`] is the one summary model: per scenario k/n with a Wilson interval, pass^k
 //!   and pass@k, per-layer failures and latency; the pack's totals; the sweeps and whether
 //!   they ended; the gate code.
@@ -17,7 +17,6 @@ pub(crate) mod compare;
 internal_mod!(gate);
 pub(crate) mod html;
 pub(crate) mod junit;
-pub(crate) mod lean;
 pub(crate) mod load;
 pub(crate) mod plan;
 pub(crate) mod scan;
@@ -30,32 +29,46 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::Serialize;
-use windtunnel_sdk::model::{AggregateResult, RunUsage, SCHEMA_VERSION, Verdict};
+use windtunnel_sdk::model::{AggregateResult, RunUsage, SCHEMA_VERSION, Score, Trace, Verdict};
 
 use crate::score::Aggregator;
 use crate::store::{StoreError, StoredRun};
 pub(crate) use junit::SweepRuns;
-pub use load::{Loaded, LoadedRun, ScenarioError, Sweep, SweepStatus, UnreadRun};
+pub use load::{LoadedRun, ScenarioError, Sweep, SweepStatus, UnreadRun};
 
-/// Every run in `dirs` as read by the reading side's one loader
-/// ([`load::load`]: sidecar rule, foreign and oversized files skipped, runs
-/// deduplicated by `run_id`), ordered by scenario and run index. Skipped files are logged at
-/// `warn` level; commands that show them to the user call the loader itself.
+/// Every run in `dirs`, whole, as the one reader ([`scan`]) finds them: sidecar rule,
+/// foreign and oversized files skipped, runs deduplicated by `run_id`, ordered by scenario
+/// and run index. Skipped files are logged at `warn` level; commands that show them to the
+/// user read the runs themselves.
 pub fn load_runs<P: AsRef<Path>>(dirs: &[P]) -> Result<Vec<StoredRun>, StoreError> {
-    let loaded = load::load(dirs)?;
-    for w in &loaded.warnings {
+    let want = scan::Want {
+        listing: true,
+        ..scan::Want::default()
+    };
+    let read = scan::scan(dirs, want)?;
+    for w in &read.found.warnings {
         tracing::warn!("{w}");
     }
-    Ok(loaded
-        .runs
-        .into_iter()
-        .map(|r| (r.trace, r.score, r.path))
-        .collect())
+    let Some(listing) = &read.listing else {
+        return Ok(Vec::new());
+    };
+    let mut runs = Vec::with_capacity(listing.len());
+    for run in listing.whole_runs() {
+        match run {
+            Ok(r) => runs.push((r.trace, r.score, r.path)),
+            Err(w) => tracing::warn!("{w}"),
+        }
+    }
+    Ok(runs)
 }
 
 /// Per scenario, the failure reasons of its runs — (layer, detail normalized as triage
 /// normalizes it) → runs — as `wt compare` tells which appeared and disappeared.
 pub(crate) type Reasons = BTreeMap<String, BTreeMap<(String, String), u32>>;
+
+/// How many of a scenario's runs that did not pass the table and Markdown views list; the
+/// rest are counted in one line (the JSON view lists every run).
+pub(crate) const SHOWN_PER_SCENARIO: usize = 10;
 
 /// Confidence level of the intervals `wt report` shows.
 pub(crate) const REPORT_ALPHA: f64 = 0.05;
@@ -200,7 +213,7 @@ pub(crate) struct Report {
     pub sweeps: Vec<Sweep>,
     /// Scenarios that could not run at all, from the journals.
     pub scenario_errors: Vec<ScenarioError>,
-    /// Files skipped and other problems the loader met, one line each.
+    /// Files skipped and other problems the reader met, one line each.
     pub warnings: Vec<String>,
     /// Trace files not counted because they repeat an earlier `run_id`.
     pub duplicates: usize,
@@ -216,10 +229,6 @@ pub(crate) struct Report {
     /// Model calls and tokens over every run, when `wt` saw any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<RunUsage>,
-    /// The runs themselves, when the loader read them (the page's details are drawn from
-    /// them; see [`html::Details`]).
-    #[serde(skip)]
-    pub loaded: Vec<LoadedRun>,
     /// The page's details, when a scan gathered them.
     #[serde(skip)]
     pub details: Option<html::Details>,
@@ -252,30 +261,29 @@ pub(crate) struct Found {
 }
 
 impl Report {
-    /// The model of everything `loaded` holds.
-    pub(crate) fn new(loaded: Loaded) -> Report {
+    /// The model of runs held in memory (a sweep's own, as `wt run --junit` reports them
+    /// without reading the runs directory back), in the order given.
+    pub(crate) fn from_sweep(runs: &[StoredRun], scenario_errors: Vec<ScenarioError>) -> Report {
         let mut aggs: BTreeMap<String, Aggregator> = BTreeMap::new();
-        let mut rows = Vec::with_capacity(loaded.runs.len());
+        let mut rows = Vec::with_capacity(runs.len());
         let mut usage: BTreeMap<String, UsageSum> = BTreeMap::new();
-        for run in &loaded.runs {
-            let trace = &run.trace;
+        for (trace, score, path) in runs {
             aggs.entry(trace.scenario_id.clone())
                 .or_insert_with(|| Aggregator::new(&trace.scenario_id))
-                .add(trace, run.score.as_ref());
-            if let Some(u) = run.score.as_ref().and_then(|s| s.usage.as_ref()) {
+                .add(trace, score.as_ref());
+            if let Some(u) = score.as_ref().and_then(|s| s.usage.as_ref()) {
                 usage.entry(trace.scenario_id.clone()).or_default().add(u);
             }
-            rows.push(row(run));
+            rows.push(row(trace, score.as_ref(), path));
         }
-        let partial = loaded.partial_sweeps().next().is_some() || !loaded.gaps.is_empty();
         let found = Found {
-            sweeps: loaded.sweeps,
-            scenario_errors: loaded.scenario_errors,
-            warnings: loaded.warnings,
-            duplicates: loaded.duplicates.len(),
-            gaps: loaded.gaps,
-            unread: loaded.unread,
-            partial,
+            sweeps: Vec::new(),
+            scenario_errors,
+            warnings: Vec::new(),
+            duplicates: 0,
+            gaps: Vec::new(),
+            unread: Vec::new(),
+            partial: false,
         };
         let mut report = Report::assemble(aggs, usage, rows, found);
         let mut agents: Vec<String> = report.runs.iter().map(|r| r.agent.clone()).collect();
@@ -289,12 +297,11 @@ impl Report {
                     .or_default() += 1;
             }
         }
-        report.loaded = loaded.runs;
         report
     }
 
-    /// The model of aggregates counted elsewhere (the loader's or [`scan`]'s) and of what
-    /// the reading side found beside the runs.
+    /// The model of aggregates counted elsewhere ([`Report::from_sweep`]'s or [`scan`]'s)
+    /// and of what the reading side found beside the runs.
     pub(crate) fn assemble(
         mut aggs: BTreeMap<String, Aggregator>,
         mut usage: BTreeMap<String, UsageSum>,
@@ -355,7 +362,6 @@ impl Report {
             unread: found.unread,
             gate,
             usage: total.map(|u| u.finish()),
-            loaded: Vec::new(),
             details: None,
             agents: Vec::new(),
             reasons: Reasons::new(),
@@ -375,8 +381,8 @@ impl Report {
         report
     }
 
-    /// The rows held of the runs of `scenario` that did not pass (all of them after the
-    /// loader, the first [`scan::SHOWN_PER_SCENARIO`] after a scan), and how many there are.
+    /// The rows held of the runs of `scenario` that did not pass (all of them for runs held in
+    /// memory, the first [`SHOWN_PER_SCENARIO`] after a scan), and how many there are.
     pub(crate) fn not_passed_of(&self, scenario: &str) -> (Vec<&RunRow>, usize) {
         let rows: Vec<&RunRow> = self
             .runs
@@ -400,27 +406,6 @@ impl Report {
     #[cfg(test)]
     pub(crate) fn from_runs(runs: &[StoredRun]) -> Report {
         Report::from_sweep(runs, Vec::new())
-    }
-
-    /// A report over one sweep's own runs and the scenarios it could not run (what
-    /// `wt run --junit` writes, without reading the runs directory back).
-    pub(crate) fn from_sweep(runs: &[StoredRun], scenario_errors: Vec<ScenarioError>) -> Report {
-        Report::new(Loaded {
-            runs: runs
-                .iter()
-                .map(|(trace, score, path)| LoadedRun {
-                    trace: trace.clone(),
-                    score: score.clone(),
-                    path: path.clone(),
-                    score_problem: score
-                        .is_none()
-                        .then(|| "no score sidecar (run `wt rescore` to score it)".to_owned()),
-                    artifacts: Vec::new(),
-                })
-                .collect(),
-            scenario_errors,
-            ..Loaded::default()
-        })
     }
 
     pub(crate) fn totals(&self) -> (u64, u64, u64, u64) {
@@ -561,7 +546,7 @@ impl UsageSum {
 }
 
 /// A score's failed layers and their details, in reporting order.
-pub(crate) fn failures(s: &windtunnel_sdk::model::Score) -> Vec<(String, String)> {
+pub(crate) fn failures(s: &Score) -> Vec<(String, String)> {
     s.layers()
         .into_iter()
         .filter(|(_, l)| !l.passed)
@@ -569,23 +554,21 @@ pub(crate) fn failures(s: &windtunnel_sdk::model::Score) -> Vec<(String, String)
         .collect()
 }
 
-pub(crate) fn row(run: &LoadedRun) -> RunRow {
-    let trace = &run.trace;
-    let failures = run.score.as_ref().map(failures).unwrap_or_default();
+fn row(trace: &Trace, score: Option<&Score>, path: &Path) -> RunRow {
     RunRow {
         scenario_id: trace.scenario_id.clone(),
         run_index: trace.run_index,
         run_id: trace.run_id.clone(),
         sweep_id: trace.sweep_id.clone(),
         agent: trace.agent.label.clone(),
-        verdict: run.score.as_ref().map(|s| s.verdict),
-        failures,
-        error: match &run.score {
+        verdict: score.map(|s| s.verdict),
+        failures: score.map(failures).unwrap_or_default(),
+        error: match score {
             Some(s) => s.error.clone(),
-            None => run.score_problem.clone(),
+            None => Some("no score sidecar (run `wt rescore` to score it)".to_owned()),
         },
-        trace: run.path.display().to_string(),
-        usage: run.score.as_ref().and_then(|s| s.usage.clone()),
+        trace: path.display().to_string(),
+        usage: score.and_then(|s| s.usage.clone()),
         latency_ms: trace
             .turns
             .iter()
@@ -598,7 +581,7 @@ pub(crate) mod tests {
     use std::path::PathBuf;
 
     use super::*;
-    use windtunnel_sdk::model::{LayerResult, Score, Trace};
+    use windtunnel_sdk::model::LayerResult;
 
     pub(crate) fn run(scenario: &str, index: u32, verdict: Verdict) -> StoredRun {
         let layer = |passed: bool, detail: &str| {
@@ -624,6 +607,27 @@ pub(crate) mod tests {
             Some(score),
             PathBuf::from(format!("{scenario}_{index}.json")),
         )
+    }
+
+    /// `runs` written to a runs directory and read back by the reader, as `wt report` reads
+    /// them (the directory lives as long as the report may read from it).
+    pub(crate) fn scanned(runs: &[StoredRun]) -> (tempfile::TempDir, Report) {
+        let dir = tempfile::tempdir().unwrap();
+        for (trace, score, path) in runs {
+            let at = dir.path().join(path.file_name().unwrap());
+            crate::store::write_json(&at, trace).unwrap();
+            if let Some(s) = score {
+                crate::store::write_json(&at.with_extension("score.json"), s).unwrap();
+            }
+        }
+        let want = scan::Want {
+            listing: true,
+            page: true,
+            reasons: true,
+            ..scan::Want::default()
+        };
+        let report = Report::from_scan(scan::scan(&[dir.path()], want).unwrap());
+        (dir, report)
     }
 
     #[test]
@@ -663,14 +667,15 @@ pub(crate) mod tests {
 
     #[test]
     fn scenario_errors_and_partial_sweeps_gate_as_error() {
-        let mut loaded = Loaded::default();
-        loaded.scenario_errors.push(ScenarioError {
-            sweep_id: "s".into(),
-            scenario_id: "never".into(),
-            runs: 4,
-            error: "provisioning failed: refused".into(),
-        });
-        let r = Report::new(loaded);
+        let r = Report::from_sweep(
+            &[],
+            vec![ScenarioError {
+                sweep_id: "s".into(),
+                scenario_id: "never".into(),
+                runs: 4,
+                error: "provisioning failed: refused".into(),
+            }],
+        );
         let a = &r.scenarios[0].aggregate;
         assert_eq!((a.runs, a.errored), (4, 4));
         assert_eq!(r.gate, crate::exit::RUN_ERROR);

@@ -4,8 +4,7 @@ use std::fmt::Write as _;
 
 use windtunnel_sdk::model::{AggregateResult, LAYERS, RunUsage, Verdict};
 
-use super::scan::SHOWN_PER_SCENARIO;
-use super::{AtK, PackSummary, Report, RunRow, ScenarioSummary};
+use super::{AtK, PackSummary, Report, RunRow, SHOWN_PER_SCENARIO, ScenarioSummary};
 
 /// `67% [21–94]`: a pass rate with its interval, in whole percent.
 pub(crate) fn rate_with_interval(rate: Option<f64>, interval: Option<[f64; 2]>) -> String {

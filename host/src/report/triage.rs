@@ -19,7 +19,6 @@ use serde::Serialize;
 use windtunnel_sdk::model::{Score, Trace, Verdict};
 
 use super::LoadedRun;
-use super::load::{MAX_SIDECAR_BYTES, read_bounded};
 
 /// The rungs, in the order a failure is attributed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -58,9 +57,6 @@ pub(crate) struct Cluster {
     pub of: usize,
     /// Excerpts of debrief replies for runs in the cluster.
     pub debriefs: Vec<String>,
-    /// Where its runs are among the runs clustered (the page shows some of them in full).
-    #[serde(skip)]
-    pub members: Vec<usize>,
 }
 
 /// A cluster as the report page lists it: its runs counted, not named.
@@ -236,33 +232,6 @@ fn reason(score: &Score) -> String {
         .join("; ")
 }
 
-/// The first lines of the run's debrief reply (or why there is none), on one line and at
-/// most 240 characters; `None` when the run has no readable debrief artifact.
-pub(crate) fn debrief_excerpt(run: &LoadedRun) -> Option<String> {
-    let wanted = format!("{}.debrief.json", run.stem());
-    let path = run
-        .artifacts
-        .iter()
-        .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy() == wanted))?;
-    let bytes = read_bounded(path, MAX_SIDECAR_BYTES).ok()?;
-    let doc: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
-    let text = doc
-        .get("reply")
-        .and_then(|r| r.as_str())
-        .map(str::to_owned)
-        .or_else(|| {
-            doc.get("error")
-                .and_then(|e| e.as_str())
-                .map(|e| format!("(no reply: {e})"))
-        })?;
-    let one_line = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    Some(if one_line.chars().count() > 240 {
-        format!("{}…", one_line.chars().take(240).collect::<String>())
-    } else {
-        one_line
-    })
-}
-
 /// What clusters a run that did not pass: its verdict, failed layers and normalized reason
 /// (`problem`: why it has no score, when it has none); `None` for a run that passed.
 pub(crate) fn cluster_key(
@@ -336,7 +305,6 @@ fn scenario_error(e: &super::ScenarioError) -> Cluster {
             .collect(),
         of: n,
         debriefs: Vec::new(),
-        members: Vec::new(),
     }
 }
 
@@ -376,7 +344,7 @@ fn unsorted(runs: &[LoadedRun], debriefs: bool) -> Vec<Cluster> {
         *per_scenario.entry(&r.trace.scenario_id).or_default() += 1;
     }
     let mut clusters: BTreeMap<(String, Vec<String>, String), Cluster> = BTreeMap::new();
-    for (i, run) in runs.iter().enumerate() {
+    for run in runs {
         let Some((verdict, layers, norm, rung, evidence)) = judge(run) else {
             continue;
         };
@@ -395,11 +363,9 @@ fn unsorted(runs: &[LoadedRun], debriefs: bool) -> Vec<Cluster> {
                 .copied()
                 .unwrap_or(0),
             debriefs: Vec::new(),
-            members: Vec::new(),
         });
         c.runs.push(trace.run_id.clone());
-        c.members.push(i);
-        if debriefs && let Some(d) = debrief_excerpt(run) {
+        if debriefs && let Some(d) = run.debrief_excerpt() {
             c.debriefs.push(d);
         }
     }
