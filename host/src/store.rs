@@ -2,8 +2,8 @@
 //! `<stem>.score.json` score sidecars and hook artifacts beside them.
 //!
 //! - [`is_sidecar`] is THE sidecar rule; every walker goes through the reading side's one
-//!   loader ([`crate::report::load`], also behind `report::load_runs`), which applies it, so a
-//!   sidecar is never mistaken for a trace.
+//!   reader (`report::scan`, also behind `report::load_runs`), which applies it, so a sidecar
+//!   is never mistaken for a trace.
 //! - Every write is atomic: a temporary file (`.wt-tmp-*`) in the target directory, then a
 //!   rename, so a killed sweep leaves only whole files (no fsync: whole files on a crash of
 //!   `wt`, not on a power cut). Temporary files in flight are tracked, so a second Ctrl-C or
