@@ -79,9 +79,9 @@ fn load_ms(lib: &Path) -> f64 {
 
 /// A scenario of the demo pack, and the trace and score of one run of it on the demo agent.
 fn real_run() -> (
-    windtunnel_sdk::model::Scenario,
-    windtunnel_sdk::model::Trace,
-    windtunnel_sdk::model::Score,
+    windtunnel_model::Scenario,
+    windtunnel_model::Trace,
+    windtunnel_model::Score,
 ) {
     use windtunnel::runner::{RunConfig, Sweep, run_sweep};
     let dir = tempfile::tempdir().expect("temp dir");

@@ -24,7 +24,7 @@ use windtunnel::{
     hooks::registry::Registry,
 };
 use windtunnel_abi::point;
-use windtunnel_sdk::model::{Score, Trace};
+use windtunnel_model::{Score, Trace};
 
 const SAMPLES: usize = 3000;
 

@@ -14,7 +14,7 @@ use windtunnel::interrupt::Interrupt;
 use windtunnel::runtime::TurnCtx;
 use windtunnel::runtime::mcp::{self, Inbox, Lane, ToolSet};
 use windtunnel::world::World;
-use windtunnel_sdk::model::{ToolEffect, ToolSpec};
+use windtunnel_model::{ToolEffect, ToolSpec};
 
 fn percentiles(mut ns: Vec<u128>) -> (f64, f64) {
     ns.sort_unstable();

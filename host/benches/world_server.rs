@@ -20,7 +20,7 @@ use windtunnel::runtime::TurnCtx;
 use windtunnel::runtime::mcp::{self, Inbox, Lane, ToolSet};
 use windtunnel::world::World;
 use windtunnel::world::server::{self, Server};
-use windtunnel_sdk::model::{ServerCall, WorldServer};
+use windtunnel_model::{ServerCall, WorldServer};
 
 fn percentiles(mut ns: Vec<u128>) -> (f64, f64) {
     ns.sort_unstable();

@@ -22,7 +22,7 @@ use std::{
 
 use serde::Serialize;
 use serde_json::Value;
-use windtunnel_sdk::model::{Score, Trace, TurnErrorKind};
+use windtunnel_model::{Score, Trace, TurnErrorKind};
 
 /// Version of the event schema.
 pub const EVENTS_SCHEMA_VERSION: u32 = 1;

@@ -16,7 +16,7 @@ pub const INTERRUPTED: u8 = 130;
 
 /// The exit code for a set of scenario aggregates (ERROR wins over FAIL).
 pub(crate) fn of_aggregates<'a>(
-    aggs: impl IntoIterator<Item = &'a windtunnel_sdk::model::AggregateResult>,
+    aggs: impl IntoIterator<Item = &'a windtunnel_model::AggregateResult>,
 ) -> u8 {
     let mut code = SUCCESS;
     for a in aggs {

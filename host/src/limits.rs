@@ -23,8 +23,8 @@ pub(crate) const MAX_EVIDENCE_BYTES: usize = 32 << 20;
 
 /// Keeps the tool calls of `calls` that fit in [`MAX_EVIDENCE_BYTES`] of JSON, in order;
 /// returns how many there were when some had to go.
-pub(crate) fn bound_evidence(calls: &mut Vec<windtunnel_sdk::model::ToolCall>) -> Option<usize> {
-    let rough = |c: &windtunnel_sdk::model::ToolCall| {
+pub(crate) fn bound_evidence(calls: &mut Vec<windtunnel_model::ToolCall>) -> Option<usize> {
+    let rough = |c: &windtunnel_model::ToolCall| {
         rough_len(&c.arguments)
             + rough_len(&c.result)
             + c.name.len()
@@ -103,7 +103,7 @@ pub(crate) fn keep_last(messages: &mut Value, max: usize) -> bool {
 
 /// Cuts a model call's record to the sizes `wt` stores: its messages to their newest, its
 /// response and texts to [`MAX_RECORDED_PART_BYTES`].
-pub(crate) fn bound_model_call(call: &mut windtunnel_sdk::model::ModelCall) {
+pub(crate) fn bound_model_call(call: &mut windtunnel_model::ModelCall) {
     if keep_last(&mut call.messages, MAX_RECORDED_PART_BYTES)
         && !call.truncated.iter().any(|t| t == "messages")
     {
@@ -134,9 +134,7 @@ pub(crate) fn bound_model_call(call: &mut windtunnel_sdk::model::ModelCall) {
 
 /// Keeps the first [`MAX_MODEL_CALLS`] model calls of a run; returns how many there were
 /// when some had to go.
-pub(crate) fn bound_model_calls(
-    calls: &mut Vec<windtunnel_sdk::model::ModelCall>,
-) -> Option<usize> {
+pub(crate) fn bound_model_calls(calls: &mut Vec<windtunnel_model::ModelCall>) -> Option<usize> {
     (calls.len() > MAX_MODEL_CALLS).then(|| {
         let total = calls.len();
         calls.truncate(MAX_MODEL_CALLS);
@@ -337,7 +335,7 @@ mod tests {
 
     #[test]
     fn a_trace_keeps_at_most_512_model_calls_each_bounded() {
-        use windtunnel_sdk::model::ModelCall;
+        use windtunnel_model::ModelCall;
         let mut huge = ModelCall::default();
         huge.messages = serde_json::json!([{"role": "user", "content": "x".repeat(100_000)}]);
         huge.response = serde_json::json!({"content": "y".repeat(100_000)});

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
-use windtunnel_sdk::model::{FileCheck, Scenario, ToolEffect, WorldServer, is_slug};
+use windtunnel_model::{FileCheck, Scenario, ToolEffect, WorldServer, is_slug};
 
 use crate::world::lookup;
 

@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 
-use windtunnel_sdk::model::{
+use windtunnel_model::{
     AggregateResult, LAYERS, LatencyStats, LayerResult, Scenario, Score, Trace, Verdict,
 };
 
@@ -132,8 +132,8 @@ fn outcome(s: &Scenario, trace: &Trace) -> LayerResult {
 
 /// Does a file check hold on the file as observed after the last turn?
 fn file_check(
-    check: &windtunnel_sdk::model::FileCheck,
-    seen: Option<&windtunnel_sdk::model::ObservedFile>,
+    check: &windtunnel_model::FileCheck,
+    seen: Option<&windtunnel_model::ObservedFile>,
 ) -> Result<(), String> {
     let Some(seen) = seen else {
         return Err("not observed (the run has no scratch directory)".into());
@@ -377,13 +377,13 @@ fn integrity(trace: &Trace) -> LayerResult {
 /// usage: a sum that leaves calls out would be a cost that is false.
 pub(crate) fn usage(
     trace: &Trace,
-    pricing: Option<&dyn Fn(&windtunnel_sdk::model::TokenUsage) -> f64>,
-) -> Option<windtunnel_sdk::model::RunUsage> {
+    pricing: Option<&dyn Fn(&windtunnel_model::TokenUsage) -> f64>,
+) -> Option<windtunnel_model::RunUsage> {
     let calls = &trace.evidence.model_calls;
     if calls.is_empty() {
         return None;
     }
-    let mut u = windtunnel_sdk::model::RunUsage::default();
+    let mut u = windtunnel_model::RunUsage::default();
     for c in calls {
         u.model_calls += 1;
         match &c.usage {
@@ -587,7 +587,7 @@ fn latency_stats(hist: &BTreeMap<u64, u64>) -> LatencyStats {
 mod tests {
     use super::*;
     use serde_json::json;
-    use windtunnel_sdk::model::{TurnRecord, WorldObservation};
+    use windtunnel_model::{TurnRecord, WorldObservation};
 
     fn scenario() -> Scenario {
         toml::from_str(
@@ -659,7 +659,7 @@ max_steps = 2
 
     #[test]
     fn file_checks_read_the_observed_files() {
-        use windtunnel_sdk::model::ObservedFile;
+        use windtunnel_model::ObservedFile;
         let s: Scenario = toml::from_str(
             r#"
 id = "s"

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use serde::Serialize;
-use windtunnel_sdk::model::{Score, Trace, is_slug};
+use windtunnel_model::{Score, Trace, is_slug};
 
 /// A file-system failure, naming the file.
 #[derive(Debug, thiserror::Error)]

@@ -187,7 +187,7 @@ pub(crate) fn check_effects(text: &str) -> Result<(), StrictError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use windtunnel_sdk::model::{AgentConfig, Scenario};
+    use windtunnel_model::{AgentConfig, Scenario};
 
     #[test]
     fn an_unknown_key_is_refused_at_its_line_and_column_at_any_depth() {

@@ -15,7 +15,7 @@
 use std::path::PathBuf;
 
 use serde_json::{Value, json};
-use windtunnel_sdk::model::Scenario;
+use windtunnel_model::Scenario;
 
 use crate::{
     clock::Ids,

@@ -14,7 +14,8 @@ use std::{
 use anyhow::Context as _;
 use clap::Args;
 use windtunnel_abi::point;
-use windtunnel_sdk::{SDK_VERSION, model::is_slug};
+use windtunnel_model::is_slug;
+use windtunnel_sdk::SDK_VERSION;
 
 use crate::{
     exit::{self, CodedError},

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
-use windtunnel_sdk::model::{LAYERS, Scenario, Trace, Verdict};
+use windtunnel_model::{LAYERS, Scenario, Trace, Verdict};
 
 use crate::clock::{Clock, Ids};
 use crate::deadlines::Deadlines;
@@ -101,7 +101,7 @@ pub(crate) struct RunArgs {
 /// policy-revision rule holds.
 struct Hooks {
     observer: Option<Arc<HookObserver>>,
-    provenance: Option<Vec<windtunnel_sdk::model::HookProvenance>>,
+    provenance: Option<Vec<windtunnel_model::HookProvenance>>,
 }
 
 fn hooks(
@@ -495,7 +495,7 @@ impl CliProgress {
         }
     }
 
-    fn run_done(&self, scenario: &str, trace: &Trace, score: &windtunnel_sdk::model::Score) {
+    fn run_done(&self, scenario: &str, trace: &Trace, score: &windtunnel_model::Score) {
         let run_index = trace.run_index;
         let n = self.done.fetch_add(1, Ordering::Relaxed) + 1;
         match &self.bar {

@@ -125,7 +125,7 @@ pub(crate) fn prompt(score: &Score) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use windtunnel_sdk::model::{LayerResult, Verdict};
+    use windtunnel_model::{LayerResult, Verdict};
 
     fn layer(passed: bool, detail: &str) -> LayerResult {
         if passed {

@@ -630,8 +630,8 @@ impl ActiveHook {
     }
 
     /// The provenance record stamped into traces.
-    pub fn provenance(&self) -> windtunnel_sdk::model::HookProvenance {
-        let mut p = windtunnel_sdk::model::HookProvenance::default();
+    pub fn provenance(&self) -> windtunnel_model::HookProvenance {
+        let mut p = windtunnel_model::HookProvenance::default();
         p.name = self.name.clone();
         p.source = self.source.to_string();
         p.version = self.version.clone();

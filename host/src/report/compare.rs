@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
 use serde::Serialize;
-use windtunnel_sdk::model::{LAYERS, RunUsage, SCHEMA_VERSION};
+use windtunnel_model::{LAYERS, RunUsage, SCHEMA_VERSION};
 
 pub(crate) use super::gate::Change;
 use super::gate::{self, PackTest, ScenarioDecision, Tally};
@@ -875,7 +875,7 @@ fn summary(c: &Comparison) -> String {
 mod tests {
     use super::super::tests::run;
     use super::*;
-    use windtunnel_sdk::model::Verdict;
+    use windtunnel_model::Verdict;
 
     fn report(scenario: &str, pass: u32, fail: u32) -> Report {
         let runs: Vec<_> = (0..pass + fail)

@@ -15,7 +15,7 @@ use std::path::Path;
 
 use maud::{DOCTYPE, Markup, PreEscaped, html};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
-use windtunnel_sdk::model::HookProvenance;
+use windtunnel_model::HookProvenance;
 
 use super::compare::{Change, Comparison, SideStats};
 use super::table::{failing_layers, pack_line, pct, usage_line};
@@ -726,12 +726,12 @@ pub(crate) fn compare_page(c: &Comparison, new: &Report) -> String {
 mod tests {
     use super::*;
     use crate::report::tests::{run, scanned};
-    use windtunnel_sdk::model::Verdict;
+    use windtunnel_model::Verdict;
 
     #[test]
     fn trace_text_is_escaped_and_the_page_is_self_contained() {
         let mut runs = vec![run("a", 0, Verdict::Fail), run("a", 1, Verdict::Pass)];
-        let mut turn = windtunnel_sdk::model::TurnRecord::default();
+        let mut turn = windtunnel_model::TurnRecord::default();
         turn.input = "hi".into();
         turn.reply = Some("<script>alert(1)</script> & \"q\"".into());
         turn.latency_ms = 3;
@@ -771,7 +771,7 @@ mod tests {
             .collect();
         runs[0].0.turns = (0..MAX_TURNS as u32 + 3)
             .map(|index| {
-                let mut turn = windtunnel_sdk::model::TurnRecord::default();
+                let mut turn = windtunnel_model::TurnRecord::default();
                 turn.index = index;
                 turn.input = "x".repeat(MAX_TEXT + 1);
                 turn

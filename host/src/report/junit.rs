@@ -19,7 +19,7 @@ use std::sync::{Mutex, PoisonError};
 use quick_junit::XmlString;
 #[cfg(test)]
 use quick_junit::{NonSuccessKind, TestCase, TestCaseStatus, TestSuite};
-use windtunnel_sdk::model::{TurnRecord, Verdict};
+use windtunnel_model::{TurnRecord, Verdict};
 
 use super::scan::Listing;
 use super::{Report, RunRow, ScenarioError};

@@ -31,7 +31,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use windtunnel_sdk::model::{Score, Trace};
+use windtunnel_model::{Score, Trace};
 
 /// Largest trace file read; larger ones are skipped with a warning.
 pub(crate) const MAX_TRACE_BYTES: u64 = 64 << 20;
@@ -1013,7 +1013,7 @@ fn is_interesting(line: &[u8]) -> bool {
 mod tests {
     use super::*;
     use crate::store;
-    use windtunnel_sdk::model::Verdict;
+    use windtunnel_model::Verdict;
 
     fn write_run(dir: &Path, stem: &str, run_id: &str, score_for: &str) {
         let mut trace = Trace::new(run_id, "s");

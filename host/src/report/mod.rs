@@ -29,7 +29,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::Serialize;
-use windtunnel_sdk::model::{AggregateResult, RunUsage, SCHEMA_VERSION, Score, Trace, Verdict};
+use windtunnel_model::{AggregateResult, RunUsage, SCHEMA_VERSION, Score, Trace, Verdict};
 
 use crate::score::Aggregator;
 use crate::store::{StoreError, StoredRun};
@@ -581,7 +581,7 @@ pub(crate) mod tests {
     use std::path::PathBuf;
 
     use super::*;
-    use windtunnel_sdk::model::LayerResult;
+    use windtunnel_model::LayerResult;
 
     pub(crate) fn run(scenario: &str, index: u32, verdict: Verdict) -> StoredRun {
         let layer = |passed: bool, detail: &str| {

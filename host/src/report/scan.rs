@@ -30,7 +30,7 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError, mpsc};
 
-use windtunnel_sdk::model::{HookProvenance, Score, Trace, Verdict, is_slug};
+use windtunnel_model::{HookProvenance, Score, Trace, Verdict, is_slug};
 
 use serde::Deserialize;
 use serde::de::IgnoredAny;
@@ -96,7 +96,7 @@ pub(crate) struct Scan {
     pub found: Found,
 }
 
-/// What a report reads of a trace: the fields of [`windtunnel_sdk::model::Trace`] it counts,
+/// What a report reads of a trace: the fields of [`windtunnel_model::Trace`] it counts,
 /// shows or orders by. The other fields every trace has must be there (a JSON file without
 /// them is not a `wt` trace) but are skipped unread, as is anything else.
 #[derive(Deserialize)]
@@ -1552,13 +1552,13 @@ mod tests {
         t.started_at = "2026-12-01T00:00:00Z".into();
         t.ended_at = "2026-12-01T00:00:01Z".into();
         for (latency_ms, error) in [(12, None), (30, Some("timed out".to_owned()))] {
-            let mut turn = windtunnel_sdk::model::TurnRecord::default();
+            let mut turn = windtunnel_model::TurnRecord::default();
             turn.latency_ms = latency_ms;
             turn.error = error;
             turn.reply = Some("x".repeat(1000));
             t.turns.push(turn);
         }
-        let mut call = windtunnel_sdk::model::ToolCall::default();
+        let mut call = windtunnel_model::ToolCall::default();
         call.arguments = serde_json::json!({"deep": [1, {"a": null}]});
         t.evidence.tool_calls.push(call);
         let p: Projection = load::parse_json(&serde_json::to_vec(&t).unwrap()).unwrap();
@@ -1574,7 +1574,7 @@ mod tests {
         assert_eq!(counted_latencies(&p).collect::<Vec<_>>(), [12]);
         assert!(!p.tool_errors() && p.denial.is_none() && p.hooks.is_none());
         t.evidence.tool_calls[0].error = Some("boom".into());
-        t.denial = Some(windtunnel_sdk::model::Denial::default());
+        t.denial = Some(windtunnel_model::Denial::default());
         let p: Projection = load::parse_json(&serde_json::to_vec(&t).unwrap()).unwrap();
         assert!(p.tool_errors() && p.denial.is_some());
         // Not a trace: foreign JSON, or a trace without a field every trace has.
@@ -1625,7 +1625,7 @@ mod rules {
     use std::path::{Path, PathBuf};
 
     use serde_json::Value;
-    use windtunnel_sdk::model::HookProvenance;
+    use windtunnel_model::HookProvenance;
 
     use super::*;
     use crate::report::{Report, html};

@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use windtunnel_sdk::model::{AggregateResult, LAYERS, RunUsage, Verdict};
+use windtunnel_model::{AggregateResult, LAYERS, RunUsage, Verdict};
 
 use super::{AtK, PackSummary, Report, RunRow, SHOWN_PER_SCENARIO, ScenarioSummary};
 

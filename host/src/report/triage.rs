@@ -16,7 +16,7 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use windtunnel_sdk::model::{Score, Trace, Verdict};
+use windtunnel_model::{Score, Trace, Verdict};
 
 use super::LoadedRun;
 
@@ -380,7 +380,7 @@ mod tests {
     /// comes from the whole trace: both must name the same rung.
     #[test]
     fn the_rung_from_a_runs_facts_is_the_rung_placed_from_its_trace() {
-        use windtunnel_sdk::model::{Denial, LayerResult};
+        use windtunnel_model::{Denial, LayerResult};
         for bits in 0u32..128 {
             let on = |i: u32| bits >> i & 1 == 1;
             let verdict = if on(0) { Verdict::Error } else { Verdict::Fail };
@@ -401,7 +401,7 @@ mod tests {
                 trace.denial = Some(Denial::default());
             }
             if on(6) {
-                let mut call = windtunnel_sdk::model::ToolCall::default();
+                let mut call = windtunnel_model::ToolCall::default();
                 call.error = Some("boom".into());
                 trace.evidence.tool_calls.push(call);
             }

@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 
 use serde::Deserialize;
-use windtunnel_sdk::model::{AgentConfig, Sampling};
+use windtunnel_model::{AgentConfig, Sampling};
 
 /// An agent under test.
 #[derive(Clone, Debug, PartialEq)]
@@ -190,7 +190,7 @@ pub struct Pricing {
 
 impl Pricing {
     /// What `tokens` cost.
-    pub fn cost(&self, t: &windtunnel_sdk::model::TokenUsage) -> f64 {
+    pub fn cost(&self, t: &windtunnel_model::TokenUsage) -> f64 {
         let cached = t.cached_tokens.min(t.prompt_tokens);
         let fresh = t.prompt_tokens - cached;
         (fresh as f64 * self.input

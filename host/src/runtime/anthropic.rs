@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use serde_json::{Value, json};
-use windtunnel_sdk::model::{Scenario, ToolSpec, TurnErrorKind};
+use windtunnel_model::{Scenario, ToolSpec, TurnErrorKind};
 
 use super::gateway;
 use super::net::Log;
@@ -228,7 +228,7 @@ impl AgentHandle for AnthropicAgent {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use windtunnel_sdk::model::ModelCall;
+    use windtunnel_model::ModelCall;
 
     #[test]
     fn a_message_reads_as_a_model_call() {

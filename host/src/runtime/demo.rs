@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use windtunnel_sdk::model::{Scenario, ToolCall, ToolSpec, TurnErrorKind};
+use windtunnel_model::{Scenario, ToolCall, ToolSpec, TurnErrorKind};
 
 use super::{AgentHandle, Reply, Runtime, RuntimeError, TurnCtx};
 

@@ -26,7 +26,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
-use windtunnel_sdk::model::{ModelCall, TokenUsage};
+use windtunnel_model::{ModelCall, TokenUsage};
 
 use super::agent::Gateway;
 use super::net::{Log, Net, Request, Sink};
@@ -305,7 +305,7 @@ pub(crate) async fn serve(
             // is the gateway's failure to get an answer.
             let code = match status {
                 Some(s) if (400..500).contains(&s) && s != 429 => s,
-                _ if e.kind == windtunnel_sdk::model::TurnErrorKind::Timeout => 504,
+                _ if e.kind == windtunnel_model::TurnErrorKind::Timeout => 504,
                 _ => 502,
             };
             error(shape, code, "wt_gateway_error", &e.message)

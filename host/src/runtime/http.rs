@@ -13,7 +13,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use windtunnel_sdk::model::{ModelCall, Scenario, ToolCall, TurnErrorKind};
+use windtunnel_model::{ModelCall, Scenario, ToolCall, TurnErrorKind};
 
 use super::net::{Log, Net, Request};
 use super::{
@@ -138,7 +138,7 @@ struct HttpAgent {
     /// The run in progress.
     run_id: Option<String>,
     /// Model calls of the run that no turn took.
-    outside_models: Vec<windtunnel_sdk::model::ModelCall>,
+    outside_models: Vec<windtunnel_model::ModelCall>,
     /// The session slot this handle drives; its reset names it.
     lane: usize,
     timeout: Duration,

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use windtunnel_sdk::model::{
+use windtunnel_model::{
     AgentProcess, ModelCall, Retry, Scenario, Surface, ToolCall, ToolSpec, TurnErrorKind,
 };
 
@@ -266,7 +266,7 @@ impl TurnCtx<'_> {
         };
         let mut call = tool_call(self.index, step, name, args, result, error, source);
         if let Some(ToolSpec {
-            effect: windtunnel_sdk::model::ToolEffect::Server { server },
+            effect: windtunnel_model::ToolEffect::Server { server },
             ..
         }) = spec
         {

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use backon::BackoffBuilder;
 use bytes::Bytes;
 use serde_json::Value;
-use windtunnel_sdk::model::{Retry, TurnErrorKind};
+use windtunnel_model::{Retry, TurnErrorKind};
 
 use super::{RuntimeError, TurnError};
 use crate::interrupt::Interrupt;

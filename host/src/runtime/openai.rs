@@ -13,12 +13,12 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use serde_json::{Value, json};
-use windtunnel_sdk::model::{Scenario, ToolSpec, TurnErrorKind};
+use windtunnel_model::{Scenario, ToolSpec, TurnErrorKind};
 
 use super::gateway;
 use super::net::{Log, Net, Request};
 use crate::interrupt::Interrupt;
-use windtunnel_sdk::model::ModelCall;
+use windtunnel_model::ModelCall;
 
 /// The `source` of the runtime's own model calls.
 const SOURCE: &str = "openai";
@@ -98,11 +98,7 @@ impl Endpoint {
 
     /// A request body with the set `[sampling]` fields (same names in both APIs) and the
     /// config's `[body]` fields added.
-    pub(super) fn complete(
-        &self,
-        mut body: Value,
-        sampling: &windtunnel_sdk::model::Sampling,
-    ) -> Value {
+    pub(super) fn complete(&self, mut body: Value, sampling: &windtunnel_model::Sampling) -> Value {
         if let Ok(Value::Object(set)) = serde_json::to_value(sampling) {
             for (k, v) in set {
                 body[k] = v;
@@ -450,7 +446,7 @@ impl AgentHandle for OpenAiAgent {
 pub(super) fn in_place(tools: &[ToolSpec]) -> bool {
     !tools
         .iter()
-        .any(|t| matches!(t.effect, windtunnel_sdk::model::ToolEffect::Server { .. }))
+        .any(|t| matches!(t.effect, windtunnel_model::ToolEffect::Server { .. }))
 }
 
 #[cfg(test)]
@@ -458,7 +454,7 @@ mod tests {
     use super::*;
     use crate::runtime::net::tests::server;
     use std::sync::atomic::Ordering;
-    use windtunnel_sdk::model::ToolEffect;
+    use windtunnel_model::ToolEffect;
 
     fn agent(url: &str, rest: &str) -> Agent {
         Agent::from_toml(&format!(

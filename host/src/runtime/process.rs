@@ -29,7 +29,7 @@ use nix::sys::signal::{Signal, killpg};
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
-use windtunnel_sdk::model::{AgentProcess, ModelCall, Scenario, ToolCall, TurnErrorKind};
+use windtunnel_model::{AgentProcess, ModelCall, Scenario, ToolCall, TurnErrorKind};
 
 use super::{AgentHandle, Reply, RunEnd, RunInfo, Runtime, RuntimeError, TurnCtx};
 use crate::procs::{Tail, read_tail};

@@ -10,7 +10,7 @@
 pub mod server;
 
 use serde_json::{Map, Value};
-use windtunnel_sdk::model::{ServerCall, ToolCondition, ToolEffect, ToolSpec, WorldCheck};
+use windtunnel_model::{ServerCall, ToolCondition, ToolEffect, ToolSpec, WorldCheck};
 
 use server::{Called, Server};
 

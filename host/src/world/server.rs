@@ -23,7 +23,7 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use windtunnel_sdk::model::{ServerCall, ToolEffect, ToolSpec, WorldServer, WorldServerRecord};
+use windtunnel_model::{ServerCall, ToolEffect, ToolSpec, WorldServer, WorldServerRecord};
 
 use crate::procs::Tail;
 

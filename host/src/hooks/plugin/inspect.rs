@@ -10,7 +10,7 @@ use std::{
 use object::{Object, ObjectSection, ObjectSymbol, ReadCache, ReadRef};
 use semver::{Version, VersionReq};
 use windtunnel_abi::{META_MAGIC, META_SECTION, point};
-use windtunnel_sdk::model::is_slug;
+use windtunnel_model::is_slug;
 
 use super::Refusal;
 

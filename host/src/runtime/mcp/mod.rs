@@ -40,7 +40,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
-use windtunnel_sdk::model::ModelCall;
+use windtunnel_model::ModelCall;
 
 use super::gateway;
 pub use tools::ToolSet;
@@ -439,7 +439,7 @@ pub fn execute(
     tools: &ToolSet,
     step: u32,
     req: ToolRequest,
-) -> windtunnel_sdk::model::ToolCall {
+) -> windtunnel_model::ToolCall {
     let call = ctx.call_tool_from(
         SOURCE,
         tools.specs(),

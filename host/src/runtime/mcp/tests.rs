@@ -6,7 +6,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use windtunnel_sdk::model::{ToolEffect, ToolSpec};
+use windtunnel_model::{ToolEffect, ToolSpec};
 
 use super::*;
 use crate::interrupt::Interrupt;
@@ -137,7 +137,7 @@ fn turn<R: Send + 'static>(
     run: &McpRun,
     world: &mut World,
     client: impl FnOnce() -> R + Send,
-) -> (R, Vec<windtunnel_sdk::model::ToolCall>) {
+) -> (R, Vec<windtunnel_model::ToolCall>) {
     let (tx, rx) = mpsc::channel::<Inbox<R>>();
     run.open_turn(tx.clone());
     let stop = Interrupt::default();

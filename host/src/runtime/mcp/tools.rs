@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use serde_json::Value;
-use windtunnel_sdk::model::ToolSpec;
+use windtunnel_model::ToolSpec;
 
 /// Why a scenario's tools cannot be served over MCP.
 #[derive(Debug, thiserror::Error)]
