@@ -140,10 +140,14 @@ impl Worker {
         converse_timeout: Duration,
     ) -> Option<usize> {
         let shared = &*self.shared;
-        let mut st = lock(&shared.state);
-        st.job = Some(job);
-        st.done = false;
+        {
+            let mut st = lock(&shared.state);
+            st.job = Some(job);
+            st.done = false;
+        }
+        // Woken after the lock is let go, the worker does not wake only to wait for it.
         shared.to_worker.notify_one();
+        let mut st = lock(&shared.state);
         loop {
             if st.done {
                 return None;
@@ -274,6 +278,7 @@ fn worker_loop(shared: &Shared) {
             return;
         }
         st.done = true;
+        drop(st);
         shared.to_dispatcher.notify_one();
     }
 }
