@@ -434,8 +434,9 @@ fn run_scenarios(
         .collect();
     let total: usize = states.iter().map(|s| s.run_count() as usize).sum();
     let workers = cfg.jobs.clamp(1, total.max(1));
-    // An isolated hook's two sides poll for each other's frames only when a core is left
-    // over by the lanes and by whatever else the machine is running.
+    // A lane polls for its hook worker, and an isolated hook's two sides for each other's
+    // frames, only when a core is left over by the lanes and by whatever else the machine
+    // is running.
     crate::hooks::dispatch::set_spare_core(spare_core(workers));
     let lanes: Vec<sweep::Lane> = (0..workers)
         .map(|index| sweep::Lane {

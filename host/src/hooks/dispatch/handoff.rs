@@ -7,7 +7,10 @@
 
 use std::{
     panic::AssertUnwindSafe,
-    sync::{Arc, Condvar, Mutex},
+    sync::{
+        Arc, Condvar, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
     time::{Duration, Instant},
 };
 
@@ -26,6 +29,11 @@ use crate::{
 /// How long the dispatching thread sleeps at most before it looks at the call in progress
 /// again: a sweep cut meanwhile shortens every deadline.
 const TICK: Duration = Duration::from_millis(50);
+
+/// How long the dispatching thread polls for the job's end before it sleeps, when a core is
+/// spare: a no-op hook's job ends within microseconds, and waking a sleeping thread on a
+/// virtual machine costs tens of them.
+const SPIN: Duration = Duration::from_micros(30);
 
 /// One hook call's outcome.
 pub(super) struct CallRecord {
@@ -97,6 +105,8 @@ struct Shared {
     to_worker: Condvar,
     /// Wakes the dispatching thread: the job done, or a session request.
     to_dispatcher: Condvar,
+    /// `done`, readable without the lock, for the dispatching thread's polling.
+    finished: AtomicBool,
     /// The hooks, held by the worker for its whole life.
     hooks: Arc<[Arc<ActiveHook>]>,
 }
@@ -120,6 +130,7 @@ impl Worker {
             state: Mutex::default(),
             to_worker: Condvar::new(),
             to_dispatcher: Condvar::new(),
+            finished: AtomicBool::new(false),
             hooks,
         });
         let for_thread = shared.clone();
@@ -144,9 +155,16 @@ impl Worker {
             let mut st = lock(&shared.state);
             st.job = Some(job);
             st.done = false;
+            shared.finished.store(false, Ordering::Relaxed);
         }
         // Woken after the lock is let go, the worker does not wake only to wait for it.
         shared.to_worker.notify_one();
+        if super::spare_core() {
+            let until = Instant::now() + SPIN;
+            while !shared.finished.load(Ordering::Acquire) && Instant::now() < until {
+                std::hint::spin_loop();
+            }
+        }
         let mut st = lock(&shared.state);
         loop {
             if st.done {
@@ -278,6 +296,7 @@ fn worker_loop(shared: &Shared) {
             return;
         }
         st.done = true;
+        shared.finished.store(true, Ordering::Release);
         drop(st);
         shared.to_dispatcher.notify_one();
     }

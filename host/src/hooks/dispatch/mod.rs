@@ -46,11 +46,12 @@ use crate::{
     limits::{HookCaps, cut_text},
 };
 
-/// Whether the machine has a core no lane is using. Set by the runner for each sweep; an
-/// isolated hook's parent and child poll for each other's frames only then.
+/// Whether the machine has a core no lane is using. Set by the runner for each sweep; a lane
+/// polls briefly for its worker, and an isolated hook's parent and child for each other's
+/// frames, only then.
 static SPARE_CORE: AtomicBool = AtomicBool::new(false);
 
-/// Says whether there is a core to spare for waiting on another process's frames.
+/// Says whether there is a core to spare for waiting on another thread or process.
 pub fn set_spare_core(spare: bool) {
     SPARE_CORE.store(spare, Ordering::Relaxed);
 }
