@@ -4,11 +4,9 @@
 //! dispatching one hook to 8 no-op Python implementations on the same machine in the same
 //! run; plus the cost of a point no hook declared, and the time to vet and load one plugin.
 //!
-//! The per-run points of a sweep are relayed: called on the lane's own thread, watched for
-//! their deadline (`Dispatcher::dispatch_relayed`), which is what is measured first; scenario
-//! and pack points go to a dispatch worker (`Dispatcher::dispatch`), measured second. These are
-//! back-to-back calls, a diagnostic: `bench/dispatch.sh` also prints the in-sweep cost
-//! (bench/hook_sweep.py).
+//! Every point goes to the lane's dispatch worker (`Dispatcher::dispatch`), which makes the
+//! calls while the dispatching thread watches their deadlines. These are back-to-back calls,
+//! a diagnostic: `bench/dispatch.sh` also prints the in-sweep cost (bench/hook_sweep.py).
 //!
 //! Run with `bash bench/dispatch.sh` (builds the plugin, installs pluggy if needed).
 //! Prints medians of several batches and the ratio; asserts nothing.
@@ -118,23 +116,7 @@ fn main() {
     let hooks = registry.activate(&names).expect("noop hooks activate");
     let dispatcher = Dispatcher::new(hooks, Deadlines::from_env().expect("deadlines"));
 
-    let relay = windtunnel::hooks::dispatch::Relay::new();
     let (fastest, eight, slowest) = spread(9, 200_000, || {
-        relay.block_on(async {
-            let out = dispatcher
-                .dispatch_relayed(
-                    &relay,
-                    u64::MAX,
-                    false,
-                    point::ON_RUN_END,
-                    CallData::default(),
-                    None,
-                )
-                .await;
-            black_box(out);
-        });
-    });
-    let on_worker = ns_per_call(7, 200_000, || {
         let out = dispatcher.dispatch(point::ON_RUN_END, CallData::default(), None);
         black_box(out);
     });
@@ -158,12 +140,8 @@ fn main() {
             artifact_names: Some(Default::default()),
             ..CallData::default()
         };
-        relay.block_on(async {
-            let out = dispatcher
-                .dispatch_relayed(&relay, u64::MAX, false, point::ON_RUN_END, data, None)
-                .await;
-            black_box(out);
-        });
+        let out = dispatcher.dispatch(point::ON_RUN_END, data, None);
+        black_box(out);
     });
     let none = ns_per_call(7, 2_000_000, || {
         let out = dispatcher.dispatch(black_box(point::ON_PACK_END), CallData::default(), None);
@@ -189,7 +167,7 @@ fn main() {
     });
 
     println!(
-        "wt   dispatch, 8 no-op plugin hooks, deadlines on: {eight:>9.1} ns (relayed on the lane's thread)"
+        "wt   dispatch, 8 no-op plugin hooks, deadlines on: {eight:>9.1} ns (on the lane's worker)"
     );
     println!(
         "     batches of 200,000: fastest {fastest:.1} ns, slowest {slowest:.1} ns ({:+.0} % / {:+.0} % of the median)",
@@ -197,9 +175,8 @@ fn main() {
         (slowest / eight - 1.0) * 100.0
     );
     println!("wt   the same with the real context (snapshots):   {full:>9.1} ns");
-    println!("wt   the same on a dispatch worker (scenario points): {on_worker:>7.1} ns");
     println!("wt   dispatch, point with no active hook:          {none:>9.1} ns");
-    println!("     (diagnostic: the 8 calls bare, no relay:       {inline:>9.1} ns)");
+    println!("     (diagnostic: the 8 calls bare, no hand-off:    {inline:>9.1} ns)");
     println!("wt   vet + dlopen + instantiate one plugin:        {load:>9.3} ms");
 
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../bench/pluggy_dispatch.py");

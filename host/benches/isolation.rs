@@ -174,17 +174,11 @@ fn main() {
                 .expect("activates isolated"),
             deadlines,
         );
-        // As a sweep's lane calls a run point: on this thread, relayed, deadline watched.
-        let relay = windtunnel::hooks::dispatch::Relay::new();
+        // As a sweep's lane calls a run point: on its worker, deadline watched.
         let run = |d: &Dispatcher| {
             latencies(|| {
                 let data = if data { full() } else { CallData::default() };
-                relay.block_on(async {
-                    let out = d
-                        .dispatch_relayed(&relay, u64::MAX, false, point::ON_RUN_END, data, None)
-                        .await;
-                    black_box(out);
-                });
+                black_box(d.dispatch(point::ON_RUN_END, data, None));
             })
         };
         let a = run(&in_process);

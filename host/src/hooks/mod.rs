@@ -105,11 +105,11 @@ pub trait RunObserver: Send + Sync {
     /// Guards check and observers begin, in activation order, before `TurnStarted`. For a
     /// converse turn (`call.cause` is a hook's converse) only guards are consulted, and not
     /// the conversing hook itself.
-    fn begin_turn(&self, call: &TurnCall) -> TurnOpen {
+    fn begin_turn(&self, call: &Arc<TurnCall>) -> TurnOpen {
         TurnOpen::default()
     }
     /// Observers that began finish, in reverse order, after the terminal event is durable.
-    fn finish_turn(&self, open: TurnOpen, result: &TurnResult) -> Vec<String> {
+    fn finish_turn(&self, open: TurnOpen, result: &Arc<TurnResult>) -> Vec<String> {
         vec![]
     }
     /// Whether any turn hook or guard is active (skips building turn snapshots otherwise).
@@ -122,20 +122,9 @@ pub trait RunObserver: Send + Sync {
     fn lane(&self, lane: usize) -> Option<Arc<dyn RunObserver>> {
         None
     }
-    /// The observer as [`Any`](std::any::Any): how the runner recognizes `wt`'s own hook
-    /// observer, whose per-run and per-turn calls it relays on the lane's thread. Any other
-    /// observer is called in place at every point.
-    #[doc(hidden)]
-    fn as_any(&self) -> Option<&dyn std::any::Any> {
-        None
-    }
 }
 
 /// The observer used when no hooks are active.
 #[derive(Debug, Default)]
 pub struct NoopObserver;
-impl RunObserver for NoopObserver {
-    fn as_any(&self) -> Option<&dyn std::any::Any> {
-        Some(self)
-    }
-}
+impl RunObserver for NoopObserver {}

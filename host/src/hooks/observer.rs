@@ -4,11 +4,6 @@
 //!
 //! A point no active hook declared returns at once: no snapshot is built, nothing is
 //! serialized, no thread is involved.
-//!
-//! The per-run and per-turn points have a relayed form (`relayed_*`), which the runner uses:
-//! the calls are made on the lane's own thread ([`crate::hooks::dispatch::relay`]). The
-//! [`RunObserver`] methods make the same calls on a dispatch worker; the runner uses them for
-//! scenario and pack points and for guards consulted about a converse turn.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -22,7 +17,7 @@ use windtunnel_sdk::{
 };
 
 use crate::{
-    hooks::dispatch::{Artifact, CallData, DispatchOutput, Dispatcher, Relay, Session},
+    hooks::dispatch::{Artifact, CallData, DispatchOutput, Dispatcher, Session},
     hooks::{RunHookOutput, RunObserver, TurnOpen},
 };
 
@@ -264,189 +259,6 @@ impl HookObserver {
 }
 
 impl HookObserver {
-    /// The hooks' own observer behind `observer`, if that is what it is.
-    pub(crate) fn of(observer: &dyn RunObserver) -> Option<&HookObserver> {
-        observer.as_any()?.downcast_ref()
-    }
-
-    /// The deadline watch for lanes that relay these hooks' calls.
-    pub(crate) fn watch(&self) -> crate::hooks::dispatch::Watch {
-        self.dispatcher.watch()
-    }
-
-    /// Relays `point` with its context `data` (`None` when nobody declared it).
-    fn relayed<'a>(
-        &'a self,
-        relay: &'a Relay,
-        point: u32,
-        data: Option<CallData>,
-        session: Option<&dyn Session>,
-    ) -> impl Future<Output = RunHookOutput> + Send + 'a {
-        let dispatch = data.map(|data| {
-            self.dispatcher
-                .dispatch_relayed(relay, u64::MAX, false, point, data, session)
-        });
-        async move {
-            match dispatch {
-                Some(d) => output(d.await),
-                None => RunHookOutput::default(),
-            }
-        }
-    }
-
-    /// Does any of these hooks declare `point`?
-    pub(crate) fn wants(&self, point: u32) -> bool {
-        self.dispatcher.wants(point)
-    }
-
-    /// `on_run_start`, relayed.
-    pub(crate) fn relayed_run_start<'a>(
-        &'a self,
-        relay: &'a Relay,
-        scenario: &Scenario,
-        agent: &AgentConfig,
-        run_id: &str,
-        session_id: &str,
-        session: &dyn Session,
-    ) -> impl Future<Output = RunHookOutput> + Send + 'a {
-        let data = self
-            .dispatcher
-            .wants(point::ON_RUN_START)
-            .then(|| self.run_data(scenario, agent, run_id, session_id));
-        self.relayed(relay, point::ON_RUN_START, data, Some(session))
-    }
-
-    /// `on_run_scored`, relayed.
-    pub(crate) fn relayed_run_scored<'a>(
-        &'a self,
-        relay: &'a Relay,
-        scenario: &Scenario,
-        agent: &AgentConfig,
-        trace: &Arc<Trace>,
-        score: &Arc<Score>,
-        session: &dyn Session,
-    ) -> impl Future<Output = RunHookOutput> + Send + 'a {
-        let data = self
-            .dispatcher
-            .wants(point::ON_RUN_SCORED)
-            .then(|| self.with_run(scenario, agent, trace, score));
-        self.relayed(relay, point::ON_RUN_SCORED, data, Some(session))
-    }
-
-    /// `on_run_end`, relayed; the run's artifact names are forgotten after it.
-    pub(crate) fn relayed_run_end<'a>(
-        &'a self,
-        relay: &'a Relay,
-        scenario: &Scenario,
-        agent: &AgentConfig,
-        trace: &Arc<Trace>,
-        score: &Arc<Score>,
-        session: &dyn Session,
-    ) -> impl Future<Output = RunHookOutput> + Send + 'a {
-        let data = self
-            .dispatcher
-            .wants(point::ON_RUN_END)
-            .then(|| self.with_run(scenario, agent, trace, score));
-        let out = self.relayed(relay, point::ON_RUN_END, data, Some(session));
-        let run_id = trace.run_id.clone();
-        async move {
-            let out = out.await;
-            self.forget_run(&run_id);
-            out
-        }
-    }
-
-    /// Guards check and observers begin for one of the scenario's turns, relayed (see
-    /// [`RunObserver::begin_turn`]; converse turns go through that method).
-    pub(crate) fn relayed_begin_turn<'a>(
-        &'a self,
-        relay: &'a Relay,
-        call: &Arc<TurnCall>,
-    ) -> impl Future<Output = TurnOpen> + Send + 'a {
-        let d = &self.dispatcher;
-        let guards = d.declared(point::GUARD_CHECK);
-        let begins = d.declared(point::TURN_BEGIN);
-        let data = Self::turn_data(call);
-        let turn = call.turn;
-        async move {
-            let mut open = TurnOpen {
-                turn_id: data.turn_id,
-                ..TurnOpen::default()
-            };
-            if guards == 0 {
-                // Observers only: every begin in one go.
-                let out = d
-                    .dispatch_relayed(relay, begins, false, point::TURN_BEGIN, data, None)
-                    .await;
-                open.begun = out.ok;
-                open.warnings = out.warnings;
-                return open;
-            }
-            // With guards, hooks go one at a time in activation order so that a denial stops
-            // the begins that come after it.
-            for slot in 0..d.hooks().len() {
-                let bit = 1u64 << slot;
-                if guards & bit != 0 {
-                    let out = if d.quarantined() & bit != 0 {
-                        None
-                    } else {
-                        Some(
-                            d.dispatch_relayed(
-                                relay,
-                                bit,
-                                false,
-                                point::GUARD_CHECK,
-                                data.clone(),
-                                None,
-                            )
-                            .await,
-                        )
-                    };
-                    if let Some(denial) = self.judge(slot, turn, out, &mut open.warnings) {
-                        open.denial = Some(denial);
-                        return open;
-                    }
-                }
-                if begins & bit != 0 {
-                    let out = d
-                        .dispatch_relayed(relay, bit, false, point::TURN_BEGIN, data.clone(), None)
-                        .await;
-                    open.begun |= out.ok;
-                    open.warnings.extend(out.warnings);
-                }
-            }
-            open
-        }
-    }
-
-    /// Observers that began finish, in reverse order, relayed (see
-    /// [`RunObserver::finish_turn`]).
-    pub(crate) fn relayed_finish_turn<'a>(
-        &'a self,
-        relay: &'a Relay,
-        open: TurnOpen,
-        result: &Arc<TurnResult>,
-    ) -> impl Future<Output = Vec<String>> + Send + 'a {
-        let mask = open.begun;
-        let dispatch = (mask != 0).then(|| {
-            self.dispatcher.dispatch_relayed(
-                relay,
-                mask,
-                true,
-                point::TURN_FINISH,
-                Self::finish_data(result, open.turn_id),
-                None,
-            )
-        });
-        async move {
-            match dispatch {
-                Some(d) => d.await.warnings,
-                // The begin's warnings are the runner's already (it records them at begin).
-                None => Vec::new(),
-            }
-        }
-    }
-
     /// What a finish's hooks read: the result, under a new snapshot id, naming the id its
     /// call was served under at the begin (`begun_as`).
     fn finish_data(result: &Arc<TurnResult>, begun_as: u32) -> CallData {
@@ -599,18 +411,13 @@ impl RunObserver for HookObserver {
         Some(l.clone())
     }
 
-    fn as_any(&self) -> Option<&dyn std::any::Any> {
-        Some(self)
-    }
-
     fn wants_turns(&self) -> bool {
         let d = &self.dispatcher;
         d.wants(point::TURN_BEGIN) || d.wants(point::TURN_FINISH) || d.wants(point::GUARD_CHECK)
     }
 
-    fn begin_turn(&self, call: &TurnCall) -> TurnOpen {
+    fn begin_turn(&self, call: &Arc<TurnCall>) -> TurnOpen {
         let d = &self.dispatcher;
-        let call = &Arc::new(call.clone());
         let mut guards = d.declared(point::GUARD_CHECK);
         let mut begins = d.declared(point::TURN_BEGIN);
         // One snapshot id for the turn's guards and begins: the finish names it.
@@ -656,7 +463,7 @@ impl RunObserver for HookObserver {
         open
     }
 
-    fn finish_turn(&self, open: TurnOpen, result: &TurnResult) -> Vec<String> {
+    fn finish_turn(&self, open: TurnOpen, result: &Arc<TurnResult>) -> Vec<String> {
         let mask = open.begun;
         if mask == 0 {
             // The begin's warnings are the runner's already (it records them at begin).
@@ -666,7 +473,7 @@ impl RunObserver for HookObserver {
             mask,
             true,
             point::TURN_FINISH,
-            Self::finish_data(&Arc::new(result.clone()), open.turn_id),
+            Self::finish_data(result, open.turn_id),
             None,
         );
         out.warnings
@@ -686,19 +493,6 @@ impl HookObserver {
         let d = &self.dispatcher;
         let out = (d.quarantined() & (1 << slot) == 0)
             .then(|| d.dispatch_to(1 << slot, false, point::GUARD_CHECK, data.clone(), None));
-        self.judge(slot, turn, out, warnings)
-    }
-
-    /// What a guard's dispatch decided for turn `turn` (`None`: the guard was quarantined
-    /// before it was called): anything but an explicit allow denies.
-    fn judge(
-        &self,
-        slot: usize,
-        turn: u32,
-        out: Option<DispatchOutput>,
-        warnings: &mut Vec<String>,
-    ) -> Option<Denial> {
-        let d = &self.dispatcher;
         let guard = d.hooks()[slot].name.clone();
         let denial = |kind: &str, code: &str, message: String| {
             let mut d = Denial::default();

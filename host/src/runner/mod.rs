@@ -26,9 +26,6 @@ use std::sync::{Arc, Mutex};
 use windtunnel_sdk::model::{AgentConfig, AggregateResult, HookProvenance, Scenario, Score};
 
 use crate::events::{self, Journal, Scope, Sink, Stream};
-use crate::hooks::dispatch::Relay;
-use crate::hooks::dispatch::relay::LaneFuture;
-use crate::hooks::observer::HookObserver;
 use crate::hooks::{NoopObserver, RunObserver};
 use crate::interrupt::Interrupt;
 
@@ -36,7 +33,6 @@ use crate::clock::{self, Clock, Ids};
 use crate::runtime::{self, Agent, Runtime, RuntimeError};
 use crate::store::{self, StoreError};
 
-mod points;
 mod run;
 mod scenario;
 mod session;
@@ -428,8 +424,9 @@ fn run_scenarios(
         .collect();
     let total: usize = states.iter().map(|s| s.run_count() as usize).sum();
     let workers = cfg.jobs.clamp(1, total.max(1));
-    // Hook workers may spin between points only when a core is left over by the lanes and
-    // by whatever else the machine is running.
+    // A lane polls for its hook worker, and an isolated hook's two sides for each other's
+    // frames, only when a core is left over by the lanes and by whatever else the machine
+    // is running.
     crate::hooks::dispatch::set_spare_core(spare_core(workers));
     let lanes: Vec<sweep::Lane> = (0..workers)
         .map(|index| sweep::Lane {
@@ -437,22 +434,24 @@ fn run_scenarios(
                 .observer
                 .lane(index)
                 .unwrap_or_else(|| cfg.observer.clone()),
-            relay: Arc::new(Relay::new()),
             world: Mutex::new(None),
             provenance: Mutex::new(None),
         })
         .collect();
-    // Each lane on a thread of its own; with hooks active, this thread watches their calls'
-    // deadlines meanwhile.
-    let watch = HookObserver::of(cfg.observer.as_ref()).map(HookObserver::watch);
-    let futures: Vec<(Arc<Relay>, LaneFuture<'_>)> = lanes
-        .iter()
-        .map(|lane| {
-            let future: LaneFuture<'_> = Box::pin(sweep::work(lane, &states, cfg));
-            (lane.relay.clone(), future)
-        })
-        .collect();
-    crate::hooks::dispatch::run_lanes(futures, watch);
+    // Each lane on a thread of its own; a panic in one is resumed here once all ended.
+    std::thread::scope(|s| {
+        for lane in &lanes {
+            let states = &states;
+            let spawned = std::thread::Builder::new()
+                .name("wt-lane".into())
+                .spawn_scoped(s, move || sweep::work(lane, states, cfg));
+            if let Err(e) = spawned {
+                // The lane never starts: its runs are taken by the other lanes (a sweep whose
+                // every lane fails to start reports its scenarios as not run).
+                tracing::warn!("cannot start a lane's thread: {e}");
+            }
+        }
+    });
     let mut out = Vec::new();
     for state in states {
         out.push(state.into_outcome()?);

@@ -12,7 +12,6 @@ use std::sync::{Arc, Mutex};
 use windtunnel_sdk::model::{Score, Trace, Verdict, WorldObservation};
 
 use super::lock;
-use super::points::{Points, await_point};
 use super::scenario::{Handle, ScenarioRunner};
 use super::session::SessionConverse;
 use super::sweep::Lane;
@@ -55,15 +54,10 @@ impl<'s, 'a> RunRunner<'s, 'a> {
         }
     }
 
-    pub(super) async fn run(
-        &self,
-        index: u32,
-        agg: &Mutex<Aggregator>,
-    ) -> Result<Score, StoreError> {
+    pub(super) fn run(&self, index: u32, agg: &Mutex<Aggregator>) -> Result<Score, StoreError> {
         let sc = self.sc;
         let (cfg, scenario) = (sc.cfg, sc.scenario);
         let observer = &self.lane.observer;
-        let points = Points::new(observer.as_ref(), &self.lane.relay);
         let started = cfg.clock.now();
         let ts = clock::compact(started);
         let (run_id, mut stem) = sc.claim_stem(index, &ts)?;
@@ -160,24 +154,23 @@ impl<'s, 'a> RunRunner<'s, 'a> {
             unusable: trace.error.clone(),
             observed: None,
         };
-        let start_out = await_point!(points.on_run_start(
+        let start_out = observer.on_run_start(
             scenario,
             cfg.agent_view(),
             &run_id,
             &trace.session_id,
             &session,
-        ));
+        );
         if trace.error.is_none() {
             super::turn::TurnRunner {
                 sc,
-                points,
+                observer: observer.as_ref(),
                 spare: &self.turn_call,
                 handle: self.handle,
                 world: &world,
                 scope: &scope,
             }
-            .inject(&mut trace)
-            .await;
+            .inject(&mut trace);
         }
         // Whether the trace's final world state is its starting state, untouched.
         let mut untouched = false;
@@ -261,20 +254,20 @@ impl<'s, 'a> RunRunner<'s, 'a> {
         // hold them: then the runner goes on with copies.
         let (shared_trace, shared_score) = (Arc::new(trace), Arc::new(score));
         session.observed = Some(shared_trace.clone());
-        let scored_out = await_point!(points.on_run_scored(
+        let scored_out = observer.on_run_scored(
             scenario,
             cfg.agent_view(),
             &shared_trace,
             &shared_score,
             &session,
-        ));
-        let end_out = await_point!(points.on_run_end(
+        );
+        let end_out = observer.on_run_end(
             scenario,
             cfg.agent_view(),
             &shared_trace,
             &shared_score,
             &session,
-        ));
+        );
         session.observed = None;
         let mut trace = Arc::unwrap_or_clone(shared_trace);
         let score = Arc::unwrap_or_clone(shared_score);

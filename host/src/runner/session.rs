@@ -61,7 +61,7 @@ impl Session for SessionConverse<'_, '_> {
             hook: hook.to_owned(),
         };
         if self.observer.wants_turns() {
-            let call = turn_call(
+            let call = Arc::new(turn_call(
                 self.sc,
                 self.run_id(),
                 self.session_id(),
@@ -70,7 +70,7 @@ impl Session for SessionConverse<'_, '_> {
                 TurnCause::Converse {
                     hook: hook.to_owned(),
                 },
-            );
+            ));
             let open = self.observer.begin_turn(&call);
             for w in &open.warnings {
                 self.sc.warn(w);

@@ -28,8 +28,6 @@ use crate::store::StoreError;
 /// One worker of the pool, with the observer its hook calls go through.
 pub(super) struct Lane {
     pub observer: Arc<dyn RunObserver>,
-    /// Where the lane's per-run and per-turn hook calls are made (on its own thread).
-    pub relay: Arc<crate::hooks::dispatch::Relay>,
     /// The world server this lane keeps between its runs (`per = "lane"`).
     pub world: Mutex<Option<super::world::Kept>>,
     /// The hooks' provenance, lent to each of the lane's traces in turn (copied once per
@@ -200,11 +198,11 @@ impl<'a> ScenarioState<'a> {
 }
 
 /// What a worker does: join scenarios, run their runs, leave, until nothing is left.
-pub(super) async fn work(lane: &Lane, states: &[ScenarioState<'_>], cfg: &RunConfig) {
+pub(super) fn work(lane: &Lane, states: &[ScenarioState<'_>], cfg: &RunConfig) {
     while let Some((state, handle)) = join(lane, states, cfg) {
         let runner = super::run::RunRunner::new(&state.runner, &handle, lane);
         while let Some(index) = state.take_run(cfg) {
-            match runner.run(index, &state.agg).await {
+            match runner.run(index, &state.agg) {
                 Ok(score) => {
                     state.look(score.verdict == windtunnel_sdk::model::Verdict::Pass);
                     if let Some(p) = super::problem(&score) {

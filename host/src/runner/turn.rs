@@ -11,11 +11,10 @@ use std::time::Duration;
 use windtunnel_sdk::model::{Denial, Trace, TurnErrorKind, TurnRecord};
 use windtunnel_sdk::turn::{Cause as TurnCause, Outcome, TurnCall, TurnResult};
 
-use super::points::Points;
 use super::scenario::{Handle, ScenarioRunner};
 use super::{RunConfig, lock};
 use crate::events::{self, Scope};
-use crate::hooks::TurnOpen;
+use crate::hooks::{RunObserver, TurnOpen};
 use crate::interrupt::Interrupt;
 use crate::limits::{MAX_STORED_TEXT_BYTES, cut_text, cut_value};
 use crate::runtime::{self, Reply, TurnCtx};
@@ -23,8 +22,8 @@ use crate::world::World;
 
 pub(super) struct TurnRunner<'r, 'a> {
     pub sc: &'r ScenarioRunner<'a>,
-    /// The lane's turn hooks and guards (its own hook instances).
-    pub points: Points<'r>,
+    /// The lane's observer (its own hook instances).
+    pub observer: &'r dyn RunObserver,
     /// The lane's turn snapshots, refilled for each turn (see [`Spare`]).
     pub spare: &'r Mutex<Spare>,
     pub handle: &'r Handle,
@@ -34,11 +33,11 @@ pub(super) struct TurnRunner<'r, 'a> {
 
 impl TurnRunner<'_, '_> {
     /// Injects the scenario's turns into the run's session, recording them in `trace`.
-    pub(super) async fn inject(&self, trace: &mut Trace) {
+    pub(super) fn inject(&self, trace: &mut Trace) {
         let sc = self.sc;
         let cfg = sc.cfg;
         let timeout = runtime::turn_timeout(&cfg.agent);
-        let turn_hooks = self.points.wants_turns();
+        let turn_hooks = self.observer.wants_turns();
         for (i, text) in sc.scenario.turns.iter().enumerate() {
             let index = i as u32;
             let scope = Scope {
@@ -59,7 +58,7 @@ impl TurnRunner<'_, '_> {
                 call
             });
             let mut open = match &call {
-                Some(call) => self.points.begin_turn(call).await,
+                Some(call) => self.observer.begin_turn(call),
                 None => TurnOpen::default(),
             };
             for w in std::mem::take(&mut open.warnings) {
@@ -72,15 +71,14 @@ impl TurnRunner<'_, '_> {
                 trace.denial = Some(denial.clone());
                 let finished = finish(
                     cfg,
-                    self.points,
+                    self.observer,
                     open,
                     call,
                     Outcome::Denied,
                     None,
                     Some(denial),
                     self.spare,
-                )
-                .await;
+                );
                 self.warnings(trace, finished);
                 break;
             }
@@ -107,15 +105,14 @@ impl TurnRunner<'_, '_> {
             let failed = reply.error.is_some();
             let finished = finish(
                 cfg,
-                self.points,
+                self.observer,
                 open,
                 call,
                 outcome,
                 reply.error.clone(),
                 None,
                 self.spare,
-            )
-            .await;
+            );
             let (error, error_kind) = match reply.error {
                 Some(e) => (Some(e.message), Some(e.kind)),
                 None => (None, None),
@@ -192,9 +189,9 @@ pub(super) struct Spare {
     clippy::too_many_arguments,
     reason = "one turn's ending, as the loop has it"
 )]
-async fn finish(
+fn finish(
     cfg: &RunConfig,
-    points: Points<'_>,
+    observer: &dyn RunObserver,
     open: TurnOpen,
     call: Option<Arc<TurnCall>>,
     outcome: Outcome,
@@ -224,7 +221,7 @@ async fn finish(
         r.error = error.map(|e| e.message);
         r.denial = denial;
     }
-    let warnings = points.finish_turn(open, &result).await;
+    let warnings = observer.finish_turn(open, &result);
     // The call goes back to its own place with its buffers for the next turn to refill.
     if let (Some(r), Some(c)) = (Arc::get_mut(&mut result), Arc::get_mut(&mut call)) {
         std::mem::swap(c, &mut r.call);

@@ -1,39 +1,31 @@
 //! Calling active hooks at a point, under deadlines, without letting them hurt the run.
 //!
-//! Two ways to make a point's calls, with the same rules:
-//! - **relayed** ([`Dispatcher::dispatch_relayed`], the sweep's per-run and per-turn points):
-//!   each call is made on the lane's own thread, outside the lane's future, and watched for
-//!   its deadline ([`relay`]); a call that overruns is abandoned and the lane goes on, with
-//!   the next hook, on a new thread. `ctx.converse()` reaches the run's session directly.
-//! - **on a worker** ([`Dispatcher::dispatch`], scenario and pack points, and guards
-//!   consulted about a converse turn): the whole point goes to one worker thread in a single
-//!   hand-off and the dispatching thread waits, spinning briefly, then parking; a call that
-//!   overruns is abandoned with its worker, which is replaced. `ctx.converse()` is proxied
-//!   back to the dispatching thread, which owns the agent session.
-//!
-//! Either way each hook call has its own deadline; a hook that overruns is quarantined for
-//! the rest of the invocation and the dispatch goes on with the next hook. The context a hook
-//! sees is an owned snapshot (`Arc`s), so an abandoned call holds no borrow of the runner's
-//! state. A point nobody declared costs one branch.
+//! Each dispatcher (one per lane of a sweep) has a worker thread. A point's calls go to the
+//! worker in one hand-off and the dispatching thread waits, watching each call's deadline and
+//! serving `ctx.converse()` and `ctx.probe_state()` on the run's session, which it owns. A
+//! call that overruns its deadline is abandoned with its worker (an isolated hook's process is
+//! killed), the hook is quarantined for the rest of the invocation, and the dispatch goes on
+//! with the next hook on a new worker. The context a hook sees is an owned snapshot (`Arc`s),
+//! so an abandoned call holds no borrow of the runner's state. A point nobody declared costs
+//! one branch.
 //!
 //! What a dispatch must never do: change a verdict, or let a hook panic/err/hang stop the
 //! run. Failures become warnings (`hook:<name>: …`); after [`FAILURE_LATCH`] consecutive
 //! failures a hook is quarantined with one summary warning.
-
-//! Where things live: [`snapshot`] (what a hook sees), [`relay`] (calls on the lane's thread,
-//! the watchdog, lanes taken over), [`handoff`] (the worker thread and its state word),
-//! [`services`] (the host side of the context), and this module (dispatch order, deadlines,
-//! latch and quarantine).
+//!
+//! Where things live: [`snapshot`] (what a hook sees), [`services`] (the host side of the
+//! context), [`handoff`] (the worker thread, and the one decision per call between "it
+//! returned" and "it was abandoned"), and this module (dispatch order, deadlines, latch and
+//! quarantine).
 
 mod handoff;
-pub mod relay;
 mod services;
 mod snapshot;
 
 use std::{
     sync::{
         Arc, Mutex,
-        atomic::{AtomicU64, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
     },
     time::Duration,
 };
@@ -41,20 +33,33 @@ use std::{
 use serde_json::Value;
 use windtunnel_abi::point;
 
-pub use handoff::{set_spare_core, spare_core};
-pub use relay::{Relay, Watch, run_lanes};
 pub use snapshot::CallData;
 
-use handoff::{CallRecord, Job, Worker, lock, retire, wait};
-use relay::Call;
+use handoff::{CallRecord, Job, Worker};
+use services::lock;
 use snapshot::Snapshot;
 
 use crate::{
     deadlines::{Deadlines, human},
-    hooks::registry::{ActiveHook, CallError},
+    hooks::registry::ActiveHook,
     interrupt::{CUT_HOOK_DEADLINE, Interrupt},
     limits::{HookCaps, cut_text},
 };
+
+/// Whether the machine has a core no lane is using. Set by the runner for each sweep; a lane
+/// polls briefly for its worker, and an isolated hook's parent and child for each other's
+/// frames, only then.
+static SPARE_CORE: AtomicBool = AtomicBool::new(false);
+
+/// Says whether there is a core to spare for waiting on another thread or process.
+pub fn set_spare_core(spare: bool) {
+    SPARE_CORE.store(spare, Ordering::Relaxed);
+}
+
+/// Whether this sweep found a core to spare (see [`set_spare_core`]).
+pub fn spare_core() -> bool {
+    SPARE_CORE.load(Ordering::Relaxed)
+}
 
 /// Consecutive failures after which a hook is quarantined.
 pub const FAILURE_LATCH: u32 = 3;
@@ -111,6 +116,8 @@ pub trait Session {
 /// One hand-off to the worker: which hooks, at which point, in which order.
 struct Batch<'a> {
     point: u32,
+    /// `point` with the turn snapshot's id, for hooks that read turn ids.
+    point_with_turn: u32,
     order: u64,
     reverse: bool,
     snapshot: &'a Arc<Snapshot>,
@@ -139,15 +146,6 @@ impl Ledger {
     }
 }
 
-struct Inner {
-    /// The idle worker; a dispatch takes it out while it runs, so a dispatch nested in a
-    /// converse (a guard consulted about a converse turn) gets a worker of its own.
-    worker: Option<Worker>,
-    seq: u64,
-    /// A record buffer kept between dispatches so a dispatch allocates none.
-    spare: Vec<CallRecord>,
-}
-
 /// The active hooks of one invocation and everything needed to call them safely.
 pub struct Dispatcher {
     hooks: Arc<[Arc<ActiveHook>]>,
@@ -167,7 +165,9 @@ pub struct Dispatcher {
     /// at once. A dispatch nested in one (on the thread that holds this) does not wait.
     serial: Mutex<()>,
     serial_owner: Mutex<Option<std::thread::ThreadId>>,
-    inner: Mutex<Inner>,
+    /// The idle worker; a dispatch takes it out while it runs, so a dispatch nested in a
+    /// converse (a guard consulted about a converse turn) gets a worker of its own.
+    worker: Mutex<Option<Worker>>,
 }
 
 impl Dispatcher {
@@ -216,11 +216,7 @@ impl Dispatcher {
             stop: None,
             serial: Mutex::new(()),
             serial_owner: Mutex::new(None),
-            inner: Mutex::new(Inner {
-                worker: None,
-                seq: 0,
-                spare: Vec::new(),
-            }),
+            worker: Mutex::new(None),
         }
     }
 
@@ -248,11 +244,7 @@ impl Dispatcher {
             stop: self.stop.clone(),
             serial: Mutex::new(()),
             serial_owner: Mutex::new(None),
-            inner: Mutex::new(Inner {
-                worker: None,
-                seq: 0,
-                spare: Vec::new(),
-            }),
+            worker: Mutex::new(None),
         })
     }
 
@@ -356,10 +348,15 @@ impl Dispatcher {
         if order == 0 {
             return out;
         }
+        let point_with_turn = match data.turn_id {
+            0 => point,
+            id => windtunnel_sdk::turn::ids::with(point, id),
+        };
         let snapshot = Arc::new(Snapshot::new(data));
         while order != 0 {
             let batch = Batch {
                 point,
+                point_with_turn,
                 order,
                 reverse,
                 snapshot: &snapshot,
@@ -390,58 +387,41 @@ impl Dispatcher {
     fn run_batch(&self, batch: &Batch<'_>, out: &mut DispatchOutput) -> Result<(), usize> {
         let Batch {
             point,
+            point_with_turn,
             order,
             reverse,
             snapshot,
             session,
         } = *batch;
-        let (worker, seq) = {
-            let mut inner = lock(&self.inner);
-            inner.seq += 1;
-            (inner.worker.take(), inner.seq)
-        };
-        let worker = match worker {
-            Some(w) => w,
-            None => match Worker::spawn(self.hooks.clone()) {
-                Ok(w) => w,
-                Err(e) => {
-                    for (i, h) in self.hooks.iter().enumerate() {
-                        if order & (1 << i) != 0 {
-                            out.warnings.push(format!(
-                                "hook:{}: not called: cannot start a thread: {e}",
-                                h.name
-                            ));
-                        }
+        let idle = lock(&self.worker).take();
+        let worker = match idle.map_or_else(|| Worker::spawn(self.hooks.clone()), Ok) {
+            Ok(w) => w,
+            Err(e) => {
+                for (i, h) in self.hooks.iter().enumerate() {
+                    if order & (1 << i) != 0 {
+                        out.warnings.push(format!(
+                            "hook:{}: not called: cannot start a thread: {e}",
+                            h.name
+                        ));
                     }
-                    return Ok(());
                 }
-            },
+                return Ok(());
+            }
         };
-        let shared = worker.shared.clone();
-        *lock(&shared.runner) = Some(std::thread::current());
-        shared.quiet_ok.store(0, Ordering::Relaxed);
-        *lock(&shared.job) = Some(Job {
-            seq,
+        let job = Job {
             point,
+            point_with_turn,
             order,
             reverse,
             data: snapshot.clone(),
             has_session: session.is_some(),
             caps: self.caps,
-        });
-        shared.submitted.store(seq, Ordering::SeqCst);
-        if shared.worker_parked.load(Ordering::SeqCst) {
-            worker.thread.unpark();
-        }
-
-        let hung = wait(
-            &shared,
-            seq,
+        };
+        let hung = worker.run(
+            job,
             || self.deadline(point),
             session,
             self.deadlines.converse,
-            &worker.thread,
-            order & self.isolated == 0,
         );
         #[cfg(test)]
         if hung.is_some() {
@@ -451,111 +431,28 @@ impl Dispatcher {
                 tests::WIDEN_ABANDON_WINDOW_US.load(Ordering::Relaxed),
             ));
         }
-
-        let mut inner = lock(&self.inner);
-        self.quiet_ok(shared.quiet_ok.load(Ordering::Acquire), out);
-        let mut records = std::mem::take(&mut inner.spare);
-        std::mem::swap(&mut records, &mut *lock(&shared.records));
-        for r in records.drain(..) {
+        let (records, quiet_ok) = worker.take_records();
+        self.quiet_ok(quiet_ok, out);
+        for r in records {
             self.absorb(r, out);
         }
-        inner.spare = records;
         match hung {
             None => {
-                if inner.worker.is_none() {
-                    inner.worker = Some(worker);
-                } else {
-                    // A nested dispatch left its worker; this one retires.
-                    retire(&worker);
+                let mut idle = lock(&self.worker);
+                // A nested dispatch may have left its worker there; this one then retires.
+                if idle.is_none() {
+                    *idle = Some(worker);
                 }
                 Ok(())
             }
             Some(slot) => {
-                retire(&worker);
+                drop(worker);
                 // An isolated hook's process is killed now; its worker, already told the
                 // call was abandoned, reaps it and calls nothing more.
                 self.hooks[slot].abandon();
                 self.timed_out(slot, point, self.deadline(point), out);
                 Err(slot)
             }
-        }
-    }
-
-    /// Like [`Dispatcher::dispatch_to`], each call relayed on the lane's own thread through
-    /// `relay` (the lane's; see [`relay`]): no hand-off to a worker, and `ctx.converse()`
-    /// reaches `session` directly. A call that overruns its deadline comes back as hung: the
-    /// hook is quarantined and the next one called, on the thread that took the lane over.
-    pub fn dispatch_relayed<'a>(
-        &'a self,
-        relay: &'a Relay,
-        mask: u64,
-        reverse: bool,
-        point: u32,
-        data: CallData,
-        session: Option<&dyn Session>,
-    ) -> impl Future<Output = DispatchOutput> + Send + 'a {
-        let order = self.declared(point) & mask & !self.quarantined();
-        // The session is reached through a ref that stops working when its call is
-        // abandoned; the future holds no borrow of it.
-        let shared = (order != 0).then(|| {
-            let point_with_turn = match data.turn_id {
-                0 => point,
-                id => windtunnel_sdk::turn::ids::with(point, id),
-            };
-            let session = session.map(|s| relay.session_ref(s));
-            let (calls, spare) = relay.spares();
-            let shared = relay::Point::make(
-                spare,
-                &self.hooks,
-                data,
-                point,
-                point_with_turn,
-                self.caps,
-                session,
-                self.deadlines.converse,
-            );
-            (shared, calls)
-        });
-        async move {
-            let mut out = DispatchOutput::default();
-            let Some((shared, mut calls)) = shared else {
-                return out;
-            };
-            let deadline = self.deadline(point);
-            let mut left = order;
-            while left != 0 {
-                let slot = if reverse {
-                    63 - left.leading_zeros() as usize
-                } else {
-                    left.trailing_zeros() as usize
-                };
-                left &= !(1u64 << slot);
-                calls.push(Call {
-                    slot,
-                    deadline,
-                });
-            }
-            let (mut replies, spent) = relay.calls(shared, calls).await;
-            for (slot, reply) in replies.drain(..) {
-                match reply {
-                    Ok((result, outputs)) => {
-                        let (result, fatal) = match result {
-                            Ok(v) => (Ok(v), false),
-                            Err(CallError::Failed(e)) => (Err(e), false),
-                            Err(CallError::Fatal(e)) => (Err(e), true),
-                        };
-                        if matches!(&result, Ok(v) if v.is_empty()) && outputs.is_none() {
-                            self.quiet_ok(1 << slot, &mut out);
-                        } else {
-                            let record = CallRecord::new(slot, result, fatal, outputs);
-                            self.absorb(record, &mut out);
-                        }
-                    }
-                    Err(hung) => self.timed_out(slot, point, hung.after, &mut out),
-                }
-            }
-            relay.recycle(replies, spent);
-            out
         }
     }
 
@@ -590,11 +487,6 @@ impl Dispatcher {
         tracing::debug!("{msg}");
         out.warnings.push(msg);
         out.timed_out.push(slot);
-    }
-
-    /// A watchdog for lanes that relay calls to these hooks ([`run_lanes`]).
-    pub fn watch(&self) -> Watch {
-        Watch::for_deadline(self.deadlines.dispatch, self.stop.clone())
     }
 
     fn absorb(&self, mut r: CallRecord, out: &mut DispatchOutput) {
@@ -683,7 +575,6 @@ pub fn is_panic(error: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use std::panic::AssertUnwindSafe;
     use std::sync::Mutex as StdMutex;
     use std::sync::atomic::AtomicU64;
     use std::time::Instant;
@@ -980,113 +871,21 @@ mod tests {
         );
     }
 
-    // The relayed path: calls made on the lane's own thread, watched by `run_lanes`.
-
-    /// Runs `future` as the one lane of a group, watched with `d`'s deadlines.
-    fn one_lane(d: &Dispatcher, relay: &Arc<Relay>, future: impl Future<Output = ()> + Send) {
-        run_lanes(vec![(relay.clone(), Box::pin(future))], Some(d.watch()));
-    }
-
     #[test]
-    fn a_relayed_call_that_overruns_is_abandoned_and_the_lane_goes_on_on_another_thread() {
-        let d = Dispatcher::new(
-            vec![active::<Sleeper>(), active::<OrderA>()],
-            deadlines(300),
-        );
-        let relay = Arc::new(Relay::new());
-        let seen = StdMutex::new(Vec::new());
-        one_lane(&d, &relay, async {
-            let before = std::thread::current().id();
-            let first = d
-                .dispatch_relayed(&relay, u64::MAX, false, point::ON_RUN_START, data("lane-hang"), None)
-                .await;
-            let after = std::thread::current().id();
-            let second = d
-                .dispatch_relayed(&relay, u64::MAX, false, point::ON_RUN_START, data("lane-hang-2"), None)
-                .await;
-            seen.lock().unwrap().push((before, after, first, second));
-        });
-        let (before, after, first, second) = seen.lock().unwrap().pop().unwrap();
-        assert_ne!(before, after, "the lane was not taken over by a new thread");
-        assert_eq!(first.warnings.len(), 1, "{:?}", first.warnings);
-        assert!(
-            first.warnings[0].starts_with("hook:sleeper: timed out after 300ms in on_run_start; abandoned and quarantined"),
-            "{:?}",
-            first.warnings
-        );
-        assert_eq!(first.timed_out, [0]);
-        // The next hook of the same point ran, and the hung one is not called again.
-        assert_eq!(first.ok, 0b10);
-        assert!(second.warnings.is_empty(), "{:?}", second.warnings);
-        assert_eq!(second.ok, 0b10);
-        let log = LOG.lock().unwrap().clone();
-        assert!(log.contains(&"order-a:lane-hang".to_string()), "{log:?}");
-        assert!(log.contains(&"order-a:lane-hang-2".to_string()), "{log:?}");
-    }
-
-    #[test]
-    fn a_relayed_point_lets_go_of_its_members_and_the_next_point_reuses_its_place() {
+    fn a_point_lets_go_of_its_members_before_it_returns() {
         let d = Dispatcher::new(vec![active::<OrderA>()], deadlines(5000));
-        let relay = Arc::new(Relay::new());
-        let run_id: Arc<str> = Arc::from("reuse");
-        let places = StdMutex::new(Vec::new());
-        one_lane(&d, &relay, async {
-            for _ in 0..3 {
-                let data = CallData {
-                    run_id: Some(run_id.clone()),
-                    ..CallData::default()
-                };
-                let out = d
-                    .dispatch_relayed(&relay, u64::MAX, false, point::ON_RUN_START, data, None)
-                    .await;
-                assert_eq!(out.ok, 1);
-                // The runner takes its trace back with `Arc::unwrap_or_clone` right after a
-                // point: nothing of the point may hold a member any more.
-                assert_eq!(Arc::strong_count(&run_id), 1, "a member outlived its point");
-                let (calls, spare) = relay.spares();
-                let spare = spare.expect("the point was kept for the next one");
-                places.lock().unwrap().push(Arc::as_ptr(&spare) as usize);
-                let mut p = relay.point_for_test();
-                p.spare_calls = calls;
-                p.spare_point = Some(spare);
-            }
-        });
-        let places = places.into_inner().unwrap();
-        assert_eq!(places.len(), 3);
-        assert!(places.windows(2).all(|w| w[0] == w[1]), "{places:?}");
-    }
-
-    #[test]
-    fn relayed_calls_run_in_order_on_the_lanes_own_thread_and_converse_directly() {
-        let d = Dispatcher::new(
-            vec![active::<OrderB>(), active::<OrderA>(), active::<Talker>()],
-            deadlines(5000),
-        );
-        let relay = Arc::new(Relay::new());
-        let seen = StdMutex::new(None);
-        let lane_thread = StdMutex::new(None);
-        one_lane(&d, &relay, async {
-            *lane_thread.lock().unwrap() = Some(std::thread::current().id());
-            let start = d
-                .dispatch_relayed(&relay, u64::MAX, false, point::ON_RUN_START, data("relayed"), Some(&Echo(None)))
-                .await;
-            let scored = d
-                .dispatch_relayed(&relay, u64::MAX, false, point::ON_RUN_SCORED, data("relayed"), Some(&Echo(None)))
-                .await;
-            *seen.lock().unwrap() = Some((start, scored, std::thread::current().id()));
-        });
-        let (start, scored, thread) = seen.lock().unwrap().take().unwrap();
-        assert_eq!(Some(thread), *lane_thread.lock().unwrap());
-        let log = LOG.lock().unwrap().clone();
-        let mine: Vec<&String> = log.iter().filter(|l| l.ends_with(":relayed")).collect();
-        assert_eq!(mine, ["order-b:relayed", "order-a:relayed"]);
-        assert_eq!(
-            start.warnings,
-            ["hook:talker: converse is valid only during on_run_scored, not on_run_start"]
-        );
-        assert_eq!(scored.artifacts.len(), 1);
-        assert_eq!(scored.artifacts[0].payload["reply"], "echo: how did it go?");
-        assert_eq!(scored.artifacts[0].payload["tools_disabled"], false);
+        let run_id: Arc<str> = Arc::from("let-go");
+        for _ in 0..3 {
+            let data = CallData {
+                run_id: Some(run_id.clone()),
+                ..CallData::default()
+            };
+            let out = d.dispatch(point::ON_RUN_START, data, None);
+            assert_eq!(out.ok, 1);
+            // The runner takes its trace back with `Arc::unwrap_or_clone` right after a
+            // point: nothing of the point may hold a member any more.
+            assert_eq!(Arc::strong_count(&run_id), 1, "a member outlived its point");
+        }
     }
 
     /// Reads the agent's state twice (each read is slow).
@@ -1128,21 +927,14 @@ mod tests {
     }
 
     #[test]
-    fn a_lane_goes_on_only_once_an_abandoned_call_let_go_of_the_session() {
-        // The hook's deadline passes during its first (slow) state read. The lane goes on
+    fn a_dispatch_goes_on_only_once_an_abandoned_call_let_go_of_the_session() {
+        // The hook's deadline passes during its first (slow) state read. The dispatch returns
         // only after that read returned — the session serves one caller at a time —, and the
         // abandoned call's second read is refused: the session saw one.
         let d = Dispatcher::new(vec![active::<ProbesTwice>()], deadlines(150));
-        let relay = Arc::new(Relay::new());
         let session = SlowSession::default();
-        let resumed = StdMutex::new(None);
-        one_lane(&d, &relay, async {
-            let out = d
-                .dispatch_relayed(&relay, u64::MAX, false, point::ON_RUN_START, data("slow"), Some(&session))
-                .await;
-            *resumed.lock().unwrap() = Some((session.busy.load(Ordering::SeqCst), out));
-        });
-        let (busy, out) = resumed.lock().unwrap().take().unwrap();
+        let out = d.dispatch(point::ON_RUN_START, data("slow"), Some(&session));
+        let busy = session.busy.load(Ordering::SeqCst);
         assert!(!busy, "the lane went on while the abandoned call was inside the session");
         assert_eq!(out.timed_out, [0], "{:?}", out.warnings);
         // Let the abandoned call try its second read.
@@ -1155,70 +947,6 @@ mod tests {
         let second = SECOND_PROBE.lock().unwrap().clone();
         assert_eq!(second, [Err("the hook call was abandoned".to_owned())]);
         assert_eq!(session.reads.load(Ordering::SeqCst), 1);
-    }
-
-    static RELAY_B_CALLS: StdMutex<Vec<String>> = StdMutex::new(Vec::new());
-
-    /// Records each call's run id.
-    #[derive(Default)]
-    struct OnceRelayed;
-    #[hook]
-    impl Hook for OnceRelayed {
-        const NAME: &'static str = "once-relayed";
-        fn on_run_start(&mut self, ctx: &Context<'_>) -> HookResult {
-            RELAY_B_CALLS
-                .lock()
-                .unwrap()
-                .push(ctx.run_id().unwrap_or_default().to_owned());
-            Ok(())
-        }
-    }
-
-    #[test]
-    fn a_relayed_call_that_returns_as_it_is_abandoned_never_lets_two_threads_call_the_next_hook() {
-        // As for the worker: the hook before `once-relayed` returns around its deadline, so
-        // the watchdog's "it hung" and the driver's "it returned" race; whichever wins, the
-        // next hook is called once per dispatch, by the old driver or by the new one.
-        for i in 0..150u64 {
-            A_SLEEP_US.store(3_000 + (i % 9) * 250, Ordering::Relaxed);
-            let d = Dispatcher::new(
-                vec![active::<Borderline>(), active::<OnceRelayed>()],
-                deadlines(4),
-            );
-            let relay = Arc::new(Relay::new());
-            let run = format!("relay-race-{i}");
-            one_lane(&d, &relay, async {
-                d.dispatch_relayed(&relay, u64::MAX, false, point::ON_RUN_START, data(&run), None)
-                    .await;
-            });
-        }
-        std::thread::sleep(Duration::from_millis(200));
-        let calls = RELAY_B_CALLS.lock().unwrap().clone();
-        let mut seen = std::collections::HashSet::new();
-        let twice: Vec<&String> = calls.iter().filter(|c| !seen.insert(*c)).collect();
-        assert!(twice.is_empty(), "called twice in one dispatch: {twice:?}");
-        assert_eq!(calls.len(), 150);
-    }
-
-    #[test]
-    fn a_panic_in_a_lane_is_resumed_once_every_lane_ended() {
-        let ended = AtomicU64::new(0);
-        let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            let lanes: Vec<(Arc<Relay>, relay::LaneFuture<'_>)> = vec![
-                (Arc::new(Relay::new()), Box::pin(async { panic!("lane bug") })),
-                (
-                    Arc::new(Relay::new()),
-                    Box::pin(async {
-                        std::thread::sleep(Duration::from_millis(50));
-                        ended.fetch_add(1, Ordering::SeqCst);
-                    }),
-                ),
-            ];
-            run_lanes(lanes, None);
-        }));
-        let panic = result.unwrap_err();
-        assert_eq!(panic.downcast_ref::<&str>(), Some(&"lane bug"));
-        assert_eq!(ended.load(Ordering::SeqCst), 1);
     }
 
     static SEEN_TURNS: StdMutex<Vec<String>> = StdMutex::new(Vec::new());
@@ -1265,7 +993,6 @@ mod tests {
         // when its text is the same as the last one's, and without ids at all.
         use windtunnel_sdk::{Outcome, TurnCall, TurnResult};
         let d = Dispatcher::new(vec![active::<TurnsA>(), active::<TurnsB>()], deadlines(5000));
-        let relay = Arc::new(Relay::new());
         let call = |run: &str, turn: u32, input: &str| Arc::new(TurnCall::new(run, turn, input));
         let begins = [
             (call("ids-1", 0, "first"), 901),
@@ -1275,16 +1002,14 @@ mod tests {
             (call("ids-3", 0, "third"), 0),
         ];
         let finish = Arc::new(TurnResult::new((*begins[1].0).clone(), Outcome::Done));
-        one_lane(&d, &relay, async {
+        {
             for (c, id) in &begins {
                 let data = CallData {
                     turn_call: Some(c.clone()),
                     turn_id: *id,
                     ..CallData::default()
                 };
-                let out = d
-                    .dispatch_relayed(&relay, u64::MAX, false, point::TURN_BEGIN, data, None)
-                    .await;
+                let out = d.dispatch_to(u64::MAX, false, point::TURN_BEGIN, data, None);
                 assert_eq!(out.ok, 0b11, "{:?}", out.warnings);
             }
             let data = CallData {
@@ -1292,8 +1017,7 @@ mod tests {
                 turn_id: 904,
                 ..CallData::default()
             };
-            d.dispatch_relayed(&relay, u64::MAX, true, point::TURN_FINISH, data, None)
-                .await;
+            d.dispatch_to(u64::MAX, true, point::TURN_FINISH, data, None);
             // A finish whose tail names the call this thread read at a begin reads only the
             // result's own fields: its call is that begin's (here told apart by its input,
             // which a real finish never changes). A tail naming another begin's call than
@@ -1321,12 +1045,10 @@ mod tests {
                 (point::TURN_FINISH, finish("fifth", Outcome::Interrupted, 0, 909)),
             ];
             for (p, data) in steps {
-                let out = d
-                    .dispatch_relayed(&relay, u64::MAX, p == point::TURN_FINISH, p, data, None)
-                    .await;
+                let out = d.dispatch_to(u64::MAX, p == point::TURN_FINISH, p, data, None);
                 assert_eq!(out.ok, 0b11, "{:?}", out.warnings);
             }
-        });
+        }
         let seen: Vec<String> = SEEN_TURNS
             .lock()
             .unwrap()

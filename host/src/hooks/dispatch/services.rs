@@ -1,32 +1,35 @@
 //! The host side of a hook's context: members from the snapshot, and the services (`warn`,
 //! `emit_artifact`, `converse`, `probe_state`) with their rules — which point allows what,
-//! artifact names and sizes, warning lengths. Two ways to reach the run's session: a call
-//! relayed on the lane's own thread uses it directly ([`CallServices`], through a
-//! [`SessionRef`]); a call on a dispatch worker asks the dispatching thread
-//! ([`WorkerServices`]).
+//! artifact names and sizes, warning lengths. What needs the run's live session is asked of
+//! whoever holds it (the dispatching thread, see [`super::handoff`]).
 //!
 //! Must not panic: a panic here would unwind into plugin code across the FFI boundary.
 
-use std::{
-    sync::{Arc, Mutex, atomic::Ordering},
-    time::Duration,
-};
+use std::sync::{Mutex, MutexGuard};
 
 use serde_json::Value;
 use windtunnel_abi::op;
 use windtunnel_sdk::rules;
 
-use super::{
-    ConverseError,
-    handoff::{Job, SessionRequest, Shared, lock},
-    relay::SessionRef,
-    snapshot::Snapshot,
-};
-use crate::{hooks::registry::HostServices, limits::HookCaps};
+use super::{ConverseError, snapshot::Snapshot};
+use crate::limits::HookCaps;
+
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A poisoned lock only means a panic elsewhere; the data is still usable here, and
+    // panicking in code a plugin calls into would cross the FFI boundary.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// What a service needs of the run's live session.
+pub(super) enum SessionRequest {
+    /// Hook name, text.
+    Converse(String, String),
+    ProbeState,
+}
 
 /// What one call left besides its return value; allocated only when it left something.
 #[derive(Default)]
-pub(crate) struct Outputs {
+pub(super) struct Outputs {
     pub(super) warnings: Vec<String>,
     pub(super) artifacts: Vec<(Option<String>, Value)>,
     pub(super) conversed: bool,
@@ -35,7 +38,7 @@ pub(crate) struct Outputs {
 }
 
 /// What one call sees: its point, members and caps; and what it left ([`Outputs`]).
-pub(crate) struct Frame<'a> {
+pub(super) struct Frame<'a> {
     pub(super) snapshot: &'a Snapshot,
     pub(super) point: u32,
     pub(super) caps: HookCaps,
@@ -75,12 +78,12 @@ impl<'a> Frame<'a> {
         f(lock(&self.out).get_or_insert_with(Box::default));
     }
 
-    fn member(&self, name: &str) -> Option<String> {
+    pub(super) fn member(&self, name: &str) -> Option<String> {
         self.snapshot.member_for(name, self.sdk_1_0)
     }
 
     /// A service, with `session` doing what needs the run's live session.
-    fn serve(
+    pub(super) fn serve(
         &self,
         op: &str,
         arg: &str,
@@ -137,83 +140,5 @@ impl<'a> Frame<'a> {
         }
         self.left(|o| o.artifacts.push((a.label, a.payload)));
         Ok("null".into())
-    }
-}
-
-/// The host side of a call relayed on the lane's thread: the session is reached through a
-/// [`SessionRef`] that stops working when the call is abandoned.
-pub(crate) struct CallServices<'a> {
-    pub(super) frame: Frame<'a>,
-    pub(super) session: Option<&'a SessionRef>,
-    pub(super) converse_timeout: Duration,
-}
-
-impl HostServices for CallServices<'_> {
-    fn member(&self, name: &str) -> Option<String> {
-        self.frame.member(name)
-    }
-
-    fn call(&self, op: &str, arg: &str) -> Result<String, String> {
-        self.frame.serve(op, arg, |request| {
-            let Some(session) = self.session else {
-                return Err(ConverseError::Failed("no session".into()));
-            };
-            match request {
-                SessionRequest::Converse(hook, text) => {
-                    session.converse(&hook, &text, self.converse_timeout)
-                }
-                SessionRequest::ProbeState => session
-                    .probe_state()
-                    .map(|v| v.to_string())
-                    .map_err(ConverseError::Failed),
-            }
-        })
-    }
-}
-
-/// The host side of a hook's context on a dispatch worker: the session is the dispatching
-/// thread's, asked over the hand-off.
-pub(super) struct WorkerServices<'a> {
-    pub(super) shared: &'a Arc<Shared>,
-    pub(super) frame: Frame<'a>,
-}
-
-impl<'a> WorkerServices<'a> {
-    pub(super) fn new(
-        shared: &'a Arc<Shared>,
-        job: &'a Job,
-        hook: &'a str,
-        sdk_1_0: bool,
-    ) -> WorkerServices<'a> {
-        WorkerServices {
-            shared,
-            frame: Frame::new(&job.data, job.point, job.caps, hook, job.has_session, sdk_1_0),
-        }
-    }
-
-    /// Posts a session request to the dispatching thread and waits for its reply.
-    fn ask(&self, request: SessionRequest) -> Result<String, ConverseError> {
-        *lock(&self.shared.reply) = None;
-        *lock(&self.shared.request) = Some(request);
-        self.shared.wake_runner();
-        loop {
-            if let Some(reply) = lock(&self.shared.reply).take() {
-                return reply;
-            }
-            if self.shared.abandoned.load(Ordering::Acquire) {
-                return Err(ConverseError::Failed("the hook call was abandoned".into()));
-            }
-            std::thread::park_timeout(Duration::from_millis(5));
-        }
-    }
-}
-
-impl HostServices for WorkerServices<'_> {
-    fn member(&self, name: &str) -> Option<String> {
-        self.frame.member(name)
-    }
-
-    fn call(&self, op: &str, arg: &str) -> Result<String, String> {
-        self.frame.serve(op, arg, |request| self.ask(request))
     }
 }

@@ -2,10 +2,7 @@
 //! serialized to JSON only when a hook reads a member, once per dispatch. An abandoned call
 //! holds only this snapshot, never a borrow of the runner's state.
 
-use std::sync::{
-    Arc, Mutex, OnceLock,
-    atomic::{AtomicBool, Ordering},
-};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use serde::Serialize;
 use windtunnel_sdk::{
@@ -49,8 +46,6 @@ pub(super) struct Snapshot {
     pub cache: [OnceLock<Option<String>>; MEMBERS.len() - 3],
     /// The members SDK 1.0 reads in a shape of its own ([`SDK_1_0_FIELDS`]), in that shape.
     pub legacy: [OnceLock<Option<String>>; SDK_1_0_FIELDS.len()],
-    /// Was a read kept in `cache` or `legacy`? (Most points are read by nobody.)
-    kept: AtomicBool,
 }
 
 impl Snapshot {
@@ -59,17 +54,6 @@ impl Snapshot {
             data,
             cache: Default::default(),
             legacy: Default::default(),
-            kept: AtomicBool::new(false),
-        }
-    }
-
-    /// Lets go of the members and of the JSON read of them: a snapshot to fill anew.
-    pub(super) fn empty(&mut self) {
-        self.data = CallData::default();
-        if std::mem::take(self.kept.get_mut()) {
-            for read in self.cache.iter_mut().chain(self.legacy.iter_mut()) {
-                read.take();
-            }
         }
     }
 }
@@ -173,7 +157,6 @@ impl Snapshot {
         else {
             return self.member(name);
         };
-        self.kept.store(true, Ordering::Relaxed);
         self.legacy[i]
             .get_or_init(|| self.member(name).map(|json| for_sdk_1_0(name, &json)))
             .clone()
@@ -210,7 +193,6 @@ impl Snapshot {
             }
             _ => {}
         }
-        self.kept.store(true, Ordering::Relaxed);
         self.cache[i]
             .get_or_init(|| match i {
                 0 => json(&d.scenario),
