@@ -20,7 +20,7 @@ internal_mod!(registry);
 
 use std::sync::Arc;
 
-use windtunnel_sdk::model::{AgentConfig, AggregateResult, Denial, Scenario, Score, Trace};
+use windtunnel_model::{AgentConfig, AggregateResult, Denial, Scenario, Score, Trace};
 use windtunnel_sdk::turn::{TurnCall, TurnResult};
 
 use dispatch::Session;

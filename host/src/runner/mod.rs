@@ -23,7 +23,7 @@
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use windtunnel_sdk::model::{AgentConfig, AggregateResult, HookProvenance, Scenario, Score};
+use windtunnel_model::{AgentConfig, AggregateResult, HookProvenance, Scenario, Score};
 
 use crate::events::{self, Journal, Scope, Sink, Stream};
 use crate::hooks::{NoopObserver, RunObserver};
@@ -607,7 +607,7 @@ fn lock_within<T: ?Sized>(
 
 /// Why a run did not pass, in one line; `None` when it passed.
 fn problem(score: &Score) -> Option<String> {
-    use windtunnel_sdk::model::Verdict;
+    use windtunnel_model::Verdict;
     match (&score.error, score.verdict) {
         (_, Verdict::Pass) => None,
         (Some(e), _) => Some(format!("error: {e}")),
@@ -626,7 +626,7 @@ mod tests {
     use serde_json::Value;
 
     use super::*;
-    use windtunnel_sdk::model::Trace;
+    use windtunnel_model::Trace;
 
     use crate::hooks::dispatch::Session;
     use crate::hooks::{Artifact, RunHookOutput};

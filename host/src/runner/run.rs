@@ -9,7 +9,7 @@ use std::collections::HashSet;
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 
-use windtunnel_sdk::model::{Score, Trace, Verdict, WorldObservation};
+use windtunnel_model::{Score, Trace, Verdict, WorldObservation};
 
 use super::lock;
 use super::scenario::{Handle, ScenarioRunner};
@@ -31,7 +31,7 @@ pub(super) struct RunRunner<'s, 'a> {
     pub lane: &'s Lane,
     /// The scenario's surface, lent to each of this lane's traces in turn (copied once per
     /// lane, not once per run).
-    surface: Mutex<Option<windtunnel_sdk::model::Surface>>,
+    surface: Mutex<Option<windtunnel_model::Surface>>,
     /// The built-in world's starting state, lent to each trace as its `world.before`.
     start: Mutex<Option<serde_json::Value>>,
     /// The built-in world's starting state as the next run's world: the last run's final
@@ -231,7 +231,7 @@ impl<'s, 'a> RunRunner<'s, 'a> {
         bound_model_calls(&mut trace);
         // What the run's tokens cost, with the agent config's prices.
         let pricing = cfg.agent.pricing().copied();
-        let price = pricing.map(|p| move |t: &windtunnel_sdk::model::TokenUsage| p.cost(t));
+        let price = pricing.map(|p| move |t: &windtunnel_model::TokenUsage| p.cost(t));
         let mut score = score::score(scenario, &trace);
         score.usage = score::usage(&trace, price.as_ref().map(|p| p as &dyn Fn(&_) -> f64));
         sc.publish(
@@ -454,7 +454,7 @@ fn record_refused(
             .map(|c| c.step + 1)
             .max()
             .unwrap_or(0);
-        let mut call = windtunnel_sdk::model::ToolCall::default();
+        let mut call = windtunnel_model::ToolCall::default();
         call.turn = turn;
         call.step = step;
         call.name = r.name;

@@ -7,7 +7,7 @@
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
-use windtunnel_sdk::model::{AggregateResult, Scenario, Surface};
+use windtunnel_model::{AggregateResult, Scenario, Surface};
 
 use super::sweep::{Lane, ScenarioState};
 use super::{RunConfig, ScenarioOutcome, Sweep, lock, stem_key};

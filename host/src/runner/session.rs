@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::Value;
-use windtunnel_sdk::model::TurnErrorKind;
+use windtunnel_model::TurnErrorKind;
 use windtunnel_sdk::turn::{Cause as TurnCause, Outcome};
 
 use super::scenario::{Handle, ScenarioRunner};
@@ -33,7 +33,7 @@ pub(super) struct SessionConverse<'s, 'a> {
     pub unusable: Option<String>,
     /// The run's trace once it is observed: its world's final state was moved into it, and
     /// a converse turn puts a copy back into the world before it starts.
-    pub observed: Option<Arc<windtunnel_sdk::model::Trace>>,
+    pub observed: Option<Arc<windtunnel_model::Trace>>,
 }
 
 impl SessionConverse<'_, '_> {

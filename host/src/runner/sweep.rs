@@ -16,7 +16,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
-use windtunnel_sdk::model::Scenario;
+use windtunnel_model::Scenario;
 
 use super::scenario::{Handle, ScenarioRunner, Unable};
 use super::{RunConfig, ScenarioOutcome, Shard, lock};
@@ -32,7 +32,7 @@ pub(super) struct Lane {
     pub world: Mutex<Option<super::world::Kept>>,
     /// The hooks' provenance, lent to each of the lane's traces in turn (copied once per
     /// lane, not once per run).
-    pub provenance: Mutex<Option<Vec<windtunnel_sdk::model::HookProvenance>>>,
+    pub provenance: Mutex<Option<Vec<windtunnel_model::HookProvenance>>>,
 }
 
 impl Lane {
@@ -40,12 +40,12 @@ impl Lane {
     pub(super) fn provenance(
         &self,
         cfg: &RunConfig,
-    ) -> Option<Vec<windtunnel_sdk::model::HookProvenance>> {
+    ) -> Option<Vec<windtunnel_model::HookProvenance>> {
         lock(&self.provenance).take().or_else(|| cfg.hooks.clone())
     }
 
     /// Takes back what [`Lane::provenance`] lent, once the run's trace is written.
-    pub(super) fn keep_provenance(&self, p: Option<Vec<windtunnel_sdk::model::HookProvenance>>) {
+    pub(super) fn keep_provenance(&self, p: Option<Vec<windtunnel_model::HookProvenance>>) {
         if p.is_some() {
             *lock(&self.provenance) = p;
         }
@@ -204,7 +204,7 @@ pub(super) fn work(lane: &Lane, states: &[ScenarioState<'_>], cfg: &RunConfig) {
         while let Some(index) = state.take_run(cfg) {
             match runner.run(index, &state.agg) {
                 Ok(score) => {
-                    state.look(score.verdict == windtunnel_sdk::model::Verdict::Pass);
+                    state.look(score.verdict == windtunnel_model::Verdict::Pass);
                     if let Some(p) = super::problem(&score) {
                         let mut first = lock(&state.first_problem);
                         if first.as_ref().is_none_or(|(i, _)| index < *i) {

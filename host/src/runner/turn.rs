@@ -8,7 +8,7 @@
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
-use windtunnel_sdk::model::{Denial, Trace, TurnErrorKind, TurnRecord};
+use windtunnel_model::{Denial, Trace, TurnErrorKind, TurnRecord};
 use windtunnel_sdk::turn::{Cause as TurnCause, Outcome, TurnCall, TurnResult};
 
 use super::scenario::{Handle, ScenarioRunner};
@@ -401,7 +401,7 @@ fn pin_durations(reply: &mut Reply) {
 }
 
 /// A model call's durations, pinned to 0 ms (see [`pin_durations`]).
-pub(super) fn pin_model_call(call: &mut windtunnel_sdk::model::ModelCall) {
+pub(super) fn pin_model_call(call: &mut windtunnel_model::ModelCall) {
     call.latency_ms = 0;
     call.ttft_ms = call.ttft_ms.map(|_| 0);
     for r in &mut call.retries {
@@ -486,7 +486,7 @@ fn cut() -> Reply {
 }
 
 /// The journal's line for a model call.
-pub(super) fn model_event(call: &windtunnel_sdk::model::ModelCall) -> events::Event {
+pub(super) fn model_event(call: &windtunnel_model::ModelCall) -> events::Event {
     events::Event::ModelCalled {
         model: call.served_model.clone().or_else(|| call.model.clone()),
         finish_reason: call.finish_reason.clone(),

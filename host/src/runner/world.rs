@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
-use windtunnel_sdk::model::{FileCheck, ObservedFile, Scenario, WorldServer, WorldServerRecord};
+use windtunnel_model::{FileCheck, ObservedFile, Scenario, WorldServer, WorldServerRecord};
 
 use super::sweep::Lane;
 use crate::world::World;
@@ -29,7 +29,7 @@ pub(super) fn prepare(
     scenarios: &[&Scenario],
     stop: &dyn Fn() -> bool,
 ) -> Vec<Result<Scenario, String>> {
-    let mut listed: HashMap<String, Result<Vec<windtunnel_sdk::model::ToolSpec>, String>> =
+    let mut listed: HashMap<String, Result<Vec<windtunnel_model::ToolSpec>, String>> =
         HashMap::new();
     scenarios
         .iter()
