@@ -4,13 +4,17 @@
 //! (atomically) before the next run's reset; nothing of a run is kept in memory after that
 //! except its contribution to the scenario's [`AggregateResult`].
 //!
+//! The files read top down, each importing only those below it (no cycle: `host/tests/layers.rs`):
 //! - this module: the sweep — configuration, results, sharding;
 //! - [`sweep`]: the pool of lanes that runs a sweep's scenarios, several lanes per scenario
-//!   where the runtime allows;
-//! - [`scenario`]: one scenario — provision, preconditions, its runs, teardown;
+//!   where the runtime allows; it hands each run down to
 //! - [`run`]: one run — reset, session, inject, evidence, score, hooks, files;
+//! - [`session`]: the run's live session as hooks reach it (`converse`, `probe_state`);
 //! - [`turn`]: one turn — guards and turn hooks around it, the send, its terminal event;
-//! - [`session`]: the run's live session as hooks reach it (`converse`, `probe_state`).
+//! - [`lane`]: one worker of the pool and what it keeps between its runs;
+//! - [`world`]: a run's world server, fresh or the lane's kept one;
+//! - [`scenario`]: what a scenario's lanes share — its handle, provisioning,
+//!   preconditions, teardown and the tally of its runs.
 //!
 //! Lifecycle hooks plug in through [`RunObserver`]; the runner calls it at fixed points and
 //! never lets it change what is judged. With [`NoopObserver`] (no hooks) the files written
@@ -33,6 +37,7 @@ use crate::clock::{self, Clock, Ids};
 use crate::runtime::{self, Agent, Runtime, RuntimeError};
 use crate::store::{self, StoreError};
 
+mod lane;
 mod run;
 mod scenario;
 mod session;
@@ -428,8 +433,8 @@ fn run_scenarios(
     // frames, only when a core is left over by the lanes and by whatever else the machine
     // is running.
     crate::hooks::dispatch::set_spare_core(spare_core(workers));
-    let lanes: Vec<sweep::Lane> = (0..workers)
-        .map(|index| sweep::Lane {
+    let lanes: Vec<lane::Lane> = (0..workers)
+        .map(|index| lane::Lane {
             observer: cfg
                 .observer
                 .lane(index)

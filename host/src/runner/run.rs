@@ -11,10 +11,10 @@ use std::sync::{Arc, Mutex};
 
 use windtunnel_model::{Score, Trace, Verdict, WorldObservation};
 
+use super::lane::Lane;
 use super::lock;
 use super::scenario::{Handle, ScenarioRunner};
 use super::session::SessionConverse;
-use super::sweep::Lane;
 use crate::clock;
 use crate::events::{self, Scope};
 use crate::hooks::dispatch::Artifact;
@@ -106,7 +106,7 @@ impl<'s, 'a> RunRunner<'s, 'a> {
         {
             let stop = || cfg.cancelled();
             let mut w = lock(&world);
-            let (hold, ready) = super::world::open(ws, self.lane, &mut w, &stop);
+            let (hold, ready) = super::world::open(ws, &self.lane.world, &mut w, &stop);
             run_world = hold;
             match ready {
                 Err(e) => {
@@ -329,7 +329,7 @@ impl<'s, 'a> RunRunner<'s, 'a> {
                     "world server `{name}` broke after the run was scored (in a hook's converse turn): {why}"
                 ));
             }
-            let record = super::world::release(hold, self.lane, &mut w);
+            let record = super::world::release(hold, &self.lane.world, &mut w);
             if let (Some(seen), Some(record)) = (trace.world.as_mut(), record) {
                 seen.server = Some(record);
             }

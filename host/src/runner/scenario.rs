@@ -9,10 +9,9 @@ use std::sync::{Arc, Mutex};
 
 use windtunnel_model::{AggregateResult, Scenario, Surface};
 
-use super::sweep::{Lane, ScenarioState};
 use super::{RunConfig, ScenarioOutcome, Sweep, lock, stem_key};
 use crate::events::{self, Scope, Stream};
-use crate::hooks::RunHookOutput;
+use crate::hooks::{RunHookOutput, RunObserver};
 use crate::runtime::{self, AgentHandle, Runtime};
 use crate::score::Aggregator;
 use crate::store::{self, StoreError};
@@ -27,8 +26,24 @@ pub(super) struct Unable {
     pub warnings: Vec<String>,
 }
 
-fn state_runs(state: &ScenarioState<'_>) -> u32 {
-    state.run_count()
+/// What a scenario's lanes add up as its runs finish, read once its last lane closed.
+pub(super) struct Tally {
+    pub agg: Mutex<Aggregator>,
+    pub warnings: Mutex<Vec<String>>,
+    /// The first reason a run did not pass, by run index (stable across lane counts).
+    pub first_problem: Mutex<Option<(u32, String)>>,
+    pub write_failure: Mutex<Option<StoreError>>,
+}
+
+impl Tally {
+    pub(super) fn new(agg: Aggregator) -> Tally {
+        Tally {
+            agg: Mutex::new(agg),
+            warnings: Mutex::default(),
+            first_problem: Mutex::default(),
+            write_failure: Mutex::default(),
+        }
+    }
 }
 
 pub(super) struct ScenarioRunner<'a> {
@@ -103,9 +118,13 @@ impl<'a> ScenarioRunner<'a> {
 
     /// Sets the scenario up on the first lane: provisions its handle, checks the world
     /// preconditions, fires `on_provisioned`. A failure makes the whole scenario ERROR.
-    pub(super) fn setup(&self, lane: &Lane, state: &ScenarioState<'_>) -> Result<Handle, Unable> {
+    pub(super) fn setup(
+        &self,
+        observer: &dyn RunObserver,
+        runs: u32,
+        tally: &Tally,
+    ) -> Result<Handle, Unable> {
         let (cfg, scenario) = (self.cfg, self.scenario);
-        let runs = state_runs(state);
         self.publish(&self.scope(), events::Event::ScenarioStarted { runs });
         let mut warnings = Vec::new();
         if cfg.cancelled() {
@@ -149,12 +168,12 @@ impl<'a> ScenarioRunner<'a> {
                 warnings,
             });
         }
-        let provisioned = lane.observer.on_provisioned(scenario, cfg.agent_view());
+        let provisioned = observer.on_provisioned(scenario, cfg.agent_view());
         // A write failure stops the scenario, but never skips teardown or its end point.
         if let Err(e) = self.scoped(provisioned, &mut warnings) {
-            lock(&state.write_failure).get_or_insert(e);
+            lock(&tally.write_failure).get_or_insert(e);
         }
-        lock(&state.warnings).extend(warnings);
+        lock(&tally.warnings).extend(warnings);
         Ok(handle)
     }
 
@@ -203,26 +222,25 @@ impl<'a> ScenarioRunner<'a> {
     /// `ScenarioEnded` event.
     pub(super) fn finish(
         &self,
-        lane: &Lane,
-        state: &ScenarioState<'_>,
+        observer: &dyn RunObserver,
+        tally: &Tally,
+        sequential: Option<super::SequentialOutcome>,
     ) -> Result<ScenarioOutcome, StoreError> {
-        let agg = std::mem::take(&mut *lock(&state.agg));
+        let agg = std::mem::take(&mut *lock(&tally.agg));
         let aggregate = agg.finish();
-        let mut warnings = std::mem::take(&mut *lock(&state.warnings));
-        let end = lane
-            .observer
-            .on_scenario_end(self.scenario, self.cfg.agent_view(), &aggregate);
+        let mut warnings = std::mem::take(&mut *lock(&tally.warnings));
+        let end = observer.on_scenario_end(self.scenario, self.cfg.agent_view(), &aggregate);
         let scoped = self.scoped(end, &mut warnings);
         self.scenario_ended(&aggregate);
-        if let Some(e) = lock(&state.write_failure).take() {
+        if let Some(e) = lock(&tally.write_failure).take() {
             return Err(e);
         }
         scoped?;
         Ok(ScenarioOutcome {
             aggregate,
             warnings,
-            first_problem: lock(&state.first_problem).take().map(|(_, p)| p),
-            sequential: state.sequential_outcome(),
+            first_problem: lock(&tally.first_problem).take().map(|(_, p)| p),
+            sequential,
         })
     }
 

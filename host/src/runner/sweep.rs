@@ -14,43 +14,16 @@
 //! other's hooks.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Condvar, Mutex};
 
 use windtunnel_model::Scenario;
 
-use super::scenario::{Handle, ScenarioRunner, Unable};
+use super::lane::Lane;
+use super::scenario::{Handle, ScenarioRunner, Tally, Unable};
 use super::{RunConfig, ScenarioOutcome, Shard, lock};
-use crate::hooks::RunObserver;
 use crate::interrupt::Interrupt;
 use crate::score::Aggregator;
 use crate::store::StoreError;
-
-/// One worker of the pool, with the observer its hook calls go through.
-pub(super) struct Lane {
-    pub observer: Arc<dyn RunObserver>,
-    /// The world server this lane keeps between its runs (`per = "lane"`).
-    pub world: Mutex<Option<super::world::Kept>>,
-    /// The hooks' provenance, lent to each of the lane's traces in turn (copied once per
-    /// lane, not once per run).
-    pub provenance: Mutex<Option<Vec<windtunnel_model::HookProvenance>>>,
-}
-
-impl Lane {
-    /// The provenance a run's trace carries ([`RunConfig::hooks`]).
-    pub(super) fn provenance(
-        &self,
-        cfg: &RunConfig,
-    ) -> Option<Vec<windtunnel_model::HookProvenance>> {
-        lock(&self.provenance).take().or_else(|| cfg.hooks.clone())
-    }
-
-    /// Takes back what [`Lane::provenance`] lent, once the run's trace is written.
-    pub(super) fn keep_provenance(&self, p: Option<Vec<windtunnel_model::HookProvenance>>) {
-        if p.is_some() {
-            *lock(&self.provenance) = p;
-        }
-    }
-}
 
 /// Where a scenario is in its life.
 enum Phase {
@@ -73,11 +46,7 @@ pub(super) struct ScenarioState<'a> {
     cap: usize,
     phase: Mutex<Phase>,
     changed: Condvar,
-    pub agg: Mutex<Aggregator>,
-    pub warnings: Mutex<Vec<String>>,
-    /// The first reason a run did not pass, by run index (stable across lane counts).
-    pub first_problem: Mutex<Option<(u32, String)>>,
-    pub write_failure: Mutex<Option<StoreError>>,
+    pub tally: Tally,
     outcome: Mutex<Option<Result<ScenarioOutcome, StoreError>>>,
     /// `--until-decided`: the baseline, the levels, and the tally so far.
     sequential: Option<SeqTally>,
@@ -107,10 +76,7 @@ impl<'a> ScenarioState<'a> {
             cap: cap.max(1),
             phase: Mutex::new(Phase::Waiting),
             changed: Condvar::new(),
-            agg: Mutex::new(agg),
-            warnings: Mutex::new(Vec::new()),
-            first_problem: Mutex::new(None),
-            write_failure: Mutex::new(None),
+            tally: Tally::new(agg),
             outcome: Mutex::new(None),
             sequential,
         }
@@ -169,12 +135,12 @@ impl<'a> ScenarioState<'a> {
 
     /// Whether no further run of this scenario will start.
     fn closed(&self, cfg: &RunConfig) -> bool {
-        self.runs_left() == 0 || cfg.cancelled() || lock(&self.write_failure).is_some()
+        self.runs_left() == 0 || cfg.cancelled() || lock(&self.tally.write_failure).is_some()
     }
 
     /// The next run index for a lane, or `None` when the lane should close.
     fn take_run(&self, cfg: &RunConfig) -> Option<u32> {
-        if cfg.cancelled() || lock(&self.write_failure).is_some() {
+        if cfg.cancelled() || lock(&self.tally.write_failure).is_some() {
             return None;
         }
         self.plan.take(&self.runner.scenario.id)
@@ -202,11 +168,11 @@ pub(super) fn work(lane: &Lane, states: &[ScenarioState<'_>], cfg: &RunConfig) {
     while let Some((state, handle)) = join(lane, states, cfg) {
         let runner = super::run::RunRunner::new(&state.runner, &handle, lane);
         while let Some(index) = state.take_run(cfg) {
-            match runner.run(index, &state.agg) {
+            match runner.run(index, &state.tally.agg) {
                 Ok(score) => {
                     state.look(score.verdict == windtunnel_model::Verdict::Pass);
                     if let Some(p) = super::problem(&score) {
-                        let mut first = lock(&state.first_problem);
+                        let mut first = lock(&state.tally.first_problem);
                         if first.as_ref().is_none_or(|(i, _)| index < *i) {
                             *first = Some((index, p));
                         }
@@ -214,7 +180,7 @@ pub(super) fn work(lane: &Lane, states: &[ScenarioState<'_>], cfg: &RunConfig) {
                 }
                 Err(e) => {
                     // Files cannot be written: stop this scenario, but keep hooks paired.
-                    lock(&state.write_failure).get_or_insert(e);
+                    lock(&state.tally.write_failure).get_or_insert(e);
                 }
             }
         }
@@ -245,7 +211,10 @@ fn join<'s, 'a>(
             Phase::Waiting => {
                 *phase = Phase::SettingUp;
                 drop(phase);
-                match state.runner.setup(lane, state) {
+                match state
+                    .runner
+                    .setup(lane.observer.as_ref(), state.run_count(), &state.tally)
+                {
                     Ok(handle) => {
                         *lock(&state.phase) = Phase::Running { lanes: 1 };
                         state.changed.notify_all();
@@ -271,7 +240,7 @@ fn join<'s, 'a>(
                     Err(w) => {
                         // This scenario goes on with the lanes it has.
                         state.runner.warn(&w);
-                        lock(&state.warnings).push(w);
+                        lock(&state.tally.warnings).push(w);
                         close_lane(lane, state, cfg);
                         continue;
                     }
@@ -287,7 +256,7 @@ fn join<'s, 'a>(
 fn leave(lane: &Lane, state: &ScenarioState<'_>, handle: Handle, cfg: &RunConfig) {
     let mut warnings = Vec::new();
     state.runner.teardown(&handle, &mut warnings);
-    lock(&state.warnings).extend(warnings);
+    lock(&state.tally.warnings).extend(warnings);
     close_lane(lane, state, cfg);
 }
 
@@ -302,7 +271,11 @@ fn close_lane(lane: &Lane, state: &ScenarioState<'_>, cfg: &RunConfig) {
         *lanes == 0 && state.closed(cfg)
     };
     if last {
-        state.settle(state.runner.finish(lane, state));
+        state.settle(state.runner.finish(
+            lane.observer.as_ref(),
+            &state.tally,
+            state.sequential_outcome(),
+        ));
     }
 }
 

@@ -5,10 +5,10 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
+use std::sync::Mutex;
 
 use windtunnel_model::{FileCheck, ObservedFile, Scenario, WorldServer, WorldServerRecord};
 
-use super::sweep::Lane;
 use crate::world::World;
 use crate::world::server::{self, Server};
 
@@ -100,19 +100,19 @@ impl RunWorld {
 }
 
 /// Gives the run a world server in its starting state, attached to `world`: the lane's kept
-/// one after its `reset` calls, or a fresh one (for a `url` server, a fresh session after
+/// one (in `slot`) after its `reset` calls, or a fresh one (for a `url` server, a fresh session after
 /// them); then the `setup` calls, then the first state snapshot. The error names what
 /// failed; a server that started is attached (and the hold returned) even then, so that
 /// [`close`] stops it and records how it ended.
 pub(super) fn open(
     spec: &WorldServer,
-    lane: &Lane,
+    slot: &Mutex<Option<Kept>>,
     world: &mut World,
     stop: &dyn Fn() -> bool,
 ) -> (Option<RunWorld>, Result<(), String>) {
     let per_lane = spec.url.is_none() && spec.per.as_deref() == Some("lane");
     let kept = if per_lane {
-        super::lock(&lane.world)
+        super::lock(slot)
             .take()
             .filter(|k| k.spec == *spec && k.server.broken().is_none())
     } else {
@@ -173,10 +173,10 @@ pub(super) fn files_of(
 }
 
 /// The run is over for its world server (its hooks included): it is stopped, or kept by
-/// the lane when it lives per lane and is sound. Returns how it ended.
+/// the lane (in `slot`) when it lives per lane and is sound. Returns how it ended.
 pub(super) fn release(
     run_world: RunWorld,
-    lane: &Lane,
+    slot: &Mutex<Option<Kept>>,
     world: &mut World,
 ) -> Option<WorldServerRecord> {
     let server = world.detach()?;
@@ -184,7 +184,7 @@ pub(super) fn release(
     Some(if per_lane && server.broken().is_none() {
         let record = server.record();
         if let Some(dir) = run_world.dir {
-            *super::lock(&lane.world) = Some(Kept {
+            *super::lock(slot) = Some(Kept {
                 spec: run_world.spec,
                 server,
                 dir,
