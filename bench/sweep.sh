@@ -108,7 +108,7 @@ echo "journal:         $journal_lines lines of ~$journal_line_bytes B, one write
 echo "floor wall time: ${best_floor}s (traces + scores), ${best_floor_j}s (+ journal) (best of $REPS)"
 for jobs in $JOBS; do
     b=${best_sweep[$jobs]}
-    awk -v s="$b" -v f="$best_floor" -v j="$best_floor_j" -v jobs="$jobs" -v reps="$REPS" 'BEGIN {printf "sweep --jobs %-3s %ss (best of %s): %.2fx the floor of traces + scores; %.2fx the floor with the journal (target <= 1.3x)\n", jobs, s, reps, (f > 0 ? s / f : 0), (j > 0 ? s / j : 0)}'
+    awk -v s="$b" -v f="$best_floor" -v j="$best_floor_j" -v jobs="$jobs" -v reps="$REPS" 'BEGIN {printf "sweep --jobs %-3s %ss (best of %s): %.2fx the floor of traces + scores; %.2fx the floor with the journal (the rail: <= 1.8x)\n", jobs, s, reps, (f > 0 ? s / f : 0), (j > 0 ? s / j : 0)}'
     awk -v r="$(median <<<"${ratios[$jobs]}")" -v u="$(median <<<"${users[$jobs]}")" -v k="$(median <<<"${systems[$jobs]}")" \
         -v fu="$(median <<<"$floor_users")" -v fk="$(median <<<"$floor_systems")" -v n="$RUNS" -v jobs="$jobs" \
         'BEGIN {printf "  --jobs %-3s paired (median of each repeat'"'"'s sweep / the floor with the journal just before it): %.2fx; CPU per run, user / system (medians): wt %.1f / %.1f us, the floor %.1f / %.1f us\n", jobs, r, u * 1e6 / n, k * 1e6 / n, fu * 1e6 / n, fk * 1e6 / n}'
