@@ -3,7 +3,7 @@
 # 10,000): half the runs fail (demo-forbidden-tool on order-status and escalate-human), half
 # pass (demo on refund-damaged). Prints, at RUNS/10 and at RUNS runs: the page's render time
 # (wall: best and median of REPS; CPU: best), its size, and peak RSS; and the table and JSON
-# formats' wall times for comparison (all three read every trace and score: the loader
+# formats' wall times for comparison (all three go through the one reader: reading the runs
 # dominates). On a machine shared with other work, wall time includes waiting; CPU does not. The page's size should not grow with the runs (details are sampled).
 #
 #   bench/report_html.sh                 # 10,000 runs

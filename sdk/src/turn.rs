@@ -257,8 +257,8 @@ pub mod ids {
 
 /// The compact form in which `wt` hands turn snapshots to plugins (since 1.5): a hook's
 /// `turn_begin`, `turn_finish` or `guard_check` reads its [`TurnCall`] or [`TurnResult`]
-/// with a copy per field instead of a JSON parse per hook — the difference between a turn
-/// observer costing microseconds and costing next to nothing. The JSON members
+/// with a copy per field instead of a JSON parse per hook, so a turn observer's cost is the
+/// call, not reading its argument. The JSON members
 /// ([`member::TURN_CALL`](crate::member::TURN_CALL), …) are still served, for plugins built
 /// against older SDKs and for hooks that read them raw.
 ///

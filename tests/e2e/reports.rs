@@ -1,4 +1,4 @@
-//! The reading side through the real `wt`: the one loader (foreign, corrupt, oversized,
+//! The reading side through the real `wt`: the one reader (foreign, corrupt, oversized,
 //! linked and leftover files; dedupe; journals), `wt report` merging directories and its
 //! `--gate`, pass^k in every format, `wt compare` with its statistics and gate, and the HTML
 //! pages rendered in a real browser (headless Chromium).
@@ -43,7 +43,7 @@ fn warnings(stderr: &str) -> Vec<&str> {
         .collect()
 }
 
-// ---- the loader (issue 8, items 12 and 4) -------------------------------------------------
+// ---- the reader ----------------------------------------------------------------------------
 
 #[test]
 fn foreign_corrupt_oversized_and_linked_files_are_skipped_with_one_warning_each() {
@@ -211,7 +211,7 @@ fn orphan_scores_artifacts_and_temp_files_of_a_killed_sweep_are_ignored() {
     .unwrap();
     std::fs::remove_file(&trace).unwrap();
     // Killed before the trace, the run never reached its `RunEnded`: the journal does not
-    // name it (a run it names but whose trace is gone counts as ERROR; see hardening.rs).
+    // name it (a run it names but whose trace is gone counts as ERROR; see reading.rs).
     let journal = crate::harness::journal_file(&runs);
     let kept: String = std::fs::read_to_string(&journal)
         .unwrap()
@@ -331,7 +331,7 @@ fn a_killed_or_interrupted_sweep_is_reported_as_such_and_gates_as_error() {
     assert_eq!(json(&r)["sweeps"][0]["status"], "interrupted");
 }
 
-// ---- merging run directories and the gate (issue 10, reading side) ------------------------
+// ---- merging run directories and the gate -------------------------------------------------
 
 #[test]
 fn report_gate_is_the_exit_code_of_the_sweep() {
@@ -493,7 +493,7 @@ fn journals_are_told_apart_by_sweep_id_not_file_name() {
     let dir = tmp();
     let runs = sweep(dir.path(), "runs", &[], 0);
     let j = journal_file(&runs);
-    // Any stem: the loader goes by the `.events.jsonl` suffix and the ids inside.
+    // Any stem: the reader goes by the `.events.jsonl` suffix and the ids inside.
     let renamed = runs.join("whatever-name.events.jsonl");
     std::fs::rename(&j, &renamed).unwrap();
     let v = json(&wt(dir.path(), &["report", "--format", "json", "--gate"]));
@@ -507,7 +507,7 @@ fn journals_are_told_apart_by_sweep_id_not_file_name() {
     assert!(r.stderr.contains("not a wt event journal"), "{}", r.stderr);
 }
 
-// ---- pass^k and pass@k (issue 13) ---------------------------------------------------------
+// ---- pass^k and pass@k ---------------------------------------------------------------------
 
 #[test]
 fn pass_hat_k_and_pass_at_k_in_every_format() {
@@ -559,7 +559,7 @@ fn pass_hat_k_and_pass_at_k_in_every_format() {
     assert!(html.contains("pass^3") && html.contains("pass@3"), "html");
 }
 
-// ---- wt compare (issue 13) ----------------------------------------------------------------
+// ---- wt compare ----------------------------------------------------------------------------
 
 #[test]
 fn compare_flags_a_significant_regression_and_gates_on_it() {
@@ -787,7 +787,7 @@ fn compare_reports_latency_deltas_and_merges_several_directories_a_side() {
     assert_eq!(v["base"]["dirs"], serde_json::json!(["base", "base2"]));
 }
 
-// ---- HTML, in a real browser (issue 13) ---------------------------------------------------
+// ---- HTML, in a real browser ---------------------------------------------------------------
 
 const CHROMIUM: &str = "/usr/bin/chromium";
 
@@ -1039,7 +1039,7 @@ fn html_report_of_a_large_sweep_stays_bounded_and_states_its_sampling() {
     assert!(b < s * 1.1, "small {s} bytes, big {b} bytes");
 }
 
-// ---- reports at scale (issue 22) -----------------------------------------------------------
+// ---- reports at scale ----------------------------------------------------------------------
 
 #[test]
 fn the_table_lists_ten_not_passed_runs_a_scenario_and_every_view_counts_them_all() {

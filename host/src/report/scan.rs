@@ -6,7 +6,7 @@
 //! The reading side's rules are in [`super::load`]: which files are runs, the sidecar rule,
 //! bounded reads, warnings in order, duplicates counted once (the first directory given
 //! wins), the journals read for how sweeps ended and for runs whose trace was not read.
-//! - each trace is parsed as a [`Projection`] (the fields of the SDK's `Trace` a report
+//! - each trace is parsed as a [`Projection`] (the fields of the data model's `Trace` a report
 //!   reads: ids, agent, times, hooks, turn latencies and whether a guard or a tool call
 //!   failed; the rest skipped unread), its score in full; both are dropped once counted into
 //!   the scenario's [`Aggregator`], [`UsageSum`], failure reasons and triage cluster, which
@@ -430,7 +430,7 @@ impl Listing {
 
     /// One run whole (`artifacts`: the hook artifacts found beside the runs asked for, by
     /// directory and stem), or why it could not be read again: its file no longer holds the
-    /// run counted, or holds what the SDK's [`Trace`] does not parse.
+    /// run counted, or holds what the data model's [`Trace`] does not parse.
     fn load(
         &self,
         k: &Key,
@@ -1840,7 +1840,7 @@ mod rules {
             );
         }
         // A field of the wrong type where a report reads nothing is skipped when the run is
-        // read whole (what `wt triage` and the page do), with the SDK's own message.
+        // read whole (what `wt triage` and the page do), with the data model's own message.
         let whole: Vec<Result<LoadedRun, String>> =
             new.listing.as_ref().unwrap().whole_runs().collect();
         let failed: Vec<&String> = whole.iter().filter_map(|r| r.as_ref().err()).collect();

@@ -817,9 +817,9 @@ mod tests {
 
     #[test]
     fn every_file_of_a_sweep_at_the_default_jobs_is_what_serde_json_writes() {
-        // The runner writes traces, scores and journal lines with its own JSON writer; under
-        // the settings users run with (the whole demo pack, the default lanes) every byte is
-        // serde_json's.
+        // Under the settings users run with (the whole demo pack, the default lanes) every
+        // byte of a trace, a score and a journal line is serde_json's: nothing of a sweep is
+        // written by hand or spliced from pieces.
         let dir = tempfile::tempdir().unwrap();
         let mut cfg = RunConfig::new(runtime::builtin_agent("demo").unwrap(), dir.path());
         cfg.runs = Some(4);

@@ -26,7 +26,7 @@
 //! Every persisted document carries [`SCHEMA_VERSION`]. Fields added later are optional and
 //! skipped when absent, so files written by older versions keep parsing.
 
-/// Hidden since SDK 1.2, removed in 2.0: `wt` reads its input files itself
+/// Hidden since SDK 1.2, removed in SDK 2.0: `wt` reads its input files itself
 /// (`serde_ignored`, in the host), and hooks only read the tolerant model. It still works
 /// for 1.x callers (`windtunnel_sdk::model::strict`).
 #[doc(hidden)]
@@ -37,7 +37,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
-/// Schema version of traces, scores and aggregates written by this SDK.
+/// Schema version of traces, scores and aggregates of this version of the model.
 pub const SCHEMA_VERSION: u32 = 1;
 
 fn default_runs() -> u32 {
@@ -197,7 +197,7 @@ pub enum ToolEffect {
         /// The world server's name.
         server: String,
     },
-    /// An effect kind this SDK does not know (from a newer `wt`).
+    /// An effect kind this version of the model does not know (from a newer `wt`).
     Unknown,
 }
 
@@ -699,7 +699,7 @@ pub enum TurnErrorKind {
     Agent,
     /// `wt` was stopped (Ctrl-C, SIGTERM, SIGHUP) and cut the turn after its grace period.
     Interrupted,
-    /// A kind this SDK does not know (written by a newer `wt`).
+    /// A kind this version of the model does not know (written by a newer `wt`).
     #[serde(other)]
     Unknown,
 }
@@ -1101,7 +1101,7 @@ pub enum Verdict {
     Fail,
     /// The run could not be judged (transport failure, denied turn, …).
     Error,
-    /// A verdict this SDK does not know (from a newer `wt`).
+    /// A verdict this version of the model does not know (from a newer `wt`).
     #[serde(other)]
     Unknown,
 }

@@ -5,7 +5,7 @@
 //! The error is raised while the deserializer reads the key, so formats that track
 //! positions (TOML) point at the offending line.
 //!
-//! Hidden since SDK 1.2 and removed in 2.0: `wt` now reads its pack and agent files itself
+//! Hidden since SDK 1.2 and removed in SDK 2.0: `wt` now reads its pack and agent files itself
 //! (`host/src/strict.rs`). Hooks never need it.
 //!
 //! ```

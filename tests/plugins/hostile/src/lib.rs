@@ -1,4 +1,4 @@
-//! Hooks that misbehave, for the hardening suite (tests/e2e/hardening.rs):
+//! Hooks that misbehave, for the e2e suite's tests of secrets, hook faults, files and escaping:
 //!
 //! - `exiter` ends the process at `WT_EXITER_POINT` (default `on_run_end`; at run points,
 //!   of run index `WT_EXITER_RUN`, default 1), as a plugin that "finishes early" or crashes
