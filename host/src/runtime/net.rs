@@ -8,7 +8,7 @@
 //! deadline. Each retry is recorded, so traces and the journal explain a slow turn.
 //!
 //! One [`Net`] per agent endpoint for the whole sweep: one connection pool, and the
-//! endpoint's limits shared by every lane — `max_concurrency` requests in flight,
+//! endpoint's limits shared by every lane — `max_concurrency` requests in flight (a semaphore),
 //! `requests_per_minute` evenly spaced, and a `Retry-After` on 429/503 that pauses the whole
 //! endpoint, not one lane. Waits for these are recorded like retries.
 //!
@@ -24,7 +24,7 @@
 //! Nothing here redacts: everything a runtime returns passes through the agent's
 //! [`crate::secrets::Redactor`] in [`super::for_agent`].
 
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use backon::BackoffBuilder;
@@ -128,25 +128,16 @@ impl Drop for Driver {
 /// The limits of one endpoint, shared by every lane.
 #[derive(Default)]
 struct Limits {
-    /// `max_concurrency`, and how many requests are in flight.
-    in_flight: Option<(u32, Mutex<u32>, Condvar)>,
+    /// `max_concurrency`: a permit per request in flight.
+    in_flight: Option<tokio::sync::Semaphore>,
     /// The spacing `requests_per_minute` asks for, and when the next request may go.
     spacing: Option<(Duration, Mutex<Instant>)>,
     /// Nothing is sent before this instant (a `Retry-After`).
     paused_until: Mutex<Option<Instant>>,
 }
 
-/// A request slot taken from `max_concurrency`; given back when dropped.
-struct Slot<'a>(Option<&'a (u32, Mutex<u32>, Condvar)>);
-
-impl Drop for Slot<'_> {
-    fn drop(&mut self) {
-        if let Some((_, n, cv)) = self.0 {
-            *n.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
-            cv.notify_one();
-        }
-    }
-}
+/// A request slot taken from `max_concurrency` (none without one); given back when dropped.
+type Slot<'a> = Option<tokio::sync::SemaphorePermit<'a>>;
 
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
@@ -184,6 +175,7 @@ impl Limits {
     /// request waits for its turn or slot holds it too: nothing is sent during a pause.
     fn admit(
         &self,
+        driver: &Driver,
         deadline: Instant,
         stop: Option<&Interrupt>,
         waits: &mut Vec<Wait>,
@@ -203,7 +195,7 @@ impl Limits {
                     return Err(Held::Cut);
                 }
             }
-            let slot = self.slot(deadline, stop, waits)?;
+            let slot = self.slot(driver, deadline, stop, waits)?;
             self.space(deadline, stop, waits)?;
             // A pause set while this request waited (another lane's 429): wait it out
             // without the slot.
@@ -248,37 +240,31 @@ impl Limits {
         Ok(())
     }
 
-    /// Waits for a `max_concurrency` slot.
+    /// Waits for a `max_concurrency` slot, on the endpoint's driver: a cut or the deadline
+    /// ends the wait.
     fn slot(
         &self,
+        driver: &Driver,
         deadline: Instant,
         stop: Option<&Interrupt>,
         waits: &mut Vec<Wait>,
     ) -> Result<Slot<'_>, Held> {
-        let Some(cap) = &self.in_flight else {
-            return Ok(Slot(None));
+        let Some(permits) = &self.in_flight else {
+            return Ok(None);
         };
-        let (max, n, cv) = cap;
-        let started = Instant::now();
-        let mut count = n.lock().unwrap_or_else(|e| e.into_inner());
-        while *count >= *max {
-            if stop.is_some_and(Interrupt::is_cut) {
-                return Err(Held::Cut);
-            }
-            let mut left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(Held::Deadline);
-            }
-            if stop.is_some() {
-                // A cut does not notify this condition variable: look again soon.
-                left = left.min(STOP_POLL);
-            }
-            count = cv
-                .wait_timeout(count, left)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
+        if let Ok(permit) = permits.try_acquire() {
+            return Ok(Some(permit));
         }
-        *count += 1;
+        let started = Instant::now();
+        let acquired = driver.run(stop, async {
+            tokio::time::timeout_at(deadline.into(), permits.acquire()).await
+        });
+        let permit = match acquired {
+            None => return Err(Held::Cut),
+            Some(Err(_elapsed)) => return Err(Held::Deadline),
+            // The semaphore is never closed.
+            Some(Ok(permit)) => permit.map_err(|_closed| Held::Cut)?,
+        };
         let d = started.elapsed();
         if d >= Duration::from_millis(1) {
             waits.push(Wait {
@@ -286,7 +272,7 @@ impl Limits {
                 wait_ms: millis(d),
             });
         }
-        Ok(Slot(Some(cap)))
+        Ok(Some(permit))
     }
 
     fn pause(&self, d: Duration) {
@@ -356,7 +342,7 @@ impl Net {
         let limits = Limits {
             in_flight: settings
                 .max_concurrency
-                .map(|n| (n, Mutex::new(0), Condvar::new())),
+                .map(|n| tokio::sync::Semaphore::new(n as usize)),
             spacing: settings.requests_per_minute.map(|n| {
                 (
                     Duration::from_secs(60) / n.max(1),
@@ -443,7 +429,7 @@ impl Net {
             .build();
         let mut attempt = 0u32;
         loop {
-            let slot = match self.limits.admit(deadline, stop, &mut log.waits) {
+            let slot = match self.limits.admit(&self.driver, deadline, stop, &mut log.waits) {
                 Ok(slot) => slot,
                 Err(Held::Deadline) => return Err((timed_out(req, attempt), None)),
                 Err(Held::Paused(until)) => return Err((paused(req, until), None)),
