@@ -140,13 +140,24 @@ fn run_at_stop() {
     }
 }
 
-/// Marks the sweep as in progress until the guard drops: meanwhile any process exit ends
-/// with [`crate::exit::ABORTED`].
+/// Marks the sweep as in progress until its result is recorded ([`sweep_recorded`]):
+/// meanwhile any process exit ends with [`crate::exit::ABORTED`] and one line saying so.
+/// Dropping the guard runs the clean-ups registered with [`at_stop`].
 pub(crate) struct SweepGuard(());
 
+/// Held while the sweep's result is recorded, and by an exit in the middle of the sweep:
+/// whichever comes first decides how the process ends.
+static ENDING: Mutex<()> = Mutex::new(());
+
+/// The in-process plugin hooks of this sweep, named by the line an exit bypass prints.
+static SUSPECTS: OnceLock<String> = OnceLock::new();
+
 impl SweepGuard {
-    pub(crate) fn enter() -> SweepGuard {
+    /// `suspects`: the sweep's in-process plugin hooks, any of which (or the agent runtime)
+    /// may end the process behind `wt`'s back.
+    pub(crate) fn enter(suspects: &[&str]) -> SweepGuard {
         static REGISTER: std::sync::Once = std::sync::Once::new();
+        let _ = SUSPECTS.set(suspects.join(", "));
         REGISTER.call_once(|| {
             // SAFETY: `on_exit` is an `extern "C" fn()` that lives for the whole process.
             let rc = unsafe { libc::atexit(on_exit) };
@@ -161,23 +172,42 @@ impl SweepGuard {
 
 impl Drop for SweepGuard {
     fn drop(&mut self) {
-        SWEEP_ACTIVE.store(false, Ordering::SeqCst);
         // A turn abandoned at a cut may still own an agent process group; the sweep is
         // over, and nothing it started may outlive it.
         run_at_stop();
     }
 }
 
+/// Records `code` as the sweep's result (the supervising `wt` exits with it), as `wt`'s
+/// last act: from here on an exit is no longer one in the middle of the sweep. Until this,
+/// a thread a hook left behind that calls `exit(0)` after the last point ends the sweep
+/// as aborted, never with a green record written behind it.
+pub(crate) fn sweep_recorded(code: u8) {
+    let _ending = ENDING.lock().unwrap_or_else(|e| e.into_inner());
+    crate::exit::record(code);
+    SWEEP_ACTIVE.store(false, Ordering::SeqCst);
+}
+
 extern "C" fn on_exit() {
     if !SWEEP_ACTIVE.load(Ordering::SeqCst) {
         return;
     }
+    // The main thread may be recording the result right now: wait for it, then look again.
+    let _ending = ENDING.lock().unwrap_or_else(|e| e.into_inner());
+    if !SWEEP_ACTIVE.load(Ordering::SeqCst) {
+        return;
+    }
     run_at_stop();
-    let msg = b"error: the process was asked to exit in the middle of the sweep (a hook or the agent runtime called exit); the sweep did not finish\n";
-    // SAFETY: writing a static buffer to fd 2 and `_exit` are async-signal-safe and need no
-    // state; `_exit` skips the remaining exit handlers, which could otherwise pick the status.
+    let line = match SUSPECTS.get().filter(|s| !s.is_empty()) {
+        Some(hooks) => format!(
+            "error: the process was asked to exit in the middle of the sweep (by in-process hook {hooks}, or the agent runtime); the sweep did not finish\n"
+        ),
+        None => "error: the process was asked to exit in the middle of the sweep (the agent runtime called exit); the sweep did not finish\n".to_owned(),
+    };
+    // SAFETY: writing a buffer to fd 2 and `_exit` need no state; `_exit` skips the
+    // remaining exit handlers, which could otherwise pick the status.
     unsafe {
-        libc::write(2, msg.as_ptr().cast(), msg.len());
+        libc::write(2, line.as_ptr().cast(), line.len());
         libc::_exit(i32::from(crate::exit::ABORTED));
     }
 }

@@ -226,6 +226,35 @@ pub(crate) fn check_output(path: &Path, what: &str) -> Result<(), String> {
         .map_err(|e| format!("{what} {shown}: cannot write in {}: {e}", parent.display()))
 }
 
+/// Checks that runs can be written in `dir` (`what` names it in the message), or that it
+/// can be created: a file, a directory without write permission or a place no file can be
+/// created (`/proc`) is found before the sweep is announced, not at its first run. Nothing
+/// is created but a temporary file, removed at once.
+pub(crate) fn check_runs_dir(dir: &Path, what: &str) -> Result<(), String> {
+    let shown = dir.display();
+    // The directory, or the nearest of its ancestors that exists: the sweep creates the rest.
+    let mut existing = dir;
+    while !existing.as_os_str().is_empty() && std::fs::symlink_metadata(existing).is_err() {
+        existing = existing.parent().unwrap_or(Path::new(""));
+    }
+    if existing.as_os_str().is_empty() {
+        existing = Path::new(".");
+    }
+    if !existing.is_dir() {
+        return Err(if existing == dir {
+            format!("{what} {shown}: not a directory")
+        } else {
+            format!("{what} {shown}: {} is not a directory", existing.display())
+        });
+    }
+    temp_file(existing).map(drop).map_err(|e| {
+        format!(
+            "{what} {shown}: cannot write in {}: {e}",
+            existing.display()
+        )
+    })
+}
+
 /// Removes the temporary files being written right now (before an exit that will not let
 /// their writers finish). Never blocks: if a writer holds the list, nothing is removed.
 pub(crate) fn remove_temp_files() {

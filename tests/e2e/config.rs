@@ -194,3 +194,32 @@ fn a_fifo_named_as_an_agent_config_or_a_pack_file_is_refused_at_once() {
         assert!(!dir.path().join("never").exists());
     }
 }
+
+#[test]
+fn an_unwritable_out_is_refused_in_one_line_before_the_sweep_is_announced() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tmp();
+    std::fs::write(dir.path().join("a-file"), "x").unwrap();
+    let locked = dir.path().join("locked");
+    std::fs::create_dir(&locked).unwrap();
+    std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o555)).unwrap();
+    // Root writes anywhere: the permission case holds only for an ordinary user.
+    let root = std::fs::write(locked.join("probe"), "").is_ok();
+    let _ = std::fs::remove_file(locked.join("probe"));
+    let mut outs = vec!["a-file", "a-file/runs", "/proc/wt-runs"];
+    if !root {
+        outs.push("locked/runs");
+    }
+    for out in outs {
+        let r = Wt::new(dir.path()).args(["run", "--out", out]).run();
+        assert_eq!(r.code, 2, "{out}: {r}");
+        assert!(!r.stderr.contains("scenario(s)"), "announced first: {r}");
+        let lines: Vec<_> = r.stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert_eq!(lines.len(), 1, "{out}: {r}");
+        assert!(lines[0].contains("--out"), "{out}: {r}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("a-file")).unwrap(),
+        "x"
+    );
+}

@@ -80,6 +80,32 @@ fn no_way_a_plugin_ends_the_process_makes_a_failing_sweep_anything_but_4() {
 }
 
 #[test]
+fn a_thread_a_hook_leaves_behind_that_exits_0_ends_the_sweep_as_aborted_naming_the_hook() {
+    // The point returns and the sweep goes on while the hook's own thread calls exit(0):
+    // at the last point too, where the sweep is about to record its result.
+    let dir = tmp();
+    let plugins = plugin_dir(dir.path(), &["wt_test_hostile"]);
+    for point in ["on_run_start", "on_scenario_end", "on_pack_end"] {
+        let out = format!("runs-{point}");
+        let r = Wt::new(dir.path())
+            .args(["run", "--jobs", "4", "--runs", "3", "--out", &out])
+            .args(["--hook", "exiter", "--plugin-dir"])
+            .arg(&plugins)
+            .env("WT_EXITER_POINT", point)
+            .env("WT_EXITER_THREAD", "1")
+            .run();
+        assert_eq!(r.code, 4, "{point}: {r}");
+        let named: Vec<_> = r
+            .stderr
+            .lines()
+            .filter(|l| l.contains("asked to exit") && l.contains("in-process hook exiter"))
+            .collect();
+        assert_eq!(named.len(), 1, "{point}: {r}");
+        only_whole_files(&dir.path().join(&out));
+    }
+}
+
+#[test]
 fn a_failed_on_provisioned_artifact_write_still_ends_the_scenario() {
     let dir = tmp();
     let plugins = plugin_dir(dir.path(), &["wt_test_recorder"]);

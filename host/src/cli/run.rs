@@ -18,6 +18,7 @@ use crate::events::{self, Emitted, LiveLines, Sink};
 use crate::exit::CodedError;
 use crate::hooks::dispatch::Dispatcher;
 use crate::hooks::observer::HookObserver;
+use crate::hooks::registry::Source;
 use crate::hooks::{NoopObserver, RunObserver};
 use crate::interrupt::{self, Interrupt, SweepGuard};
 use crate::limits::HookCaps;
@@ -102,6 +103,8 @@ pub(crate) struct RunArgs {
 struct Hooks {
     observer: Option<Arc<HookObserver>>,
     provenance: Option<Vec<windtunnel_model::HookProvenance>>,
+    /// The plugin hooks that run inside the sweep's process.
+    in_process: Vec<String>,
 }
 
 fn hooks(
@@ -154,9 +157,15 @@ fn hooks(
         return Ok(Hooks {
             observer: None,
             provenance: None,
+            in_process: Vec::new(),
         });
     }
     let provenance = active.iter().map(|h| h.provenance()).collect();
+    let in_process = active
+        .iter()
+        .filter(|h| !h.is_isolated() && matches!(h.source, Source::Plugin(_)))
+        .map(|h| h.name.clone())
+        .collect();
     let dispatcher = Arc::new(
         Dispatcher::new(active, deadlines)
             .with_caps(caps)
@@ -170,6 +179,7 @@ fn hooks(
     Ok(Hooks {
         observer: Some(Arc::new(observer)),
         provenance: Some(provenance),
+        in_process,
     })
 }
 
@@ -233,6 +243,8 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<u8> {
         tracing::warn!("cannot handle Ctrl-C, SIGTERM and SIGHUP: {e}");
     }
     let sequential = sequential(&args, &pack)?;
+    // The runs directory is checked before hooks load and before the sweep is announced.
+    store::check_runs_dir(&args.out, "--out").map_err(CodedError::usage)?;
     let runs = if args.until_decided {
         Some(args.max_runs)
     } else {
@@ -284,7 +296,8 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<u8> {
     cfg.shard = args.shard;
     // From here until the summary, an exit that does not come through this function is an
     // aborted sweep, never a pass.
-    let guard = SweepGuard::enter();
+    let suspects: Vec<&str> = hooks.in_process.iter().map(String::as_str).collect();
+    let guard = SweepGuard::enter(&suspects);
     term::err_line(&format!(
         "wt: {} scenario(s), {total} run(s) of pack {} on agent `{}` → {}",
         pack.scenarios.len(),

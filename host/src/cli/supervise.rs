@@ -73,7 +73,7 @@ pub(crate) unsafe fn sweep_starts() {
 
 /// In the sweep's process, as `wt`'s last act: record the exit code it decided.
 pub(crate) fn sweep_ends(code: u8) {
-    exit::record(code);
+    crate::interrupt::sweep_recorded(code);
 }
 
 fn read_record(path: &Path) -> Option<u8> {

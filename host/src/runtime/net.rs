@@ -429,7 +429,10 @@ impl Net {
             .build();
         let mut attempt = 0u32;
         loop {
-            let slot = match self.limits.admit(&self.driver, deadline, stop, &mut log.waits) {
+            let slot = match self
+                .limits
+                .admit(&self.driver, deadline, stop, &mut log.waits)
+            {
                 Ok(slot) => slot,
                 Err(Held::Deadline) => return Err((timed_out(req, attempt), None)),
                 Err(Held::Paused(until)) => return Err((paused(req, until), None)),

@@ -75,6 +75,8 @@ pub struct Isolated {
     state: Mutex<State>,
     output: Arc<Output>,
     memory_limit_mib: u64,
+    /// The hook's name, for the warning when its process ends on its own.
+    hook: String,
 }
 
 struct State {
@@ -184,6 +186,7 @@ impl Isolated {
             }),
             output,
             memory_limit_mib: opts.memory_limit_mib,
+            hook: hook.to_owned(),
         };
 
         // A plugin constructor that hangs, or a child that writes half a frame and stops,
@@ -338,7 +341,18 @@ impl Drop for Isolated {
     fn drop(&mut self) {
         // Closing its stdin tells a healthy child to exit; one that does not is killed.
         let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
-        reap(&self.pid, st, Duration::from_millis(100));
+        // One that exited before it was told to (a thread the plugin left behind called
+        // exit after the last point) is said, never taken for a clean end.
+        let pid = *self.pid.get_mut().unwrap_or_else(|e| e.into_inner());
+        let on_its_own = st.dead.is_none() && pid.is_some_and(has_exited);
+        let status = reap(&self.pid, st, Duration::from_millis(100));
+        if on_its_own {
+            crate::term::err_line(&format!(
+                "warning: hook:{}: isolated process {} on its own after its last point; its artifacts so far are kept",
+                crate::term::sanitize(&self.hook),
+                describe(status)
+            ));
+        }
         // Its log gets its last lines (and the count of what was dropped) before `wt` goes.
         let _ = self.output.tail(OUTPUT_GRACE);
     }

@@ -3,7 +3,8 @@
 //! - `exiter` ends the process at `WT_EXITER_POINT` (default `on_run_end`; at run points,
 //!   of run index `WT_EXITER_RUN`, default 1), as a plugin that "finishes early" or crashes
 //!   would: `WT_EXITER_HOW` is `exit` (default, with `WT_EXITER_CODE`, default 0), `_exit`,
-//!   `exit_group`, `abort`, `segv` or `sigkill`.
+//!   `exit_group`, `abort`, `segv` or `sigkill`. With `WT_EXITER_THREAD=1` a thread the hook
+//!   starts does it, while the point returns and the sweep goes on.
 //! - `clasher` writes artifacts whose names clash: the same label twice at one point, an
 //!   unlabelled artifact at both `on_run_scored` and `on_run_end`, a pack artifact labelled
 //!   like a scenario id next to that scenario's own, and reserved labels. It logs each
@@ -51,6 +52,20 @@ impl Exiter {
         {
             return;
         }
+        if std::env::var_os("WT_EXITER_THREAD").is_some() {
+            // The point returns once the thread runs.
+            let (started, running) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let _ = started.send(());
+                Self::end();
+            });
+            let _ = running.recv();
+        } else {
+            Self::end();
+        }
+    }
+
+    fn end() {
         let code = env_u64("WT_EXITER_CODE", 0) as i32;
         let how = std::env::var("WT_EXITER_HOW").unwrap_or_else(|_| "exit".into());
         // SAFETY: each ends the process, which is what this hook is for.
