@@ -65,7 +65,7 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(20);
     let spec = spec();
-    let never = || false;
+    let never = windtunnel::interrupt::Interrupt::new();
     let args = json!({"names": ["order-1234"]});
 
     // 1a. Direct: wt's stdio client on the server, nothing in between.

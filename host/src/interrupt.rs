@@ -224,9 +224,19 @@ pub(crate) fn exit_now() -> ! {
     unsafe { libc::_exit(i32::from(crate::exit::INTERRUPTED)) }
 }
 
+/// The stop the signal handlers drive, once [`install`]ed.
+static INSTALLED: OnceLock<Arc<Interrupt>> = OnceLock::new();
+
+/// The stop the signal handlers drive, once [`install`]ed: a wait that was handed no stop of
+/// its own (an agent's reset, the gateway's upstream call) still ends when it is cut.
+pub(crate) fn installed() -> Option<&'static Interrupt> {
+    INSTALLED.get().map(|i| &**i)
+}
+
 /// Installs the handlers for SIGINT, SIGTERM and SIGHUP: the first requests a stop and
 /// starts the grace period, the second stops at once.
 pub(crate) fn install(interrupt: Arc<Interrupt>, grace: Duration) -> std::io::Result<()> {
+    let _ = INSTALLED.set(interrupt.clone());
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])?;
     std::thread::Builder::new()

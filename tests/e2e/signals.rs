@@ -139,3 +139,58 @@ fn a_closed_stdout_or_stderr_never_panics_and_the_exit_code_is_the_sweeps() {
     assert_eq!(status.code(), Some(1), "{status:?}");
     assert_eq!(traces(&dir.path().join("runs")).len(), 6);
 }
+
+#[test]
+fn sigterm_ends_a_wait_for_an_agent_reset_that_hangs() {
+    // A wait the runner makes outside a turn (the agent's reset) ends at the stop deadline
+    // too, not at its own timeout.
+    let dir = tmp();
+    let srv = TestServer::start(|s| {
+        if s.url.starts_with("/reset") {
+            std::thread::sleep(Duration::from_secs(40));
+        }
+        (200, "{}".into())
+    });
+    let agent = agent_file(
+        dir.path(),
+        "a.toml",
+        &format!(
+            "label = \"stuck-reset\"\nruntime = \"http\"\nendpoint = \"{}\"\nturn_timeout_s = 600\n",
+            srv.base
+        ),
+    );
+    let out = dir.path().join("runs");
+    let wt = Wt::new(dir.path())
+        .args(["run", "--jobs", "1", "--agent"])
+        .arg(&agent)
+        .env("WT_GRACE_S", "1")
+        .start();
+    let reset_seen = || {
+        srv.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|s| s.url.starts_with("/reset"))
+    };
+    assert!(poll_until(PATIENCE, reset_seen), "no reset was asked for");
+    let sent = Instant::now();
+    wt.signal("TERM");
+    let r = wt.finish_within(Duration::from_secs(30));
+    let took = sent.elapsed();
+    assert_eq!(r.code, 130, "{r}");
+    assert!(
+        took < Duration::from_secs(8),
+        "took {took:?} after SIGTERM: {r}"
+    );
+    let ts = traces(&out);
+    assert_eq!(ts.len(), 1, "{r}");
+    assert!(
+        ts[0]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("reset failed")),
+        "{}",
+        ts[0]
+    );
+    assert_eq!(scores(&out)[0]["verdict"], "ERROR");
+    only_whole_files(&out);
+}

@@ -10,9 +10,11 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use crate::fixtures::only_whole_files;
 use crate::gateway::FakeLlm;
 use crate::harness::{
     PATIENCE, Wt, agent_python, command_agent, path_with_world_servers, poll_until, scores, tmp,
@@ -786,4 +788,73 @@ fn a_link_in_a_world_servers_files_is_refused_when_the_pack_loads() {
         r.stderr.contains("world_server.files") && r.stderr.contains("is a symbolic link"),
         "{r}"
     );
+}
+
+#[test]
+fn a_sigterm_ends_every_wait_for_a_hung_world_server_at_the_stop_deadline() {
+    // Each wait would last a minute; one SIGTERM (grace 1 s) must end it within seconds:
+    // at the tool listing before any run, at a run's own server start, in a setup call.
+    let cases = [
+        (
+            "listing",
+            "env = { FLAKY_HANG = \"tools/list\", FLAKY_LOG = \"@LOG@\" }",
+            1,
+        ),
+        (
+            "run-start",
+            "env = { FLAKY_HANG = \"initialize:2\", FLAKY_LOG = \"@LOG@\" }",
+            2,
+        ),
+        (
+            "setup",
+            "env = { FLAKY_PIDS = \"@PIDS@\", FLAKY_LOG = \"@LOG@\" }\nsetup = [{ tool = \"hang\" }]",
+            2,
+        ),
+    ];
+    for (case, env, starts) in cases {
+        let dir = tmp();
+        let log = dir.path().join("starts.log");
+        let env = env.replace("@LOG@", &log.display().to_string()).replace(
+            "@PIDS@",
+            &dir.path().join("pids.json").display().to_string(),
+        );
+        let pack = flaky_pack(
+            dir.path(),
+            &format!("call_timeout_s = 60.0\nstart_timeout_s = 60.0\n{env}"),
+            &[("stuck", "do: notes", "")],
+        );
+        let out = dir.path().join("runs");
+        let wt = Wt::new(dir.path())
+            .arg("run")
+            .arg("--pack")
+            .arg(&pack)
+            .arg("--agent")
+            .arg(world_agent(dir.path(), "script"))
+            .arg("--out")
+            .arg(&out)
+            .env("WT_GRACE_S", "1")
+            .start();
+        // The server that hangs has started, and has had its request.
+        if !poll_until(PATIENCE, || {
+            std::fs::read_to_string(&log).is_ok_and(|l| l.lines().count() >= starts)
+        }) {
+            wt.signal("KILL");
+            panic!("{case}: the server never started: {}", wt.finish());
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        let sent = Instant::now();
+        wt.signal("TERM");
+        let r = wt.finish_within(Duration::from_secs(40));
+        let took = sent.elapsed();
+        assert_eq!(r.code, 130, "{case}: {r}");
+        assert!(
+            took < Duration::from_secs(8),
+            "{case}: took {took:?} after SIGTERM: {r}"
+        );
+        // A run that was waiting is an ERROR saying why, never a pass.
+        for s in scores(&out) {
+            assert_eq!(s["verdict"], "ERROR", "{case}: {s}");
+        }
+        only_whole_files(&out);
+    }
 }

@@ -10,6 +10,8 @@ Environment:
   FLAKY_START  exit: say why on stderr and exit 2 before answering; silent: never answer
   FLAKY_LOG    a file to which each start appends the server's pid
   FLAKY_PIDS   where `hang` records its pid and its grandchild's
+  FLAKY_HANG   METHOD[:N]: never answer METHOD (`initialize`, `tools/list`), in the Nth start
+               and later ones (counted in FLAKY_LOG; default: every start)
 """
 
 import json
@@ -81,9 +83,15 @@ def call(name, args):
 
 def main():
     start = os.environ.get("FLAKY_START")
+    starts = 1
     if os.environ.get("FLAKY_LOG"):
         with open(os.environ["FLAKY_LOG"], "a") as f:
             f.write(f"{os.getpid()}\n")
+        with open(os.environ["FLAKY_LOG"]) as f:
+            starts = len(f.read().split())
+    hang, _, nth = os.environ.get("FLAKY_HANG", "").partition(":")
+    if nth and starts < int(nth):
+        hang = ""
     if start == "exit":
         sys.stderr.write("flaky: cannot open the ledger database\n")
         sys.exit(2)
@@ -94,6 +102,8 @@ def main():
         if start == "silent" or "id" not in msg:
             continue
         method = msg.get("method")
+        if method == hang:
+            continue
         if method == "initialize":
             result = {"protocolVersion": msg["params"]["protocolVersion"],
                       "capabilities": {"tools": {}},

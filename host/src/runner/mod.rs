@@ -411,8 +411,10 @@ fn run_scenarios(
         .filter(|(_, plan)| !plan.is_empty())
         .collect();
     // Scenarios with a world server offer its tools too: listed once, before any run.
-    let stop = || cfg.cancelled();
-    let prepared = world::prepare(&planned.iter().map(|(s, _)| *s).collect::<Vec<_>>(), &stop);
+    let prepared = world::prepare(
+        &planned.iter().map(|(s, _)| *s).collect::<Vec<_>>(),
+        &cfg.stop,
+    );
     let states: Vec<sweep::ScenarioState<'_>> = planned
         .into_iter()
         .zip(&prepared)

@@ -104,9 +104,8 @@ impl<'s, 'a> RunRunner<'s, 'a> {
         if trace.error.is_none()
             && let Some(ws) = &scenario.world_server
         {
-            let stop = || cfg.cancelled();
             let mut w = lock(&world);
-            let (hold, ready) = super::world::open(ws, &self.lane.world, &mut w, &stop);
+            let (hold, ready) = super::world::open(ws, &self.lane.world, &mut w, &cfg.stop);
             run_world = hold;
             match ready {
                 Err(e) => {

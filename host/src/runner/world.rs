@@ -5,10 +5,11 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use windtunnel_model::{FileCheck, ObservedFile, Scenario, WorldServer, WorldServerRecord};
 
+use crate::interrupt::Interrupt;
 use crate::world::World;
 use crate::world::server::{self, Server};
 
@@ -27,7 +28,7 @@ pub(super) struct Kept {
 /// cannot run, naming the server.
 pub(super) fn prepare(
     scenarios: &[&Scenario],
-    stop: &dyn Fn() -> bool,
+    stop: &Arc<Interrupt>,
 ) -> Vec<Result<Scenario, String>> {
     let mut listed: HashMap<String, Result<Vec<windtunnel_model::ToolSpec>, String>> =
         HashMap::new();
@@ -108,7 +109,7 @@ pub(super) fn open(
     spec: &WorldServer,
     slot: &Mutex<Option<Kept>>,
     world: &mut World,
-    stop: &dyn Fn() -> bool,
+    stop: &Arc<Interrupt>,
 ) -> (Option<RunWorld>, Result<(), String>) {
     let per_lane = spec.url.is_none() && spec.per.as_deref() == Some("lane");
     let kept = if per_lane {

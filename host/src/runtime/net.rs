@@ -421,6 +421,9 @@ impl Net {
         log: &mut Log,
         mut sink: Option<&mut dyn Sink>,
     ) -> Result<String, (TurnError, Option<u16>)> {
+        // Every exchange ends at the sweep's cut, whether or not its caller passed the stop.
+        let installed = crate::interrupt::installed();
+        let stop = stop.or(installed);
         let mut backoff = backon::ExponentialBuilder::default()
             .with_min_delay(Duration::from_millis(100))
             .with_max_delay(Duration::from_secs(2))

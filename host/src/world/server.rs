@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use windtunnel_model::{ServerCall, ToolEffect, ToolSpec, WorldServer, WorldServerRecord};
 
+use crate::interrupt::Interrupt;
 use crate::procs::Tail;
 
 /// Largest message a world server may send, in bytes.
@@ -108,6 +109,8 @@ pub struct Server {
     broken: Option<String>,
     next_id: u64,
     call_timeout: Duration,
+    /// The sweep's stop: every wait for the server ends once it is cut.
+    stop: Arc<Interrupt>,
     /// Held while a `url` server is in use: runs of one URL never overlap.
     _lease: Option<Lease>,
 }
@@ -147,8 +150,10 @@ impl std::fmt::Debug for Server {
 
 impl Server {
     /// Starts (or connects to) the server with `dir` as its scratch directory and completes
-    /// the MCP handshake. `stop` is polled while waiting for a `url` server's lease.
-    pub fn start(spec: &WorldServer, dir: &Path, stop: &dyn Fn() -> bool) -> Result<Server, String> {
+    /// the MCP handshake. A stop requested ends the wait for a `url` server's lease; a cut
+    /// ends every wait for an answer, this one's and every later call's, within
+    /// [`STOP_POLL`].
+    pub fn start(spec: &WorldServer, dir: &Path, stop: &Arc<Interrupt>) -> Result<Server, String> {
         let name = name_of(spec);
         let deadline = Instant::now() + start_timeout(spec);
         let mut server = match (&spec.command, &spec.url) {
@@ -161,11 +166,13 @@ impl Server {
                     broken: None,
                     next_id: 0,
                     call_timeout: call_timeout(spec),
+                    stop: stop.clone(),
                     _lease: None,
                 }
             }
             (None, Some(url)) => {
-                let lease = Lease::take(url, stop).ok_or("not started: wt is stopping")?;
+                let lease =
+                    Lease::take(url, &|| stop.requested()).ok_or("not started: wt is stopping")?;
                 let client = reqwest::blocking::Client::builder()
                     .redirect(reqwest::redirect::Policy::none())
                     .connect_timeout(Duration::from_secs(5))
@@ -182,6 +189,7 @@ impl Server {
                     broken: None,
                     next_id: 0,
                     call_timeout: call_timeout(spec),
+                    stop: stop.clone(),
                     _lease: Some(lease),
                 }
             }
@@ -350,12 +358,16 @@ impl Server {
                 url,
                 session,
             } => {
-                let resp = post(client, url, session.as_deref(), &msg, Duration::from_secs(10))?;
-                let status = resp.status();
-                if status.is_success() {
-                    Ok(())
-                } else {
-                    Err(format!("answered `{method}` with HTTP {status}"))
+                let (client, url, session) = (client.clone(), url.clone(), session.clone());
+                let sent = until_cut(&self.stop, move || {
+                    post(&client, &url, session.as_deref(), &msg, Duration::from_secs(10))
+                        .map(|resp| resp.status())
+                });
+                match sent {
+                    None => Err(stopped(method)),
+                    Some(Ok(status)) if status.is_success() => Ok(()),
+                    Some(Ok(status)) => Err(format!("answered `{method}` with HTTP {status}")),
+                    Some(Err(e)) => Err(e),
                 }
             }
         }
@@ -370,9 +382,13 @@ impl Server {
                 write_line(stdin, &msg).map_err(RpcError::Broken)?;
                 loop {
                     let left = deadline.saturating_duration_since(Instant::now());
-                    let m = match rx.recv_timeout(left) {
+                    let m = match rx.recv_timeout(left.min(STOP_POLL)) {
                         Ok(Ok(m)) => m,
                         Ok(Err(why)) => return Err(RpcError::Broken(why)),
+                        Err(RecvTimeoutError::Timeout) if self.stop.is_cut() => {
+                            return Err(RpcError::Broken(stopped(method)));
+                        }
+                        Err(RecvTimeoutError::Timeout) if left > STOP_POLL => continue,
                         Err(RecvTimeoutError::Timeout) => {
                             return Err(RpcError::Broken(format!(
                                 "did not answer `{method}` in time"
@@ -405,55 +421,106 @@ impl Server {
                 session,
             } => {
                 let left = deadline.saturating_duration_since(Instant::now());
-                let resp = post(client, url, session.as_deref(), &msg, left)
-                    .map_err(RpcError::Broken)?;
-                let status = resp.status();
-                if !status.is_success() {
-                    let body = read_bounded(resp).unwrap_or_default();
-                    return Err(RpcError::Broken(format!(
-                        "answered `{method}` with HTTP {status}: {}",
-                        excerpt(&String::from_utf8_lossy(&body))
-                    )));
+                let (client, url, asked) = (client.clone(), url.clone(), session.clone());
+                let asked_for = method.to_owned();
+                let answered = until_cut(&self.stop, move || {
+                    http_request(&client, &url, asked, &msg, &asked_for, id, left)
+                });
+                let Some((given, answer)) = answered else {
+                    return Err(RpcError::Broken(stopped(method)));
+                };
+                if given.is_some() {
+                    *session = given;
                 }
-                if let Some(s) = resp
-                    .headers()
-                    .get("mcp-session-id")
-                    .and_then(|v| v.to_str().ok())
-                {
-                    *session = Some(s.to_owned());
-                }
-                let sse = resp
-                    .headers()
-                    .get(reqwest::header::CONTENT_TYPE)
-                    .and_then(|v| v.to_str().ok())
-                    .is_some_and(|t| t.starts_with("text/event-stream"));
-                if sse {
-                    // Read event by event and stop at the answer: a server may keep the
-                    // stream open after it.
-                    return match sse_answer(resp, id) {
-                        Ok(Some(r)) => r.map_err(|e| on_error(method, e)),
-                        Ok(None) => Err(RpcError::Broken(format!(
-                            "answered `{method}` without a JSON-RPC response to it"
-                        ))),
-                        Err(why) => Err(RpcError::Broken(why)),
-                    };
-                }
-                let body = read_bounded(resp).map_err(RpcError::Broken)?;
-                let message: Value = serde_json::from_slice(&body).map_err(|e| {
-                    RpcError::Broken(format!(
-                        "answered `{method}` with something that is not JSON ({e}): {}",
-                        excerpt(&String::from_utf8_lossy(&body))
-                    ))
-                })?;
-                if let Msg::Answer(r) = classify(&message, id) {
-                    return r.map_err(|e| on_error(method, e));
-                }
-                Err(RpcError::Broken(format!(
-                    "answered `{method}` without a JSON-RPC response to it"
-                )))
+                answer
             }
         }
     }
+}
+
+/// How often a wait for a world server looks at the sweep's stop.
+const STOP_POLL: Duration = Duration::from_millis(25);
+
+fn stopped(method: &str) -> String {
+    format!("stopped waiting for its answer to `{method}`: wt is stopping")
+}
+
+/// Runs `f` (a blocking exchange with a `url` server) on a thread of its own and waits for
+/// it until `stop` is cut (`None` then): the thread is left to end at its own timeout.
+fn until_cut<T: Send + 'static>(stop: &Interrupt, f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::Builder::new()
+        .name("wt-world-http".into())
+        .spawn(move || {
+            let _ = tx.send(f());
+        })
+        .ok()?;
+    loop {
+        match rx.recv_timeout(STOP_POLL) {
+            Ok(v) => return Some(v),
+            Err(RecvTimeoutError::Timeout) if !stop.is_cut() => {}
+            Err(_) => return None,
+        }
+    }
+}
+
+/// One JSON-RPC request to a `url` server: the session id it gave (if any), and its answer.
+fn http_request(
+    client: &reqwest::blocking::Client,
+    url: &str,
+    session: Option<String>,
+    msg: &Value,
+    method: &str,
+    id: u64,
+    left: Duration,
+) -> (Option<String>, Result<Value, RpcError>) {
+    let mut given = None;
+    let answer = (|| {
+        let resp = post(client, url, session.as_deref(), msg, left).map_err(RpcError::Broken)?;
+        let status = resp.status();
+        if !status.is_success() {
+            let body = read_bounded(resp).unwrap_or_default();
+            return Err(RpcError::Broken(format!(
+                "answered `{method}` with HTTP {status}: {}",
+                excerpt(&String::from_utf8_lossy(&body))
+            )));
+        }
+        given = resp
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let sse = resp
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|t| t.starts_with("text/event-stream"));
+        if sse {
+            // Read event by event and stop at the answer: a server may keep the stream
+            // open after it.
+            return match sse_answer(resp, id) {
+                Ok(Some(r)) => r.map_err(|e| on_error(method, e)),
+                Ok(None) => Err(RpcError::Broken(format!(
+                    "answered `{method}` without a JSON-RPC response to it"
+                ))),
+                Err(why) => Err(RpcError::Broken(why)),
+            };
+        }
+        let body = read_bounded(resp).map_err(RpcError::Broken)?;
+        let message: Value = serde_json::from_slice(&body).map_err(|e| {
+            RpcError::Broken(format!(
+                "answered `{method}` with something that is not JSON ({e}): {}",
+                excerpt(&String::from_utf8_lossy(&body))
+            ))
+        })?;
+        if let Msg::Answer(r) = classify(&message, id) {
+            return r.map_err(|e| on_error(method, e));
+        }
+        Err(RpcError::Broken(format!(
+            "answered `{method}` without a JSON-RPC response to it"
+        )))
+    })();
+    (given, answer)
 }
 
 impl Drop for Server {
@@ -948,7 +1015,7 @@ pub fn scratch(spec: &WorldServer) -> Result<tempfile::TempDir, String> {
 /// The tools the server offers a scenario, as tool specs: listed by a server started in a
 /// scratch directory of its own (then stopped), filtered by `tools`, with `descriptions`
 /// applied.
-pub fn discover(spec: &WorldServer, stop: &dyn Fn() -> bool) -> Result<Vec<ToolSpec>, String> {
+pub fn discover(spec: &WorldServer, stop: &Arc<Interrupt>) -> Result<Vec<ToolSpec>, String> {
     let dir = scratch(spec)?;
     let mut server = Server::start(spec, dir.path(), stop)?;
     let listed = server.list_tools();
