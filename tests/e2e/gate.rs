@@ -423,3 +423,57 @@ fn until_decided_stops_clear_scenarios_early_and_journals_each_look() {
     assert_eq!(cmp.code, 1, "{cmp}");
     assert_eq!(regressed(&v), ["s01"], "{v}");
 }
+
+#[test]
+fn until_decided_at_many_jobs_gives_each_scenario_its_own_lane_before_doubling_up() {
+    // Twelve copies of a demo scenario the demo agent always passes: against a baseline of
+    // its own, each is decided `not regressed` after 16 runs at --jobs 1. At --jobs 4, a
+    // second lane on a scenario starts runs its decision may not need; a lane of its own
+    // wastes none, so only the last scenarios, when lanes double up, make a few more.
+    let dir = tmp();
+    let pack = dir.path().join("copies");
+    std::fs::create_dir_all(pack.join("scenarios")).unwrap();
+    std::fs::write(pack.join("pack.toml"), "name = \"copies\"\n").unwrap();
+    let original =
+        std::fs::read_to_string(workspace().join("host/packs/demo/scenarios/order-status.toml"))
+            .unwrap();
+    for k in 0..12 {
+        std::fs::write(
+            pack.join("scenarios").join(format!("s{k:02}.toml")),
+            original.replace("id = \"order-status\"", &format!("id = \"s{k:02}\"")),
+        )
+        .unwrap();
+    }
+    let sweep = |out: &str, extra: &[&str]| {
+        let r = Wt::new(dir.path())
+            .args(["run", "--seed", "2", "--out", out, "--pack"])
+            .arg(&pack)
+            .args(extra)
+            .run();
+        assert_eq!(r.code, 0, "{r}");
+        r
+    };
+    sweep("base", &["--runs", "20"]);
+    let decided = ["--baseline", "base", "--until-decided", "--max-runs", "20"];
+    sweep("one", &[&decided[..], &["--jobs", "1"]].concat());
+    let one = trace_paths(&dir.path().join("one")).len();
+    assert_eq!(
+        one,
+        12 * 16,
+        "at --jobs 1 each scenario is decided after 16 runs"
+    );
+    let r = sweep("four", &[&decided[..], &["--jobs", "4"]].concat());
+    let four = trace_paths(&dir.path().join("four")).len();
+    // At most the last four scenarios share lanes, each with at most three runs in flight
+    // when it is decided.
+    assert!(
+        four <= one + 4 * 3,
+        "{four} runs made at --jobs 4, {one} at --jobs 1"
+    );
+    // The summary counts the runs made, those in flight at the decision included.
+    assert!(
+        r.stderr
+            .contains(&format!("{four} of 240 planned runs made")),
+        "{r}"
+    );
+}

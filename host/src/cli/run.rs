@@ -382,7 +382,7 @@ fn print_sequential(result: &runner::SweepResult, args: &RunArgs) {
     term::err_line("until decided, against the baseline:");
     for s in &result.scenarios {
         let Some(q) = &s.sequential else { continue };
-        made += q.runs;
+        made += q.runs + q.late;
         planned += q.planned;
         let decision = match q.decision {
             "regressed" => "regressed",
@@ -390,8 +390,12 @@ fn print_sequential(result: &runner::SweepResult, args: &RunArgs) {
             "undetermined" => "undetermined (every run made; wt compare decides)",
             _ => "stopped before a decision",
         };
+        let late = match q.late {
+            0 => String::new(),
+            n => format!("; {n} more were in flight when it was decided"),
+        };
         term::err_line(&format!(
-            "  {:<24} {decision} after {}/{} runs ({} passed)",
+            "  {:<24} {decision} after {}/{} runs ({} passed{late})",
             s.aggregate.scenario_id, q.runs, q.planned, q.passed
         ));
     }

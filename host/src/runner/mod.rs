@@ -97,6 +97,9 @@ pub struct SequentialOutcome {
     /// Runs made, and how many passed, when it was decided.
     pub runs: u64,
     pub passed: u64,
+    /// Runs that were in flight when it was decided: made, written and reported, but not
+    /// needed for the decision.
+    pub late: u64,
     /// Runs it would have made without stopping.
     pub planned: u64,
 }
@@ -486,6 +489,7 @@ fn sequential_tally(
         strict: half / m as f64,
         lenient: half,
         seen: Mutex::new((0, 0, crate::report::gate::Look::Continue)),
+        late: Default::default(),
     })
 }
 

@@ -60,6 +60,8 @@ pub(super) struct SeqTally {
     pub lenient: f64,
     /// Passes, runs, and the last look.
     pub seen: Mutex<(u64, u64, crate::report::gate::Look)>,
+    /// Runs that were in flight when the scenario was decided, finished after it.
+    pub late: std::sync::atomic::AtomicU64,
 }
 
 impl<'a> ScenarioState<'a> {
@@ -90,12 +92,14 @@ impl<'a> ScenarioState<'a> {
             return;
         };
         let mut seen = lock(&seq.seen);
-        seen.0 += u64::from(passed);
-        seen.1 += 1;
         if matches!(seen.2, Look::Regressed | Look::NotRegressed) {
-            // Decided already: runs that were in flight cannot change it.
+            // Decided already: a run that was in flight cannot change it, and is counted
+            // apart (it is written and reported like any other).
+            seq.late.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             return;
         }
+        seen.0 += u64::from(passed);
+        seen.1 += 1;
         let max_runs = u64::from(self.plan.count);
         let (look, p_value) =
             crate::report::gate::look(seq.base, seen.0, seen.1, max_runs, seq.strict, seq.lenient);
@@ -120,6 +124,7 @@ impl<'a> ScenarioState<'a> {
             decision: seen.2.as_str(),
             runs: seen.1,
             passed: seen.0,
+            late: seq.late.load(std::sync::atomic::Ordering::Relaxed),
             planned: u64::from(self.plan.count),
         })
     }
@@ -197,6 +202,26 @@ fn join<'s, 'a>(
     if cfg.cancelled() {
         return None;
     }
+    // With `--until-decided`, a lane first takes a scenario no lane has yet: a second lane
+    // on a scenario starts runs that its decision, when it comes, may not need (they are in
+    // flight already), while a lane on a scenario of its own wastes nothing. Only when every
+    // scenario has a lane do lanes double up.
+    let sequential = states.iter().any(|s| s.sequential.is_some());
+    for breadth_first in [sequential, false] {
+        if let Some(joined) = join_one(lane, states, cfg, breadth_first) {
+            return Some(joined);
+        }
+    }
+    None
+}
+
+/// One pass of [`join`]: `breadth_first` passes by scenarios that have a lane already.
+fn join_one<'s, 'a>(
+    lane: &Lane,
+    states: &'s [ScenarioState<'a>],
+    cfg: &RunConfig,
+    breadth_first: bool,
+) -> Option<(&'s ScenarioState<'a>, Handle)> {
     for state in states {
         let mut phase = lock(&state.phase);
         // A scenario being set up gets its later lanes once it is ready.
@@ -229,7 +254,11 @@ fn join<'s, 'a>(
                 }
             }
             Phase::Running { lanes } => {
-                if state.closed(cfg) || *lanes >= state.cap || *lanes >= state.runs_left() {
+                if breadth_first
+                    || state.closed(cfg)
+                    || *lanes >= state.cap
+                    || *lanes >= state.runs_left()
+                {
                     continue;
                 }
                 *lanes += 1;
