@@ -2,9 +2,10 @@
 so that it can misbehave in exactly the ways a world server can: it keeps notes in memory and
 in `notes.txt` in its working directory, and some tools break it on purpose.
 
-Tools: note {text}, notes (the state), reset, fail (a tool error), crash (exits), hang (never
-answers, with a grandchild), garbage (writes a line that is not JSON), huge (a 9 MiB answer),
-env (the names of its environment variables).
+Tools: note {text}, notes (the state), ledger (the notes as text that is not JSON, the way
+mcp-server-sqlite answers), reset, fail (a tool error), crash (exits), hang (never answers,
+with a grandchild), garbage (writes a line that is not JSON), huge (a 9 MiB answer), env (the
+names of its environment variables).
 
 Environment:
   FLAKY_START  exit: say why on stderr and exit 2 before answering; silent: never answer
@@ -26,6 +27,7 @@ TOOLS = [
     {"name": "notes", "description": "The notes kept.", "inputSchema": {"type": "object"}},
     {"name": "reset", "description": "Forget every note.", "inputSchema": {"type": "object"}},
     {"name": "fail", "description": "Always fails.", "inputSchema": {"type": "object"}},
+    {"name": "ledger", "description": "The notes, as text.", "inputSchema": {"type": "object"}},
     {"name": "crash", "description": "Exits.", "inputSchema": {"type": "object"}},
     {"name": "hang", "description": "Never answers.", "inputSchema": {"type": "object"}},
     {"name": "garbage", "description": "Answers garbage.", "inputSchema": {"type": "object"}},
@@ -50,7 +52,10 @@ def call(name, args):
             f.write(args["text"] + "\n")
         return text(len(NOTES))
     if name == "notes":
-        return text({"notes": NOTES, "pid": os.getpid()})
+        return text({"notes": NOTES, "count": len(NOTES), "pid": os.getpid()})
+    if name == "ledger":
+        rows = [{"id": i + 1, "note": n} for i, n in enumerate(NOTES)]
+        return {"content": [{"type": "text", "text": repr(rows)}], "isError": False}
     if name == "reset":
         NOTES.clear()
         if os.path.exists("notes.txt"):
