@@ -2,12 +2,15 @@
 //! by their name or `format` (never by guessing from their content), `contains`, `matches`
 //! and the numeric bounds on a world server's state and on files, a state call's result that
 //! is text rather than JSON, and the checks a pack may not hold — refused before any run.
+//! And what a message quotes of a world server's stderr: its end, where the cause is.
 
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::harness::{Wt, agent_python, path_with_world_servers, tmp, workspace, write_pack};
+use crate::harness::{
+    Wt, agent_python, events, journal, path_with_world_servers, tmp, workspace, write_pack,
+};
 use crate::worlds::{by_scenario, failed_layers, world_agent};
 
 /// A memory-server scenario whose graph file is `file`: setup creates two orders, the turn
@@ -314,4 +317,95 @@ fn a_malformed_check_is_refused_in_one_line_before_any_run() {
         // Refused before any run: nothing was written.
         assert!(!out.exists(), "{outcome}: a run directory was made\n{r}");
     }
+}
+
+#[test]
+fn a_world_servers_traceback_is_quoted_by_its_last_line_everywhere() {
+    let dir = tmp();
+    let python = agent_python().display().to_string();
+    let script = workspace()
+        .join("tests/worlds/flaky_server.py")
+        .display()
+        .to_string();
+    let scenario = |id: &str, turn: &str, start: &str| {
+        format!(
+            "id = \"{id}\"\nturns = [{turn:?}]\n\n[world_server]\nname = \"flaky\"\ncommand = [{python:?}, {script:?}]\nstate = {{ tool = \"notes\" }}\nenv = {{ FLAKY_START = \"{start}\" }}\n"
+        )
+    };
+    // One server dies with a traceback while its tools are listed, one in the middle of a run.
+    let pack = write_pack(
+        dir.path(),
+        &[
+            (
+                "at-start.toml",
+                &scenario("at-start", "do: notes", "traceback"),
+            ),
+            (
+                "in-run.toml",
+                &scenario("in-run", "do: note text=a | traceback", ""),
+            ),
+        ],
+    );
+    let (r, out) = run(dir.path(), &pack);
+    assert_eq!(r.code, 3, "{r}");
+    let cause = "AttributeError: 'Server' object has no attribute 'list_resources'";
+    // On the terminal: each scenario's summary line ends with the cause.
+    for id in ["at-start ", "in-run "] {
+        let line = r
+            .stderr
+            .lines()
+            .find(|l| l.starts_with(id) && l.contains("ERROR"))
+            .unwrap_or_else(|| panic!("no summary line for {id}:\n{r}"));
+        assert!(
+            line.contains("world server `flaky`: ") && line.ends_with(cause),
+            "{line}"
+        );
+    }
+    // In the trace: the run's error quotes the end of stderr, marked as cut at its start.
+    let runs = by_scenario(&out);
+    let (t, s) = &runs["in-run#0"];
+    assert_eq!(s["verdict"], "ERROR", "{s:#}");
+    let error = s["error"].as_str().unwrap();
+    assert!(
+        error.contains("(exited with status 1); stderr (last bytes): …")
+            && error.ends_with(cause)
+            && error.chars().count() < 1000,
+        "{error}"
+    );
+    assert_eq!(t["error"].as_str(), Some(error), "{t:#}");
+    // The trace keeps the server's stderr whole (its last 4 KiB) besides.
+    assert!(
+        t["world"]["server"]["stderr_tail"]
+            .as_str()
+            .is_some_and(|tail| tail.trim_end().ends_with(cause)),
+        "{t:#}"
+    );
+    // In the journal: the run's score says the same, and so does the end of the scenario
+    // that never ran.
+    let lines = journal(&out);
+    let ends_with_cause = |event: &str| {
+        events(&lines, event)
+            .iter()
+            .any(|e| e["error"].as_str().is_some_and(|e| e.ends_with(cause)))
+    };
+    assert!(ends_with_cause("RunScored"), "{lines:#?}");
+    assert!(ends_with_cause("ScenarioEnded"), "{lines:#?}");
+    // In the HTML report: the server's stderr, longer than the page quotes, keeps its end.
+    let html = dir.path().join("report.html");
+    let r = Wt::new(dir.path())
+        .args(["report", "runs", "--format", "html", "-o"])
+        .arg(&html)
+        .run();
+    assert_eq!(r.code, 0, "{r}");
+    let page = std::fs::read_to_string(&html).unwrap();
+    let at = page
+        .find("World server")
+        .expect("the run's world server section");
+    let block = &page[at..];
+    let block = &block[block.find("<pre>").unwrap()..block.find("</pre>").unwrap()];
+    assert!(
+        block.contains("has no attribute") && block.contains("list_resources"),
+        "{block}"
+    );
+    assert!(block.contains("[cut: "), "{block}");
 }
