@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
-use windtunnel_model::{FileCheck, Scenario, ToolEffect, WorldServer, is_slug};
+use windtunnel_model::{FileCheck, Scenario, ToolEffect, WorldCheck, WorldServer, is_slug};
 
 use crate::world::lookup;
 
@@ -397,15 +397,7 @@ fn validate(file: &str, s: &Scenario) -> Result<(), PackError> {
                 .map(|(i, c)| (format!("expect.outcome.world[{i}]"), c)),
         );
     for (place, check) in checks {
-        if check.equals.is_none() && check.exists.is_none() {
-            return bad(
-                &place,
-                format!(
-                    "world check on `{}` has neither `equals` nor `exists`: it would always hold",
-                    check.path
-                ),
-            );
-        }
+        check_world_check(file, &place, "world check", check)?;
     }
     if let Some(ws) = &s.world_server {
         validate_server(file, ws)?;
@@ -584,20 +576,78 @@ fn check_file_check(file: &str, place: &str, f: &FileCheck) -> Result<(), PackEr
             f.path
         ));
     }
-    if f.exists.is_none() && f.equals.is_none() && f.contains.is_none() && f.json.is_none() {
+    if f.exists.is_none()
+        && f.equals.is_none()
+        && f.contains.is_none()
+        && f.matches.is_none()
+        && f.json.is_none()
+    {
         return bad(format!(
-            "file check on `{}` has no `exists`, `equals`, `contains` or `json`: it would always hold",
+            "file check on `{}` has no `exists`, `equals`, `contains`, `matches` or `json`: it would always hold",
             f.path
         ));
     }
-    if let Some(j) = &f.json
-        && j.equals.is_none()
-        && j.exists.is_none()
+    if f.exists == Some(false)
+        && (f.equals.is_some() || f.contains.is_some() || f.matches.is_some() || f.json.is_some())
     {
         return bad(format!(
-            "the `json` check on `{}` has neither `equals` nor `exists`",
+            "file check on `{}` says `exists = false` and checks the file's content: it can never hold",
             f.path
         ));
+    }
+    if let Some(pattern) = &f.matches {
+        crate::world::regex(pattern)
+            .map_err(|e| PackError::invalid(file, place, format!("`matches`: {e}")))?;
+    }
+    match (f.format.as_deref(), &f.json) {
+        (None, _) | (Some("json" | "jsonl"), Some(_)) => {}
+        (Some("json" | "jsonl"), None) => {
+            return bad(format!(
+                "`format` says how the `json` check reads `{}`, and there is no `json` check",
+                f.path
+            ));
+        }
+        (Some(other), _) => {
+            return bad(format!(
+                "unknown `format` {other:?}: use \"json\" or \"jsonl\" (JSON Lines)"
+            ));
+        }
+    }
+    if let Some(j) = &f.json {
+        check_world_check(file, &format!("{place}.json"), "the `json` check", j)?;
+    }
+    Ok(())
+}
+
+/// A world check (or a file's `json` check) says what must hold, can hold, and its
+/// `matches` is a regular expression.
+fn check_world_check(file: &str, place: &str, what: &str, c: &WorldCheck) -> Result<(), PackError> {
+    let bad = |msg: String| Err(PackError::invalid(file, place, msg));
+    let on = if c.path.is_empty() {
+        "the whole value".to_owned()
+    } else {
+        format!("`{}`", c.path)
+    };
+    let values = c.equals.is_some()
+        || c.contains.is_some()
+        || c.matches.is_some()
+        || c.gt.is_some()
+        || c.ge.is_some()
+        || c.lt.is_some()
+        || c.le.is_some();
+    if !values && c.exists.is_none() {
+        return bad(format!(
+            "{what} on {on} has no condition (`equals`, `exists`, `contains`, `matches`, `gt`, `ge`, `lt`, `le`): it would always hold"
+        ));
+    }
+    if values && c.exists == Some(false) {
+        return bad(format!(
+            "{what} on {on} says `exists = false` and what the value must be: it can never hold"
+        ));
+    }
+    if let Some(pattern) = &c.matches {
+        crate::world::regex(pattern)
+            .map_err(|e| PackError::invalid(file, place, format!("`matches`: {e}")))?;
     }
     Ok(())
 }

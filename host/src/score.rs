@@ -147,7 +147,10 @@ fn file_check(
             (false, _) => format!("should not exist but has {} bytes", seen.bytes),
         });
     }
-    let wants_text = check.equals.is_some() || check.contains.is_some() || check.json.is_some();
+    let wants_text = check.equals.is_some()
+        || check.contains.is_some()
+        || check.matches.is_some()
+        || check.json.is_some();
     if !wants_text {
         return Ok(());
     }
@@ -171,21 +174,51 @@ fn file_check(
             excerpt(text)
         ));
     }
+    if let Some(pattern) = &check.matches
+        && !crate::world::regex(pattern)?.is_match(text)
+    {
+        return Err(format!(
+            "does not match /{}/ (it is {})",
+            crate::term::sanitize(pattern),
+            excerpt(text)
+        ));
+    }
     if let Some(j) = &check.json {
-        let doc = serde_json::from_str::<serde_json::Value>(text)
-            .ok()
-            .or_else(|| {
-                // JSON Lines: an array of the lines.
-                text.lines()
-                    .filter(|l| !l.trim().is_empty())
-                    .map(|l| serde_json::from_str(l).ok())
-                    .collect::<Option<Vec<_>>>()
-                    .map(serde_json::Value::Array)
-            })
-            .ok_or("is neither JSON nor JSON Lines")?;
+        let doc = if json_lines(check)? {
+            // JSON Lines: an array of the lines, however many there are.
+            text.lines()
+                .enumerate()
+                .filter(|(_, l)| !l.trim().is_empty())
+                .map(|(i, l)| {
+                    serde_json::from_str(l)
+                        .map_err(|e| format!("line {} is not JSON ({e}): {}", i + 1, excerpt(l)))
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map(serde_json::Value::Array)?
+        } else {
+            serde_json::from_str::<serde_json::Value>(text).map_err(|e| {
+                format!(
+                    "is not JSON ({e}); a JSON Lines file is read as one with `format = \"jsonl\"` or a name ending in .jsonl or .ndjson"
+                )
+            })?
+        };
         crate::world::check_state(&doc, j)?;
     }
     Ok(())
+}
+
+/// Whether a file check's `json` reads its file as JSON Lines: its `format`, else its name
+/// (`*.jsonl`, `*.ndjson`) — never its content, which may be one line either way.
+fn json_lines(check: &windtunnel_model::FileCheck) -> Result<bool, String> {
+    match check.format.as_deref() {
+        Some("jsonl") => Ok(true),
+        Some("json") => Ok(false),
+        Some(other) => Err(format!("unknown `format` {other:?}")),
+        None => {
+            let name = check.path.to_ascii_lowercase();
+            Ok(name.ends_with(".jsonl") || name.ends_with(".ndjson"))
+        }
+    }
 }
 
 /// The tools the run called successfully, in order: a call that failed its schema, errored

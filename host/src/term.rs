@@ -80,6 +80,52 @@ pub(crate) fn err_blank() {
     let _ = std::io::stderr().lock().write_all(b"\n");
 }
 
+/// The end of `text`, where the cause of a failure is (a traceback's last line, a
+/// process's last words): its last whole lines within `max` characters — the last
+/// `max` characters when its last line alone is longer — with `…` in front when the start
+/// was cut (or already was, by a tail that kept only the last bytes). Not sanitized.
+pub(crate) fn last_lines(text: &str, max: usize) -> String {
+    let text = text.trim_end();
+    let (cut_before, body) = match text.strip_prefix('…') {
+        Some(rest) => (true, rest),
+        None => (false, text),
+    };
+    let n = body.chars().count();
+    if n <= max {
+        return if cut_before {
+            format!("…{body}")
+        } else {
+            body.to_owned()
+        };
+    }
+    // The byte offset of the first of the last `max` characters: always a char boundary.
+    let from = body
+        .char_indices()
+        .nth(n - max)
+        .map_or(body.len(), |(i, _)| i);
+    let kept = &body[from..];
+    // Whole lines when a line starts inside what is kept (and not at its very end).
+    let kept = match kept.find('\n') {
+        Some(nl) if !body[..from].ends_with('\n') && nl + 1 < kept.len() => &kept[nl + 1..],
+        _ => kept,
+    };
+    format!("…{kept}")
+}
+
+/// `text` in at most about `max` characters for one line of a summary: its start (what
+/// failed) and its end (why: a quoted stderr's last line), with ` … ` where the middle was
+/// cut. Not sanitized.
+pub(crate) fn head_and_end(text: &str, max: usize) -> String {
+    let n = text.chars().count();
+    if n <= max {
+        return text.to_owned();
+    }
+    let head = max / 3;
+    let end = max - head;
+    let at = |k: usize| text.char_indices().nth(k).map_or(text.len(), |(i, _)| i);
+    format!("{} … {}", &text[..at(head)], &text[at(n - end)..])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -91,5 +137,34 @@ mod tests {
             sanitize("a\nwarning: forged\u{1b}[31mred\u{7}"),
             "a\\nwarning: forged\\e[31mred\\u{7}"
         );
+    }
+
+    #[test]
+    fn the_end_of_a_text_is_kept_in_whole_lines() {
+        assert_eq!(last_lines("short\n", 10), "short");
+        assert_eq!(last_lines("…cut before", 100), "…cut before");
+        let tb = "Traceback:\n  File \"a.py\", line 1\nAttributeError: no é attribute";
+        // The last line whole, the ones before it dropped rather than cut.
+        assert_eq!(last_lines(tb, 40), "…AttributeError: no é attribute");
+        assert_eq!(
+            last_lines(tb, 60),
+            "…  File \"a.py\", line 1\nAttributeError: no é attribute"
+        );
+        // A last line longer than the bound: its last characters, on a char boundary.
+        assert_eq!(last_lines("ééééé", 3), "…ééé");
+        assert_eq!(last_lines("…abc\ndef", 5), "…def");
+        assert_eq!(last_lines("abc\ndef", 3), "…def");
+    }
+
+    #[test]
+    fn a_summary_keeps_the_start_and_the_end() {
+        assert_eq!(head_and_end("abc", 3), "abc");
+        let s = format!("server failed{}the cause", "x".repeat(200));
+        let cut = head_and_end(&s, 30);
+        assert!(
+            cut.starts_with("server fai") && cut.ends_with("the cause"),
+            "{cut}"
+        );
+        assert_eq!(head_and_end("ééééééé", 6), "éé … éééé");
     }
 }

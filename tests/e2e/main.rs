@@ -28,4 +28,5 @@ mod sdk_product;
 mod secrets;
 mod signals;
 mod turns;
+mod world_checks;
 mod worlds;

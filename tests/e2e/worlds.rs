@@ -26,7 +26,7 @@ fn memory_pack() -> PathBuf {
 }
 
 /// The scripted MCP agent (`tests/agents/world_agent.py`) with `policy`.
-fn world_agent(dir: &Path, policy: &str) -> PathBuf {
+pub(crate) fn world_agent(dir: &Path, policy: &str) -> PathBuf {
     let command = [
         agent_python().display().to_string(),
         workspace()
@@ -39,7 +39,7 @@ fn world_agent(dir: &Path, policy: &str) -> PathBuf {
     command_agent(dir, policy, &command, "turn_timeout_s = 60.0\n")
 }
 
-fn by_scenario(out: &Path) -> std::collections::BTreeMap<String, (Value, Value)> {
+pub(crate) fn by_scenario(out: &Path) -> std::collections::BTreeMap<String, (Value, Value)> {
     let scores = scores(out);
     traces(out)
         .into_iter()
@@ -61,7 +61,7 @@ fn by_scenario(out: &Path) -> std::collections::BTreeMap<String, (Value, Value)>
         .collect()
 }
 
-fn failed_layers(score: &Value) -> Vec<&str> {
+pub(crate) fn failed_layers(score: &Value) -> Vec<&str> {
     ["outcome", "trajectory", "constraint", "integrity"]
         .into_iter()
         .filter(|l| score[*l]["passed"] == false)

@@ -2,12 +2,15 @@
 so that it can misbehave in exactly the ways a world server can: it keeps notes in memory and
 in `notes.txt` in its working directory, and some tools break it on purpose.
 
-Tools: note {text}, notes (the state), reset, fail (a tool error), crash (exits), hang (never
-answers, with a grandchild), garbage (writes a line that is not JSON), huge (a 9 MiB answer),
-env (the names of its environment variables).
+Tools: note {text}, notes (the state), ledger (the notes as text that is not JSON, the way
+mcp-server-sqlite answers), reset, fail (a tool error), crash (exits), traceback (exits with
+a long Python traceback whose last line is the cause), hang (never answers, with a
+grandchild), garbage (writes a line that is not JSON), huge (a 9 MiB answer), env (the names
+of its environment variables).
 
 Environment:
-  FLAKY_START  exit: say why on stderr and exit 2 before answering; silent: never answer
+  FLAKY_START  exit: say why on stderr and exit 2 before answering; traceback: write a long
+               traceback and exit 1 before answering; silent: never answer
   FLAKY_LOG    a file to which each start appends the server's pid
   FLAKY_PIDS   where `hang` records its pid and its grandchild's
   FLAKY_HANG   METHOD[:N]: never answer METHOD (`initialize`, `tools/list`), in the Nth start
@@ -28,7 +31,9 @@ TOOLS = [
     {"name": "notes", "description": "The notes kept.", "inputSchema": {"type": "object"}},
     {"name": "reset", "description": "Forget every note.", "inputSchema": {"type": "object"}},
     {"name": "fail", "description": "Always fails.", "inputSchema": {"type": "object"}},
+    {"name": "ledger", "description": "The notes, as text.", "inputSchema": {"type": "object"}},
     {"name": "crash", "description": "Exits.", "inputSchema": {"type": "object"}},
+    {"name": "traceback", "description": "Exits with a traceback.", "inputSchema": {"type": "object"}},
     {"name": "hang", "description": "Never answers.", "inputSchema": {"type": "object"}},
     {"name": "garbage", "description": "Answers garbage.", "inputSchema": {"type": "object"}},
     {"name": "huge", "description": "Answers with 9 MiB.", "inputSchema": {"type": "object"}},
@@ -45,6 +50,18 @@ def text(value, error=False):
     return {"content": [{"type": "text", "text": json.dumps(value)}], "isError": error}
 
 
+def traceback_exit(status):
+    """A traceback like Python's, longer than a message quotes: the cause is its last line."""
+    lines = ["Traceback (most recent call last):"]
+    for i in range(40):
+        lines.append(f'  File "/srv/ledger/handlers/layer_{i:02}.py", line {100 + i}, in dispatch_{i:02}')
+        lines.append(f"    return await self.next_{i:02}(request)")
+    lines.append("AttributeError: 'Server' object has no attribute 'list_resources'")
+    sys.stderr.write("\n".join(lines) + "\n")
+    sys.stderr.flush()
+    os._exit(status)
+
+
 def call(name, args):
     if name == "note":
         NOTES.append(args["text"])
@@ -52,7 +69,12 @@ def call(name, args):
             f.write(args["text"] + "\n")
         return text(len(NOTES))
     if name == "notes":
-        return text({"notes": NOTES, "pid": os.getpid()})
+        return text({"notes": NOTES, "count": len(NOTES), "pid": os.getpid()})
+    if name == "ledger":
+        rows = [{"id": i + 1, "note": n} for i, n in enumerate(NOTES)]
+        return {"content": [{"type": "text", "text": repr(rows)}], "isError": False}
+    if name == "traceback":
+        traceback_exit(1)
     if name == "reset":
         NOTES.clear()
         if os.path.exists("notes.txt"):
@@ -95,6 +117,8 @@ def main():
     if start == "exit":
         sys.stderr.write("flaky: cannot open the ledger database\n")
         sys.exit(2)
+    if start == "traceback":
+        traceback_exit(1)
     for line in sys.stdin:
         if not line.strip():
             continue

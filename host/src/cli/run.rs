@@ -438,7 +438,8 @@ fn print_summary(scenarios: &[Scenario], result: &runner::SweepResult, args: &Ru
             why = layers.join(", ");
         }
         if let Some(p) = &s.first_problem {
-            let p: String = p.chars().take(160).collect();
+            // The start says what failed, the end why (a server's last line of stderr).
+            let p = term::head_and_end(p, 160);
             why = if why.is_empty() {
                 p
             } else {

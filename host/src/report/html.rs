@@ -103,6 +103,18 @@ fn cut(s: &str) -> String {
     }
 }
 
+/// An error or a stderr tail cut at about [`MAX_TEXT`] characters, keeping the end, where
+/// the cause is (a quoted stderr's last line), with a note of the full length.
+fn cut_keeping_end(s: &str) -> String {
+    let n = s.chars().count();
+    if n <= MAX_TEXT {
+        s.to_owned()
+    } else {
+        let kept = crate::term::head_and_end(s, MAX_TEXT);
+        format!("{kept} [cut: {n} characters in all]")
+    }
+}
+
 fn json_text(v: &serde_json::Value) -> String {
     cut(&serde_json::to_string(v).unwrap_or_default())
 }
@@ -300,7 +312,7 @@ fn run_details(run: &LoadedRun, base: Option<&Path>, open: bool) -> Markup {
             }
             div {
                 @if let Some(e) = run.score.as_ref().and_then(|s| s.error.as_ref()).or(run.score_problem.as_ref()).or(t.error.as_ref()) {
-                    p.error { "Error: " (cut(e)) }
+                    p.error { "Error: " (cut_keeping_end(e)) }
                 }
                 @if let Some(d) = &t.denial {
                     p.error { "Guard " code { (d.guard) } " denied turn " (d.turn) ": " (d.code) " — " (cut(&d.message)) }
@@ -335,7 +347,7 @@ fn run_details(run: &LoadedRun, base: Option<&Path>, open: bool) -> Markup {
                                 @if let Some(reply) = &turn.reply { pre.reply { (cut(reply)) } }
                                 @if let Some(e) = &turn.error {
                                     pre.error {
-                                        "error" @if let Some(k) = turn.error_kind { " (" (k) ")" } ": " (cut(e))
+                                        "error" @if let Some(k) = turn.error_kind { " (" (k) ")" } ": " (cut_keeping_end(e))
                                     }
                                 }
                                 @if !turn.retries.is_empty() { p.muted { (turn.retries.len()) " request(s) retried" } }
@@ -359,7 +371,7 @@ fn run_details(run: &LoadedRun, base: Option<&Path>, open: bool) -> Markup {
                                 td { pre { (json_text(&c.arguments)) } }
                                 td {
                                     pre { (json_text(&c.result)) }
-                                    @if let Some(e) = &c.error { pre.error { "error: " (cut(e)) } }
+                                    @if let Some(e) = &c.error { pre.error { "error: " (cut_keeping_end(e)) } }
                                 }
                             }
                         }
@@ -375,7 +387,7 @@ fn run_details(run: &LoadedRun, base: Option<&Path>, open: bool) -> Markup {
                         @if let Some(exit) = &server.exit { ": " (cut(exit)) }
                     }
                     @if !server.stderr_tail.trim().is_empty() {
-                        pre { (cut(&server.stderr_tail)) }
+                        pre { (cut_keeping_end(&server.stderr_tail)) }
                     }
                 }
                 @if !t.worker_warnings.is_empty() {

@@ -9,6 +9,8 @@
 
 pub mod server;
 
+use std::cmp::Ordering;
+
 use serde_json::{Map, Value};
 use windtunnel_model::{ServerCall, ToolCondition, ToolEffect, ToolSpec, WorldCheck};
 
@@ -264,42 +266,118 @@ impl World {
 }
 
 /// Does `check` hold on `state` (a world's state, read where it lies)? See [`World::check`].
+///
+/// Every condition of the check must hold. A value that is absent, or of a kind a condition
+/// does not apply to (`matches` on a number, `gt` on a string, `contains` on an object),
+/// fails that condition: a check never passes on what it could not read.
 pub fn check_state(state: &Value, check: &WorldCheck) -> Result<(), String> {
     let found = lookup(state, &check.path);
+    let at = shown_path(&check.path);
     if let Some(exists) = check.exists
         && exists != found.is_some()
     {
         return Err(if exists {
-            format!("`{}` should exist but is absent", check.path)
+            format!("{at} should exist but is absent")
         } else {
             format!(
-                "`{}` should be absent but is {}",
-                check.path,
+                "{at} should be absent but is {}",
                 show(found.unwrap_or(&Value::Null))
             )
         });
     }
+    let absent = |expected: String| format!("{at} is absent, expected {expected}");
     if let Some(expected) = &check.equals {
         match found {
             Some(v) if loose_eq(v, expected) => {}
             Some(v) => {
-                return Err(format!(
-                    "`{}` is {}, expected {}",
-                    check.path,
-                    show(v),
-                    show(expected)
-                ));
+                return Err(format!("{at} is {}, expected {}", show(v), show(expected)));
             }
-            None => {
+            None => return Err(absent(show(expected))),
+        }
+    }
+    if let Some(needle) = &check.contains {
+        let what = format!("it to contain {}", show(needle));
+        match (found, needle) {
+            (None, _) => return Err(absent(what)),
+            (Some(Value::String(s)), Value::String(n)) if s.contains(n.as_str()) => {}
+            (Some(Value::Array(a)), n) if a.iter().any(|v| loose_eq(v, n)) => {}
+            (Some(v @ (Value::String(_) | Value::Array(_))), _) => {
+                return Err(format!("{at} is {}, expected {what}", show(v)));
+            }
+            (Some(v), _) => {
                 return Err(format!(
-                    "`{}` is absent, expected {}",
-                    check.path,
-                    show(expected)
+                    "{at} is {}, neither a string nor an array, expected {what}",
+                    show(v)
                 ));
             }
         }
     }
+    if let Some(pattern) = &check.matches {
+        let re = regex(pattern)?;
+        let what = format!("a string that matches /{}/", crate::term::sanitize(pattern));
+        match found {
+            None => return Err(absent(what)),
+            Some(Value::String(s)) if re.is_match(s) => {}
+            Some(v) => return Err(format!("{at} is {}, expected {what}", show(v))),
+        }
+    }
+    let bounds = [
+        ("greater than", &check.gt, [Ordering::Greater].as_slice()),
+        ("at least", &check.ge, &[Ordering::Greater, Ordering::Equal]),
+        ("less than", &check.lt, &[Ordering::Less]),
+        ("at most", &check.le, &[Ordering::Less, Ordering::Equal]),
+    ];
+    for (words, bound, holds) in bounds {
+        let Some(bound) = bound else { continue };
+        let what = format!("a number {words} {bound}");
+        match found {
+            None => return Err(absent(what)),
+            Some(Value::Number(n)) if compare(n, bound).is_some_and(|o| holds.contains(&o)) => {}
+            Some(v) => return Err(format!("{at} is {}, expected {what}", show(v))),
+        }
+    }
     Ok(())
+}
+
+/// A path as messages name it: `` `a.b` ``, or the whole value for the empty path.
+fn shown_path(path: &str) -> String {
+    if segments(path).next().is_none() {
+        "the whole value".to_owned()
+    } else {
+        format!("`{}`", crate::term::sanitize(path))
+    }
+}
+
+/// `pattern` compiled, or why it is not a regular expression, on one line.
+pub fn regex(pattern: &str) -> Result<regex::Regex, String> {
+    regex::Regex::new(pattern).map_err(|e| {
+        // The crate's syntax errors draw the pattern over several lines; the last one says
+        // what is wrong.
+        let text = e.to_string();
+        let why = text
+            .lines()
+            .rev()
+            .find_map(|l| l.strip_prefix("error: "))
+            .unwrap_or_else(|| text.lines().last().unwrap_or("invalid"));
+        format!(
+            "{:?} is not a regular expression: {}",
+            pattern,
+            crate::term::sanitize(why)
+        )
+    })
+}
+
+/// Two JSON numbers in order: integers exactly, anything else as `f64`.
+fn compare(a: &serde_json::Number, b: &serde_json::Number) -> Option<Ordering> {
+    let int = |n: &serde_json::Number| {
+        n.as_i64()
+            .map(i128::from)
+            .or_else(|| n.as_u64().map(i128::from))
+    };
+    match (int(a), int(b)) {
+        (Some(x), Some(y)) => Some(x.cmp(&y)),
+        _ => a.as_f64()?.partial_cmp(&b.as_f64()?),
+    }
 }
 
 /// Numbers compare by value (`1` equals `1.0`); everything else structurally.
@@ -594,5 +672,25 @@ mod tests {
         absent.path = "log.0".into();
         absent.exists = Some(false);
         assert!(w.check(&absent).is_ok());
+    }
+
+    #[test]
+    fn bounds_compare_integers_exactly_and_refuse_what_is_not_a_number() {
+        let state = json!({"big": u64::MAX, "near": 9_007_199_254_740_993_i64, "f": 2.5, "s": "3"});
+        let bound = |path: &str, gt: Value| {
+            let mut c = WorldCheck::default();
+            c.path = path.into();
+            c.gt = gt.as_number().cloned();
+            check_state(&state, &c)
+        };
+        assert!(bound("big", json!(u64::MAX - 1)).is_ok());
+        assert!(bound("big", json!(u64::MAX)).is_err());
+        // Past 2^53 an f64 cannot tell these apart; integers are compared as integers.
+        assert!(bound("near", json!(9_007_199_254_740_992_i64)).is_ok());
+        assert!(bound("f", json!(2)).is_ok());
+        assert!(bound("f", json!(2.5)).is_err());
+        let e = bound("s", json!(1)).unwrap_err();
+        assert_eq!(e, "`s` is \"3\", expected a number greater than 1");
+        assert!(bound("nothing", json!(1)).unwrap_err().contains("is absent"));
     }
 }

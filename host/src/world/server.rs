@@ -245,9 +245,8 @@ impl Server {
                 why.push_str(&format!(" ({exit})"));
             }
             let tail = lock(&p.stderr).text();
-            let tail = tail.trim();
-            if !tail.is_empty() {
-                why.push_str(&format!("; stderr (last bytes): {}", excerpt(tail)));
+            if !tail.trim().is_empty() {
+                why.push_str(&format!("; stderr (last bytes): {}", stderr_excerpt(&tail)));
             }
         }
         self.broken.get_or_insert(why).clone()
@@ -916,7 +915,18 @@ fn read_messages(out: std::process::ChildStdout, tx: &mpsc::Sender<Result<Value,
     }
 }
 
-/// At most 300 characters of `s`, on one line, with control characters escaped.
+/// The most characters of a server's stderr a message quotes.
+const STDERR_EXCERPT_CHARS: usize = 600;
+
+/// The end of a server's stderr, where the cause is (a traceback's last line): its last
+/// lines within [`STDERR_EXCERPT_CHARS`], on one line, control characters escaped, with `…`
+/// in front when the start was cut.
+fn stderr_excerpt(tail: &str) -> String {
+    crate::term::sanitize(&crate::term::last_lines(tail.trim(), STDERR_EXCERPT_CHARS)).into_owned()
+}
+
+/// At most 300 characters of `s` from its start (an answer, a line of stdout: what it says
+/// first is what it is), on one line, with control characters escaped.
 pub fn excerpt(s: &str) -> String {
     let cut: String = s.chars().take(300).collect();
     let more = if s.chars().count() > 300 { "…" } else { "" };
@@ -1028,7 +1038,10 @@ fn with_tail(why: String, record: &WorldServerRecord) -> String {
     if why.contains("stderr (last bytes)") || record.stderr_tail.trim().is_empty() {
         why
     } else {
-        format!("{why}; stderr (last bytes): {}", excerpt(record.stderr_tail.trim()))
+        format!(
+            "{why}; stderr (last bytes): {}",
+            stderr_excerpt(&record.stderr_tail)
+        )
     }
 }
 

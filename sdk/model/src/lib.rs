@@ -286,12 +286,16 @@ impl<'de> Deserialize<'de> for ToolEffect {
     }
 }
 
-/// A check on the fixture world: the value at `path` equals `equals`, or (with `exists`)
-/// is present or absent.
+/// A check on the fixture world: the value at `path` and what must hold of it — `equals`,
+/// `exists`, `contains`, `matches` and the numeric bounds `gt`, `ge`, `lt`, `le`.
+/// Every condition given must hold; a value that is absent or of the wrong kind for one
+/// (`matches` on a number, `gt` on a string) fails it.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct WorldCheck {
-    /// A dotted path into the world.
+    /// A dotted path into the world; empty (or left out) for the whole value, such
+    /// as a state call's result that is text rather than JSON.
+    #[serde(default)]
     pub path: String,
     /// The value expected there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -299,6 +303,25 @@ pub struct WorldCheck {
     /// Whether something must (or must not) be there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exists: Option<bool>,
+    /// A substring of the string there, or an element of the array there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contains: Option<Value>,
+    /// A regular expression (`regex` crate syntax) that the string there matches somewhere;
+    /// anchor it with `^…$` for the whole string.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub matches: Option<String>,
+    /// The number there is greater than this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gt: Option<serde_json::Number>,
+    /// The number there is greater than or equal to this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ge: Option<serde_json::Number>,
+    /// The number there is less than this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lt: Option<serde_json::Number>,
+    /// The number there is less than or equal to this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub le: Option<serde_json::Number>,
 }
 
 impl WorldCheck {
@@ -307,7 +330,7 @@ impl WorldCheck {
         WorldCheck {
             path: path.into(),
             equals: Some(value.into()),
-            exists: None,
+            ..WorldCheck::default()
         }
     }
 
@@ -315,8 +338,8 @@ impl WorldCheck {
     pub fn exists(path: impl Into<String>, exists: bool) -> Self {
         WorldCheck {
             path: path.into(),
-            equals: None,
             exists: Some(exists),
+            ..WorldCheck::default()
         }
     }
 }
@@ -425,9 +448,17 @@ pub struct FileCheck {
     /// Text it must contain.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub contains: Option<String>,
-    /// A check on the file read as JSON (or JSON Lines, as an array of the lines).
+    /// A regular expression its text must match somewhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub matches: Option<String>,
+    /// A check on the file read as JSON, or as JSON Lines (an array of its lines).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub json: Option<WorldCheck>,
+    /// How `json` reads the file: `"json"` or `"jsonl"`. Left out, a file named
+    /// `*.jsonl` or `*.ndjson` is JSON Lines and any other is JSON — never a guess from
+    /// its content.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format: Option<String>,
 }
 
 /// What each scorer layer checks.
