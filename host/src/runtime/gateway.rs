@@ -45,6 +45,51 @@ pub(crate) fn upstream_key(g: &Gateway) -> Result<Option<String>, RuntimeError> 
     super::secret_var(g.api_key_env.as_deref(), "gateway.api_key_env")
 }
 
+/// The variables the gateway keeps from the agent, with the setting naming each: the
+/// upstream's key (`gateway.api_key_env`) and every `gateway.headers` value read from the
+/// environment.
+pub(crate) fn sealed_vars(g: &Gateway) -> Vec<(&str, String)> {
+    let mut sealed: Vec<(&str, String)> = g
+        .api_key_env
+        .iter()
+        .map(|v| (v.as_str(), "gateway.api_key_env".to_owned()))
+        .collect();
+    for (name, value) in g.headers.iter().flatten() {
+        if let super::agent::HeaderValue::Env { env } = value {
+            sealed.push((env.as_str(), format!("gateway.headers.{name}")));
+        }
+    }
+    sealed
+}
+
+/// Refuses to hand the agent a sealed value under another name: `given` is what reaches
+/// it (a variable of its environment, a field of an inject, a key it is sent), each named
+/// for the message. A value is never shown.
+pub(crate) fn refuse_sealed<'a>(
+    g: &Gateway,
+    given: impl IntoIterator<Item = (String, &'a str)>,
+) -> Result<(), RuntimeError> {
+    let values: Vec<(String, String)> = sealed_vars(g)
+        .into_iter()
+        .filter_map(|(var, field)| {
+            let v = crate::secrets::env_secret(var).ok()?;
+            (!v.trim().is_empty()).then_some((field, v))
+        })
+        .collect();
+    for (what, value) in given {
+        // A short secret would be found inside any long value by chance: it must be whole.
+        if let Some((field, _)) = values
+            .iter()
+            .find(|(_, v)| value == v || (v.len() >= 8 && value.contains(v.as_str())))
+        {
+            return Err(RuntimeError(format!(
+                "{what} holds the value of `{field}`, which the gateway keeps from the agent; remove it from the agent config"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Where a gateway forwards to, shared by every lane of the sweep: one client, one set of
 /// limits.
 pub struct Upstream {

@@ -56,12 +56,32 @@ impl HttpRuntime {
             Some(g) => Some(Arc::new(super::gateway::Upstream::new(agent, g)?)),
             None => None,
         };
+        let key = super::api_key(agent)?;
+        if let Some(g) = &settings.gateway {
+            // What reaches the service: its key, and the fields of every inject.
+            let told = super::told(agent);
+            let told: Vec<(String, String)> = told
+                .iter()
+                .map(|(n, v)| (format!("`{n}` (sent in every inject)"), v.to_string()))
+                .collect();
+            super::gateway::refuse_sealed(
+                g,
+                key.iter()
+                    .map(|k| {
+                        (
+                            "the key `api_key_env` sends the service".to_owned(),
+                            k.as_str(),
+                        )
+                    })
+                    .chain(told.iter().map(|(n, v)| (n.clone(), v.as_str()))),
+            )?;
+        }
         Ok(HttpRuntime {
             gateway,
             agent: agent.clone(),
             settings: settings.clone(),
             base: base.trim().trim_end_matches('/').to_owned(),
-            key: super::api_key(agent)?,
+            key,
             net: Net::new(
                 Duration::from_secs(5),
                 &settings.limits,

@@ -268,6 +268,19 @@ impl ProcessRuntime {
             };
             env.insert(format!("WT_AGENT_{}", name.to_uppercase()), text);
         }
+        if let Some(g) = &agent.gateway {
+            super::gateway::refuse_sealed(
+                g,
+                env.iter()
+                    .map(|(k, v)| (format!("the agent's environment variable {k}"), v.as_str())),
+            )?;
+            super::gateway::refuse_sealed(
+                g,
+                command
+                    .iter()
+                    .map(|a| ("an argument of `command`".to_owned(), a.as_str())),
+            )?;
+        }
         Ok(ProcessRuntime {
             config: Arc::new(Config {
                 command,
