@@ -138,6 +138,57 @@ fn endless_stream() -> String {
 }
 
 #[test]
+fn an_unreadable_stream_is_an_error_and_a_persisting_429_reaches_the_agent_as_429() {
+    let dir = tmp();
+    let malformed = TestServer::start_with_headers(|_| {
+        (
+            200,
+            vec![("content-type".into(), "text/event-stream".into())],
+            concat!(
+                "data: {\"id\":\"c-bad\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n",
+                "data: {\"choices\": [oops\n\n",
+                "data: [DONE]\n\n"
+            )
+            .into(),
+        )
+    });
+    let agent = caller(dir.path(), "malformed", "stream", &malformed.base, 30.0);
+    let (_, t, _) = run(dir.path(), "malformed", &agent);
+    let c = the_call(&t);
+    assert_eq!(c["response"]["content"], "hi", "{c}");
+    let error = c["error"].as_str().unwrap_or_default();
+    assert!(error.contains("malformed stream: 1 event(s)"), "{c}");
+    // A stream that stops without its end is not a whole reply either.
+    let unended = TestServer::start_with_headers(|_| {
+        (
+            200,
+            vec![("content-type".into(), "text/event-stream".into())],
+            "data: {\"id\":\"c-cut\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n".into(),
+        )
+    });
+    let agent = caller(dir.path(), "unended", "stream", &unended.base, 30.0);
+    let (_, t, _) = run(dir.path(), "unended", &agent);
+    let error = the_call(&t)["error"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(error.contains("ended without `data: [DONE]`"), "{t}");
+    // A rate limit that outlasts the retries: the agent gets the 429, not a 502.
+    let limited =
+        TestServer::start(|_| (429, json!({"error": {"message": "slow down"}}).to_string()));
+    let agent = caller(dir.path(), "limited", "plain", &limited.base, 30.0);
+    let (_, t, _) = run(dir.path(), "limited", &agent);
+    assert_eq!(limited.seen().len(), 2, "one retry");
+    assert_eq!(got(&t)["status"], 429, "{t}");
+    let c = the_call(&t);
+    assert!(
+        c["error"].as_str().unwrap_or_default().contains("HTTP 429"),
+        "{c}"
+    );
+    assert_eq!(c["retries"].as_array().map(Vec::len), Some(1), "{c}");
+}
+
+#[test]
 fn the_upstreams_secrets_reach_the_agent_by_no_way_and_are_refused_at_load() {
     let dir = tmp();
     let gateway = "[gateway]\nendpoint = \"http://127.0.0.1:9/v1\"\napi_key_env = \"UPSTREAM_KEY\"\nheaders = { \"X-Tenant\" = { env = \"TENANT_TOKEN\" } }\n";

@@ -346,10 +346,11 @@ pub(crate) async fn serve(
                 .unwrap_or_else(|_| error(shape, 502, "wt_gateway_error", "bad upstream head"))
         }
         Ok(Err((e, status))) => {
-            // The upstream's own refusal (a 4xx) reaches the agent as such; anything else
-            // is the gateway's failure to get an answer.
+            // The upstream's own refusal (a 4xx, a 429 that outlasted the retries too)
+            // reaches the agent with its status; anything else is the gateway's failure to
+            // get an answer.
             let code = match status {
-                Some(s) if (400..500).contains(&s) && s != 429 => s,
+                Some(s) if (400..500).contains(&s) => s,
                 _ if e.kind == windtunnel_model::TurnErrorKind::Timeout => 504,
                 _ => 502,
             };
@@ -539,6 +540,9 @@ pub(crate) fn response_record(
                 }
             }
         }
+        if let Some(fault) = stream_fault(&text, shape) {
+            call.error.get_or_insert(fault);
+        }
     } else {
         match serde_json::from_str::<Value>(&text) {
             Ok(v) if shape == Shape::Messages => message_record(call, &v),
@@ -583,6 +587,51 @@ pub(crate) fn first_choice(resp: &Value) -> Option<&Value> {
         Value::Object(m) => m.get("0"),
         _ => None,
     }
+}
+
+/// What makes a stream unreadable as a whole reply, if anything: an event whose data is not
+/// JSON, or a stream that ended without the event that ends it (chat completions: `[DONE]`
+/// or a finish reason; Messages: `message_stop`; Responses: the response's
+/// `response.completed`, `.incomplete` or `.failed`). Its record is not a clean call.
+fn stream_fault(text: &str, shape: Shape) -> Option<String> {
+    let mut bad = 0usize;
+    let mut first_bad = None;
+    let mut ended = false;
+    for data in text.lines().filter_map(|l| l.strip_prefix("data:").map(str::trim)) {
+        if data == "[DONE]" {
+            ended |= shape == Shape::Chat;
+            continue;
+        }
+        let Ok(event) = serde_json::from_str::<Value>(data) else {
+            bad += 1;
+            first_bad.get_or_insert(data);
+            continue;
+        };
+        ended |= match shape {
+            Shape::Chat => first_choice(&event)
+                .and_then(|c| c.get("finish_reason"))
+                .is_some_and(Value::is_string),
+            Shape::Messages => event["type"] == "message_stop",
+            Shape::Responses => matches!(
+                event["type"].as_str(),
+                Some("response.completed" | "response.incomplete" | "response.failed")
+            ),
+        };
+    }
+    if let Some(first) = first_bad {
+        return Some(format!(
+            "malformed stream: {bad} event(s) whose data is not JSON, the first: {}",
+            crate::score::excerpt(first)
+        ));
+    }
+    (!ended).then(|| {
+        let last = match shape {
+            Shape::Chat => "`data: [DONE]` or a finish reason",
+            Shape::Messages => "`message_stop`",
+            Shape::Responses => "`response.completed`, `.incomplete` or `.failed`",
+        };
+        format!("malformed stream: it ended without {last}")
+    })
 }
 
 /// The JSON payloads of a stream's `data:` lines.
@@ -928,6 +977,21 @@ mod tests {
             (u.prompt_tokens, u.completion_tokens, u.cached_tokens),
             (7, 3, 2)
         );
+    }
+
+    #[test]
+    fn a_stream_is_whole_only_with_its_end_and_every_event_json() {
+        let ok = "data: {\"choices\":[{\"delta\":{}}]}\n\ndata: [DONE]\n\n";
+        assert_eq!(stream_fault(ok, Shape::Chat), None);
+        let bad = "data: {\"choices\":[{\"delta\":{}}]}\n\ndata: {oops\n\ndata: [DONE]\n\n";
+        assert!(stream_fault(bad, Shape::Chat).unwrap().contains("1 event(s)"));
+        let unended = "data: {\"choices\":[{\"delta\":{}}]}\n\n";
+        assert!(stream_fault(unended, Shape::Chat).unwrap().contains("[DONE]"));
+        let message = "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+        assert_eq!(stream_fault(message, Shape::Messages), None);
+        assert!(stream_fault(ok, Shape::Messages).is_some());
+        let done = "data: {\"type\":\"response.completed\",\"response\":{}}\n\n";
+        assert_eq!(stream_fault(done, Shape::Responses), None);
     }
 
     #[test]
