@@ -138,6 +138,46 @@ fn endless_stream() -> String {
 }
 
 #[test]
+fn a_model_call_the_turns_deadline_cuts_off_is_recorded_as_timed_out_with_what_arrived() {
+    let dir = tmp();
+    // An upstream that hangs past the turn's deadline, before any byte of its answer.
+    let hangs = TestServer::start(|_| {
+        std::thread::sleep(Duration::from_secs(30));
+        (200, "{}".into())
+    });
+    let agent = caller(dir.path(), "hangs", "plain", &hangs.base, 2.0);
+    let (_, t, _) = run(dir.path(), "hangs", &agent);
+    assert_eq!(hangs.seen().len(), 1);
+    assert_eq!(t["turns"][0]["error_kind"], "timeout", "{t}");
+    let c = the_call(&t);
+    assert_eq!(c["turn"], 0, "{c}");
+    let error = c["error"].as_str().unwrap_or_default();
+    assert!(error.starts_with("timed out"), "{c}");
+    // A stream that never ends: recorded with what of it arrived.
+    let endless = endless_stream();
+    let agent = caller(dir.path(), "endless", "stream", &endless, 2.0);
+    let (_, t, _) = run(dir.path(), "endless", &agent);
+    let c = the_call(&t);
+    assert_eq!(c["turn"], 0, "{c}");
+    assert!(
+        c["error"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("timed out"),
+        "{c}"
+    );
+    assert!(c["stream"].as_bool().unwrap(), "{c}");
+    assert_eq!(c["response_id"], "c-endless", "{c}");
+    assert!(
+        c["response"]["content"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("tick tick "),
+        "{c}"
+    );
+}
+
+#[test]
 fn an_unreadable_stream_is_an_error_and_a_persisting_429_reaches_the_agent_as_429() {
     let dir = tmp();
     let malformed = TestServer::start_with_headers(|_| {

@@ -18,7 +18,7 @@
 
 use std::convert::Infallible;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -31,6 +31,7 @@ use windtunnel_model::{ModelCall, TokenUsage};
 use super::agent::Gateway;
 use super::net::{Log, Net, Request, Sink};
 use super::{Agent, RuntimeError};
+use crate::interrupt::Interrupt;
 use crate::limits::{MAX_RECORDED_PART_BYTES, cut_text, cut_value, keep_last};
 
 /// The `source` of calls through the gateway.
@@ -174,8 +175,46 @@ pub(crate) fn api_url(base: &str, path: &str, what: &str) -> Result<String, Runt
     Ok(url.to_string())
 }
 
+/// A call being forwarded, as its run sees it: the run may end it before its reply does
+/// (the turn's deadline, `wt` stopping, the run's end), and the call is recorded then with
+/// what arrived and why it ended.
+#[derive(Debug)]
+pub(crate) struct InFlight {
+    stop: Arc<Interrupt>,
+    why: Mutex<Option<String>>,
+}
+
+impl InFlight {
+    fn new() -> Arc<InFlight> {
+        Arc::new(InFlight {
+            stop: Interrupt::new(),
+            why: Mutex::new(None),
+        })
+    }
+
+    /// Ends the call's forwarding now; `why` becomes its record's error.
+    pub(crate) fn cut(&self, why: &str) {
+        self.why
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get_or_insert_with(|| why.to_owned());
+        self.stop.cut();
+    }
+
+    fn why(&self) -> Option<String> {
+        self.why
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+}
+
 /// What the gateway needs of the run a call is addressed to (the lane's run slot).
 pub(crate) trait RunDoor: Send + Sync {
+    /// A call is being forwarded: the run may cut it ([`InFlight::cut`]).
+    fn begin(&self, call: Arc<InFlight>);
+    /// The call is recorded (delivered or kept): the run no longer waits for it.
+    fn end(&self, call: &Arc<InFlight>);
     /// The run's bearer token.
     fn model_token(&self) -> &str;
     /// Is one of the run's turns in progress?
@@ -290,10 +329,13 @@ pub(crate) async fn serve(
     let (head_tx, head_rx) = oneshot::channel();
     let (body_tx, body_rx) = mpsc::channel::<Bytes>(32);
     let up = upstream.clone();
+    let flight = InFlight::new();
+    door.begin(flight.clone());
     let forwarding = tokio::task::spawn_blocking(move || {
         let mut sink = Forward {
             head: Some(head_tx),
             body: body_tx,
+            stop: flight.stop.clone(),
             copy: Vec::new(),
             max_copy: usize::try_from(up.net.max_body()).unwrap_or(usize::MAX),
             first_byte: None,
@@ -311,16 +353,21 @@ pub(crate) async fn serve(
             body: Some(&body),
         };
         let mut log = Log::default();
-        let sent = up
-            .net
-            .forward(&req, started + up.timeout, &mut log, &mut sink);
+        let sent = up.net.forward(
+            &req,
+            started + up.timeout,
+            &flight.stop,
+            &mut log,
+            &mut sink,
+        );
         call.retries = log.retries;
         call.latency_ms = millis(started.elapsed());
         call.ttft_ms = sink.first_byte.map(|t| millis(t - started));
         match sent {
             Ok(()) => response_record(&mut call, &sink.copy, sink.content_type.as_deref(), shape),
             Err((e, status)) => {
-                call.error = Some(e.message.clone());
+                // Cut by its run: why the run ended it, not how the cut looked from here.
+                call.error = Some(flight.why().unwrap_or_else(|| e.message.clone()));
                 if let Some(tx) = sink.head.take() {
                     let _ = tx.send(Err((e, status)));
                 }
@@ -335,6 +382,7 @@ pub(crate) async fn serve(
         if let Err(call) = door.deliver(Box::new(call)) {
             door.keep(*call);
         }
+        door.end(&flight);
     });
     match head_rx.await {
         Ok(Ok((status, content_type))) => {
@@ -404,6 +452,8 @@ type Head = Result<(u16, Option<String>), (super::TurnError, Option<u16>)>;
 struct Forward {
     head: Option<oneshot::Sender<Head>>,
     body: mpsc::Sender<Bytes>,
+    /// Cut by the run: stop waiting for the agent to take a chunk.
+    stop: Arc<Interrupt>,
     copy: Vec<u8>,
     max_copy: usize,
     first_byte: Option<Instant>,
@@ -424,7 +474,28 @@ impl Sink for Forward {
             let room = self.max_copy - self.copy.len();
             self.copy.extend_from_slice(&bytes[..bytes.len().min(room)]);
         }
-        self.body.blocking_send(Bytes::copy_from_slice(bytes)).is_ok()
+        self.send(Bytes::copy_from_slice(bytes))
+    }
+}
+
+impl Forward {
+    /// Hands bytes to the agent's response; `false` when the agent is gone or the run cut
+    /// the call.
+    fn send(&mut self, mut chunk: Bytes) -> bool {
+        // An agent that stops reading must not hold the call past its run's cut.
+        loop {
+            match self.body.try_send(chunk) {
+                Ok(()) => return true,
+                Err(mpsc::error::TrySendError::Closed(_)) => return false,
+                Err(mpsc::error::TrySendError::Full(back)) => {
+                    if self.stop.is_cut() {
+                        return false;
+                    }
+                    chunk = back;
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+        }
     }
 }
 

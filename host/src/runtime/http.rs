@@ -273,6 +273,17 @@ impl HttpAgent {
                 }
             }
         });
+        if let Err(e) = &answer.0 {
+            match e.kind {
+                TurnErrorKind::Timeout => {
+                    run.cut_model_calls("timed out: the turn timeout came before the reply");
+                }
+                TurnErrorKind::Interrupted => {
+                    run.cut_model_calls("interrupted: wt was stopped before the reply came");
+                }
+                _ => {}
+            }
+        }
         run.close_turn();
         let late = mcp::refuse_pending(&rx, "refused: the turn ended before the call ran");
         models.extend(
@@ -309,6 +320,7 @@ impl AgentHandle for HttpAgent {
         let refused = self.take_refused();
         let mut model_calls = std::mem::take(&mut self.outside_models);
         if let Some(run) = self.run.take() {
+            run.cut_model_calls(mcp::RUN_ENDED_FIRST);
             model_calls.extend(run.take_model_calls());
         }
         self.run_id = None;

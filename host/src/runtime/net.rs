@@ -400,15 +400,24 @@ impl Net {
     /// 2xx reply to `sink` as it arrives: its head, then its body chunk by chunk, within
     /// `max_response_bytes`. Nothing is retried once the head went to the sink. A failure
     /// carries the upstream's HTTP status, when it answered with one.
+    /// `stop` ends it early (its run ended it), as the sweep's cut ends [`Net::json_until`].
     pub(crate) fn forward(
         &self,
         req: &Request<'_>,
         deadline: Instant,
+        stop: &Interrupt,
         log: &mut Log,
         sink: &mut dyn Sink,
     ) -> Result<(), (TurnError, Option<u16>)> {
-        self.exchange(req, payload(req).as_ref(), deadline, None, log, Some(sink))
-            .map(drop)
+        self.exchange(
+            req,
+            payload(req).as_ref(),
+            deadline,
+            Some(stop),
+            log,
+            Some(sink),
+        )
+        .map(drop)
     }
 
     /// Sends `req` with `body` (JSON, serialized once for every attempt).
@@ -429,7 +438,10 @@ impl Net {
             .build();
         let mut attempt = 0u32;
         loop {
-            let slot = match self.limits.admit(&self.driver, deadline, stop, &mut log.waits) {
+            let slot = match self
+                .limits
+                .admit(&self.driver, deadline, stop, &mut log.waits)
+            {
                 Ok(slot) => slot,
                 Err(Held::Deadline) => return Err((timed_out(req, attempt), None)),
                 Err(Held::Paused(until)) => return Err((paused(req, until), None)),
@@ -1158,6 +1170,7 @@ pub(crate) mod tests {
         net.forward(
             &req,
             Instant::now() + Duration::from_secs(60),
+            &Interrupt::new(),
             &mut Log::default(),
             &mut sink,
         )

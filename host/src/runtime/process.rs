@@ -654,6 +654,16 @@ enum Stop {
     Cut,
 }
 
+impl Stop {
+    /// The error of a model call this stop cut off.
+    fn cuts_model_calls(&self) -> String {
+        match self {
+            Stop::Deadline(why) => format!("timed out: the {why} came before the reply"),
+            Stop::Cut => "interrupted: wt was stopped before the reply came".to_owned(),
+        }
+    }
+}
+
 impl ProcessAgent {
     fn substitute(&self, run: &LiveRun, input: Option<(&str, u32)>) -> Vec<String> {
         self.config
@@ -801,6 +811,7 @@ impl ProcessAgent {
         }
         if let Some(m) = run.mcp.take() {
             self.refused.extend(m.take_refused());
+            m.cut_model_calls(mcp::RUN_ENDED_FIRST);
             self.outside_models.extend(m.take_model_calls());
         }
         if let Some(p) = run.mcp_config.take() {
@@ -930,6 +941,9 @@ impl ProcessAgent {
             Ok(Err((TurnErrorKind::Agent, String::new())))
         };
         if let Some(m) = &run.mcp {
+            if let Err(stop) = &outcome {
+                m.cut_model_calls(&stop.cuts_model_calls());
+            }
             m.close_turn();
             let late =
                 mcp::refuse_pending(&session.rx, "refused: the turn ended before the call ran");
@@ -1065,6 +1079,9 @@ impl ProcessAgent {
             },
         );
         if let Some(m) = &run.mcp {
+            if let Err(stop) = &outcome {
+                m.cut_model_calls(&stop.cuts_model_calls());
+            }
             m.close_turn();
             let late = mcp::refuse_pending(&rx, "refused: the turn ended before the call ran");
             models.extend(
