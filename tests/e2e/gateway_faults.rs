@@ -156,7 +156,7 @@ fn a_model_call_the_turns_deadline_cuts_off_is_recorded_as_timed_out_with_what_a
     // A stream that never ends: recorded with what of it arrived.
     let endless = endless_stream();
     let agent = caller(dir.path(), "endless", "stream", &endless, 2.0);
-    let (_, t, _) = run(dir.path(), "endless", &agent);
+    let (_, t, s) = run(dir.path(), "endless", &agent);
     let c = the_call(&t);
     assert_eq!(c["turn"], 0, "{c}");
     assert!(
@@ -174,6 +174,15 @@ fn a_model_call_the_turns_deadline_cuts_off_is_recorded_as_timed_out_with_what_a
             .unwrap_or_default()
             .starts_with("tick tick "),
         "{c}"
+    );
+    // It used tokens nobody reported: its cost is unknown, and says why.
+    assert!(s["usage"]["cost_usd"].is_null(), "{s}");
+    assert!(
+        s["usage"]["cost_unknown"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("1 failed before its usage came"),
+        "{s}"
     );
 }
 
@@ -226,6 +235,84 @@ fn an_unreadable_stream_is_an_error_and_a_persisting_429_reaches_the_agent_as_42
         "{c}"
     );
     assert_eq!(c["retries"].as_array().map(Vec::len), Some(1), "{c}");
+}
+
+#[test]
+fn costs_are_rounded_in_every_output_and_a_stream_without_usage_says_why() {
+    let dir = tmp();
+    // 56 input tokens at $0.30 a million: 1.68e-5 dollars, which f64 arithmetic makes
+    // 1.6800000000000002e-05.
+    let plain = TestServer::start(|_| {
+        (
+            200,
+            json!({"choices": [{"index": 0, "finish_reason": "stop",
+                   "message": {"role": "assistant", "content": "ok"}}],
+                   "usage": {"prompt_tokens": 56, "completion_tokens": 0}})
+            .to_string(),
+        )
+    });
+    let agent = caller(dir.path(), "plain", "plain", &plain.base, 30.0);
+    let (_, _, s) = run(dir.path(), "plain", &agent);
+    let noisy = 56.0 * 0.3 / 1e6;
+    assert_ne!(noisy, 1.68e-5, "the noise this test is about");
+    assert_eq!(s["usage"]["cost_usd"].as_f64(), Some(1.68e-5), "{s}");
+    for format in ["table", "markdown", "html"] {
+        let r = Wt::new(dir.path())
+            .args(["report", "runs-plain", "--format", format])
+            .run();
+        assert!(r.stdout.contains("$0.0000168"), "{format}: {r}");
+    }
+    let r = Wt::new(dir.path())
+        .args(["report", "runs-plain", "--format", "json"])
+        .run();
+    let doc: Value = serde_json::from_str(&r.stdout).unwrap_or_else(|e| panic!("{e}: {r}"));
+    assert_eq!(doc["usage"]["cost_usd"].as_f64(), Some(1.68e-5), "{r}");
+    assert!(!r.stdout.contains("1.6800000000000002"), "{r}");
+    // A streamed call: the gateway asks for its usage, and keeps the usage chunk from an
+    // agent that did not ask for it.
+    let usage_chunk = "data: {\"id\":\"c-s\",\"choices\":[],\"usage\":{\"prompt_tokens\":56,\"completion_tokens\":0}}\n\n";
+    let stream = |usage: bool| {
+        move |_: &crate::harness::Seen| {
+            let mut body = String::from(
+                "data: {\"id\":\"c-s\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"ok\"},\"finish_reason\":\"stop\"}]}\n\n",
+            );
+            if usage {
+                body.push_str(usage_chunk);
+            }
+            body.push_str("data: [DONE]\n\n");
+            (
+                200,
+                vec![("content-type".into(), "text/event-stream".into())],
+                body,
+            )
+        }
+    };
+    let with_usage = TestServer::start_with_headers(stream(true));
+    let agent = caller(dir.path(), "streamed", "stream", &with_usage.base, 30.0);
+    let (_, t, s) = run(dir.path(), "streamed", &agent);
+    let sent: Value = serde_json::from_str(&with_usage.seen()[0].body).unwrap();
+    assert_eq!(sent["stream_options"], json!({"include_usage": true}));
+    assert_eq!(s["usage"]["cost_usd"].as_f64(), Some(1.68e-5), "{s}");
+    let raw = got(&t)["raw"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        raw.contains("\"content\":\"ok\"") && raw.contains("[DONE]"),
+        "{raw}"
+    );
+    assert!(
+        !raw.contains("usage"),
+        "the agent did not ask for usage: {raw}"
+    );
+    // An upstream that sends no usage even so: no cost, and why.
+    let without = TestServer::start_with_headers(stream(false));
+    let agent = caller(dir.path(), "no-usage", "stream", &without.base, 30.0);
+    let (_, _, s) = run(dir.path(), "no-usage", &agent);
+    assert!(s["usage"]["cost_usd"].is_null(), "{s}");
+    let why = s["usage"]["cost_unknown"].as_str().unwrap_or_default();
+    assert!(why.contains("1 streamed without a usage chunk"), "{s}");
+    let r = Wt::new(dir.path())
+        .args(["report", "runs-no-usage", "--format", "table"])
+        .run();
+    assert!(r.stdout.contains("cost unknown"), "{r}");
 }
 
 #[test]

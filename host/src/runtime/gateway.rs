@@ -319,6 +319,8 @@ pub(crate) async fn serve(
         }
     };
     let mut call = request_record(&body);
+    let mut body = body;
+    let hide_usage = ask_stream_usage(&mut body, shape);
     if !door.turn_open() {
         let why = "refused: no turn of this run is in progress (model calls go through only during a turn)";
         call.error = Some(why.to_owned());
@@ -336,6 +338,8 @@ pub(crate) async fn serve(
             head: Some(head_tx),
             body: body_tx,
             stop: flight.stop.clone(),
+            hide_usage,
+            pending: Vec::new(),
             copy: Vec::new(),
             max_copy: usize::try_from(up.net.max_body()).unwrap_or(usize::MAX),
             first_byte: None,
@@ -360,6 +364,7 @@ pub(crate) async fn serve(
             &mut log,
             &mut sink,
         );
+        sink.flush();
         call.retries = log.retries;
         call.latency_ms = millis(started.elapsed());
         call.ttft_ms = sink.first_byte.map(|t| millis(t - started));
@@ -454,6 +459,10 @@ struct Forward {
     body: mpsc::Sender<Bytes>,
     /// Cut by the run: stop waiting for the agent to take a chunk.
     stop: Arc<Interrupt>,
+    /// The gateway asked for the stream's usage chunk and the agent did not: keep it from
+    /// the agent. The events not yet whole wait in `pending`.
+    hide_usage: bool,
+    pending: Vec<u8>,
     copy: Vec<u8>,
     max_copy: usize,
     first_byte: Option<Instant>,
@@ -474,11 +483,29 @@ impl Sink for Forward {
             let room = self.max_copy - self.copy.len();
             self.copy.extend_from_slice(&bytes[..bytes.len().min(room)]);
         }
-        self.send(Bytes::copy_from_slice(bytes))
+        if !self.hide_usage {
+            return self.send(Bytes::copy_from_slice(bytes));
+        }
+        self.pending.extend_from_slice(bytes);
+        let whole = events_end(&self.pending);
+        if whole == 0 {
+            return true;
+        }
+        let events: Vec<u8> = self.pending.drain(..whole).collect();
+        let shown = without_usage_events(&events);
+        shown.is_empty() || self.send(Bytes::from(shown))
     }
 }
 
 impl Forward {
+    /// What is left of a stream whose last event never ended, as it came.
+    fn flush(&mut self) {
+        if !self.pending.is_empty() {
+            let rest = std::mem::take(&mut self.pending);
+            self.send(Bytes::from(rest));
+        }
+    }
+
     /// Hands bytes to the agent's response; `false` when the agent is gone or the run cut
     /// the call.
     fn send(&mut self, mut chunk: Bytes) -> bool {
@@ -497,6 +524,71 @@ impl Forward {
             }
         }
     }
+}
+
+/// Asks an OpenAI-shaped upstream for a streamed chat completion's usage
+/// (`stream_options.include_usage`) when the agent's request did not: without it the call
+/// has no tokens and the run no cost. Returns whether the agent did not ask, so that the
+/// usage chunk (`choices: []`), which such a client may not expect, is kept from it.
+fn ask_stream_usage(body: &mut Value, shape: Shape) -> bool {
+    if shape != Shape::Chat || body.get("stream") != Some(&Value::Bool(true)) {
+        return false;
+    }
+    let options = body
+        .as_object_mut()
+        .map(|o| o.entry("stream_options").or_insert_with(|| json!({})));
+    match options {
+        Some(Value::Object(o)) if o.get("include_usage") != Some(&Value::Bool(true)) => {
+            o.insert("include_usage".into(), Value::Bool(true));
+            true
+        }
+        _ => false,
+    }
+}
+
+/// Where the whole events of a server-sent stream end in `bytes` (0: none whole yet).
+fn events_end(bytes: &[u8]) -> usize {
+    (1..bytes.len())
+        .rev()
+        .find(|&i| ends_event(bytes, i))
+        .map_or(0, |i| i + 1)
+}
+
+/// Does the byte at `i` end an event (the `\n` of its blank line)?
+fn ends_event(bytes: &[u8], i: usize) -> bool {
+    bytes[i] == b'\n'
+        && (bytes[i - 1] == b'\n' || (i >= 2 && bytes[i - 1] == b'\r' && bytes[i - 2] == b'\n'))
+}
+
+/// Whole events of a chat completion stream, less the usage chunk the agent did not ask
+/// for (a chunk with an empty `choices` and a `usage`).
+fn without_usage_events(events: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(events.len());
+    let mut start = 0;
+    while start < events.len() {
+        let end = start + events_end_first(&events[start..]);
+        let event = &events[start..end];
+        let usage_only = String::from_utf8_lossy(event)
+            .lines()
+            .filter_map(|l| l.strip_prefix("data:").map(str::trim))
+            .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+            .any(|c| {
+                c.get("choices").and_then(Value::as_array).is_some_and(Vec::is_empty)
+                    && c.get("usage").is_some_and(Value::is_object)
+            });
+        if !usage_only {
+            out.extend_from_slice(event);
+        }
+        start = end;
+    }
+    out
+}
+
+/// Where the first event of `bytes` ends (after its blank line), or their end.
+fn events_end_first(bytes: &[u8]) -> usize {
+    (1..bytes.len())
+        .find(|&i| ends_event(bytes, i))
+        .map_or(bytes.len(), |i| i + 1)
 }
 
 /// A response body fed from a channel.
@@ -1063,6 +1155,28 @@ mod tests {
         assert!(stream_fault(ok, Shape::Messages).is_some());
         let done = "data: {\"type\":\"response.completed\",\"response\":{}}\n\n";
         assert_eq!(stream_fault(done, Shape::Responses), None);
+    }
+
+    #[test]
+    fn only_the_usage_chunk_is_kept_from_an_agent_that_did_not_ask() {
+        let events = "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}],\"usage\":null}\r\n\r\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":1}}\n\ndata: [DONE]\n\n";
+        assert_eq!(events_end(events.as_bytes()), events.len());
+        assert_eq!(events_end(b"data: {\"choices\":"), 0);
+        let shown = String::from_utf8(without_usage_events(events.as_bytes())).unwrap();
+        assert_eq!(
+            shown,
+            "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}],\"usage\":null}\r\n\r\ndata: [DONE]\n\n"
+        );
+        let mut asked = json!({"stream": true, "stream_options": {"include_usage": true}});
+        assert!(!ask_stream_usage(&mut asked, Shape::Chat));
+        let mut not = json!({"stream": true, "stream_options": {"other": 1}});
+        assert!(ask_stream_usage(&mut not, Shape::Chat));
+        assert_eq!(not["stream_options"], json!({"other": 1, "include_usage": true}));
+        let mut plain = json!({"stream": false});
+        assert!(!ask_stream_usage(&mut plain, Shape::Chat));
+        assert_eq!(plain, json!({"stream": false}));
+        let mut messages = json!({"stream": true});
+        assert!(!ask_stream_usage(&mut messages, Shape::Messages));
     }
 
     #[test]
