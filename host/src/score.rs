@@ -417,18 +417,47 @@ pub(crate) fn usage(
         return None;
     }
     let mut u = windtunnel_model::RunUsage::default();
+    let (mut failed, mut streamed) = (0u64, 0u64);
     for c in calls {
         u.model_calls += 1;
         match &c.usage {
             Some(t) => u.tokens.add(t),
             // A call refused before it reached the model used none.
             None if c.error.as_deref().is_some_and(|e| e.starts_with("refused")) => {}
-            None => u.unreported += 1,
+            None => {
+                u.unreported += 1;
+                if c.error.is_some() {
+                    failed += 1;
+                } else if c.stream {
+                    streamed += 1;
+                }
+            }
         }
     }
-    u.cost_usd = pricing
-        .filter(|_| u.unreported == 0)
-        .map(|price| price(&u.tokens));
+    if let Some(price) = pricing {
+        if u.unreported == 0 {
+            u.cost_usd = Some(windtunnel_model::round_cost(price(&u.tokens)));
+        } else {
+            // Unknown, never a 0 that reads as free: say which calls left it out.
+            let mut why = Vec::new();
+            if streamed > 0 {
+                why.push(format!("{streamed} streamed without a usage chunk"));
+            }
+            if failed > 0 {
+                why.push(format!("{failed} failed before its usage came"));
+            }
+            let other = u.unreported - streamed - failed;
+            if other > 0 {
+                why.push(format!("{other} answered without usage"));
+            }
+            u.cost_unknown = Some(format!(
+                "{} of {} model call(s) reported no usage: {}",
+                u.unreported,
+                u.model_calls,
+                why.join(", ")
+            ));
+        }
+    }
     Some(u)
 }
 

@@ -1034,8 +1034,9 @@ fn compare_shows_what_a_change_did_to_tokens_and_cost_per_run() {
     assert_eq!(r.code, 0, "{r}");
     // One model call a run: 1,100 tokens and $0.002 against 3,100 and $0.004.
     assert!(
-        r.stdout
-            .contains("model: tokens per run 1100 → 3100 (+181.8%) · cost per run $0.002000 → $0.004000 (+100.0%)"),
+        r.stdout.contains(
+            "model: tokens per run 1100 → 3100 (+181.8%) · cost per run $0.002 → $0.004 (+100.0%)"
+        ),
         "{r}"
     );
     let json = Wt::new(dir.path())

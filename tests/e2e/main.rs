@@ -10,6 +10,7 @@ mod files;
 mod fixtures;
 mod gate;
 mod gateway;
+mod gateway_faults;
 mod harness;
 mod hook_faults;
 mod hooks;

@@ -497,6 +497,8 @@ pub(crate) struct UsageSum {
     sum: RunUsage,
     cost: i128,
     uncosted: u64,
+    /// Runs priced whose cost is unknown (a call reported no usage).
+    unknown: u64,
 }
 
 /// Dollars to fixed point: exact for every cost above 2^-64 dollars.
@@ -511,6 +513,7 @@ impl UsageSum {
             Some(c) => self.cost += (c * COST_SCALE) as i128,
             None => self.uncosted += 1,
         }
+        self.unknown += u64::from(u.cost_unknown.is_some());
     }
 
     /// Takes a run added before back out.
@@ -528,6 +531,9 @@ impl UsageSum {
             Some(c) => self.cost -= (c * COST_SCALE) as i128,
             None => self.uncosted = self.uncosted.saturating_sub(1),
         }
+        self.unknown = self
+            .unknown
+            .saturating_sub(u64::from(u.cost_unknown.is_some()));
     }
 
     pub(crate) fn merge(&mut self, other: &UsageSum) {
@@ -536,11 +542,19 @@ impl UsageSum {
         self.sum.tokens.add(&other.sum.tokens);
         self.cost += other.cost;
         self.uncosted += other.uncosted;
+        self.unknown += other.unknown;
     }
 
     pub(crate) fn finish(&self) -> RunUsage {
         let mut u = self.sum.clone();
-        u.cost_usd = (self.uncosted == 0).then(|| self.cost as f64 / COST_SCALE);
+        u.cost_usd = (self.uncosted == 0)
+            .then(|| windtunnel_model::round_cost(self.cost as f64 / COST_SCALE));
+        if self.unknown > 0 {
+            u.cost_unknown = Some(format!(
+                "{} run(s) had model calls that reported no usage",
+                self.unknown
+            ));
+        }
         u
     }
 }

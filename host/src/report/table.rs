@@ -97,8 +97,8 @@ pub(crate) fn pack_line(p: &PackSummary) -> String {
     )
 }
 
-/// `4 model calls · 116 tokens in (12 cached) · 52 out (8 reasoning) · $0.000049`; calls
-/// that reported no usage are counted, and then no cost is shown.
+/// `4 model calls · 116 tokens in (12 cached) · 52 out (8 reasoning) · $0.0000486`; calls
+/// that reported no usage are counted, and then the cost is unknown, and says why.
 pub(crate) fn usage_line(u: &RunUsage) -> String {
     let mut parts = vec![format!("{} model call(s)", u.model_calls)];
     if u.unreported > 0 {
@@ -117,19 +117,20 @@ pub(crate) fn usage_line(u: &RunUsage) -> String {
     parts.push(output);
     if let Some(c) = u.cost_usd {
         parts.push(dollars(c));
+    } else if let Some(why) = &u.cost_unknown {
+        parts.push(format!("cost unknown ({why})"));
     }
     parts.join(" · ")
 }
 
-/// US dollars with enough digits to tell small costs apart: `$12.34`, `$0.000049`.
+/// US dollars as every output gives them ([`windtunnel_model::round_cost`]), at least to the
+/// cent: `$12.34`, `$0.0000168`.
 pub(crate) fn dollars(c: f64) -> String {
-    if c >= 1.0 {
-        format!("${c:.2}")
-    } else if c >= 0.01 {
-        format!("${c:.4}")
-    } else {
-        format!("${c:.6}")
-    }
+    let places = usize::try_from(windtunnel_model::COST_DECIMALS).unwrap_or(9);
+    let text = format!("{:.places$}", windtunnel_model::round_cost(c));
+    let (whole, frac) = text.split_once('.').unwrap_or((&text, ""));
+    let frac = frac.trim_end_matches('0');
+    format!("${whole}.{frac:0<2}")
 }
 
 pub(crate) fn failing_layers(a: &AggregateResult) -> String {
@@ -363,6 +364,16 @@ pub(crate) fn md_code(s: &str) -> String {
 mod tests {
     use super::super::tests::run;
     use super::*;
+
+    #[test]
+    fn dollars_give_the_rounded_digits_at_least_to_the_cent() {
+        assert_eq!(dollars(56.0 * 0.3 / 1e6), "$0.0000168");
+        assert_eq!(dollars(12.34), "$12.34");
+        assert_eq!(dollars(1.5), "$1.50");
+        assert_eq!(dollars(0.002), "$0.002");
+        assert_eq!(dollars(0.0), "$0.00");
+        assert_eq!(dollars(1e-12), "$0.00");
+    }
 
     #[test]
     fn table_and_markdown() {

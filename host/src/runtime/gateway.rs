@@ -18,7 +18,7 @@
 
 use std::convert::Infallible;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -31,6 +31,7 @@ use windtunnel_model::{ModelCall, TokenUsage};
 use super::agent::Gateway;
 use super::net::{Log, Net, Request, Sink};
 use super::{Agent, RuntimeError};
+use crate::interrupt::Interrupt;
 use crate::limits::{MAX_RECORDED_PART_BYTES, cut_text, cut_value, keep_last};
 
 /// The `source` of calls through the gateway.
@@ -43,6 +44,51 @@ pub(crate) const MAX_REQUEST_BYTES: usize = 8 << 20;
 /// The upstream's key, from the variable `gateway.api_key_env` names.
 pub(crate) fn upstream_key(g: &Gateway) -> Result<Option<String>, RuntimeError> {
     super::secret_var(g.api_key_env.as_deref(), "gateway.api_key_env")
+}
+
+/// The variables the gateway keeps from the agent, with the setting naming each: the
+/// upstream's key (`gateway.api_key_env`) and every `gateway.headers` value read from the
+/// environment.
+pub(crate) fn sealed_vars(g: &Gateway) -> Vec<(&str, String)> {
+    let mut sealed: Vec<(&str, String)> = g
+        .api_key_env
+        .iter()
+        .map(|v| (v.as_str(), "gateway.api_key_env".to_owned()))
+        .collect();
+    for (name, value) in g.headers.iter().flatten() {
+        if let super::agent::HeaderValue::Env { env } = value {
+            sealed.push((env.as_str(), format!("gateway.headers.{name}")));
+        }
+    }
+    sealed
+}
+
+/// Refuses to hand the agent a sealed value under another name: `given` is what reaches
+/// it (a variable of its environment, a field of an inject, a key it is sent), each named
+/// for the message. A value is never shown.
+pub(crate) fn refuse_sealed<'a>(
+    g: &Gateway,
+    given: impl IntoIterator<Item = (String, &'a str)>,
+) -> Result<(), RuntimeError> {
+    let values: Vec<(String, String)> = sealed_vars(g)
+        .into_iter()
+        .filter_map(|(var, field)| {
+            let v = crate::secrets::env_secret(var).ok()?;
+            (!v.trim().is_empty()).then_some((field, v))
+        })
+        .collect();
+    for (what, value) in given {
+        // A short secret would be found inside any long value by chance: it must be whole.
+        if let Some((field, _)) = values
+            .iter()
+            .find(|(_, v)| value == v || (v.len() >= 8 && value.contains(v.as_str())))
+        {
+            return Err(RuntimeError(format!(
+                "{what} holds the value of `{field}`, which the gateway keeps from the agent; remove it from the agent config"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Where a gateway forwards to, shared by every lane of the sweep: one client, one set of
@@ -129,8 +175,46 @@ pub(crate) fn api_url(base: &str, path: &str, what: &str) -> Result<String, Runt
     Ok(url.to_string())
 }
 
+/// A call being forwarded, as its run sees it: the run may end it before its reply does
+/// (the turn's deadline, `wt` stopping, the run's end), and the call is recorded then with
+/// what arrived and why it ended.
+#[derive(Debug)]
+pub(crate) struct InFlight {
+    stop: Arc<Interrupt>,
+    why: Mutex<Option<String>>,
+}
+
+impl InFlight {
+    fn new() -> Arc<InFlight> {
+        Arc::new(InFlight {
+            stop: Interrupt::new(),
+            why: Mutex::new(None),
+        })
+    }
+
+    /// Ends the call's forwarding now; `why` becomes its record's error.
+    pub(crate) fn cut(&self, why: &str) {
+        self.why
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get_or_insert_with(|| why.to_owned());
+        self.stop.cut();
+    }
+
+    fn why(&self) -> Option<String> {
+        self.why
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+}
+
 /// What the gateway needs of the run a call is addressed to (the lane's run slot).
 pub(crate) trait RunDoor: Send + Sync {
+    /// A call is being forwarded: the run may cut it ([`InFlight::cut`]).
+    fn begin(&self, call: Arc<InFlight>);
+    /// The call is recorded (delivered or kept): the run no longer waits for it.
+    fn end(&self, call: &Arc<InFlight>);
     /// The run's bearer token.
     fn model_token(&self) -> &str;
     /// Is one of the run's turns in progress?
@@ -235,6 +319,8 @@ pub(crate) async fn serve(
         }
     };
     let mut call = request_record(&body);
+    let mut body = body;
+    let hide_usage = ask_stream_usage(&mut body, shape);
     if !door.turn_open() {
         let why = "refused: no turn of this run is in progress (model calls go through only during a turn)";
         call.error = Some(why.to_owned());
@@ -245,10 +331,15 @@ pub(crate) async fn serve(
     let (head_tx, head_rx) = oneshot::channel();
     let (body_tx, body_rx) = mpsc::channel::<Bytes>(32);
     let up = upstream.clone();
+    let flight = InFlight::new();
+    door.begin(flight.clone());
     let forwarding = tokio::task::spawn_blocking(move || {
         let mut sink = Forward {
             head: Some(head_tx),
             body: body_tx,
+            stop: flight.stop.clone(),
+            hide_usage,
+            pending: Vec::new(),
             copy: Vec::new(),
             max_copy: usize::try_from(up.net.max_body()).unwrap_or(usize::MAX),
             first_byte: None,
@@ -266,16 +357,22 @@ pub(crate) async fn serve(
             body: Some(&body),
         };
         let mut log = Log::default();
-        let sent = up
-            .net
-            .forward(&req, started + up.timeout, &mut log, &mut sink);
+        let sent = up.net.forward(
+            &req,
+            started + up.timeout,
+            &flight.stop,
+            &mut log,
+            &mut sink,
+        );
+        sink.flush();
         call.retries = log.retries;
         call.latency_ms = millis(started.elapsed());
         call.ttft_ms = sink.first_byte.map(|t| millis(t - started));
         match sent {
             Ok(()) => response_record(&mut call, &sink.copy, sink.content_type.as_deref(), shape),
             Err((e, status)) => {
-                call.error = Some(e.message.clone());
+                // Cut by its run: why the run ended it, not how the cut looked from here.
+                call.error = Some(flight.why().unwrap_or_else(|| e.message.clone()));
                 if let Some(tx) = sink.head.take() {
                     let _ = tx.send(Err((e, status)));
                 }
@@ -290,6 +387,7 @@ pub(crate) async fn serve(
         if let Err(call) = door.deliver(Box::new(call)) {
             door.keep(*call);
         }
+        door.end(&flight);
     });
     match head_rx.await {
         Ok(Ok((status, content_type))) => {
@@ -301,10 +399,11 @@ pub(crate) async fn serve(
                 .unwrap_or_else(|_| error(shape, 502, "wt_gateway_error", "bad upstream head"))
         }
         Ok(Err((e, status))) => {
-            // The upstream's own refusal (a 4xx) reaches the agent as such; anything else
-            // is the gateway's failure to get an answer.
+            // The upstream's own refusal (a 4xx, a 429 that outlasted the retries too)
+            // reaches the agent with its status; anything else is the gateway's failure to
+            // get an answer.
             let code = match status {
-                Some(s) if (400..500).contains(&s) && s != 429 => s,
+                Some(s) if (400..500).contains(&s) => s,
                 _ if e.kind == windtunnel_model::TurnErrorKind::Timeout => 504,
                 _ => 502,
             };
@@ -358,6 +457,12 @@ type Head = Result<(u16, Option<String>), (super::TurnError, Option<u16>)>;
 struct Forward {
     head: Option<oneshot::Sender<Head>>,
     body: mpsc::Sender<Bytes>,
+    /// Cut by the run: stop waiting for the agent to take a chunk.
+    stop: Arc<Interrupt>,
+    /// The gateway asked for the stream's usage chunk and the agent did not: keep it from
+    /// the agent. The events not yet whole wait in `pending`.
+    hide_usage: bool,
+    pending: Vec<u8>,
     copy: Vec<u8>,
     max_copy: usize,
     first_byte: Option<Instant>,
@@ -378,8 +483,112 @@ impl Sink for Forward {
             let room = self.max_copy - self.copy.len();
             self.copy.extend_from_slice(&bytes[..bytes.len().min(room)]);
         }
-        self.body.blocking_send(Bytes::copy_from_slice(bytes)).is_ok()
+        if !self.hide_usage {
+            return self.send(Bytes::copy_from_slice(bytes));
+        }
+        self.pending.extend_from_slice(bytes);
+        let whole = events_end(&self.pending);
+        if whole == 0 {
+            return true;
+        }
+        let events: Vec<u8> = self.pending.drain(..whole).collect();
+        let shown = without_usage_events(&events);
+        shown.is_empty() || self.send(Bytes::from(shown))
     }
+}
+
+impl Forward {
+    /// What is left of a stream whose last event never ended, as it came.
+    fn flush(&mut self) {
+        if !self.pending.is_empty() {
+            let rest = std::mem::take(&mut self.pending);
+            self.send(Bytes::from(rest));
+        }
+    }
+
+    /// Hands bytes to the agent's response; `false` when the agent is gone or the run cut
+    /// the call.
+    fn send(&mut self, mut chunk: Bytes) -> bool {
+        // An agent that stops reading must not hold the call past its run's cut.
+        loop {
+            match self.body.try_send(chunk) {
+                Ok(()) => return true,
+                Err(mpsc::error::TrySendError::Closed(_)) => return false,
+                Err(mpsc::error::TrySendError::Full(back)) => {
+                    if self.stop.is_cut() {
+                        return false;
+                    }
+                    chunk = back;
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+        }
+    }
+}
+
+/// Asks an OpenAI-shaped upstream for a streamed chat completion's usage
+/// (`stream_options.include_usage`) when the agent's request did not: without it the call
+/// has no tokens and the run no cost. Returns whether the agent did not ask, so that the
+/// usage chunk (`choices: []`), which such a client may not expect, is kept from it.
+fn ask_stream_usage(body: &mut Value, shape: Shape) -> bool {
+    if shape != Shape::Chat || body.get("stream") != Some(&Value::Bool(true)) {
+        return false;
+    }
+    let options = body
+        .as_object_mut()
+        .map(|o| o.entry("stream_options").or_insert_with(|| json!({})));
+    match options {
+        Some(Value::Object(o)) if o.get("include_usage") != Some(&Value::Bool(true)) => {
+            o.insert("include_usage".into(), Value::Bool(true));
+            true
+        }
+        _ => false,
+    }
+}
+
+/// Where the whole events of a server-sent stream end in `bytes` (0: none whole yet).
+fn events_end(bytes: &[u8]) -> usize {
+    (1..bytes.len())
+        .rev()
+        .find(|&i| ends_event(bytes, i))
+        .map_or(0, |i| i + 1)
+}
+
+/// Does the byte at `i` end an event (the `\n` of its blank line)?
+fn ends_event(bytes: &[u8], i: usize) -> bool {
+    bytes[i] == b'\n'
+        && (bytes[i - 1] == b'\n' || (i >= 2 && bytes[i - 1] == b'\r' && bytes[i - 2] == b'\n'))
+}
+
+/// Whole events of a chat completion stream, less the usage chunk the agent did not ask
+/// for (a chunk with an empty `choices` and a `usage`).
+fn without_usage_events(events: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(events.len());
+    let mut start = 0;
+    while start < events.len() {
+        let end = start + events_end_first(&events[start..]);
+        let event = &events[start..end];
+        let usage_only = String::from_utf8_lossy(event)
+            .lines()
+            .filter_map(|l| l.strip_prefix("data:").map(str::trim))
+            .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+            .any(|c| {
+                c.get("choices").and_then(Value::as_array).is_some_and(Vec::is_empty)
+                    && c.get("usage").is_some_and(Value::is_object)
+            });
+        if !usage_only {
+            out.extend_from_slice(event);
+        }
+        start = end;
+    }
+    out
+}
+
+/// Where the first event of `bytes` ends (after its blank line), or their end.
+fn events_end_first(bytes: &[u8]) -> usize {
+    (1..bytes.len())
+        .find(|&i| ends_event(bytes, i))
+        .map_or(bytes.len(), |i| i + 1)
 }
 
 /// A response body fed from a channel.
@@ -494,6 +703,9 @@ pub(crate) fn response_record(
                 }
             }
         }
+        if let Some(fault) = stream_fault(&text, shape) {
+            call.error.get_or_insert(fault);
+        }
     } else {
         match serde_json::from_str::<Value>(&text) {
             Ok(v) if shape == Shape::Messages => message_record(call, &v),
@@ -538,6 +750,51 @@ pub(crate) fn first_choice(resp: &Value) -> Option<&Value> {
         Value::Object(m) => m.get("0"),
         _ => None,
     }
+}
+
+/// What makes a stream unreadable as a whole reply, if anything: an event whose data is not
+/// JSON, or a stream that ended without the event that ends it (chat completions: `[DONE]`
+/// or a finish reason; Messages: `message_stop`; Responses: the response's
+/// `response.completed`, `.incomplete` or `.failed`). Its record is not a clean call.
+fn stream_fault(text: &str, shape: Shape) -> Option<String> {
+    let mut bad = 0usize;
+    let mut first_bad = None;
+    let mut ended = false;
+    for data in text.lines().filter_map(|l| l.strip_prefix("data:").map(str::trim)) {
+        if data == "[DONE]" {
+            ended |= shape == Shape::Chat;
+            continue;
+        }
+        let Ok(event) = serde_json::from_str::<Value>(data) else {
+            bad += 1;
+            first_bad.get_or_insert(data);
+            continue;
+        };
+        ended |= match shape {
+            Shape::Chat => first_choice(&event)
+                .and_then(|c| c.get("finish_reason"))
+                .is_some_and(Value::is_string),
+            Shape::Messages => event["type"] == "message_stop",
+            Shape::Responses => matches!(
+                event["type"].as_str(),
+                Some("response.completed" | "response.incomplete" | "response.failed")
+            ),
+        };
+    }
+    if let Some(first) = first_bad {
+        return Some(format!(
+            "malformed stream: {bad} event(s) whose data is not JSON, the first: {}",
+            crate::score::excerpt(first)
+        ));
+    }
+    (!ended).then(|| {
+        let last = match shape {
+            Shape::Chat => "`data: [DONE]` or a finish reason",
+            Shape::Messages => "`message_stop`",
+            Shape::Responses => "`response.completed`, `.incomplete` or `.failed`",
+        };
+        format!("malformed stream: it ended without {last}")
+    })
 }
 
 /// The JSON payloads of a stream's `data:` lines.
@@ -883,6 +1140,43 @@ mod tests {
             (u.prompt_tokens, u.completion_tokens, u.cached_tokens),
             (7, 3, 2)
         );
+    }
+
+    #[test]
+    fn a_stream_is_whole_only_with_its_end_and_every_event_json() {
+        let ok = "data: {\"choices\":[{\"delta\":{}}]}\n\ndata: [DONE]\n\n";
+        assert_eq!(stream_fault(ok, Shape::Chat), None);
+        let bad = "data: {\"choices\":[{\"delta\":{}}]}\n\ndata: {oops\n\ndata: [DONE]\n\n";
+        assert!(stream_fault(bad, Shape::Chat).unwrap().contains("1 event(s)"));
+        let unended = "data: {\"choices\":[{\"delta\":{}}]}\n\n";
+        assert!(stream_fault(unended, Shape::Chat).unwrap().contains("[DONE]"));
+        let message = "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+        assert_eq!(stream_fault(message, Shape::Messages), None);
+        assert!(stream_fault(ok, Shape::Messages).is_some());
+        let done = "data: {\"type\":\"response.completed\",\"response\":{}}\n\n";
+        assert_eq!(stream_fault(done, Shape::Responses), None);
+    }
+
+    #[test]
+    fn only_the_usage_chunk_is_kept_from_an_agent_that_did_not_ask() {
+        let events = "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}],\"usage\":null}\r\n\r\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":1}}\n\ndata: [DONE]\n\n";
+        assert_eq!(events_end(events.as_bytes()), events.len());
+        assert_eq!(events_end(b"data: {\"choices\":"), 0);
+        let shown = String::from_utf8(without_usage_events(events.as_bytes())).unwrap();
+        assert_eq!(
+            shown,
+            "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}],\"usage\":null}\r\n\r\ndata: [DONE]\n\n"
+        );
+        let mut asked = json!({"stream": true, "stream_options": {"include_usage": true}});
+        assert!(!ask_stream_usage(&mut asked, Shape::Chat));
+        let mut not = json!({"stream": true, "stream_options": {"other": 1}});
+        assert!(ask_stream_usage(&mut not, Shape::Chat));
+        assert_eq!(not["stream_options"], json!({"other": 1, "include_usage": true}));
+        let mut plain = json!({"stream": false});
+        assert!(!ask_stream_usage(&mut plain, Shape::Chat));
+        assert_eq!(plain, json!({"stream": false}));
+        let mut messages = json!({"stream": true});
+        assert!(!ask_stream_usage(&mut messages, Shape::Messages));
     }
 
     #[test]

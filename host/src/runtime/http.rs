@@ -56,12 +56,32 @@ impl HttpRuntime {
             Some(g) => Some(Arc::new(super::gateway::Upstream::new(agent, g)?)),
             None => None,
         };
+        let key = super::api_key(agent)?;
+        if let Some(g) = &settings.gateway {
+            // What reaches the service: its key, and the fields of every inject.
+            let told = super::told(agent);
+            let told: Vec<(String, String)> = told
+                .iter()
+                .map(|(n, v)| (format!("`{n}` (sent in every inject)"), v.to_string()))
+                .collect();
+            super::gateway::refuse_sealed(
+                g,
+                key.iter()
+                    .map(|k| {
+                        (
+                            "the key `api_key_env` sends the service".to_owned(),
+                            k.as_str(),
+                        )
+                    })
+                    .chain(told.iter().map(|(n, v)| (n.clone(), v.as_str()))),
+            )?;
+        }
         Ok(HttpRuntime {
             gateway,
             agent: agent.clone(),
             settings: settings.clone(),
             base: base.trim().trim_end_matches('/').to_owned(),
-            key: super::api_key(agent)?,
+            key,
             net: Net::new(
                 Duration::from_secs(5),
                 &settings.limits,
@@ -253,6 +273,17 @@ impl HttpAgent {
                 }
             }
         });
+        if let Err(e) = &answer.0 {
+            match e.kind {
+                TurnErrorKind::Timeout => {
+                    run.cut_model_calls("timed out: the turn timeout came before the reply");
+                }
+                TurnErrorKind::Interrupted => {
+                    run.cut_model_calls("interrupted: wt was stopped before the reply came");
+                }
+                _ => {}
+            }
+        }
         run.close_turn();
         let late = mcp::refuse_pending(&rx, "refused: the turn ended before the call ran");
         models.extend(
@@ -289,6 +320,7 @@ impl AgentHandle for HttpAgent {
         let refused = self.take_refused();
         let mut model_calls = std::mem::take(&mut self.outside_models);
         if let Some(run) = self.run.take() {
+            run.cut_model_calls(mcp::RUN_ENDED_FIRST);
             model_calls.extend(run.take_model_calls());
         }
         self.run_id = None;

@@ -824,11 +824,23 @@ pub fn validate_agent(agent: &Agent) -> Result<(), String> {
         }
         endpoint_limit("max_concurrency", limits.max_concurrency).map_err(field)?;
         endpoint_limit("requests_per_minute", limits.requests_per_minute).map_err(field)?;
-        if g.api_key_env.is_some() && g.api_key_env.as_deref() == agent.api_key_env() {
-            return Err(format!(
-                "`gateway.api_key_env` and `api_key_env` name the same variable {}: the gateway keeps the upstream's key from the agent, which gets a per-run token instead; drop `api_key_env`",
-                agent.api_key_env().unwrap_or_default()
-            ));
+        // Every way a variable reaches the agent, by name: none may name a sealed one.
+        let mut given: Vec<(&str, &str)> = Vec::new();
+        given.extend(agent.api_key_env().map(|v| ("api_key_env", v)));
+        if let Settings::Process(p) = &agent.settings {
+            given.extend(
+                p.env_passthrough
+                    .iter()
+                    .flatten()
+                    .map(|v| ("env_passthrough", v.as_str())),
+            );
+        }
+        for (sealed, field) in gateway::sealed_vars(g) {
+            if let Some((way, _)) = given.iter().find(|(_, v)| *v == sealed) {
+                return Err(format!(
+                    "`{field}` and `{way}` name the same variable {sealed}: the gateway keeps the upstream's secrets from the agent, which gets a per-run token instead; remove {sealed} from `{way}`"
+                ));
+            }
         }
     }
     match &agent.settings {

@@ -400,15 +400,24 @@ impl Net {
     /// 2xx reply to `sink` as it arrives: its head, then its body chunk by chunk, within
     /// `max_response_bytes`. Nothing is retried once the head went to the sink. A failure
     /// carries the upstream's HTTP status, when it answered with one.
+    /// `stop` ends it early (its run ended it), as the sweep's cut ends [`Net::json_until`].
     pub(crate) fn forward(
         &self,
         req: &Request<'_>,
         deadline: Instant,
+        stop: &Interrupt,
         log: &mut Log,
         sink: &mut dyn Sink,
     ) -> Result<(), (TurnError, Option<u16>)> {
-        self.exchange(req, payload(req).as_ref(), deadline, None, log, Some(sink))
-            .map(drop)
+        self.exchange(
+            req,
+            payload(req).as_ref(),
+            deadline,
+            Some(stop),
+            log,
+            Some(sink),
+        )
+        .map(drop)
     }
 
     /// Sends `req` with `body` (JSON, serialized once for every attempt).
@@ -1164,6 +1173,7 @@ pub(crate) mod tests {
         net.forward(
             &req,
             Instant::now() + Duration::from_secs(60),
+            &Interrupt::new(),
             &mut Log::default(),
             &mut sink,
         )

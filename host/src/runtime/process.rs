@@ -268,6 +268,19 @@ impl ProcessRuntime {
             };
             env.insert(format!("WT_AGENT_{}", name.to_uppercase()), text);
         }
+        if let Some(g) = &agent.gateway {
+            super::gateway::refuse_sealed(
+                g,
+                env.iter()
+                    .map(|(k, v)| (format!("the agent's environment variable {k}"), v.as_str())),
+            )?;
+            super::gateway::refuse_sealed(
+                g,
+                command
+                    .iter()
+                    .map(|a| ("an argument of `command`".to_owned(), a.as_str())),
+            )?;
+        }
         Ok(ProcessRuntime {
             config: Arc::new(Config {
                 command,
@@ -641,6 +654,16 @@ enum Stop {
     Cut,
 }
 
+impl Stop {
+    /// The error of a model call this stop cut off.
+    fn cuts_model_calls(&self) -> String {
+        match self {
+            Stop::Deadline(why) => format!("timed out: the {why} came before the reply"),
+            Stop::Cut => "interrupted: wt was stopped before the reply came".to_owned(),
+        }
+    }
+}
+
 impl ProcessAgent {
     fn substitute(&self, run: &LiveRun, input: Option<(&str, u32)>) -> Vec<String> {
         self.config
@@ -788,6 +811,7 @@ impl ProcessAgent {
         }
         if let Some(m) = run.mcp.take() {
             self.refused.extend(m.take_refused());
+            m.cut_model_calls(mcp::RUN_ENDED_FIRST);
             self.outside_models.extend(m.take_model_calls());
         }
         if let Some(p) = run.mcp_config.take() {
@@ -917,6 +941,9 @@ impl ProcessAgent {
             Ok(Err((TurnErrorKind::Agent, String::new())))
         };
         if let Some(m) = &run.mcp {
+            if let Err(stop) = &outcome {
+                m.cut_model_calls(&stop.cuts_model_calls());
+            }
             m.close_turn();
             let late =
                 mcp::refuse_pending(&session.rx, "refused: the turn ended before the call ran");
@@ -1052,6 +1079,9 @@ impl ProcessAgent {
             },
         );
         if let Some(m) = &run.mcp {
+            if let Err(stop) = &outcome {
+                m.cut_model_calls(&stop.cuts_model_calls());
+            }
             m.close_turn();
             let late = mcp::refuse_pending(&rx, "refused: the turn ended before the call ran");
             models.extend(

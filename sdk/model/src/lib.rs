@@ -943,9 +943,34 @@ pub struct RunUsage {
     pub unreported: u64,
     /// The tokens of the calls that reported usage.
     pub tokens: TokenUsage,
-    /// Their cost in US dollars, from the agent config's `[pricing]`; absent without prices.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Their cost in US dollars, from the agent config's `[pricing]`; absent without prices,
+    /// and when a call reported no usage. Rounded to [`COST_DECIMALS`] places ([`round_cost`]).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "serialize_cost"
+    )]
     pub cost_usd: Option<f64>,
+    /// With prices, why there is no cost: which calls reported no usage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_unknown: Option<String>,
+}
+
+/// Decimal places of a cost in US dollars (a billionth of a dollar): finer than one token at
+/// any listed price, and free of the binary float's noise (`1.6800000000000002e-05`).
+pub const COST_DECIMALS: i32 = 9;
+
+/// A cost in US dollars rounded to [`COST_DECIMALS`] places: what every output shows.
+pub fn round_cost(usd: f64) -> f64 {
+    let scale = 10f64.powi(COST_DECIMALS);
+    (usd * scale).round() / scale
+}
+
+fn serialize_cost<S: serde::Serializer>(c: &Option<f64>, s: S) -> Result<S::Ok, S::Error> {
+    match c {
+        Some(c) => s.serialize_some(&round_cost(*c)),
+        None => s.serialize_none(),
+    }
 }
 
 /// The fixture world before the first turn and after the last.

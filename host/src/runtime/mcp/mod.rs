@@ -31,7 +31,7 @@ mod tools;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -106,6 +106,10 @@ pub enum Inbox<T> {
 type Gate = Box<dyn Fn(ToolRequest) -> Result<(), ToolRequest> + Send + Sync>;
 type ModelGate = Box<dyn Fn(Box<ModelCall>) -> Result<(), Box<ModelCall>> + Send + Sync>;
 
+/// How long [`McpRun::cut_model_calls`] waits for cut calls to be recorded: a cut ends a
+/// forwarding within [`super::net::STOP_POLL`].
+const CUT_WAIT: Duration = Duration::from_secs(2);
+
 /// The most model calls a run keeps that no turn took; the rest are counted.
 const MAX_KEPT_MODEL_CALLS: usize = 256;
 
@@ -124,6 +128,9 @@ struct RunSlot {
     model_token: String,
     /// Model calls no turn took, and how many more there were.
     model_kept: Mutex<(Vec<ModelCall>, u64)>,
+    /// Model calls being forwarded; `settled` is told as each is recorded.
+    model_in_flight: Mutex<Vec<Arc<gateway::InFlight>>>,
+    settled: Condvar,
     service: door::Service,
     ended: CancellationToken,
     /// Calls refused while the run lives (no turn in progress, the turn ended first), and
@@ -147,6 +154,15 @@ const MAX_REFUSED: usize = 256;
 impl gateway::RunDoor for RunSlot {
     fn model_token(&self) -> &str {
         &self.model_token
+    }
+
+    fn begin(&self, call: Arc<gateway::InFlight>) {
+        lock(&self.model_in_flight).push(call);
+    }
+
+    fn end(&self, call: &Arc<gateway::InFlight>) {
+        lock(&self.model_in_flight).retain(|c| !Arc::ptr_eq(c, call));
+        self.settled.notify_all();
     }
 
     fn turn_open(&self) -> bool {
@@ -278,6 +294,8 @@ impl Lane {
             model_gate: Mutex::new(None),
             model_token,
             model_kept: Mutex::new((Vec::new(), 0)),
+            model_in_flight: Mutex::new(Vec::new()),
+            settled: Condvar::new(),
             service: door::service(weak.clone(), ended.clone()),
             ended: ended.clone(),
             refused: Mutex::new((Vec::new(), 0)),
@@ -342,6 +360,35 @@ impl McpRun {
     /// The bearer token the run's model gateway takes.
     pub fn model_token(&self) -> &str {
         &self.slot.model_token
+    }
+
+    /// Ends every model call of the run still being forwarded, each recorded with `why` as
+    /// its error and what of its reply arrived, and waits (at most [`CUT_WAIT`]) until each
+    /// is: with the turn's gate open, they reach the turn's inbox, else
+    /// [`McpRun::take_model_calls`]. A call that started is never lost to the turn or run
+    /// that ended before it.
+    pub fn cut_model_calls(&self, why: &str) {
+        let calls = lock(&self.slot.model_in_flight).clone();
+        if calls.is_empty() {
+            return;
+        }
+        for c in &calls {
+            c.cut(why);
+        }
+        let until = std::time::Instant::now() + CUT_WAIT;
+        let mut left = lock(&self.slot.model_in_flight);
+        while !left.is_empty() {
+            let wait = until.saturating_duration_since(std::time::Instant::now());
+            if wait.is_zero() {
+                break;
+            }
+            left = self
+                .slot
+                .settled
+                .wait_timeout(left, wait)
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .0;
+        }
     }
 
     /// Model calls of the run that no turn took (refused between turns, or outliving
@@ -466,6 +513,9 @@ pub fn stamp_model(mut call: ModelCall, turn: u32, tool_calls: usize) -> ModelCa
     call.after_tool_calls = u32::try_from(tool_calls).unwrap_or(u32::MAX);
     call
 }
+
+/// The error of a model call still being forwarded when its run ended.
+pub const RUN_ENDED_FIRST: &str = "cut off: the run ended before the reply came";
 
 /// The `source` of calls that came through this door.
 pub const SOURCE: &str = "mcp";
