@@ -39,6 +39,16 @@ pub(crate) fn world_agent(dir: &Path, policy: &str) -> PathBuf {
     command_agent(dir, policy, &command, "turn_timeout_s = 60.0\n")
 }
 
+/// `wt run` of `pack` on the world agent that follows its turns' scripts.
+fn scripted(dir: &Path, pack: &Path) -> Wt {
+    Wt::new(dir)
+        .arg("run")
+        .arg("--pack")
+        .arg(pack)
+        .arg("--agent")
+        .arg(world_agent(dir, "script"))
+}
+
 pub(crate) fn by_scenario(out: &Path) -> std::collections::BTreeMap<String, (Value, Value)> {
     let scores = scores(out);
     traces(out)
@@ -409,13 +419,8 @@ fn a_server_that_crashes_hangs_garbles_or_will_not_start_costs_only_its_run() {
         )
         .unwrap();
     }
-    let r = Wt::new(dir.path())
-        .arg("run")
-        .arg("--pack")
-        .arg(&pack)
+    let r = scripted(dir.path(), &pack)
         .args(["--jobs", "3"])
-        .arg("--agent")
-        .arg(world_agent(dir.path(), "script"))
         .arg("--out")
         .arg(dir.path().join("runs"))
         .env("WT_TEST_SECRET", "s3cr3t")
@@ -531,13 +536,8 @@ fn a_lane_keeps_its_server_and_resets_it_between_runs() {
             + "\n[[expect.outcome.world]]\npath = \"notes\"\nequals = [\"mine\"]\n\n[[expect.outcome.files]]\npath = \"notes.txt\"\nequals = \"mine\\n\"\n",
     )
     .unwrap();
-    let r = Wt::new(dir.path())
-        .arg("run")
-        .arg("--pack")
-        .arg(&pack)
+    let r = scripted(dir.path(), &pack)
         .args(["--runs", "4", "--jobs", "1"])
-        .arg("--agent")
-        .arg(world_agent(dir.path(), "script"))
         .arg("--out")
         .arg(dir.path().join("runs"))
         .run();
@@ -619,13 +619,8 @@ fn a_url_server_is_reset_for_each_run_and_never_shared_by_two_at_once() {
         "id = \"put\"\nturns = [\"do: put item=vase | shelf\"]\npreconditions = [{ path = \"items\", equals = [\"lamp\"] }]\n\n[expect.outcome]\nworld = [{ path = \"items\", equals = [\"lamp\", \"vase\"] }]\n\n[expect.trajectory]\nrequired_tools = [\"put\"]\n",
     )
     .unwrap();
-    let r = Wt::new(dir.path())
-        .arg("run")
-        .arg("--pack")
-        .arg(&pack)
+    let r = scripted(dir.path(), &pack)
         .args(["--runs", "4", "--jobs", "4"])
-        .arg("--agent")
-        .arg(world_agent(dir.path(), "script"))
         .arg("--out")
         .arg(dir.path().join("runs"))
         .run();
@@ -670,12 +665,7 @@ world = [{ path = "orders.1.status", equals = "refunded" }, { path = "orders.2.s
 "#,
     )
     .unwrap();
-    let r = Wt::new(dir.path())
-        .arg("run")
-        .arg("--pack")
-        .arg(&pack)
-        .arg("--agent")
-        .arg(world_agent(dir.path(), "script"))
+    let r = scripted(dir.path(), &pack)
         .arg("--out")
         .arg(dir.path().join("runs"))
         .run();
@@ -708,12 +698,7 @@ fn a_world_server_does_not_outlive_a_wt_killed_outright() {
         ),
         &[("hang", "do: hang", "")],
     );
-    let wt = Wt::new(dir.path())
-        .arg("run")
-        .arg("--pack")
-        .arg(&pack)
-        .arg("--agent")
-        .arg(world_agent(dir.path(), "script"))
+    let wt = scripted(dir.path(), &pack)
         .arg("--out")
         .arg(dir.path().join("runs"))
         .start();
@@ -824,12 +809,7 @@ fn a_sigterm_ends_every_wait_for_a_hung_world_server_at_the_stop_deadline() {
             &[("stuck", "do: notes", "")],
         );
         let out = dir.path().join("runs");
-        let wt = Wt::new(dir.path())
-            .arg("run")
-            .arg("--pack")
-            .arg(&pack)
-            .arg("--agent")
-            .arg(world_agent(dir.path(), "script"))
+        let wt = scripted(dir.path(), &pack)
             .arg("--out")
             .arg(&out)
             .env("WT_GRACE_S", "1")
