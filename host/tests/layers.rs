@@ -23,10 +23,12 @@ const LAYERS: &[&[&str]] = &[
         "strict",
         "term",
     ],
+    // Stopping: every wait above ends at its cut.
+    &["interrupt"],
     // The fixture world, and the world servers it forwards to.
     &["world"],
-    // Stopping, the pack, scoring.
-    &["interrupt", "pack", "score"],
+    // The pack, scoring.
+    &["pack", "score"],
     // Files on disk.
     &["store"],
     // The agent's side (runtimes with the world's MCP door), hooks, the reading side.
