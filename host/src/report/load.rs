@@ -171,11 +171,15 @@ pub struct UnreadRun {
     pub stem: String,
 }
 
-/// The shards of every sharding (`K/N`) seen in the journals that no journal read is of: a
-/// sweep run as N shards is whole only with all N.
-pub(crate) fn missing_shards(sweeps: &[Sweep]) -> Vec<String> {
+/// The shards of every sharding (`K/N`) seen in the journals or in the traces (`shards`) that
+/// neither a journal nor a trace read is of: a sweep run as N shards is whole only with all N.
+/// Traces carry their shard, so a missing shard is seen even when no journal was kept.
+pub(crate) fn missing_shards(
+    sweeps: &[Sweep],
+    shards: &std::collections::BTreeSet<String>,
+) -> Vec<String> {
     let mut seen: BTreeMap<u32, std::collections::BTreeSet<u32>> = BTreeMap::new();
-    for shard in sweeps.iter().flat_map(|s| &s.shards) {
+    for shard in sweeps.iter().flat_map(|s| &s.shards).chain(shards) {
         if let Some((k, n)) = shard.split_once('/')
             && let (Ok(k), Ok(n)) = (k.parse::<u32>(), n.parse::<u32>())
             && (1..=n).contains(&k)
@@ -191,7 +195,7 @@ pub(crate) fn missing_shards(sweeps: &[Sweep]) -> Vec<String> {
                 .collect();
             (!missing.is_empty()).then(|| {
                 format!(
-                    "shard(s) {} of a sweep run in {n} shards: no journal of them among the directories given, so their runs are missing",
+                    "shard(s) {} of a sweep run in {n} shards: no trace or journal of them among the directories given, so their runs are missing",
                     missing.join(", ")
                 )
             })
