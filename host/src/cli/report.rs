@@ -110,17 +110,24 @@ pub(crate) fn scan_report(dirs: &[PathBuf], want: scan::Want<'_>) -> anyhow::Res
 
 /// `report`, once what the reading side found beside its runs is printed (see [`tell`]).
 pub(crate) fn tell_report(report: Report, dirs: &[PathBuf]) -> anyhow::Result<Report> {
-    tell(&report, dirs)?;
+    tell(&report, dirs, true)?;
+    Ok(report)
+}
+
+/// [`tell_report`] without the `incomplete:` lines of the report's gaps, for a caller that
+/// says them itself (`wt compare`, among its own).
+pub(crate) fn tell_report_but_gaps(report: Report, dirs: &[PathBuf]) -> anyhow::Result<Report> {
+    tell(&report, dirs, false)?;
     Ok(report)
 }
 
 /// Prints what the reading side found beside the runs on stderr; no runs at all (and no
 /// scenario that could not run) is a usage error.
-fn tell(report: &Report, dirs: &[PathBuf]) -> anyhow::Result<()> {
+fn tell(report: &Report, dirs: &[PathBuf], gaps: bool) -> anyhow::Result<()> {
     for w in &report.warnings {
         crate::term::err_line(&format!("warning: {w}"));
     }
-    for g in &report.gaps {
+    for g in report.gaps.iter().filter(|_| gaps) {
         crate::term::err_line(&format!("incomplete: {g}"));
     }
     for u in &report.unread {
