@@ -80,12 +80,12 @@ fn a_missing_shard_is_seen_from_the_traces_alone_and_said_once() {
         assert!(said[0].starts_with("incomplete: NEW: shard(s) 3/3"), "{r}");
         assert!(!r.stderr.contains("some runs never ran"), "{r}");
     }
-    let md = Wt::new(dir.path())
-        .args([
-            "compare", "full", "s1", "--new", "s2", "--format", "markdown",
-        ])
-        .run();
-    assert_eq!(lines_with(&md.stdout, "3/3").len(), 1, "{md}");
+    for format in ["markdown", "html"] {
+        let r = Wt::new(dir.path())
+            .args(["compare", "full", "s1", "--new", "s2", "--format", format])
+            .run();
+        assert_eq!(r.stdout.matches("shard(s) 3/3").count(), 1, "{format}: {r}");
+    }
 }
 
 #[test]
@@ -201,6 +201,7 @@ fn another_pack_is_refused_and_an_edited_scenario_is_named_on_every_output() {
         .args(["compare", "base", "other", "--gate"])
         .run();
     assert_eq!(r.code, 2, "{r}");
+    assert!(r.stdout.is_empty(), "refused before any output: {r}");
     assert!(
         r.stderr.contains("pack desk")
             && r.stderr.contains("pack shop")
