@@ -281,9 +281,10 @@ fn a_sweep_without_sweep_ended_is_incomplete_and_never_gates_green() {
     assert_eq!(cmp.code, 3, "{cmp}");
     assert!(
         cmp.stdout.contains("The comparison is incomplete")
-            && cmp.stderr.contains(&format!(
-                "incomplete: BASE: sweep {sweep_id} did not run to the end"
-            )),
+            && cmp
+                .stderr
+                .contains(&format!("incomplete: BASE: sweep {sweep_id} is incomplete"))
+            && !cmp.stderr.contains(&format!("warning: sweep {sweep_id}")),
         "{cmp}"
     );
 }

@@ -114,8 +114,8 @@ pub(crate) fn tell_report(report: Report, dirs: &[PathBuf]) -> anyhow::Result<Re
     Ok(report)
 }
 
-/// [`tell_report`] without the `incomplete:` lines of the report's gaps, for a caller that
-/// says them itself (`wt compare`, among its own).
+/// [`tell_report`] without what makes the report incomplete (its gaps, its partial sweeps),
+/// for a caller that says it itself (`wt compare`, among its own `incomplete:` lines).
 pub(crate) fn tell_report_but_gaps(report: Report, dirs: &[PathBuf]) -> anyhow::Result<Report> {
     tell(&report, dirs, false)?;
     Ok(report)
@@ -123,11 +123,19 @@ pub(crate) fn tell_report_but_gaps(report: Report, dirs: &[PathBuf]) -> anyhow::
 
 /// Prints what the reading side found beside the runs on stderr; no runs at all (and no
 /// scenario that could not run) is a usage error.
-fn tell(report: &Report, dirs: &[PathBuf], gaps: bool) -> anyhow::Result<()> {
-    for w in &report.warnings {
+fn tell(report: &Report, dirs: &[PathBuf], incomplete: bool) -> anyhow::Result<()> {
+    let said_apart: Vec<String> = if incomplete {
+        Vec::new()
+    } else {
+        report
+            .partial_sweeps()
+            .filter_map(|s| s.partial_reason())
+            .collect()
+    };
+    for w in report.warnings.iter().filter(|w| !said_apart.contains(w)) {
         crate::term::err_line(&format!("warning: {w}"));
     }
-    for g in report.gaps.iter().filter(|_| gaps) {
+    for g in report.gaps.iter().filter(|_| incomplete) {
         crate::term::err_line(&format!("incomplete: {g}"));
     }
     for u in &report.unread {

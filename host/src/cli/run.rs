@@ -342,7 +342,7 @@ fn sequential(args: &RunArgs, pack: &Pack) -> anyhow::Result<Option<runner::Sequ
         return Err(CodedError {
             code: crate::exit::RUN_ERROR,
             message: format!(
-                "--baseline {shown} is incomplete (the `incomplete:` line(s) above): deciding against part of it would judge this sweep on fewer runs than the baseline had; run the missing part, or pass --allow-missing to decide against the runs it has"
+                "--baseline {shown} is incomplete (why is said above): deciding against part of it would judge this sweep on fewer runs than the baseline had; run the missing part, or pass --allow-missing to decide against the runs it has"
             ),
         }
         .into());

@@ -127,6 +127,9 @@ pub(crate) struct SideInfo {
     pub passed: u64,
     /// Sweeps that may not have run to the end.
     pub partial_sweeps: Vec<String>,
+    /// Why each of them may not have, in its order.
+    #[serde(skip)]
+    partial_reasons: Vec<String>,
     /// What the directories cannot account for (missing shards, empty directories).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub gaps: Vec<String>,
@@ -145,6 +148,10 @@ impl SideInfo {
             runs: r.pack.runs,
             passed: r.pack.passed,
             partial_sweeps: r.partial_sweeps().map(|s| s.sweep_id.clone()).collect(),
+            partial_reasons: r
+                .partial_sweeps()
+                .filter_map(|s| s.partial_reason())
+                .collect(),
             gaps: r.gaps.clone(),
             usage: r.usage.clone(),
         }
@@ -403,10 +410,8 @@ impl Comparison {
             (one_sided(&base_by, &new_by), one_sided(&new_by, &base_by));
         let mut incomplete: Vec<String> = Vec::new();
         for (side, info) in [("BASE", &base_info), ("NEW", &new_info)] {
-            for s in &info.partial_sweeps {
-                incomplete.push(format!(
-                    "{side}: sweep {s} did not run to the end, so some of its runs never ran"
-                ));
+            for why in &info.partial_reasons {
+                incomplete.push(format!("{side}: {why}"));
             }
             for g in &info.gaps {
                 incomplete.push(format!("{side}: {g}"));

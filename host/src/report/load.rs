@@ -152,6 +152,25 @@ pub struct Sweep {
     pub journals: Vec<String>,
 }
 
+impl Sweep {
+    /// Why part of the sweep may never have run, when it may not have.
+    pub(crate) fn partial_reason(&self) -> Option<String> {
+        match self.status {
+            SweepStatus::Incomplete => Some(format!(
+                "sweep {} is incomplete: {} has no SweepEnded (killed, or still running); \
+                 its missing runs cannot be judged",
+                self.sweep_id,
+                self.journals.join(", ")
+            )),
+            SweepStatus::Interrupted => Some(format!(
+                "sweep {} was interrupted: runs that never started are missing",
+                self.sweep_id
+            )),
+            _ => None,
+        }
+    }
+}
+
 /// A scenario that could not run at all (provisioning or a precondition failed, or the sweep
 /// was interrupted before it): known only from its journal.
 #[derive(Clone, Debug, Serialize)]
@@ -915,21 +934,7 @@ impl Journals {
                 .or_insert_with(|| new_sweep(&id))
                 .runs += n;
         }
-        for s in sweeps.values() {
-            match s.status {
-                SweepStatus::Incomplete => warnings.push(format!(
-                    "sweep {} is incomplete: {} has no SweepEnded (killed, or still running); \
-                     its missing runs cannot be judged",
-                    s.sweep_id,
-                    s.journals.join(", ")
-                )),
-                SweepStatus::Interrupted => warnings.push(format!(
-                    "sweep {} was interrupted: runs that never started are missing",
-                    s.sweep_id
-                )),
-                _ => {}
-            }
-        }
+        warnings.extend(sweeps.values().filter_map(Sweep::partial_reason));
         sweeps.into_values().collect()
     }
 }
