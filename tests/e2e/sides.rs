@@ -270,6 +270,20 @@ fn another_pack_is_refused_and_an_edited_scenario_is_named_on_every_output() {
             _ => {}
         }
     }
+    // Merged into one report, the two versions of q01 are named: its counts mix them.
+    let r = Wt::new(dir.path())
+        .args(["report", "base", "edited", "--format", "json"])
+        .run();
+    assert_eq!(r.code, 0, "{r}");
+    let mixed = lines_with(&r.stderr, "was run in 2 versions");
+    assert_eq!(mixed.len(), 1, "{r}");
+    assert!(mixed[0].contains("scenario q01 "), "{r}");
+    let v: Value = serde_json::from_str(&r.stdout).unwrap();
+    assert!(
+        v["warnings"]
+            .to_string()
+            .contains("scenario q01 was run in 2 versions")
+    );
     // More runs of the same scenarios is the same test: nothing is named.
     let more = say_pack(dir.path(), "more-pack", "desk", &["hi", "hi"], 3);
     assert_eq!(say_sweep(dir.path(), &more, "nothing", "more").code, 0);

@@ -1104,6 +1104,19 @@ pub(crate) fn scan<P: AsRef<Path>>(dirs: &[P], want: Want<'_>) -> Result<Scan, S
     let mut sweep_warnings = Vec::new();
     let sweeps = journals.close(runs_per_sweep, &mut scenario_errors, &mut sweep_warnings);
     gaps.extend(load::missing_shards(&sweeps, &identities.shards));
+    // A scenario edited between the sweeps read: its counts mix two tests.
+    sweep_warnings.extend(
+        identities
+            .digests
+            .iter()
+            .filter(|(_, versions)| versions.len() > 1)
+            .map(|(id, versions)| {
+                format!(
+                    "scenario {id} was run in {} versions among these runs (its turns, expectations, world or tools were edited between sweeps): its counts mix them",
+                    versions.len()
+                )
+            }),
+    );
 
     // Every warning, counted: those about trace files (the first of them kept), then the
     // journals' and the sweeps'.
