@@ -220,6 +220,39 @@ impl Pack {
     }
 }
 
+/// The content identity of a scenario as run: `sha256:<hex>` of its definition as JSON with
+/// every object's keys sorted, leaving out what does not change the test (its run count,
+/// description and tags). Recorded in every trace (`scenario_digest`), so a comparison can
+/// tell an edited scenario from a changed agent.
+pub fn scenario_digest(scenario: &Scenario) -> String {
+    use sha2::{Digest, Sha256};
+    fn sorted(v: serde_json::Value) -> serde_json::Value {
+        match v {
+            serde_json::Value::Object(m) => {
+                let mut pairs: Vec<(String, serde_json::Value)> = m.into_iter().collect();
+                pairs.sort_by(|a, b| a.0.cmp(&b.0));
+                serde_json::Value::Object(pairs.into_iter().map(|(k, v)| (k, sorted(v))).collect())
+            }
+            serde_json::Value::Array(a) => {
+                serde_json::Value::Array(a.into_iter().map(sorted).collect())
+            }
+            other => other,
+        }
+    }
+    let mut value = serde_json::to_value(scenario).unwrap_or(serde_json::Value::Null);
+    if let Some(m) = value.as_object_mut() {
+        for volatile in ["runs", "description", "tags"] {
+            m.remove(volatile);
+        }
+    }
+    let bytes = serde_json::to_vec(&sorted(value)).unwrap_or_default();
+    let hex: String = Sha256::digest(&bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("sha256:{hex}")
+}
+
 /// Refuses, before anything runs, the scenarios an agent that cannot reach the fixture
 /// world could not be judged on: those with world checks or tool expectations. `agent`
 /// names the agent for the message.

@@ -169,22 +169,12 @@ if [ $((h % 100)) -lt "$p" ]; then word=yes; else word=no; fi
 printf '{"type": "reply", "turn": 0, "text": "%s"}\n' "$word"
 cat >/dev/null"#;
 
-/// A pack of `rates.len()` one-turn scenarios `s00`, `s01`, …, scenario k passing with
-/// `rates[k]` percent, each run `runs` times.
+/// A pack `coin` in `dir/<name>` of `rates.len()` one-turn scenarios `s00`, `s01`, …,
+/// scenario k passing with `rates[k]` percent, each run `runs` times. Packs of one name
+/// compare; a scenario whose rate differs is an edited one, and the comparison says so.
 fn coin_pack(dir: &Path, name: &str, rates: &[u32], runs: u32) -> PathBuf {
-    let root = dir.join(name);
-    std::fs::create_dir_all(root.join("scenarios")).unwrap();
-    std::fs::write(root.join("pack.toml"), format!("name = \"{name}\"\n")).unwrap();
-    for (k, p) in rates.iter().enumerate() {
-        std::fs::write(
-            root.join(format!("scenarios/s{k:02}.toml")),
-            format!(
-                "id = \"s{k:02}\"\nruns = {runs}\nturns = [\"p={p}\"]\n[expect.outcome]\nreply_contains = [\"yes\"]\n"
-            ),
-        )
-        .unwrap();
-    }
-    root
+    let turns: Vec<String> = rates.iter().map(|p| format!("p={p}")).collect();
+    yes_pack(dir, name, "coin", "s", &turns, runs)
 }
 
 /// `wt compare BASE NEW --gate --format json`: the run and the comparison.

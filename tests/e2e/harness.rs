@@ -539,6 +539,33 @@ pub fn write_pack(dir: &Path, scenarios: &[(&str, &str)]) -> PathBuf {
     pack
 }
 
+/// A pack named `name` in `dir/<dir_name>` of one-turn scenarios `<prefix>00`, `<prefix>01`,
+/// … (scenario k's turn is `turns[k]`), each passing when the reply says "yes", run `runs`
+/// times.
+pub fn yes_pack(
+    dir: &Path,
+    dir_name: &str,
+    name: &str,
+    prefix: &str,
+    turns: &[String],
+    runs: u32,
+) -> PathBuf {
+    let root = dir.join(dir_name);
+    std::fs::create_dir_all(root.join("scenarios")).unwrap();
+    std::fs::write(root.join("pack.toml"), format!("name = \"{name}\"\n")).unwrap();
+    for (k, turn) in turns.iter().enumerate() {
+        std::fs::write(
+            root.join(format!("scenarios/{prefix}{k:02}.toml")),
+            format!(
+                "id = \"{prefix}{k:02}\"\nruns = {runs}\nturns = [{}]\n[expect.outcome]\nreply_contains = [\"yes\"]\n",
+                serde_json::to_string(turn).unwrap()
+            ),
+        )
+        .unwrap();
+    }
+    root
+}
+
 /// A request as a test server saw it.
 #[derive(Clone, Debug)]
 pub struct Seen {

@@ -27,6 +27,7 @@ mod scale;
 mod sdk_compat;
 mod sdk_product;
 mod secrets;
+mod sides;
 mod signals;
 mod turns;
 mod world_checks;

@@ -279,7 +279,14 @@ fn a_sweep_without_sweep_ended_is_incomplete_and_never_gates_green() {
     // Nor does a comparison with a partial side pass its gate.
     let cmp = wt(dir.path(), &["compare", "runs", "runs", "--gate"]);
     assert_eq!(cmp.code, 3, "{cmp}");
-    assert!(cmp.stdout.contains("Incomplete: sweep"), "{cmp}");
+    assert!(
+        cmp.stdout.contains("The comparison is incomplete")
+            && cmp
+                .stderr
+                .contains(&format!("incomplete: BASE: sweep {sweep_id} is incomplete"))
+            && !cmp.stderr.contains(&format!("warning: sweep {sweep_id}")),
+        "{cmp}"
+    );
 }
 
 /// Starts a long sweep of passing runs, waits for its first trace, then sends `signal`

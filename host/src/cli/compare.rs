@@ -44,6 +44,14 @@ pub(crate) struct CompareArgs {
     /// Scenarios on one side only do not make the comparison incomplete.
     #[arg(long)]
     pub allow_missing: bool,
+    /// Compare sides whose runs name different packs (refused otherwise, exit 2: scenarios
+    /// of the same id in other packs are other tests).
+    #[arg(long)]
+    pub allow_other_pack: bool,
+    /// With `--gate`: also exit 1 when a scenario's NEW pass rate is at or below RATE while
+    /// its BASE rate was above it, however few the runs (0 makes a total collapse red).
+    #[arg(long, value_name = "RATE", value_parser = parse_floor)]
+    pub fail_on_drop_to: Option<f64>,
     /// Plan instead of compare (no run directories): how many runs a side the gate needs to
     /// catch a drop of `--drop` from `--from`, or, with `--runs`, which drop that many runs
     /// can catch — with `--power`, in a pack of `--scenarios`.
@@ -69,9 +77,9 @@ pub(crate) struct CompareArgs {
     pub format: Format,
     #[command(flatten)]
     pub output: super::report::Output,
-    /// Exit 1 when a scenario or the pack regressed significantly, 3 when the comparison is
-    /// incomplete (a side holds an incomplete sweep, or scenarios are on one side only), 0
-    /// otherwise.
+    /// Exit 1 when a scenario or the pack regressed significantly (or a scenario fell to
+    /// `--fail-on-drop-to`), 3 when the comparison is incomplete (a side holds an incomplete
+    /// sweep or misses a shard, or scenarios are on one side only), 0 otherwise.
     #[arg(long)]
     pub gate: bool,
 }
@@ -124,6 +132,15 @@ fn plan(args: &CompareArgs) -> anyhow::Result<u8> {
     Ok(exit::SUCCESS)
 }
 
+fn parse_floor(s: &str) -> Result<f64, String> {
+    let a: f64 = s.parse().map_err(|e| format!("{e}"))?;
+    if (0.0..1.0).contains(&a) {
+        Ok(a)
+    } else {
+        Err("a pass rate from 0 up to (not including) 1, e.g. 0 or 0.5".to_owned())
+    }
+}
+
 fn parse_alpha(s: &str) -> Result<f64, String> {
     fraction(s, "alpha must be between 0 and 1 (exclusive), e.g. 0.05")
 }
@@ -159,7 +176,10 @@ pub(crate) fn run(args: CompareArgs) -> anyhow::Result<u8> {
         },
     )?;
     let base_ids = std::mem::take(&mut base_scan.run_ids);
-    let base_report = super::report::tell_report(Report::from_scan(base_scan), &base_dirs)?;
+    // What a side's directories cannot account for is said once, among the comparison's
+    // `incomplete:` lines.
+    let base_report =
+        super::report::tell_report_but_gaps(Report::from_scan(base_scan), &base_dirs)?;
     let new_scan = scan::scan(
         &new_dirs,
         scan::Want {
@@ -170,7 +190,15 @@ pub(crate) fn run(args: CompareArgs) -> anyhow::Result<u8> {
     )?;
     drop(base_ids);
     let shared = new_scan.shared;
-    let new_report = super::report::tell_report(Report::from_scan(new_scan), &new_dirs)?;
+    let new_report = super::report::tell_report_but_gaps(Report::from_scan(new_scan), &new_dirs)?;
+    if !args.allow_other_pack
+        && let Some(why) =
+            compare::other_pack(("BASE", &base_report.packs()), ("NEW", &new_report.packs()))
+    {
+        return Err(
+            CodedError::usage(format!("{why}; --allow-other-pack compares them anyway")).into(),
+        );
+    }
     let c = Comparison::with_shared(
         &base_names,
         &base_report,
@@ -180,6 +208,7 @@ pub(crate) fn run(args: CompareArgs) -> anyhow::Result<u8> {
             alpha: args.alpha,
             correction: args.correction,
             allow_missing: args.allow_missing,
+            fail_on_drop_to: args.fail_on_drop_to,
         },
         shared,
     );

@@ -110,17 +110,32 @@ pub(crate) fn scan_report(dirs: &[PathBuf], want: scan::Want<'_>) -> anyhow::Res
 
 /// `report`, once what the reading side found beside its runs is printed (see [`tell`]).
 pub(crate) fn tell_report(report: Report, dirs: &[PathBuf]) -> anyhow::Result<Report> {
-    tell(&report, dirs)?;
+    tell(&report, dirs, true)?;
+    Ok(report)
+}
+
+/// [`tell_report`] without what makes the report incomplete (its gaps, its partial sweeps),
+/// for a caller that says it itself (`wt compare`, among its own `incomplete:` lines).
+pub(crate) fn tell_report_but_gaps(report: Report, dirs: &[PathBuf]) -> anyhow::Result<Report> {
+    tell(&report, dirs, false)?;
     Ok(report)
 }
 
 /// Prints what the reading side found beside the runs on stderr; no runs at all (and no
 /// scenario that could not run) is a usage error.
-fn tell(report: &Report, dirs: &[PathBuf]) -> anyhow::Result<()> {
-    for w in &report.warnings {
+fn tell(report: &Report, dirs: &[PathBuf], incomplete: bool) -> anyhow::Result<()> {
+    let said_apart: Vec<String> = if incomplete {
+        Vec::new()
+    } else {
+        report
+            .partial_sweeps()
+            .filter_map(|s| s.partial_reason())
+            .collect()
+    };
+    for w in report.warnings.iter().filter(|w| !said_apart.contains(w)) {
         crate::term::err_line(&format!("warning: {w}"));
     }
-    for g in &report.gaps {
+    for g in report.gaps.iter().filter(|_| incomplete) {
         crate::term::err_line(&format!("incomplete: {g}"));
     }
     for u in &report.unread {

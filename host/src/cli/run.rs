@@ -79,6 +79,14 @@ pub(crate) struct RunArgs {
     /// early), 1 to 10,000 (each look's exact test costs time in proportion).
     #[arg(long, value_name = "N", default_value_t = 20, requires = "until_decided", value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub max_runs: u32,
+    /// With `--until-decided`: decide against a baseline that is incomplete (a shard or a
+    /// sweep's end missing), on the runs it has; refused otherwise (exit 3).
+    #[arg(long, requires = "until_decided")]
+    pub allow_missing: bool,
+    /// With `--until-decided`: accept a baseline whose runs name another pack (refused
+    /// otherwise, exit 2: scenarios of the same id in other packs are other tests).
+    #[arg(long, requires = "until_decided")]
+    pub allow_other_pack: bool,
     /// Activate a hook (built-in or plugin); repeatable, fires in flag order. No --hook
     /// means no hooks at all.
     #[arg(long = "hook", value_name = "NAME", help_heading = "Hooks")]
@@ -334,12 +342,54 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<u8> {
 }
 
 /// `--until-decided`: the baseline's passes and runs per scenario of the pack. A scenario the
-/// baseline does not have runs `--max-runs` times, with a warning.
+/// baseline does not have runs `--max-runs` times, with a warning. The baseline is held to the
+/// gate's rules first: incomplete, it is refused (3) unless `--allow-missing`; of another
+/// pack, refused (2) unless `--allow-other-pack`; a scenario edited since is named.
 fn sequential(args: &RunArgs, pack: &Pack) -> anyhow::Result<Option<runner::Sequential>> {
     let Some(dir) = &args.baseline else {
         return Ok(None);
     };
     let base = crate::cli::report::load_report(&crate::cli::run_dirs(vec![dir.clone()])?)?;
+    let shown = dir.display();
+    if (!base.gaps.is_empty() || base.partial_sweeps().next().is_some()) && !args.allow_missing {
+        return Err(CodedError {
+            code: crate::exit::RUN_ERROR,
+            message: format!(
+                "--baseline {shown} is incomplete (why is said above): deciding against part of it would judge this sweep on fewer runs than the baseline had; run the missing part, or pass --allow-missing to decide against the runs it has"
+            ),
+        }
+        .into());
+    }
+    let here = std::collections::BTreeSet::from([pack.manifest.name.clone()]);
+    if let Some(why) =
+        crate::report::compare::other_pack(("--baseline", &base.packs()), ("this sweep", &here))
+    {
+        if !args.allow_other_pack {
+            return Err(CodedError::usage(format!(
+                "{why}; --allow-other-pack decides against it anyway"
+            ))
+            .into());
+        }
+        term::err_line(&format!("warning: {why} (--allow-other-pack)"));
+    }
+    let digests: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> = pack
+        .scenarios
+        .iter()
+        .map(|s| {
+            (
+                s.id.clone(),
+                std::collections::BTreeSet::from([crate::pack::scenario_digest(s)]),
+            )
+        })
+        .collect();
+    for w in crate::report::compare::edited_scenarios(
+        &base.ids.digests,
+        &digests,
+        "--baseline",
+        "this pack",
+    ) {
+        term::err_line(&format!("warning: {w}"));
+    }
     let mut baseline = std::collections::HashMap::new();
     for s in &base.scenarios {
         let a = &s.aggregate;

@@ -94,6 +94,10 @@ pub(crate) struct ScenarioComparison {
     /// without enough runs. The verdict compares it with `scenario_alpha`.
     pub p_adjusted: f64,
     pub verdict: Change,
+    /// NEW's pass rate fell to `--fail-on-drop-to` or below from above it: the gate fails on
+    /// it whatever the test says.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub dropped_to_floor: bool,
     /// The verdict in words.
     pub why: String,
     pub layers: Vec<LayerChange>,
@@ -121,9 +125,14 @@ pub(crate) struct SideInfo {
     pub sweeps: Vec<String>,
     pub runs: u64,
     pub passed: u64,
-    /// Sweeps that may not have run to the end, and what the directories cannot account
-    /// for (missing shards, empty directories).
+    /// Sweeps that may not have run to the end.
     pub partial_sweeps: Vec<String>,
+    /// Why each of them may not have, in its order.
+    #[serde(skip)]
+    partial_reasons: Vec<String>,
+    /// What the directories cannot account for (missing shards, empty directories).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub gaps: Vec<String>,
     /// The side's model calls and tokens, when `wt` saw any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<RunUsage>,
@@ -134,21 +143,16 @@ impl SideInfo {
         SideInfo {
             dirs: dirs.to_vec(),
             agents: r.agents.clone(),
-            packs: r
-                .sweeps
-                .iter()
-                .filter_map(|s| s.pack.clone())
-                .collect::<BTreeSet<_>>()
-                .into_iter()
-                .collect(),
+            packs: r.packs().into_iter().collect(),
             sweeps: r.sweeps.iter().map(|s| s.sweep_id.clone()).collect(),
             runs: r.pack.runs,
             passed: r.pack.passed,
-            partial_sweeps: r
+            partial_sweeps: r.partial_sweeps().map(|s| s.sweep_id.clone()).collect(),
+            partial_reasons: r
                 .partial_sweeps()
-                .map(|s| s.sweep_id.clone())
-                .chain(r.gaps.iter().cloned())
+                .filter_map(|s| s.partial_reason())
                 .collect(),
+            gaps: r.gaps.clone(),
             usage: r.usage.clone(),
         }
     }
@@ -214,7 +218,7 @@ pub(crate) struct Comparison {
     pub pack: PackTest,
     pub base: SideInfo,
     pub new: SideInfo,
-    /// Scenarios on both sides, regressions first.
+    /// Scenarios on both sides, regressions first; within a verdict, the largest change first.
     pub scenarios: Vec<ScenarioComparison>,
     pub only_in_base: Vec<OneSided>,
     pub only_in_new: Vec<OneSided>,
@@ -239,6 +243,48 @@ pub(crate) struct Settings {
     pub correction: Correction,
     /// Scenarios on one side only do not make the comparison incomplete.
     pub allow_missing: bool,
+    /// A scenario whose NEW pass rate is at or below this, from above it on BASE, fails the
+    /// gate whatever the test says (`--fail-on-drop-to`).
+    pub fail_on_drop_to: Option<f64>,
+}
+
+/// Why BASE and NEW are not the same test, when the traces (or journals) name their packs
+/// and no pack is on both sides.
+pub(crate) fn other_pack(
+    (base_label, base): (&str, &BTreeSet<String>),
+    (new_label, new): (&str, &BTreeSet<String>),
+) -> Option<String> {
+    if base.is_empty() || new.is_empty() || !base.is_disjoint(new) {
+        return None;
+    }
+    let list = |v: &BTreeSet<String>| v.iter().cloned().collect::<Vec<_>>().join(", ");
+    Some(format!(
+        "{base_label} is of pack {} and {new_label} of pack {}: scenarios of the same id in other packs are other tests",
+        list(base),
+        list(new)
+    ))
+}
+
+/// One warning per scenario whose definition (turns, expectations, world, tools) differs
+/// between the sides, by the digests their traces record: a change in its pass rate may be
+/// the edit, not the agent. `base` and `new` map scenarios to their digests; a scenario
+/// whose traces record none on a side is not judged.
+pub(crate) fn edited_scenarios(
+    base: &BTreeMap<String, BTreeSet<String>>,
+    new: &BTreeMap<String, BTreeSet<String>>,
+    base_label: &str,
+    new_label: &str,
+) -> Vec<String> {
+    base.iter()
+        .filter_map(|(id, b)| {
+            let n = new.get(id)?;
+            (b != n).then(|| {
+                format!(
+                    "scenario {id} differs between {base_label} and {new_label} (its turns, expectations, world or tools were edited): a change in its pass rate may be the edit, not the agent"
+                )
+            })
+        })
+        .collect()
 }
 
 /// The directories given on both sides (canonically the same), one warning each: the sides
@@ -334,9 +380,17 @@ impl Comparison {
             }
             scenarios.push(c);
         }
+        if let Some(floor) = settings.fail_on_drop_to {
+            for c in &mut scenarios {
+                drop_to_floor(c, floor, &mut counts);
+            }
+        }
+        // Within a verdict, the largest changes first: a view that shows only the first rows
+        // of a kind never hides the biggest moves behind smaller ones.
         scenarios.sort_by(|a, b| {
             a.verdict
                 .cmp(&b.verdict)
+                .then(b.difference.abs().total_cmp(&a.difference.abs()))
                 .then(a.scenario_id.cmp(&b.scenario_id))
         });
         let one_sided = |of: &BTreeMap<&str, &ScenarioSummary>,
@@ -354,12 +408,15 @@ impl Comparison {
         let new_info = SideInfo::new(new_dirs, new);
         let (only_in_base, only_in_new) =
             (one_sided(&base_by, &new_by), one_sided(&new_by, &base_by));
-        let mut incomplete: Vec<String> = base_info
-            .partial_sweeps
-            .iter()
-            .chain(&new_info.partial_sweeps)
-            .map(|s| format!("sweep {s} is incomplete: some runs never ran"))
-            .collect();
+        let mut incomplete: Vec<String> = Vec::new();
+        for (side, info) in [("BASE", &base_info), ("NEW", &new_info)] {
+            for why in &info.partial_reasons {
+                incomplete.push(format!("{side}: {why}"));
+            }
+            for g in &info.gaps {
+                incomplete.push(format!("{side}: {g}"));
+            }
+        }
         if !settings.allow_missing {
             for (side, other, list) in [
                 ("BASE", "NEW", &only_in_base),
@@ -381,9 +438,18 @@ impl Comparison {
                 "{shared} run(s) are on both sides (the same run ids): the sides are not independent samples"
             ));
         }
+        if let Some(why) = other_pack(("BASE", &base.packs()), ("NEW", &new.packs())) {
+            warnings.push(format!("{why} (compared anyway: --allow-other-pack)"));
+        }
+        warnings.extend(edited_scenarios(
+            &base.ids.digests,
+            &new.ids.digests,
+            "BASE",
+            "NEW",
+        ));
         let gate = if !incomplete.is_empty() {
             exit::RUN_ERROR
-        } else if decision.regressed() {
+        } else if decision.regressed() || scenarios.iter().any(|s| s.dropped_to_floor) {
             exit::RUN_FAILED
         } else {
             exit::SUCCESS
@@ -578,6 +644,12 @@ impl Comparison {
         let _ = writeln!(out, "- pack: {}", self.pack_line());
         if let Some(u) = self.usage_line() {
             let _ = writeln!(out, "- model: {}", md(&u));
+        }
+        for i in &self.incomplete {
+            let _ = writeln!(out, "- **incomplete:** {}", md(i));
+        }
+        for w in &self.warnings {
+            let _ = writeln!(out, "- **warning:** {}", md(w));
         }
         out.push('\n');
         let head = "| Scenario | Base | New | Diff | p (adj.) | Verdict | p50 Δ | p95 Δ | Why |\n\
@@ -792,6 +864,7 @@ fn compare_one(
         p_value,
         p_adjusted: d.p_adjusted,
         verdict,
+        dropped_to_floor: false,
         why,
         layers,
         appeared: only(new_reasons, base_reasons, true),
@@ -801,6 +874,38 @@ fn compare_one(
         base,
         new,
     }
+}
+
+/// `--fail-on-drop-to FLOOR`: a scenario whose NEW pass rate fell to `floor` or below from
+/// above it is a regression for the gate, however few its runs; its verdict and counts say
+/// so, and its reason says the test alone did not find it.
+fn drop_to_floor(c: &mut ScenarioComparison, floor: f64, counts: &mut Counts) {
+    let (Some(b), Some(n)) = (c.base.pass_rate, c.new.pass_rate) else {
+        return;
+    };
+    if !(n <= floor && b > floor) {
+        return;
+    }
+    c.dropped_to_floor = true;
+    if c.verdict == Change::Regressed {
+        c.why
+            .push_str(&format!("; at or below --fail-on-drop-to {floor}"));
+        return;
+    }
+    match c.verdict {
+        Change::Improved => counts.improved -= 1,
+        Change::Unchanged => counts.unchanged -= 1,
+        Change::NotEnoughRuns => counts.not_enough_runs -= 1,
+        Change::Regressed => {}
+    }
+    counts.regressed += 1;
+    c.verdict = Change::Regressed;
+    c.why = format!(
+        "{} → {}, at or below --fail-on-drop-to {floor} (the test alone: {})",
+        c.base.pass_rate.map_or("-".into(), pct),
+        c.new.pass_rate.map_or("-".into(), pct),
+        p_is(c.p_value)
+    );
 }
 
 fn summary(c: &Comparison) -> String {
@@ -865,8 +970,12 @@ fn summary(c: &Comparison) -> String {
         ));
     }
     let mut s = format!("{head}: {}.", parts.join(", "));
-    for i in &c.incomplete {
-        let _ = write!(s, " Incomplete: {i}.");
+    if !c.incomplete.is_empty() {
+        let _ = write!(
+            s,
+            " The comparison is incomplete ({} reason(s) below): --gate exits 3.",
+            c.incomplete.len()
+        );
     }
     s
 }
@@ -898,6 +1007,7 @@ mod tests {
         alpha: 0.05,
         correction: Correction::Holm,
         allow_missing: false,
+        fail_on_drop_to: None,
     };
 
     #[test]
@@ -972,6 +1082,7 @@ mod tests {
         assert_eq!(c.incomplete.len(), 2, "{:?}", c.incomplete);
         let allowed = Settings {
             allow_missing: true,
+            fail_on_drop_to: None,
             ..SETTINGS
         };
         let c = Comparison::new(

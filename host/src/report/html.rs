@@ -660,6 +660,7 @@ pub(crate) fn compare_page(c: &Comparison, new: &Report) -> String {
                 p.warn { "Incomplete: " (i) }
             }
         }
+        (warnings_section(&c.warnings))
         section #scenarios {
             h2 { "Scenarios" }
             table {

@@ -152,6 +152,25 @@ pub struct Sweep {
     pub journals: Vec<String>,
 }
 
+impl Sweep {
+    /// Why part of the sweep may never have run, when it may not have.
+    pub(crate) fn partial_reason(&self) -> Option<String> {
+        match self.status {
+            SweepStatus::Incomplete => Some(format!(
+                "sweep {} is incomplete: {} has no SweepEnded (killed, or still running); \
+                 its missing runs cannot be judged",
+                self.sweep_id,
+                self.journals.join(", ")
+            )),
+            SweepStatus::Interrupted => Some(format!(
+                "sweep {} was interrupted: runs that never started are missing",
+                self.sweep_id
+            )),
+            _ => None,
+        }
+    }
+}
+
 /// A scenario that could not run at all (provisioning or a precondition failed, or the sweep
 /// was interrupted before it): known only from its journal.
 #[derive(Clone, Debug, Serialize)]
@@ -171,11 +190,15 @@ pub struct UnreadRun {
     pub stem: String,
 }
 
-/// The shards of every sharding (`K/N`) seen in the journals that no journal read is of: a
-/// sweep run as N shards is whole only with all N.
-pub(crate) fn missing_shards(sweeps: &[Sweep]) -> Vec<String> {
+/// The shards of every sharding (`K/N`) seen in the journals or in the traces (`shards`) that
+/// neither a journal nor a trace read is of: a sweep run as N shards is whole only with all N.
+/// Traces carry their shard, so a missing shard is seen even when no journal was kept.
+pub(crate) fn missing_shards(
+    sweeps: &[Sweep],
+    shards: &std::collections::BTreeSet<String>,
+) -> Vec<String> {
     let mut seen: BTreeMap<u32, std::collections::BTreeSet<u32>> = BTreeMap::new();
-    for shard in sweeps.iter().flat_map(|s| &s.shards) {
+    for shard in sweeps.iter().flat_map(|s| &s.shards).chain(shards) {
         if let Some((k, n)) = shard.split_once('/')
             && let (Ok(k), Ok(n)) = (k.parse::<u32>(), n.parse::<u32>())
             && (1..=n).contains(&k)
@@ -191,7 +214,7 @@ pub(crate) fn missing_shards(sweeps: &[Sweep]) -> Vec<String> {
                 .collect();
             (!missing.is_empty()).then(|| {
                 format!(
-                    "shard(s) {} of a sweep run in {n} shards: no journal of them among the directories given, so their runs are missing",
+                    "shard(s) {} of a sweep run in {n} shards: no trace or journal of them among the directories given, so their runs are missing",
                     missing.join(", ")
                 )
             })
@@ -911,21 +934,7 @@ impl Journals {
                 .or_insert_with(|| new_sweep(&id))
                 .runs += n;
         }
-        for s in sweeps.values() {
-            match s.status {
-                SweepStatus::Incomplete => warnings.push(format!(
-                    "sweep {} is incomplete: {} has no SweepEnded (killed, or still running); \
-                     its missing runs cannot be judged",
-                    s.sweep_id,
-                    s.journals.join(", ")
-                )),
-                SweepStatus::Interrupted => warnings.push(format!(
-                    "sweep {} was interrupted: runs that never started are missing",
-                    s.sweep_id
-                )),
-                _ => {}
-            }
-        }
+        warnings.extend(sweeps.values().filter_map(Sweep::partial_reason));
         sweeps.into_values().collect()
     }
 }

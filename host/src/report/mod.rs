@@ -25,7 +25,7 @@ pub(crate) mod table;
 pub(crate) mod triage;
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use serde::Serialize;
@@ -246,6 +246,9 @@ pub(crate) struct Report {
     /// first few of them).
     #[serde(skip)]
     pub not_passed: BTreeMap<String, usize>,
+    /// Where the runs come from, as their traces say: packs, shards, scenario digests.
+    #[serde(skip)]
+    pub ids: scan::Identities,
 }
 
 /// What the reading side found beside the runs.
@@ -258,6 +261,8 @@ pub(crate) struct Found {
     pub unread: Vec<UnreadRun>,
     /// A sweep may not have run to the end, or a shard is missing.
     pub partial: bool,
+    /// Where the runs come from, as their traces say.
+    pub ids: scan::Identities,
 }
 
 impl Report {
@@ -284,6 +289,7 @@ impl Report {
             gaps: Vec::new(),
             unread: Vec::new(),
             partial: false,
+            ids: scan::Identities::default(),
         };
         let mut report = Report::assemble(aggs, usage, rows, found);
         let mut agents: Vec<String> = report.runs.iter().map(|r| r.agent.clone()).collect();
@@ -366,6 +372,7 @@ impl Report {
             agents: Vec::new(),
             reasons: Reasons::new(),
             listing: None,
+            ids: found.ids,
         }
     }
 
@@ -442,6 +449,13 @@ impl Report {
     }
 
     /// Sweeps that may not have run to the end.
+    /// The packs the runs come from, as their traces and journals name them.
+    pub(crate) fn packs(&self) -> BTreeSet<String> {
+        let mut packs = self.ids.packs.clone();
+        packs.extend(self.sweeps.iter().filter_map(|s| s.pack.clone()));
+        packs
+    }
+
     pub(crate) fn partial_sweeps(&self) -> impl Iterator<Item = &Sweep> {
         self.sweeps.iter().filter(|s| s.status.is_partial())
     }

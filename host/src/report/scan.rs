@@ -120,6 +120,12 @@ pub(crate) struct Projection {
     denial: Option<IgnoredAny>,
     #[serde(default)]
     pub hooks: Option<Vec<HookProvenance>>,
+    #[serde(default)]
+    pub pack: Option<String>,
+    #[serde(default)]
+    pub shard: Option<String>,
+    #[serde(default)]
+    pub scenario_digest: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -658,6 +664,58 @@ struct Part {
     warned: usize,
     run_ids: Vec<u64>,
     shared: usize,
+    ids: Identities,
+}
+
+/// What the traces say about where their runs come from: packs, shards, and each scenario's
+/// content digests. Bounded by the packs, shardings and scenario versions read, never by
+/// the runs.
+#[derive(Default, Clone, Debug)]
+pub(crate) struct Identities {
+    /// The packs the traces name.
+    pub packs: BTreeSet<String>,
+    /// The shards (`K/N`) the traces name.
+    pub shards: BTreeSet<String>,
+    /// Per scenario, the digests of its definition the traces name.
+    pub digests: BTreeMap<String, BTreeSet<String>>,
+    /// Traces that name no digest (written by a `wt` that did not record one).
+    pub undigested: usize,
+}
+
+impl Identities {
+    fn add(&mut self, t: &Projection) {
+        if let Some(p) = &t.pack
+            && !self.packs.contains(p)
+        {
+            self.packs.insert(p.clone());
+        }
+        if let Some(k) = &t.shard
+            && !self.shards.contains(k)
+        {
+            self.shards.insert(k.clone());
+        }
+        match &t.scenario_digest {
+            Some(d) => {
+                let set = match self.digests.get_mut(&t.scenario_id) {
+                    Some(set) => set,
+                    None => self.digests.entry(t.scenario_id.clone()).or_default(),
+                };
+                if !set.contains(d) {
+                    set.insert(d.clone());
+                }
+            }
+            None => self.undigested += 1,
+        }
+    }
+
+    fn merge(&mut self, other: Identities) {
+        self.packs.extend(other.packs);
+        self.shards.extend(other.shards);
+        for (id, set) in other.digests {
+            self.digests.entry(id).or_default().extend(set);
+        }
+        self.undigested += other.undigested;
+    }
 }
 
 /// The directory a reader reads from: its index, and the directory held open.
@@ -805,6 +863,7 @@ impl Part {
         if shared.want.page {
             self.extras.add(&t);
         }
+        self.ids.add(&t);
         let run_id_hash = hash64(&t.run_id);
         if shared.want.run_ids {
             self.run_ids.push(run_id_hash);
@@ -946,6 +1005,7 @@ pub(crate) fn scan<P: AsRef<Path>>(dirs: &[P], want: Want<'_>) -> Result<Scan, S
     let mut file_warnings: Vec<FileWarning> = Vec::new();
     let (mut warned, mut shared_runs) = (0, 0);
     let mut run_ids = Vec::new();
+    let mut identities = Identities::default();
     let total: usize = parts
         .iter()
         .map(|p| p.keys.iter().map(Vec::len).sum::<usize>())
@@ -984,6 +1044,7 @@ pub(crate) fn scan<P: AsRef<Path>>(dirs: &[P], want: Want<'_>) -> Result<Scan, S
             }
         }
         extras.merge(part.extras);
+        identities.merge(part.ids);
         file_warnings.extend(part.warnings);
         warned += part.warned;
         run_ids.extend(part.run_ids);
@@ -1042,7 +1103,20 @@ pub(crate) fn scan<P: AsRef<Path>>(dirs: &[P], want: Want<'_>) -> Result<Scan, S
     let mut scenario_errors = Vec::new();
     let mut sweep_warnings = Vec::new();
     let sweeps = journals.close(runs_per_sweep, &mut scenario_errors, &mut sweep_warnings);
-    gaps.extend(load::missing_shards(&sweeps));
+    gaps.extend(load::missing_shards(&sweeps, &identities.shards));
+    // A scenario edited between the sweeps read: its counts mix two tests.
+    sweep_warnings.extend(
+        identities
+            .digests
+            .iter()
+            .filter(|(_, versions)| versions.len() > 1)
+            .map(|(id, versions)| {
+                format!(
+                    "scenario {id} was run in {} versions among these runs (its turns, expectations, world or tools were edited between sweeps): its counts mix them",
+                    versions.len()
+                )
+            }),
+    );
 
     // Every warning, counted: those about trace files (the first of them kept), then the
     // journals' and the sweeps'.
@@ -1135,6 +1209,7 @@ pub(crate) fn scan<P: AsRef<Path>>(dirs: &[P], want: Want<'_>) -> Result<Scan, S
             gaps,
             unread,
             partial,
+            ids: identities,
         },
     })
 }

@@ -428,6 +428,8 @@ fn run_scenarios(
             };
             let mut runner = scenario::ScenarioRunner::new(cfg, sweep, stream, s, runtime, &stems);
             runner.world_unable = unable;
+            // The pack's definition, not the one a world server's tools were added to.
+            runner.digest = crate::pack::scenario_digest(original);
             let seq = sequential_tally(cfg, scenarios, s);
             sweep::ScenarioState::new(runner, plan, cap, seq)
         })

@@ -81,6 +81,9 @@ impl<'s, 'a> RunRunner<'s, 'a> {
         trace.started_at = clock::rfc3339(started);
         trace.policy_revision = cfg.policy_revision.clone();
         trace.hooks = self.lane.provenance(cfg);
+        trace.pack = Some(cfg.pack_name.clone());
+        trace.shard = cfg.shard.map(|s| format!("{}/{}", s.index, s.count));
+        trace.scenario_digest = Some(sc.digest.clone());
         if let Err(e) = lock(self.handle).reset_state() {
             trace.error = Some(format!("reset failed: {e}"));
         }

@@ -60,6 +60,9 @@ pub(super) struct ScenarioRunner<'a> {
     /// Why the scenario's world server cannot serve it (it did not start, or its tools do
     /// not fit the scenario): every run is ERROR.
     pub world_unable: Option<String>,
+    /// The scenario's content identity as the pack defines it ([`crate::pack::scenario_digest`]),
+    /// copied into each run's trace.
+    pub digest: String,
 }
 
 impl<'a> ScenarioRunner<'a> {
@@ -80,6 +83,7 @@ impl<'a> ScenarioRunner<'a> {
             runtime,
             stems,
             world_unable: None,
+            digest: crate::pack::scenario_digest(scenario),
         }
     }
 

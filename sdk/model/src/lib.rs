@@ -1119,6 +1119,18 @@ pub struct Trace {
     /// The agent processes of the run and how each ended (`process` runtime only).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub processes: Vec<AgentProcess>,
+    /// The name of the pack the scenario came from; absent in traces of older `wt`s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pack: Option<String>,
+    /// `K/N` when the run was made by shard K of a sweep run in N shards;
+    /// absent when the sweep was not sharded, and in traces of older `wt`s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<String>,
+    /// `sha256:<hex>` of the scenario's definition as run (turns, expectations, world,
+    /// tools, everything but its run count), canonical JSON with sorted keys: equal digests
+    /// are the same test; absent in traces of older `wt`s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scenario_digest: Option<String>,
 }
 
 impl Trace {

@@ -59,10 +59,13 @@ impl Snapshot {
 }
 
 /// The fields SDK 1.0 knows of the members whose types refuse unknown fields there
-/// (`AgentConfig` and `Scenario` were `deny_unknown_fields` in 1.0). A plugin built against
-/// 1.0 gets these members with only these keys, so a field this `wt` added — set in an agent
-/// config, say — can never make its `ctx.agent()` fail to read.
-const SDK_1_0_FIELDS: [(&str, &[&str]); 2] = [
+/// (`AgentConfig` and `Scenario` were `deny_unknown_fields` in 1.0), or that carry fields
+/// every run has which 1.0 cannot read (the trace's `pack`, `shard` and `scenario_digest`;
+/// its `processes`, which 1.0 plugins were always passed, stays). A plugin
+/// built against 1.0 gets these members with only these keys, so a field this `wt` added —
+/// set in an agent config, say — can never make its `ctx.agent()` fail to read, and what it
+/// reads raw is what it reads typed.
+const SDK_1_0_FIELDS: [(&str, &[&str]); 3] = [
     (
         member::AGENT,
         &[
@@ -91,6 +94,30 @@ const SDK_1_0_FIELDS: [(&str, &[&str]); 2] = [
             "tools",
             "preconditions",
             "expect",
+        ],
+    ),
+    (
+        member::TRACE,
+        &[
+            "schema_version",
+            "run_id",
+            "sweep_id",
+            "scenario_id",
+            "run_index",
+            "session_id",
+            "agent",
+            "started_at",
+            "ended_at",
+            "surface",
+            "turns",
+            "evidence",
+            "world",
+            "worker_warnings",
+            "error",
+            "policy_revision",
+            "denial",
+            "hooks",
+            "processes",
         ],
     ),
 ];
