@@ -139,7 +139,7 @@ fn a_forbidden_call_after_the_reply_is_refused_recorded_and_fails_the_run() {
 }
 
 #[test]
-fn a_world_check_with_neither_equals_nor_exists_is_refused_at_load() {
+fn a_world_check_with_no_condition_is_refused_at_load() {
     let dir = tmp();
     let pack = write_pack(
         dir.path(),
@@ -152,7 +152,7 @@ fn a_world_check_with_neither_equals_nor_exists_is_refused_at_load() {
     assert_eq!(r.code, 2, "{r}");
     assert!(
         r.stderr.contains("expect.outcome.world[0]")
-            && r.stderr.contains("neither `equals` nor `exists`"),
+            && r.stderr.contains("has no condition"),
         "{r}"
     );
 }
