@@ -151,8 +151,7 @@ fn a_world_check_with_no_condition_is_refused_at_load() {
     let r = Wt::new(dir.path()).args(["run", "--pack"]).arg(&pack).run();
     assert_eq!(r.code, 2, "{r}");
     assert!(
-        r.stderr.contains("expect.outcome.world[0]")
-            && r.stderr.contains("has no condition"),
+        r.stderr.contains("expect.outcome.world[0]") && r.stderr.contains("has no condition"),
         "{r}"
     );
 }
