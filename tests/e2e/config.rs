@@ -105,7 +105,8 @@ fn agent_config_errors_are_refused_before_anything_is_written_with_their_cause_o
     std::fs::write(dir.path().join("a-file"), "").unwrap();
     let r = Wt::new(dir.path()).args(["run", "--out", "a-file"]).run();
     assert_eq!(r.code, 2, "{r}");
-    assert_eq!(r.stderr.matches("File exists").count(), 1, "{r}");
+    assert_eq!(r.stderr.matches("not a directory").count(), 1, "{r}");
+    assert_eq!(r.stderr.lines().count(), 1, "{r}");
     let r = Wt::new(dir.path())
         .args(["run", "--agent", "nope.toml"])
         .run();
