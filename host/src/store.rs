@@ -221,9 +221,20 @@ pub(crate) fn check_output(path: &Path, what: &str) -> Result<(), String> {
             parent.display()
         ));
     }
-    temp_file(parent)
-        .map(drop)
-        .map_err(|e| format!("{what} {shown}: cannot write in {}: {e}", parent.display()))
+    probe(parent).map_err(|e| format!("{what} {shown}: {e}"))
+}
+
+/// Can a file be created in `dir`? Tries a temporary file, removed at once. The error names
+/// the directory and the system's reason (not the temporary file's name).
+fn probe(dir: &Path) -> Result<(), String> {
+    temp_file(dir).map(drop).map_err(|e| {
+        // tempfile adds the temporary file's name (`… at path "…"`): the cause is before it.
+        let text = e.to_string();
+        let why = text
+            .rsplit_once(" at path \"")
+            .map_or(text.as_str(), |(cause, _)| cause);
+        format!("cannot write in {}: {why}", dir.display())
+    })
 }
 
 /// Checks that runs can be written in `dir` (`what` names it in the message), or that it
@@ -247,12 +258,7 @@ pub(crate) fn check_runs_dir(dir: &Path, what: &str) -> Result<(), String> {
             format!("{what} {shown}: {} is not a directory", existing.display())
         });
     }
-    temp_file(existing).map(drop).map_err(|e| {
-        format!(
-            "{what} {shown}: cannot write in {}: {e}",
-            existing.display()
-        )
-    })
+    probe(existing).map_err(|e| format!("{what} {shown}: {e}"))
 }
 
 /// Removes the temporary files being written right now (before an exit that will not let

@@ -218,6 +218,8 @@ fn an_unwritable_out_is_refused_in_one_line_before_the_sweep_is_announced() {
         let lines: Vec<_> = r.stderr.lines().filter(|l| !l.trim().is_empty()).collect();
         assert_eq!(lines.len(), 1, "{out}: {r}");
         assert!(lines[0].contains("--out"), "{out}: {r}");
+        // The cause, not the name of the probe's temporary file.
+        assert!(!lines[0].contains(".wt-tmp"), "{out}: {r}");
     }
     assert_eq!(
         std::fs::read_to_string(dir.path().join("a-file")).unwrap(),
