@@ -82,7 +82,8 @@ fn no_way_a_plugin_ends_the_process_makes_a_failing_sweep_anything_but_4() {
 #[test]
 fn a_thread_a_hook_leaves_behind_that_exits_0_ends_the_sweep_as_aborted_naming_the_hook() {
     // The point returns and the sweep goes on while the hook's own thread calls exit(0):
-    // at the last point too, where the sweep is about to record its result.
+    // at the last point too, where the sweep is about to record its result and the exit
+    // decides the status only if it comes first.
     let dir = tmp();
     let plugins = plugin_dir(dir.path(), &["wt_test_hostile"]);
     for point in ["on_run_start", "on_scenario_end", "on_pack_end"] {
@@ -94,14 +95,22 @@ fn a_thread_a_hook_leaves_behind_that_exits_0_ends_the_sweep_as_aborted_naming_t
             .env("WT_EXITER_POINT", point)
             .env("WT_EXITER_THREAD", "1")
             .run();
-        assert_eq!(r.code, 4, "{point}: {r}");
         let named: Vec<_> = r
             .stderr
             .lines()
             .filter(|l| l.contains("asked to exit") && l.contains("in-process hook exiter"))
             .collect();
-        assert_eq!(named.len(), 1, "{point}: {r}");
         only_whole_files(&dir.path().join(&out));
+        if point == "on_pack_end" && r.code == 0 {
+            // After the last point the exit races the recording of the result, and either
+            // may come first. An exit that comes second leaves the recorded result
+            // standing: a whole, green sweep, and nothing said about an exit.
+            assert!(named.is_empty(), "{point}: {r}");
+            assert!(r.stderr.contains("9/9 runs passed"), "{point}: {r}");
+            continue;
+        }
+        assert_eq!(r.code, 4, "{point}: {r}");
+        assert_eq!(named.len(), 1, "{point}: {r}");
     }
 }
 
