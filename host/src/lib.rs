@@ -58,3 +58,4 @@ pub(crate) mod store;
 pub(crate) mod strict;
 pub(crate) mod term;
 internal_mod!(world);
+pub(crate) mod view;

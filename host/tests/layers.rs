@@ -34,7 +34,7 @@ const LAYERS: &[&[&str]] = &[
     // The agent's side (runtimes with the world's MCP door), hooks, the reading side.
     &["runtime", "hooks", "report"],
     // The run loop.
-    &["runner"],
+    &["runner", "view"],
     // The subcommands.
     &["cli"],
 ];

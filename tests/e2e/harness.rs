@@ -955,6 +955,67 @@ pub fn path_with_world_servers() -> String {
     )
 }
 
+// ---- A real browser (headless Chromium) ----------------------------------------------
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+
+/// A fresh headless Chromium with no network features; fails (never skips) when it is not
+/// installed.
+pub fn chromium(dir: &Path) -> Command {
+    assert!(
+        Path::new(CHROMIUM).is_file(),
+        "{CHROMIUM} not found: the HTML report tests render the page in a real browser. \
+         Install it with `apt-get install -y chromium` (as root; .ci/run does this)."
+    );
+    let profile = tempfile::tempdir_in(dir).unwrap().keep();
+    let mut cmd = Command::new(CHROMIUM);
+    cmd.args([
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--enable-logging=stderr",
+        "--v=0",
+    ])
+    .arg(format!("--user-data-dir={}", profile.display()));
+    cmd
+}
+
+/// Renders `page` headless: the DOM after load, and the browser's stderr.
+pub fn dump_dom(dir: &Path, page: &Path) -> (String, String) {
+    let out = chromium(dir)
+        .arg("--dump-dom")
+        .arg(format!("file://{}", page.display()))
+        .output()
+        .expect("run chromium");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "chromium failed: {stderr}");
+    (String::from_utf8_lossy(&out.stdout).into_owned(), stderr)
+}
+
+/// Console messages (errors included) the page logged: Chromium prints them as
+/// `...:CONSOLE:<line>] "message"` with `--enable-logging=stderr`.
+pub fn console_lines(stderr: &str) -> Vec<&str> {
+    stderr.lines().filter(|l| l.contains(":CONSOLE")).collect()
+}
+
+/// Renders the page at `url` headless (scripts run): the DOM after load, and the browser's
+/// stderr.
+pub fn dump_url(dir: &Path, url: &str) -> (String, String) {
+    let out = chromium(dir)
+        .arg("--dump-dom")
+        .arg(url)
+        .output()
+        .expect("run chromium");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "chromium failed: {stderr}");
+    (String::from_utf8_lossy(&out.stdout).into_owned(), stderr)
+}
+
 /// The test server answers every connection a client keeps open at once: lanes each keep a
 /// pooled keep-alive connection for the whole sweep, so a server that serves connections from
 /// a bounded pool would leave one lane's requests waiting until the client gives up.

@@ -30,5 +30,6 @@ mod secrets;
 mod sides;
 mod signals;
 mod turns;
+mod view;
 mod world_checks;
 mod worlds;

@@ -9,7 +9,8 @@ use std::process::Command;
 use serde_json::Value;
 
 use crate::harness::{
-    PATIENCE, Run, Wt, dead_port, files, journal_file, signal, tmp, trace_paths, wait_for,
+    PATIENCE, Run, Wt, chromium, console_lines, dead_port, dump_dom, files, journal_file, signal,
+    tmp, trace_paths, wait_for,
 };
 
 /// `wt run` into `dir/<out>` with extra arguments; returns the run directory.
@@ -795,52 +796,6 @@ fn compare_reports_latency_deltas_and_merges_several_directories_a_side() {
 }
 
 // ---- HTML, in a real browser ---------------------------------------------------------------
-
-const CHROMIUM: &str = "/usr/bin/chromium";
-
-/// A fresh headless Chromium with no network features; fails (never skips) when it is not
-/// installed.
-fn chromium(dir: &Path) -> Command {
-    assert!(
-        Path::new(CHROMIUM).is_file(),
-        "{CHROMIUM} not found: the HTML report tests render the page in a real browser. \
-         Install it with `apt-get install -y chromium` (as root; .ci/run does this)."
-    );
-    let profile = tempfile::tempdir_in(dir).unwrap().keep();
-    let mut cmd = Command::new(CHROMIUM);
-    cmd.args([
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--enable-logging=stderr",
-        "--v=0",
-    ])
-    .arg(format!("--user-data-dir={}", profile.display()));
-    cmd
-}
-
-/// Renders `page` headless: the DOM after load, and the browser's stderr.
-fn dump_dom(dir: &Path, page: &Path) -> (String, String) {
-    let out = chromium(dir)
-        .arg("--dump-dom")
-        .arg(format!("file://{}", page.display()))
-        .output()
-        .expect("run chromium");
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "chromium failed: {stderr}");
-    (String::from_utf8_lossy(&out.stdout).into_owned(), stderr)
-}
-
-/// Console messages (errors included) the page logged: Chromium prints them as
-/// `...:CONSOLE:<line>] "message"` with `--enable-logging=stderr`.
-fn console_lines(stderr: &str) -> Vec<&str> {
-    stderr.lines().filter(|l| l.contains(":CONSOLE")).collect()
-}
 
 /// Width and height from a PNG's IHDR chunk.
 fn png_size(path: &Path) -> (u32, u32) {

@@ -17,6 +17,7 @@ pub(crate) mod rescore;
 pub(crate) mod run;
 pub(crate) mod supervise;
 pub(crate) mod triage;
+pub(crate) mod view;
 
 /// Wind Tunnel: evaluate AI agents against packs of scenarios.
 #[derive(Debug, Parser)]
@@ -45,6 +46,8 @@ pub(crate) enum Command {
     /// Cluster failing runs and place each cluster on the wiring → harness → steering →
     /// model ladder.
     Triage(triage::TriageArgs),
+    /// Explore every stored run in a browser: a local, read-only server (prints its URL).
+    View(view::ViewArgs),
     /// An isolated hook's process (started by `wt` itself; speaks a binary protocol).
     #[command(hide = true, name = "hook-child")]
     HookChild(crate::hooks::isolate::child::ChildArgs),
@@ -92,6 +95,7 @@ pub fn main() -> ExitCode {
         Command::Hooks(cmd) => hooks::run(cmd),
         Command::Doctor(args) => doctor::run(args),
         Command::Triage(args) => triage::run(args),
+        Command::View(args) => view::run(args),
         Command::HookChild(args) => crate::hooks::isolate::child::run(args),
         Command::SweepWatchdog(args) => Ok(crate::procs::watch(&args.tag)),
     };

@@ -66,6 +66,29 @@ pub(crate) struct Want<'a> {
     pub run_ids: bool,
     /// Count the runs whose run id's hash is in this sorted list (the NEW side).
     pub shared_with: Option<&'a [u64]>,
+    /// What `wt view` lists and filters every run by ([`Facts`]), one per trace read.
+    pub facts: bool,
+}
+
+/// What `wt view` shows of a run in its list, and filters and sorts by, read with the run.
+/// Found again for a listed run by [`Listing::identity`].
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Facts {
+    /// As [`Listing::identity`] gives it.
+    pub identity: u64,
+    /// The hash of the run id (a page's address names the run by its id).
+    pub run_id_hash: u64,
+    /// Failed layers: bit `i` for the `i`-th of [`Score::layers`].
+    pub layers: u8,
+    /// The triage rung of a run that did not pass, as [`triage::rung`] places it.
+    pub rung: Option<Rung>,
+    pub turns: u32,
+    pub tool_calls: u32,
+    pub model_calls: u32,
+    /// Warnings the run's hooks gave (`hook:<name>: …` among its worker warnings).
+    pub hook_warnings: u32,
+    pub tokens: u64,
+    pub cost_usd: Option<f64>,
 }
 
 /// What a scan of run directories holds: counts, the few rows and runs the views show, and
@@ -93,6 +116,8 @@ pub(crate) struct Scan {
     /// The trace files not counted because an earlier one was the same run, in the order
     /// read (directory given, then file name).
     pub duplicate_paths: Vec<PathBuf>,
+    /// With [`Want::facts`]: one per trace read, copies of a run included, in no order.
+    pub facts: Vec<Facts>,
     pub found: Found,
 }
 
@@ -126,6 +151,8 @@ pub(crate) struct Projection {
     pub shard: Option<String>,
     #[serde(default)]
     pub scenario_digest: Option<String>,
+    #[serde(default)]
+    worker_warnings: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -143,6 +170,8 @@ pub(crate) struct TurnLatency {
 #[derive(Deserialize)]
 struct ToolEvidence {
     tool_calls: Vec<ToolError>,
+    #[serde(default)]
+    model_calls: Vec<IgnoredAny>,
 }
 
 #[derive(Deserialize)]
@@ -156,6 +185,11 @@ impl Projection {
     fn tool_errors(&self) -> bool {
         self.evidence.tool_calls.iter().any(|c| c.error.is_some())
     }
+}
+
+/// The hash of a run id, as [`Facts::run_id_hash`] holds it.
+pub(crate) fn hash_run_id(run_id: &str) -> u64 {
+    hash64(&run_id)
 }
 
 fn hash64(x: &impl Hash) -> u64 {
@@ -417,6 +451,33 @@ impl Listing {
         self.row(&self.keys[i])
     }
 
+    /// The `i`-th run's identity (hash of run id, sweep, agent and start time): what its
+    /// [`Facts`] are found by.
+    pub(crate) fn identity(&self, i: usize) -> u64 {
+        self.keys[i].identity
+    }
+
+    /// The `i`-th run's turn latencies summed, in milliseconds (saturated at `u32::MAX`).
+    pub(crate) fn latency_ms(&self, i: usize) -> u64 {
+        u64::from(self.keys[i].latency_ms)
+    }
+
+    /// The `i`-th run's trace file.
+    pub(crate) fn path_at(&self, i: usize) -> PathBuf {
+        self.path(&self.keys[i])
+    }
+
+    /// The `i`-th run whole, with the hook artifacts beside it (see [`Listing::whole_runs`]).
+    pub(crate) fn load_at(&self, i: usize) -> Result<LoadedRun, String> {
+        let artifacts = self.artifacts(std::iter::once(i));
+        self.load(&self.keys[i], &artifacts)
+    }
+
+    /// The directories read, in the order given.
+    pub(crate) fn dirs(&self) -> &[PathBuf] {
+        &self.dirs
+    }
+
     /// The `i`-th run, as far as counting its test case goes.
     pub(crate) fn brief(&self, i: usize) -> Brief<'_> {
         let k = &self.keys[i];
@@ -527,6 +588,43 @@ impl Listing {
             paths.sort();
         }
         out
+    }
+}
+
+/// What `wt view` lists of a run (its trace `t` and its score).
+fn facts(t: &Projection, score: Option<&Score>, run_id_hash: u64) -> Facts {
+    let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+    let usage = score.and_then(|s| s.usage.as_ref());
+    Facts {
+        identity: identity(t),
+        run_id_hash,
+        layers: score.map_or(0, |s| {
+            s.layers()
+                .iter()
+                .enumerate()
+                .filter(|(_, (_, l))| !l.passed)
+                .fold(0, |bits, (i, _)| bits | 1 << i)
+        }),
+        rung: match score {
+            Some(s) if s.verdict == Verdict::Pass => None,
+            Some(s) => Some(triage::rung(s, t.denial.is_some(), t.tool_errors())),
+            None => Some(Rung::Harness),
+        },
+        turns: count(t.turns.len()),
+        tool_calls: count(t.evidence.tool_calls.len()),
+        model_calls: count(t.evidence.model_calls.len()),
+        hook_warnings: count(
+            t.worker_warnings
+                .iter()
+                .filter(|w| w.starts_with("hook:"))
+                .count(),
+        ),
+        tokens: usage.map_or(0, |u| {
+            u.tokens
+                .prompt_tokens
+                .saturating_add(u.tokens.completion_tokens)
+        }),
+        cost_usd: usage.and_then(|u| u.cost_usd),
     }
 }
 
@@ -665,6 +763,7 @@ struct Part {
     run_ids: Vec<u64>,
     shared: usize,
     ids: Identities,
+    facts: Vec<Facts>,
 }
 
 /// What the traces say about where their runs come from: packs, shards, and each scenario's
@@ -865,6 +964,9 @@ impl Part {
         }
         self.ids.add(&t);
         let run_id_hash = hash64(&t.run_id);
+        if shared.want.facts {
+            self.facts.push(facts(&t, score.as_ref(), run_id_hash));
+        }
         if shared.want.run_ids {
             self.run_ids.push(run_id_hash);
         }
@@ -1006,6 +1108,7 @@ pub(crate) fn scan<P: AsRef<Path>>(dirs: &[P], want: Want<'_>) -> Result<Scan, S
     let (mut warned, mut shared_runs) = (0, 0);
     let mut run_ids = Vec::new();
     let mut identities = Identities::default();
+    let mut facts = Vec::new();
     let total: usize = parts
         .iter()
         .map(|p| p.keys.iter().map(Vec::len).sum::<usize>())
@@ -1048,6 +1151,7 @@ pub(crate) fn scan<P: AsRef<Path>>(dirs: &[P], want: Want<'_>) -> Result<Scan, S
         file_warnings.extend(part.warnings);
         warned += part.warned;
         run_ids.extend(part.run_ids);
+        facts.extend(part.facts);
         shared_runs += part.shared;
     }
     file_warnings.sort();
@@ -1201,6 +1305,7 @@ pub(crate) fn scan<P: AsRef<Path>>(dirs: &[P], want: Want<'_>) -> Result<Scan, S
         run_ids,
         shared: shared_runs,
         duplicate_paths,
+        facts,
         found: Found {
             sweeps,
             scenario_errors,

@@ -1,0 +1,132 @@
+//! The JSON API (documented in docs/reports.md): the list's questions and a run whole, as
+//! data, for the page's script and for people who script against `wt view`.
+//!
+//! - `GET /api/runs?scenario=&verdict=&layer=&rung=&hook_warning=&q=&sort=&order=&offset=&limit=`
+//!   answers `{"total": N, "offset", "limit", "runs": [...], "unreadable": n}`: `total`
+//!   counts every run that matches, not the page.
+//! - `GET /api/runs/<run_id>[?sweep=<sweep_id>]`: the run whole (trace, score, files,
+//!   journal events).
+//! - `GET /api/status`: how many runs, and a number that grows each time the directories
+//!   are read again.
+
+use serde_json::{Value, json};
+use windtunnel_model::Verdict;
+
+use super::index::{Index, Query};
+use super::state::{Reply, State};
+
+/// A verdict as the API and the filters spell it.
+pub(crate) fn verdict_str(v: Option<Verdict>) -> &'static str {
+    match v {
+        Some(Verdict::Pass) => "pass",
+        Some(Verdict::Fail) => "fail",
+        Some(_) => "error",
+        None => "unscored",
+    }
+}
+
+/// One run of a list.
+fn summary(index: &Index, row: u32) -> Value {
+    let r = &index.rows[row as usize];
+    let (run_index, sweep) = index.run_index_and_sweep(row);
+    json!({
+        "run_id": index.run_id(row),
+        "scenario": index.scenario(row),
+        "run_index": run_index,
+        "sweep_id": sweep,
+        "verdict": verdict_str(r.verdict),
+        "failed_layers": r.failed_layers().collect::<Vec<_>>(),
+        "rung": r.facts.rung.map(|r| r.as_str()),
+        "turns": r.facts.turns,
+        "tool_calls": r.facts.tool_calls,
+        "model_calls": r.facts.model_calls,
+        "tokens": r.facts.tokens,
+        "cost_usd": r.facts.cost_usd,
+        "duration_ms": r.duration_ms,
+        "hook_warnings": r.facts.hook_warnings,
+        "trace": index.path(row).display().to_string(),
+    })
+}
+
+fn bad_request(why: &str) -> Reply {
+    Reply::json(400, &json!({ "error": why }))
+}
+
+pub(crate) fn runs(state: &State, query: &str) -> Reply {
+    let q = match Query::parse(query) {
+        Ok(q) => q,
+        Err(why) => return bad_request(&why),
+    };
+    let index = state.runs.now();
+    let answer = index.answer(&q);
+    let runs: Vec<Value> = answer.page.iter().map(|&r| summary(&index, r)).collect();
+    Reply::json(
+        200,
+        &json!({
+            "total": answer.total,
+            "offset": q.offset,
+            "limit": q.limit,
+            "unreadable": answer.unreadable,
+            "runs": runs,
+        }),
+    )
+}
+
+/// The `sweep` parameter of a query string.
+pub(crate) fn sweep_param(query: &str) -> Option<String> {
+    form_urlencoded::parse(query.as_bytes())
+        .find(|(k, _)| k == "sweep")
+        .map(|(_, v)| v.into_owned())
+}
+
+pub(crate) fn run(state: &State, run_id: &str, query: &str) -> Reply {
+    let index = state.runs.now();
+    let row = match index.pick(run_id, sweep_param(query).as_deref()) {
+        Ok(row) => row,
+        Err(rows) if rows.is_empty() => {
+            return Reply::json(404, &json!({ "error": format!("no run {run_id}") }));
+        }
+        Err(rows) => {
+            let sweeps: Vec<&str> = rows
+                .iter()
+                .map(|&r| index.run_index_and_sweep(r).1)
+                .collect();
+            return Reply::json(
+                300,
+                &json!({
+                    "error": format!("{} runs have id {run_id}: name one with ?sweep=", rows.len()),
+                    "sweeps": sweeps,
+                }),
+            );
+        }
+    };
+    match index.load(row) {
+        Ok(run) => {
+            let events = index.events(row, run_id);
+            Reply::json(
+                200,
+                &json!({
+                    "summary": summary(&index, row),
+                    "trace": run.trace,
+                    "score": run.score,
+                    "score_problem": run.score_problem,
+                    "artifacts": run.artifacts.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
+                    "events": events,
+                }),
+            )
+        }
+        Err(why) => Reply::json(500, &json!({ "error": why })),
+    }
+}
+
+pub(crate) fn status(state: &State) -> Reply {
+    let index = state.runs.now();
+    Reply::json(
+        200,
+        &json!({
+            "runs": index.rows.len(),
+            "generation": state.runs.generation(),
+            "baseline_runs": state.baseline.as_ref().map(|b| b.now().rows.len()),
+        }),
+    )
+}

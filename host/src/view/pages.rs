@@ -1,0 +1,862 @@
+//! The pages of `wt view`, rendered on the server with maud (which escapes every piece of
+//! text): the runs list, a run, and with `--baseline` the comparison and a pair of runs side
+//! by side. Each works with scripts off; the one script submits the filter form when a
+//! choice changes and says when new runs have arrived.
+
+use std::collections::BTreeMap;
+
+use maud::{DOCTYPE, Markup, html};
+use serde_json::Value;
+use windtunnel_model::{ModelCall, ToolCall, Trace};
+
+use super::api::{sweep_param, verdict_str};
+use super::index::{Column, Index, LAYERS, Query, RUNGS, VerdictWanted};
+use super::state::{Reply, State};
+use crate::report::LoadedRun;
+use crate::report::compare::{Comparison, Settings};
+use crate::report::stats::Correction;
+
+/// Longest text shown for one field on a run's page, in characters.
+const MAX_TEXT: usize = 20_000;
+/// Most runs of a scenario a pair page offers to choose from, per side.
+const MAX_CHOICES: usize = 200;
+
+pub(crate) const CSS: &str = r#"
+:root{--fg:#1d2330;--muted:#5b6474;--line:#dde1e8;--bg:#f6f7f9;--card:#fff;--pass:#2f9e5b;--fail:#d64545;--error:#c7861b;--accent:#3461c1}
+*{box-sizing:border-box}
+body{margin:0;font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;color:var(--fg);background:var(--bg)}
+header{background:#1d2330;color:#fff;padding:14px 24px}
+header h1{margin:0 0 4px;font-size:19px}
+header p{margin:0;color:#c9cfdb}
+header a{color:#c9d8ff}
+nav a{margin-right:14px}
+main{padding:16px 24px}
+section{background:var(--card);border:1px solid var(--line);border-radius:8px;padding:12px 16px;margin:0 0 14px}
+h2{font-size:16px;margin:0 0 10px}
+h3{font-size:14px;margin:12px 0 6px}
+table{border-collapse:collapse;width:100%}
+th,td{text-align:left;padding:4px 8px;border-bottom:1px solid var(--line);vertical-align:top}
+th{font-weight:600;color:var(--muted);font-size:12px}
+td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
+.pass{color:var(--pass)}.fail{color:var(--fail)}.error,.unscored{color:var(--error)}
+.badge{display:inline-block;border-radius:10px;padding:0 8px;font-size:12px;font-weight:600;color:#fff;background:var(--muted)}
+.badge.pass,.badge.improved{background:var(--pass)}.badge.fail,.badge.regressed{background:var(--fail)}
+.badge.error,.badge.unscored{background:var(--error)}
+.muted{color:var(--muted)}
+.warn{background:#fff7e6;border-color:#f0d49a}
+form.filters{display:flex;flex-wrap:wrap;gap:8px;align-items:end}
+form.filters label{display:flex;flex-direction:column;font-size:12px;color:var(--muted)}
+pre{white-space:pre-wrap;word-break:break-word;margin:0;font:12px/1.4 ui-monospace,"DejaVu Sans Mono",monospace}
+code{font:12px ui-monospace,"DejaVu Sans Mono",monospace}
+.step{border-left:3px solid var(--line);margin:6px 0;padding:4px 10px}
+.step.user{border-color:var(--accent)}.step.agent{border-color:var(--pass)}.step.tool{border-color:#8e44ad}.step.model{border-color:#7b8496}.step.denied{border-color:var(--fail)}
+.step h4{margin:0 0 4px;font-size:12px;color:var(--muted);text-transform:uppercase}
+.diff-added{color:var(--pass)}.diff-removed{color:var(--fail)}.diff-changed{color:var(--error)}
+.pager a{margin-right:10px}
+#live{display:none}
+#live.shown{display:block}
+.pair{display:grid;grid-template-columns:1fr 1fr;gap:10px}
+"#;
+
+/// Submits the filter form when a choice changes, and says when the directories have been
+/// read again since the page was made.
+pub(crate) const SCRIPT: &str = r#"
+document.addEventListener('DOMContentLoaded', function () {
+  var form = document.querySelector('form.filters');
+  if (form) {
+    form.querySelectorAll('select, input[type=checkbox]').forEach(function (el) {
+      el.addEventListener('change', function () { form.submit(); });
+    });
+  }
+  var live = document.getElementById('live');
+  if (!live) { return; }
+  var seen = live.getAttribute('data-generation');
+  setInterval(function () {
+    fetch('/api/status').then(function (r) { return r.json(); }).then(function (s) {
+      if (String(s.generation) !== seen) {
+        live.textContent = 'New runs have been read (' + s.runs + ' in all): reload to see them.';
+        live.className = 'shown warn';
+      }
+    }).catch(function () {});
+  }, 2000);
+});
+"#;
+
+/// `s` cut at [`MAX_TEXT`] characters, saying how long it was.
+fn cut(s: &str) -> String {
+    let n = s.chars().count();
+    if n <= MAX_TEXT {
+        s.to_owned()
+    } else {
+        let head: String = s.chars().take(MAX_TEXT).collect();
+        format!("{head}… [cut: {n} characters in all]")
+    }
+}
+
+fn json_text(v: &Value) -> String {
+    match v {
+        Value::String(s) => cut(s),
+        v => cut(&serde_json::to_string_pretty(v).unwrap_or_default()),
+    }
+}
+
+fn page(title: &str, header: Markup, body: Markup) -> String {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) }
+                link rel="stylesheet" href="/static/view.css";
+                script src="/static/view.js" defer {}
+            }
+            body {
+                header { (header) }
+                main { (body) }
+            }
+        }
+    }
+    .into_string()
+}
+
+fn nav(state: &State) -> Markup {
+    html! {
+        nav {
+            a href="/" { "Runs" }
+            @if state.baseline.is_some() { a href="/compare" { "Compare with baseline" } }
+            a href="/api/runs" { "JSON" }
+        }
+    }
+}
+
+fn error_page(state: &State, status: u16, title: &str, why: &str) -> Reply {
+    Reply::html(
+        status,
+        page(
+            title,
+            html! { h1 { (title) } (nav(state)) },
+            html! { section.warn { p { (why) } } },
+        ),
+    )
+}
+
+pub(crate) fn not_found(path: &str) -> Reply {
+    Reply::html(
+        404,
+        page(
+            "wt view: not found",
+            html! { h1 { "Not found" } nav { a href="/" { "Runs" } } },
+            html! { section { p { "Nothing is at " code { (path) } "." } } },
+        ),
+    )
+}
+
+fn dirs_line(index: &Index) -> String {
+    index
+        .dirs()
+        .iter()
+        .map(|d| d.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn run_href(run_id: &str, sweep: &str) -> String {
+    let mut s = form_urlencoded::Serializer::new(String::new());
+    s.append_pair("sweep", sweep);
+    format!(
+        "/runs/{}?{}",
+        percent_encoding::utf8_percent_encode(run_id, percent_encoding::NON_ALPHANUMERIC),
+        s.finish()
+    )
+}
+
+fn select<T: Copy + PartialEq>(
+    name: &str,
+    label: &str,
+    options: &[(T, &str)],
+    chosen: Option<T>,
+    any: &str,
+) -> Markup {
+    html! {
+        label {
+            (label)
+            select name=(name) {
+                option value="" selected[chosen.is_none()] { (any) }
+                @for (v, text) in options {
+                    option value=(text) selected[chosen == Some(*v)] { (text) }
+                }
+            }
+        }
+    }
+}
+
+/// `GET /`: every run, filtered, sorted and paged as the query says.
+pub(crate) fn list(state: &State, query: &str) -> Reply {
+    let q = match Query::parse(query) {
+        Ok(q) => q,
+        Err(why) => return error_page(state, 400, "wt view: a filter it cannot read", &why),
+    };
+    let index = state.runs.now();
+    let answer = index.answer(&q);
+    let report = &index.report;
+    let (runs, passed, failed, errored) = report.totals();
+    let scenarios: Vec<(usize, &str)> = index
+        .scenarios
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (i, s.as_str()))
+        .collect();
+    let chosen_scenario = q
+        .scenario
+        .as_deref()
+        .and_then(|s| index.scenarios.iter().position(|x| x == s));
+    let verdicts: Vec<(VerdictWanted, &str)> = VerdictWanted::ALL
+        .iter()
+        .map(|v| (*v, v.as_str()))
+        .collect();
+    let layers: Vec<(usize, &str)> = LAYERS.iter().copied().enumerate().collect();
+    let rungs: Vec<_> = RUNGS.iter().map(|r| (*r, r.as_str())).collect();
+    let sorts: Vec<(Column, &str)> = Column::ALL.iter().map(|c| (*c, c.as_str())).collect();
+    let (from, to) = (
+        (q.offset + 1).min(answer.total),
+        (q.offset + answer.page.len()).min(answer.total),
+    );
+    let sort_href = |c: Column| {
+        let desc = if q.sort == c { !q.desc } else { false };
+        let next = Query {
+            sort: c,
+            desc,
+            ..q.clone()
+        };
+        format!("/?{}", next.to_query_string(0))
+    };
+    let header = |c: Column, text: &str, num: bool| {
+        let arrow = match (q.sort == c, q.desc) {
+            (true, false) => " ▲",
+            (true, true) => " ▼",
+            _ => "",
+        };
+        html! { th class=[num.then_some("num")] { a href=(sort_href(c)) { (text) (arrow) } } }
+    };
+    let last_offset = answer.total.saturating_sub(1) / q.limit * q.limit;
+    let body = html! {
+        p #live data-generation=(state.runs.generation()) {}
+        @if !report.warnings.is_empty() || !report.gaps.is_empty() {
+            section.warn {
+                @for w in report.gaps.iter().chain(&report.warnings).take(20) { p { (w) } }
+            }
+        }
+        section {
+            form.filters method="get" action="/" {
+                @if scenarios.len() <= 1000 {
+                    (select("scenario", "scenario", &scenarios, chosen_scenario, "any"))
+                } @else {
+                    label { "scenario" input type="text" name="scenario" value=(q.scenario.as_deref().unwrap_or("")); }
+                }
+                (select("verdict", "verdict", &verdicts, q.verdict, "any"))
+                (select("layer", "failed layer", &layers, q.layer, "any"))
+                (select("rung", "triage rung", &rungs, q.rung, "any"))
+                label { "hook warning" input type="checkbox" name="hook_warning" value="1" checked[q.hook_warning]; }
+                label { "text" input type="search" name="q" value=(q.q) placeholder="replies, tool calls, evidence"; }
+                (select("sort", "sort by", &sorts, Some(q.sort), "scenario"))
+                label { "order" select name="order" { option value="asc" selected[!q.desc] { "ascending" } option value="desc" selected[q.desc] { "descending" } } }
+                @if q.limit != super::index::DEFAULT_LIMIT { input type="hidden" name="limit" value=(q.limit); }
+                button type="submit" { "Apply" }
+                a href="/" { "Clear" }
+            }
+        }
+        section {
+            h2 #count {
+                @if answer.total == 0 { "No run matches" }
+                @else { "Runs " (from) "–" (to) " of " (answer.total) }
+            }
+            @if answer.unreadable > 0 {
+                p.warn { (answer.unreadable) " run(s) could not be read again for the text search; they are not counted as matches." }
+            }
+            p.pager {
+                @if q.offset > 0 {
+                    a rel="first" href=(format!("/?{}", q.to_query_string(0))) { "« first" }
+                    a rel="prev" href=(format!("/?{}", q.to_query_string(q.offset.saturating_sub(q.limit)))) { "‹ previous" }
+                }
+                @if q.offset + q.limit < answer.total {
+                    a rel="next" href=(format!("/?{}", q.to_query_string(q.offset + q.limit))) { "next ›" }
+                    a rel="last" href=(format!("/?{}", q.to_query_string(last_offset))) { "last »" }
+                }
+            }
+            table #runs {
+                thead {
+                    tr {
+                        (header(Column::Scenario, "scenario #", false))
+                        (header(Column::Verdict, "verdict", false))
+                        th { "failed layers" }
+                        (header(Column::Rung, "rung", false))
+                        (header(Column::Turns, "turns", true))
+                        (header(Column::ToolCalls, "tool calls", true))
+                        (header(Column::ModelCalls, "model calls", true))
+                        (header(Column::Tokens, "tokens", true))
+                        (header(Column::Cost, "cost $", true))
+                        (header(Column::Duration, "ms", true))
+                        th { "run" }
+                    }
+                }
+                tbody {
+                    @for &row in &answer.page {
+                        @let r = &index.rows[row as usize];
+                        @let (run_index, sweep) = index.run_index_and_sweep(row);
+                        @let run_id = index.run_id(row);
+                        @let verdict = verdict_str(r.verdict);
+                        tr.run data-run-id=(run_id) data-verdict=(verdict) {
+                            td { a href=(run_href(&run_id, sweep)) { (index.scenario(row)) " #" (run_index) } }
+                            td { span class=(format!("badge {verdict}")) { (verdict) } }
+                            td { (r.failed_layers().collect::<Vec<_>>().join(", ")) }
+                            td { (r.facts.rung.map_or("", |r| r.as_str())) }
+                            td.num { (r.facts.turns) }
+                            td.num { (r.facts.tool_calls) }
+                            td.num { (r.facts.model_calls) }
+                            td.num { (r.facts.tokens) }
+                            td.num { (r.facts.cost_usd.map(|c| format!("{c:.6}")).unwrap_or_default()) }
+                            td.num { (r.duration_ms) }
+                            td {
+                                code { (run_id.chars().take(12).collect::<String>()) }
+                                @if r.facts.hook_warnings > 0 { " " span.badge.error title="hook warnings" { "⚠ " (r.facts.hook_warnings) } }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    let header = html! {
+        h1 { "wt view" }
+        p {
+            (runs) " run(s): " span.pass { (passed) " passed" } ", " span.fail { (failed) " failed" } ", " span.error { (errored) " error" }
+            " · " (index.scenarios.len()) " scenario(s) · " (dirs_line(&index))
+        }
+        (nav(state))
+    };
+    Reply::html(200, page("wt view: runs", header, body))
+}
+
+/// One step of a turn, in the order it happened.
+enum Step<'a> {
+    Tool(&'a ToolCall),
+    Model(&'a ModelCall),
+}
+
+/// A turn's tool calls and model calls in the order they happened (a model call after the
+/// tool calls recorded before it ended).
+fn steps_of(t: &Trace, turn: u32) -> Vec<Step<'_>> {
+    let tools: Vec<&ToolCall> = t
+        .evidence
+        .tool_calls
+        .iter()
+        .filter(|c| c.turn == turn)
+        .collect();
+    let mut models: Vec<&ModelCall> = t
+        .evidence
+        .model_calls
+        .iter()
+        .filter(|c| c.turn == Some(turn))
+        .collect();
+    models.sort_by_key(|c| c.after_tool_calls);
+    let mut out = Vec::new();
+    let mut m = models.into_iter().peekable();
+    for (i, c) in tools.into_iter().enumerate() {
+        while let Some(call) = m.next_if(|c| c.after_tool_calls as usize <= i) {
+            out.push(Step::Model(call));
+        }
+        out.push(Step::Tool(c));
+    }
+    out.extend(m.map(Step::Model));
+    out
+}
+
+fn tool_step(c: &ToolCall) -> Markup {
+    html! {
+        div.step.tool {
+            h4 { "tool call " (c.turn) "." (c.step) " · " code { (c.name) }
+                @if let Some(s) = &c.server { " · world server " (s) } }
+            p.muted { "arguments" }
+            pre.args { (json_text(&c.arguments)) }
+            p.muted { "result" }
+            pre.result { (json_text(&c.result)) }
+            @if let Some(e) = &c.error { pre.error { "error: " (cut(e)) } }
+        }
+    }
+}
+
+fn model_step(c: &ModelCall) -> Markup {
+    html! {
+        div.step.model {
+            h4 {
+                "model call · " (c.source)
+                @if let Some(m) = &c.model { " · " code { (m) } }
+                @if let Some(f) = &c.finish_reason { " · finish " (f) }
+                @if let Some(u) = &c.usage { " · " (u.prompt_tokens) " in / " (u.completion_tokens) " out tokens" }
+                " · " (c.latency_ms) " ms"
+            }
+            details {
+                summary { "messages" }
+                pre.messages { (json_text(&c.messages)) }
+            }
+            p.muted { "response" }
+            pre.response { (json_text(&c.response)) }
+            @if let Some(r) = &c.refusal { pre.error { "refusal: " (cut(r)) } }
+            @if let Some(e) = &c.error { pre.error { "error: " (cut(e)) } }
+            @if !c.truncated.is_empty() { p.muted { "cut to keep the trace bounded: " (c.truncated.join(", ")) } }
+        }
+    }
+}
+
+/// A run's conversation in order: each turn's user message, its tool and model calls, the
+/// agent's reply; a guard's denial where it stopped a turn.
+fn transcript(t: &Trace) -> Markup {
+    html! {
+        @for turn in &t.turns {
+            div.turn id=(format!("turn-{}", turn.index)) {
+                div.step.user {
+                    h4 { "user · turn " (turn.index) }
+                    pre.input { (cut(&turn.input)) }
+                }
+                @if let Some(d) = t.denial.as_ref().filter(|d| d.turn == turn.index) {
+                    div.step.denied {
+                        h4 { "guard " code { (d.guard) } " denied this turn" }
+                        pre { (d.code) " — " (cut(&d.message)) }
+                    }
+                }
+                @for step in steps_of(t, turn.index) {
+                    @match step {
+                        Step::Tool(c) => (tool_step(c)),
+                        Step::Model(c) => (model_step(c)),
+                    }
+                }
+                div.step.agent {
+                    h4 { "agent · " (turn.latency_ms) " ms" @if !turn.retries.is_empty() { " · " (turn.retries.len()) " request(s) retried" } }
+                    @if let Some(reply) = &turn.reply { pre.reply { (cut(reply)) } }
+                    @if let Some(e) = &turn.error {
+                        pre.error { "error" @if let Some(k) = turn.error_kind { " (" (k) ")" } ": " (cut(e)) }
+                    }
+                }
+            }
+        }
+        @let orphans: Vec<&ModelCall> = t.evidence.model_calls.iter().filter(|c| c.turn.is_none()).collect();
+        @if !orphans.is_empty() {
+            h3 { "Model calls outside any turn (refused)" }
+            @for c in orphans { (model_step(c)) }
+        }
+    }
+}
+
+/// The leaves of a JSON value by pointer (`/a/0/b`).
+fn leaves(v: &Value, at: String, out: &mut BTreeMap<String, Value>) {
+    match v {
+        Value::Object(m) if !m.is_empty() => {
+            for (k, x) in m {
+                leaves(
+                    x,
+                    format!("{at}/{}", k.replace('~', "~0").replace('/', "~1")),
+                    out,
+                );
+            }
+        }
+        Value::Array(a) if !a.is_empty() => {
+            for (i, x) in a.iter().enumerate() {
+                leaves(x, format!("{at}/{i}"), out);
+            }
+        }
+        v => {
+            out.insert(at, v.clone());
+        }
+    }
+}
+
+/// The world before and after, as the leaves that were added, removed or changed.
+fn world_diff(before: &Value, after: &Value) -> Markup {
+    let (mut b, mut a) = (BTreeMap::new(), BTreeMap::new());
+    leaves(before, String::new(), &mut b);
+    leaves(after, String::new(), &mut a);
+    let keys: std::collections::BTreeSet<&String> = b.keys().chain(a.keys()).collect();
+    let changes: Vec<(&String, Option<&Value>, Option<&Value>)> = keys
+        .into_iter()
+        .map(|k| (k, b.get(k), a.get(k)))
+        .filter(|(_, x, y)| x != y)
+        // An empty list or object that gained (or lost) members is shown by its members.
+        .filter(|(k, x, y)| {
+            let empty = |v: Option<&Value>| {
+                matches!(v, Some(Value::Array(a)) if a.is_empty())
+                    || matches!(v, Some(Value::Object(m)) if m.is_empty())
+            };
+            let prefix = format!("{k}/");
+            let filled =
+                |side: &BTreeMap<String, Value>| side.keys().any(|o| o.starts_with(&prefix));
+            !(empty(*x) && y.is_none() && filled(&a) || empty(*y) && x.is_none() && filled(&b))
+        })
+        .collect();
+    html! {
+        @if changes.is_empty() {
+            p.muted { "The world's state did not change." }
+        } @else {
+            table.world-diff {
+                tr { th { "where" } th { "before" } th { "after" } }
+                @for (k, x, y) in changes.iter().take(2000) {
+                    @let class = match (x, y) { (None, _) => "diff-added", (_, None) => "diff-removed", _ => "diff-changed" };
+                    tr class=(class) {
+                        td { code { (if k.is_empty() { "/" } else { k.as_str() }) } }
+                        td { @if let Some(x) = x { pre { (json_text(x)) } } @else { span.muted { "(absent)" } } }
+                        td { @if let Some(y) = y { pre { (json_text(y)) } } @else { span.muted { "(absent)" } } }
+                    }
+                }
+            }
+            @if changes.len() > 2000 { p.muted { (changes.len() - 2000) " more change(s) not shown." } }
+        }
+    }
+}
+
+fn layers_table(run: &LoadedRun) -> Markup {
+    html! {
+        @if let Some(score) = &run.score {
+            table.layers {
+                @for (name, layer) in score.layers() {
+                    tr {
+                        td { (name) }
+                        td class=(if layer.passed { "pass" } else { "fail" }) { (if layer.passed { "pass" } else { "FAIL" }) }
+                        td { pre { (cut(&layer.detail)) } }
+                    }
+                }
+            }
+            @if let Some(u) = &score.usage {
+                p.muted {
+                    (u.model_calls) " model call(s), " (u.tokens.prompt_tokens) " input and " (u.tokens.completion_tokens) " output tokens"
+                    @if let Some(c) = u.cost_usd { ", $" (format!("{c:.6}")) }
+                    @if let Some(why) = &u.cost_unknown { " (cost unknown: " (why) ")" }
+                }
+            }
+        } @else {
+            p.warn { "No score: " (run.score_problem.as_deref().unwrap_or("the sidecar is missing")) }
+        }
+    }
+}
+
+fn artifact_preview(path: &std::path::Path) -> String {
+    match crate::report::load::read_bounded(path, 64 << 10) {
+        Ok(b) => cut(&String::from_utf8_lossy(&b)),
+        Err(why) => format!("(cannot read: {why})"),
+    }
+}
+
+/// `GET /runs/<run_id>`: one run's whole story.
+pub(crate) fn run(state: &State, run_id: &str, query: &str) -> Reply {
+    let index = state.runs.now();
+    let row = match index.pick(run_id, sweep_param(query).as_deref()) {
+        Ok(row) => row,
+        Err(rows) if rows.is_empty() => {
+            return error_page(
+                state,
+                404,
+                "wt view: no such run",
+                &format!("No run has id {run_id}."),
+            );
+        }
+        Err(rows) => {
+            let body = html! {
+                section {
+                    p { (rows.len()) " runs have id " code { (run_id) } " (pinned sweeps reuse ids); choose one:" }
+                    ul { @for &r in &rows {
+                        @let (i, sweep) = index.run_index_and_sweep(r);
+                        li { a href=(run_href(run_id, sweep)) { (index.scenario(r)) " #" (i) " of sweep " (sweep) } }
+                    } }
+                }
+            };
+            return Reply::html(
+                300,
+                page(
+                    "wt view: which run?",
+                    html! { h1 { "Which run?" } (nav(state)) },
+                    body,
+                ),
+            );
+        }
+    };
+    let run = match index.load(row) {
+        Ok(run) => run,
+        Err(why) => return error_page(state, 500, "wt view: the run cannot be read", &why),
+    };
+    let events = index.events(row, run_id);
+    let t = &run.trace;
+    let r = &index.rows[row as usize];
+    let verdict = verdict_str(r.verdict);
+    let header = html! {
+        h1 { (t.scenario_id) " #" (t.run_index) " " span class=(format!("badge {verdict}")) { (verdict) } }
+        p {
+            "run " code { (t.run_id) } " · sweep " code { (t.sweep_id) } " · agent " (t.agent.label)
+            " · " (t.started_at) " → " (t.ended_at)
+        }
+        (nav(state))
+    };
+    let body = html! {
+        @if let Some(e) = run.score.as_ref().and_then(|s| s.error.as_ref()).or(t.error.as_ref()) {
+            section.warn { h2 { "Error" } pre.error { (cut(e)) } }
+        }
+        section {
+            h2 { "Scorer layers" }
+            @if let Some(rung) = r.facts.rung { p { "Triage rung: " strong { (rung.as_str()) } } }
+            (layers_table(&run))
+        }
+        section {
+            h2 { "Transcript (" (t.turns.len()) " turn(s), " (t.evidence.tool_calls.len()) " tool call(s), " (t.evidence.model_calls.len()) " model call(s))" }
+            (transcript(t))
+        }
+        @if let Some(w) = &t.world {
+            section {
+                h2 { "World: before → after" }
+                (world_diff(&w.before, &w.after))
+                @if !w.files.is_empty() {
+                    h3 { "Files" }
+                    table { tr { th { "file" } th { "exists" } th.num { "bytes" } th { "text" } }
+                        @for (name, f) in &w.files {
+                            tr { td { code { (name) } } td { (f.exists) } td.num { (f.bytes) }
+                                td { @if let Some(x) = &f.text { pre { (cut(x)) } } @if let Some(n) = &f.note { span.muted { (n) } } } }
+                        }
+                    }
+                }
+                @if let Some(server) = &w.server {
+                    h3 { "World server " code { (server.name) } }
+                    @if let Some(exit) = &server.exit { p { (exit) } }
+                    @if !server.stderr_tail.trim().is_empty() { pre { (cut(&server.stderr_tail)) } }
+                }
+            }
+        }
+        @if !t.worker_warnings.is_empty() {
+            section.warn { h2 { "Warnings" } ul { @for w in &t.worker_warnings { li { (cut(w)) } } } }
+        }
+        section {
+            h2 { "Hooks and their artifacts" }
+            @if let Some(hooks) = &t.hooks {
+                p { "Active: " @for (i, h) in hooks.iter().enumerate() { @if i > 0 { ", " } code { (h.name) } " " span.muted { (h.source) " " (h.version) } } }
+            } @else { p.muted { "No hook was active." } }
+            @for a in &run.artifacts {
+                details.artifact {
+                    summary { code { (a.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()) } }
+                    pre { (artifact_preview(a)) }
+                }
+            }
+        }
+        section {
+            h2 { "Journal events (" (events.len()) ")" }
+            @if events.is_empty() { p.muted { "No journal line names this run." } }
+            @else {
+                table.events {
+                    tr { th.num { "seq" } th { "at" } th { "event" } th { "fields" } }
+                    @for e in &events {
+                        @let mut rest = e.clone();
+                        @let _ = rest.as_object_mut().map(|m| {
+                            for k in ["seq", "at", "ts", "event", "v", "schema_version", "sweep_id", "run_id", "scenario_id", "session_id"] { m.remove(k); }
+                            m.retain(|_, v| !v.is_null());
+                        });
+                        tr {
+                            td.num { (e["seq"]) }
+                            td { (e.get("at").or(e.get("ts")).and_then(Value::as_str).unwrap_or("")) }
+                            td { code { (e["event"].as_str().unwrap_or("")) } }
+                            td { pre { (json_text(&rest)) } }
+                        }
+                    }
+                }
+                @if events.len() == super::index::MAX_EVENTS { p.muted { "Only the first " (super::index::MAX_EVENTS) " events are shown." } }
+            }
+        }
+        section {
+            h2 { "Files" }
+            p { "trace: " code { (run.path.display()) } }
+            p { a href=(format!("/api/runs/{}?sweep={}", percent_encoding::utf8_percent_encode(run_id, percent_encoding::NON_ALPHANUMERIC), percent_encoding::utf8_percent_encode(&t.sweep_id, percent_encoding::NON_ALPHANUMERIC))) { "this run as JSON" } }
+        }
+    };
+    Reply::html(
+        200,
+        page(
+            &format!("wt view: {} #{}", t.scenario_id, t.run_index),
+            header,
+            body,
+        ),
+    )
+}
+
+fn settings() -> Settings {
+    Settings {
+        alpha: 0.05,
+        correction: Correction::Holm,
+        allow_missing: false,
+        fail_on_drop_to: None,
+    }
+}
+
+fn comparison(state: &State) -> Option<(std::sync::Arc<Index>, std::sync::Arc<Index>, Comparison)> {
+    let base = state.baseline.as_ref()?.now();
+    let new = state.runs.now();
+    let names = |i: &Index| {
+        i.dirs()
+            .iter()
+            .map(|d| d.display().to_string())
+            .collect::<Vec<_>>()
+    };
+    let c = Comparison::with_shared(
+        &names(&base),
+        &base.report,
+        &names(&new),
+        &new.report,
+        settings(),
+        0,
+    );
+    Some((base, new, c))
+}
+
+fn no_baseline(state: &State) -> Reply {
+    error_page(
+        state,
+        404,
+        "wt view: no baseline",
+        "Start wt view with --baseline DIR to compare two sweeps.",
+    )
+}
+
+/// `GET /compare`: per scenario, both sides' pass rates and the comparison's verdict.
+pub(crate) fn compare(state: &State) -> Reply {
+    let Some((base, new, c)) = comparison(state) else {
+        return no_baseline(state);
+    };
+    let header = html! {
+        h1 { "Baseline → these runs" }
+        p { "BASE " (dirs_line(&base)) " · NEW " (dirs_line(&new)) }
+        (nav(state))
+    };
+    let body = html! {
+        section {
+            h2 { (c.summary) }
+            @for line in &c.incomplete { p.warn { "incomplete: " (line) } }
+            @for line in &c.warnings { p.muted { (line) } }
+            p.muted { "Fisher's exact test per scenario, Holm-corrected at alpha 0.05 (as wt compare by default)." }
+            table #scenarios {
+                tr { th { "scenario" } th { "BASE" } th { "NEW" } th.num { "change" } th.num { "p (adjusted)" } th { "verdict" } }
+                @for s in &c.scenarios {
+                    tr.scenario data-scenario=(s.scenario_id) data-verdict=(s.verdict.as_str()) {
+                        td { a href=(format!("/compare/{}", percent_encoding::utf8_percent_encode(&s.scenario_id, percent_encoding::NON_ALPHANUMERIC))) { (s.scenario_id) } }
+                        td { (s.base.display()) }
+                        td { (s.new.display()) }
+                        td.num { (format!("{:+.0}%", s.difference * 100.0)) }
+                        td.num { (format!("{:.3}", s.p_adjusted)) }
+                        td { span class=(format!("badge {}", s.verdict.as_str().replace(' ', "-"))) { (s.verdict.as_str()) } }
+                    }
+                }
+                @for s in &c.only_in_base { tr { td { (s.scenario_id) } td colspan="5" { "only in BASE" } } }
+                @for s in &c.only_in_new { tr { td { (s.scenario_id) } td colspan="5" { "only in NEW" } } }
+            }
+        }
+    };
+    Reply::html(200, page("wt view: compare", header, body))
+}
+
+/// The rows of `scenario` in `index`, in the report's order (at most [`MAX_CHOICES`]).
+fn rows_of(index: &Index, scenario: &str) -> Vec<u32> {
+    let q = Query {
+        scenario: Some(scenario.to_owned()),
+        limit: MAX_CHOICES,
+        ..Query::default()
+    };
+    index.answer(&q).page
+}
+
+fn param(query: &str, name: &str) -> Option<usize> {
+    form_urlencoded::parse(query.as_bytes())
+        .find(|(k, _)| k == name)
+        .and_then(|(_, v)| v.parse().ok())
+}
+
+/// `GET /compare/<scenario>?base=I&new=J`: one run of each side, turn by turn.
+pub(crate) fn pair(state: &State, scenario: &str, query: &str) -> Reply {
+    let Some(base_side) = &state.baseline else {
+        return no_baseline(state);
+    };
+    let (base, new) = (base_side.now(), state.runs.now());
+    let (base_rows, new_rows) = (rows_of(&base, scenario), rows_of(&new, scenario));
+    if base_rows.is_empty() && new_rows.is_empty() {
+        return error_page(
+            state,
+            404,
+            "wt view: no such scenario",
+            &format!("Neither side has runs of {scenario}."),
+        );
+    }
+    let (bi, ni) = (
+        param(query, "base").unwrap_or(0),
+        param(query, "new").unwrap_or(0),
+    );
+    let load = |index: &Index, rows: &[u32], i: usize| rows.get(i).map(|&r| index.load(r));
+    let (b, n) = (load(&base, &base_rows, bi), load(&new, &new_rows, ni));
+    let href = |b: usize, n: usize| {
+        format!(
+            "/compare/{}?base={b}&new={n}",
+            percent_encoding::utf8_percent_encode(scenario, percent_encoding::NON_ALPHANUMERIC)
+        )
+    };
+    let chooser = |index: &Index, rows: &[u32], chosen: usize, side_is_base: bool| {
+        html! {
+            p.choices {
+                @for (i, &r) in rows.iter().enumerate() {
+                    @let v = verdict_str(index.rows[r as usize].verdict);
+                    @let target = if side_is_base { href(i, ni) } else { href(bi, i) };
+                    @if i == chosen { strong { "#" (index.run_index_and_sweep(r).0) " " span class=(format!("badge {v}")) { (v) } } " " }
+                    @else { a href=(target) { "#" (index.run_index_and_sweep(r).0) } " " span class=(v) { (v) } " " }
+                }
+            }
+        }
+    };
+    let turns = |run: &Option<Result<LoadedRun, String>>| -> Vec<Option<Markup>> {
+        match run {
+            Some(Ok(r)) => r.trace.turns.iter().map(|turn| Some(html! {
+                div.step.user { h4 { "user · turn " (turn.index) } pre { (cut(&turn.input)) } }
+                @for step in steps_of(&r.trace, turn.index) {
+                    @match step { Step::Tool(c) => (tool_step(c)), Step::Model(c) => (model_step(c)) }
+                }
+                div.step.agent {
+                    h4 { "agent" }
+                    @if let Some(reply) = &turn.reply { pre.reply { (cut(reply)) } }
+                    @if let Some(e) = &turn.error { pre.error { (cut(e)) } }
+                }
+            })).collect(),
+            _ => Vec::new(),
+        }
+    };
+    let (tb, tn) = (turns(&b), turns(&n));
+    let side = |run: &Option<Result<LoadedRun, String>>| {
+        html! {
+            @match run {
+                Some(Ok(r)) => { p { a href=(run_href(&r.trace.run_id, &r.trace.sweep_id)) { "run " code { (r.trace.run_id) } } } (layers_table(r)) }
+                Some(Err(why)) => { p.warn { (why) } }
+                None => { p.muted { "No run on this side." } }
+            }
+        }
+    };
+    let header = html! { h1 { (scenario) ": BASE and NEW side by side" } (nav(state)) };
+    let body = html! {
+        section {
+            div.pair {
+                div { h2 { "BASE" } (chooser(&base, &base_rows, bi, true)) (side(&b)) }
+                div { h2 { "NEW" } (chooser(&new, &new_rows, ni, false)) (side(&n)) }
+            }
+        }
+        section {
+            h2 { "Turn by turn" }
+            table.aligned {
+                tr { th { "turn" } th { "BASE" } th { "NEW" } }
+                @for k in 0..tb.len().max(tn.len()) {
+                    tr.turn-pair {
+                        td { (k) }
+                        td { @if let Some(Some(m)) = tb.get(k) { (m) } @else { span.muted { "(no such turn)" } } }
+                        td { @if let Some(Some(m)) = tn.get(k) { (m) } @else { span.muted { "(no such turn)" } } }
+                    }
+                }
+            }
+        }
+    };
+    Reply::html(200, page(&format!("wt view: {scenario}"), header, body))
+}
