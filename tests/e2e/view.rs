@@ -11,8 +11,8 @@ use serde_json::{Value, json};
 
 use crate::fixtures::{openai_agent, plain_pack};
 use crate::harness::{
-    TestServer, Wt, console_lines, dump_url, poll_until, scores, signal, tmp, trace_paths, traces,
-    wt,
+    TestServer, Wt, console_lines, dump_url, poll_until, scores, signal, tmp,
+    trace_paths, traces, wt,
 };
 
 /// A `wt view` serving in the background on a free port; killed when dropped.
@@ -212,6 +212,12 @@ fn filters_by_verdict_layer_and_free_text_return_exactly_the_runs_the_traces_say
     t["turns"][0]["reply"] = json!("All done: ZEBRA-marker-77 was shipped.");
     std::fs::write(&planted, serde_json::to_vec(&t).unwrap()).unwrap();
     let marked = t["run_id"].as_str().unwrap().to_owned();
+    // Another run's hook warned.
+    let warned_path = trace_paths(&fail)[2].clone();
+    let mut w: Value = serde_json::from_slice(&std::fs::read(&warned_path).unwrap()).unwrap();
+    w["worker_warnings"] = json!(["hook:probe: the state looked odd", "not a hook's"]);
+    std::fs::write(&warned_path, serde_json::to_vec(&w).unwrap()).unwrap();
+    let warned = w["run_id"].as_str().unwrap().to_owned();
     let all = stored(&[&pass, &fail]);
     let view = View::start(dir.path(), &["pass", "fail"]);
 
@@ -226,6 +232,9 @@ fn filters_by_verdict_layer_and_free_text_return_exactly_the_runs_the_traces_say
     assert!(dom.contains("Runs 1–9 of 9"));
     // The filter is in the URL, and the form shows it chosen.
     assert!(dom.contains("<option value=\"fail\" selected=\"\">fail</option>"));
+    // The page as served, before any script runs: the server filtered it.
+    let served = view.get("/?verdict=fail&limit=1000").text().unwrap();
+    assert_eq!(listed(&served).into_iter().collect::<BTreeSet<_>>(), failed);
 
     let constraint: BTreeSet<String> = all
         .iter()
@@ -265,6 +274,13 @@ fn filters_by_verdict_layer_and_free_text_return_exactly_the_runs_the_traces_say
     for r in a["runs"].as_array().unwrap() {
         assert_eq!(r["verdict"], "pass");
     }
+
+    let a = view.api("/api/runs?hook_warning=1");
+    assert_eq!(ids_of(&a), BTreeSet::from([warned.clone()]));
+    assert_eq!(a["runs"][0]["hook_warnings"], 1, "the hook's warning, not the other");
+    let dom = view.dom(dir.path(), "/?hook_warning=1");
+    assert_eq!(listed(&dom), vec![warned]);
+    assert!(dom.contains("title=\"hook warnings\">⚠ 1</span>"));
 
     let bad = view.get("/api/runs?verdict=maybe");
     assert_eq!(bad.status(), 400);

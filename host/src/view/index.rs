@@ -729,3 +729,69 @@ pub(crate) fn fingerprint(
     };
     dirs.iter().chain(journals).map(|p| stat(p)).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_query_survives_its_own_link() {
+        let q = Query::parse(
+            "scenario=order%20status&verdict=FAIL&layer=constraint&rung=steering&hook_warning=1&q=a%26b+c&sort=cost&order=desc&offset=150&limit=75",
+        )
+        .unwrap();
+        assert_eq!(q.scenario.as_deref(), Some("order status"));
+        assert_eq!(q.verdict, Some(VerdictWanted::Fail));
+        assert_eq!(q.layer, Some(2));
+        assert_eq!(q.rung, Some(Rung::Steering));
+        assert!(q.hook_warning);
+        assert_eq!(q.q, "a&b c");
+        assert_eq!(
+            (q.sort, q.desc, q.offset, q.limit),
+            (Column::Cost, true, 150, 75)
+        );
+        assert_eq!(Query::parse(&q.to_query_string(150)).unwrap(), q);
+        assert_eq!(Query::parse("").unwrap(), Query::default());
+        assert_eq!(Query::default().to_query_string(0), "");
+    }
+
+    #[test]
+    fn a_value_it_does_not_know_is_named() {
+        for (query, said) in [
+            ("verdict=maybe", "verdict must be"),
+            ("layer=style", "layer must be"),
+            ("rung=top", "rung must be"),
+            ("sort=color", "cannot sort by"),
+            ("offset=-1", "offset must be"),
+            ("limit=0", "limit must be from 1 to 1000"),
+            ("limit=1001", "limit must be from 1 to 1000"),
+        ] {
+            let e = Query::parse(query).unwrap_err();
+            assert!(e.contains(said), "{query}: {e}");
+        }
+        let long = format!("q={}", "x".repeat(MAX_QUERY + 1));
+        assert!(Query::parse(&long).unwrap_err().contains("longer than"));
+    }
+
+    #[test]
+    fn a_line_longer_than_the_bound_is_cut_and_the_next_one_read_whole() {
+        let text = format!("{}\nshort\nlast", "y".repeat(100));
+        let mut r = std::io::BufReader::with_capacity(8, text.as_bytes());
+        let mut line = Vec::new();
+        assert_eq!(read_line_bounded(&mut r, &mut line, 10), Some(false));
+        assert_eq!(read_line_bounded(&mut r, &mut line, 10), Some(true));
+        assert_eq!(line, b"short");
+        assert_eq!(read_line_bounded(&mut r, &mut line, 10), Some(true));
+        assert_eq!(line, b"last");
+        assert_eq!(read_line_bounded(&mut r, &mut line, 10), None);
+    }
+
+    #[test]
+    fn verdict_filters_admit_their_own() {
+        assert!(VerdictWanted::Pass.admits(Some(Verdict::Pass)));
+        assert!(!VerdictWanted::Pass.admits(Some(Verdict::Fail)));
+        assert!(VerdictWanted::Error.admits(Some(Verdict::Error)));
+        assert!(!VerdictWanted::Error.admits(None));
+        assert!(VerdictWanted::Unscored.admits(None));
+    }
+}
