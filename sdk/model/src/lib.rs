@@ -85,6 +85,71 @@ pub struct Scenario {
     /// state tool is what world checks read (since 1.4).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub world_server: Option<WorldServer>,
+    /// A simulated user that talks with the agent after the scripted `turns` (or instead
+    /// of them). Since SDK 1.6.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<SimulatedUser>,
+}
+
+/// A model across the table from the agent: it sees its instruction (never shown to the
+/// agent) and the conversation with the roles swapped, and writes the next user message
+/// until it says `stop` or `max_turns` user messages were written. Since SDK 1.6.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct SimulatedUser {
+    /// The pack's model (`[models.<name>]` in `pack.toml`) that plays the user.
+    pub model: String,
+    /// Who the user is and what they want; the agent never sees it.
+    pub instruction: String,
+    /// Most user messages the model writes (the scripted turns not counted).
+    #[serde(default = "default_max_user_turns")]
+    pub max_turns: u32,
+    /// What the user model says to end the conversation.
+    #[serde(default = "default_stop")]
+    pub stop: String,
+}
+
+fn default_max_user_turns() -> u32 {
+    10
+}
+
+fn default_stop() -> String {
+    "###STOP###".to_owned()
+}
+
+/// What a model-graded check is shown of a run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JudgeSees {
+    /// The agent's final reply.
+    Reply,
+    /// Every turn (user message and reply) and every tool call with its result.
+    #[default]
+    Transcript,
+    /// The transcript, and the world's state before and after.
+    World,
+}
+
+/// A model-graded check of the outcome layer (`[[expect.judge]]`). Since SDK 1.6.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct JudgeCheck {
+    /// The pack's model (`[models.<name>]`) that grades.
+    pub model: String,
+    /// What a passing run does, in words.
+    pub rubric: String,
+    /// What the judge is shown.
+    #[serde(default)]
+    pub sees: JudgeSees,
+    /// Gradings whose majority decides (odd).
+    #[serde(default = "default_samples")]
+    pub samples: u32,
+}
+
+fn default_samples() -> u32 {
+    1
 }
 
 impl Scenario {
@@ -102,6 +167,7 @@ impl Scenario {
             preconditions: Vec::new(),
             expect: Expectations::default(),
             world_server: None,
+            user: None,
         }
     }
 }
@@ -474,6 +540,9 @@ pub struct Expectations {
     /// The constraint layer.
     #[serde(default)]
     pub constraint: ConstraintExpect,
+    /// Model-graded checks, part of the outcome layer. Since SDK 1.6.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub judge: Vec<JudgeCheck>,
 }
 
 /// Outcome layer: the final reply and the final world state.
@@ -1131,6 +1200,26 @@ pub struct Trace {
     /// are the same test; absent in traces of older `wt`s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scenario_digest: Option<String>,
+    /// How the simulated user's side of the conversation went, when the scenario has one.
+    /// Since SDK 1.6.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<UserRecord>,
+}
+
+/// What a simulated user did in a run. Since SDK 1.6.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct UserRecord {
+    /// The pack's model that played the user.
+    pub model: String,
+    /// User messages it wrote (injected as turns after the scripted ones).
+    pub turns: u32,
+    /// `stop` (it said its stop word), `max_turns`, `error` (a call failed, the run is
+    /// ERROR), or `run_ended` (a turn failed or the run was cut).
+    pub ended_by: String,
+    /// Whether the user model ended the conversation itself (said its stop word) rather
+    /// than `wt` ending it.
+    pub user_gave_up: bool,
 }
 
 impl Trace {
@@ -1257,6 +1346,49 @@ pub struct Score {
     /// The run's model calls and tokens; absent when `wt` saw no model call. Since SDK 1.3.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<RunUsage>,
+    /// The gradings of the scenario's model-graded checks, in order. Since SDK 1.6.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub judges: Vec<JudgeGrade>,
+    /// What the evaluation itself cost: the simulated user's and the judges' model calls
+    /// (the agent's own are in `usage`). Since SDK 1.6.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eval_usage: Option<RunUsage>,
+}
+
+/// One model-graded check of a run: its verdict, the votes and the judge's reasoning.
+/// Since SDK 1.6.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct JudgeGrade {
+    /// The check's index in the scenario's `[[expect.judge]]`.
+    pub check: u32,
+    /// The pack's model that graded.
+    pub model: String,
+    /// `pass` or `fail` (the majority of the votes); absent when the judge failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<String>,
+    /// Each grading's verdict, in order.
+    #[serde(default)]
+    pub votes: Vec<String>,
+    /// Each grading's reasoning, in order.
+    #[serde(default)]
+    pub reasoning: Vec<String>,
+    /// Why there is no verdict: the judge's answer could not be read after one re-ask, or
+    /// its call failed. The run is ERROR then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// How many of the gradings were read from the cache rather than asked for.
+    #[serde(default)]
+    pub cached: u32,
+    /// `sha256:<hex>` of the judge (the model's settings and the rubric): what a calibration
+    /// is of.
+    pub judge: String,
+    /// What the judge was shown was cut to fit its bound; says what.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_cut: Option<String>,
+    /// The model calls made for this check (none when every grading was cached).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub calls: Vec<ModelCall>,
 }
 
 impl Score {
@@ -1277,6 +1409,8 @@ impl Score {
             integrity: LayerResult::pass(""),
             error: None,
             usage: None,
+            judges: Vec::new(),
+            eval_usage: None,
         }
     }
 
