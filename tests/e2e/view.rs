@@ -11,8 +11,8 @@ use serde_json::{Value, json};
 
 use crate::fixtures::{openai_agent, plain_pack};
 use crate::harness::{
-    TestServer, Wt, console_lines, dump_url, poll_until, scores, signal, tmp,
-    trace_paths, traces, wt,
+    TestServer, Wt, console_lines, dump_url, poll_until, scores, signal, tmp, trace_paths, traces,
+    wt,
 };
 
 /// A `wt view` serving in the background on a free port; killed when dropped.
@@ -277,7 +277,10 @@ fn filters_by_verdict_layer_and_free_text_return_exactly_the_runs_the_traces_say
 
     let a = view.api("/api/runs?hook_warning=1");
     assert_eq!(ids_of(&a), BTreeSet::from([warned.clone()]));
-    assert_eq!(a["runs"][0]["hook_warnings"], 1, "the hook's warning, not the other");
+    assert_eq!(
+        a["runs"][0]["hook_warnings"], 1,
+        "the hook's warning, not the other"
+    );
     let dom = view.dom(dir.path(), "/?hook_warning=1");
     assert_eq!(listed(&dom), vec![warned]);
     assert!(dom.contains("title=\"hook warnings\">⚠ 1</span>"));
