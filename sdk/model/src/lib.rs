@@ -86,14 +86,14 @@ pub struct Scenario {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub world_server: Option<WorldServer>,
     /// A simulated user that talks with the agent after the scripted `turns` (or instead
-    /// of them). Since SDK 1.6.
+    /// of them). Optional: older plugins skip it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<SimulatedUser>,
 }
 
 /// A model across the table from the agent: it sees its instruction (never shown to the
 /// agent) and the conversation with the roles swapped, and writes the next user message
-/// until it says `stop` or `max_turns` user messages were written. Since SDK 1.6.
+/// until it says `stop` or `max_turns` user messages were written. Optional: older plugins skip it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
@@ -131,7 +131,7 @@ pub enum JudgeSees {
     World,
 }
 
-/// A model-graded check of the outcome layer (`[[expect.judge]]`). Since SDK 1.6.
+/// A model-graded check of the outcome layer (`[[expect.judge]]`). Optional: older plugins skip it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
@@ -540,7 +540,7 @@ pub struct Expectations {
     /// The constraint layer.
     #[serde(default)]
     pub constraint: ConstraintExpect,
-    /// Model-graded checks, part of the outcome layer. Since SDK 1.6.
+    /// Model-graded checks, part of the outcome layer. Optional: older plugins skip it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub judge: Vec<JudgeCheck>,
 }
@@ -1201,12 +1201,12 @@ pub struct Trace {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scenario_digest: Option<String>,
     /// How the simulated user's side of the conversation went, when the scenario has one.
-    /// Since SDK 1.6.
+    /// Optional: older plugins skip it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<UserRecord>,
 }
 
-/// What a simulated user did in a run. Since SDK 1.6.
+/// What a simulated user did in a run. Optional: older plugins skip it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct UserRecord {
@@ -1346,17 +1346,17 @@ pub struct Score {
     /// The run's model calls and tokens; absent when `wt` saw no model call. Since SDK 1.3.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<RunUsage>,
-    /// The gradings of the scenario's model-graded checks, in order. Since SDK 1.6.
+    /// The gradings of the scenario's model-graded checks, in order. Optional: older plugins skip it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub judges: Vec<JudgeGrade>,
     /// What the evaluation itself cost: the simulated user's and the judges' model calls
-    /// (the agent's own are in `usage`). Since SDK 1.6.
+    /// (the agent's own are in `usage`). Optional: older plugins skip it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eval_usage: Option<RunUsage>,
 }
 
 /// One model-graded check of a run: its verdict, the votes and the judge's reasoning.
-/// Since SDK 1.6.
+/// Optional: older plugins skip it.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct JudgeGrade {
