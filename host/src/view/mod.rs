@@ -76,12 +76,13 @@ pub(crate) fn serve(opts: Options) -> anyhow::Result<u8> {
         IpAddr::V6(ip) => format!("http://[{ip}]:{}/", bound.port()),
         IpAddr::V4(ip) => format!("http://{ip}:{}/", bound.port()),
     };
-    term::out_line(&url);
+    // The warning comes before the URL: whoever acts on the URL has been told.
     if !opts.host.is_loopback() {
         term::err_line(&format!(
             "warning: wt view listens on {bound}, not on a loopback address: anyone who can reach this machine can read these traces"
         ));
     }
+    term::out_line(&url);
     let index = state.runs.now();
     term::err_line(&format!(
         "wt view: {} run(s) in {} scenario(s){}; Ctrl-C stops",
