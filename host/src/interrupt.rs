@@ -120,6 +120,16 @@ pub(crate) fn signal_name(signal: i32) -> &'static str {
 
 static SWEEP_ACTIVE: AtomicBool = AtomicBool::new(false);
 
+/// Set once `wt` is about to `_exit` (a second signal, an `exit()` in the middle of a sweep):
+/// the clean-ups have run or are running, and nothing new may be started that they would
+/// miss (a temporary file).
+static EXITING: AtomicBool = AtomicBool::new(false);
+
+/// Is `wt` about to `_exit`?
+pub(crate) fn exiting() -> bool {
+    EXITING.load(Ordering::SeqCst)
+}
+
 /// What must be undone on every way out of a sweep, registered by the modules that create
 /// it (the store's temporary files, the process runtime's process groups): this module
 /// sits below them and reaches them only through these callbacks.
@@ -127,7 +137,7 @@ static AT_STOP: [OnceLock<fn()>; 8] = [const { OnceLock::new() }; 8];
 
 /// Registers `clean` to run when a sweep ends (its [`SweepGuard`] drops) and on `wt`'s
 /// abrupt exits (a second signal, an `exit()` in the middle of a sweep). Call it once per
-/// callback. `clean` must never block: it may run in an exit handler.
+/// callback. `clean` must never wait for long: it may run in an exit handler.
 pub(crate) fn at_stop(clean: fn()) {
     if !AT_STOP.iter().any(|slot| slot.set(clean).is_ok()) {
         tracing::warn!("no room for another clean-up at exit");
@@ -197,6 +207,7 @@ extern "C" fn on_exit() {
     if !SWEEP_ACTIVE.load(Ordering::SeqCst) {
         return;
     }
+    EXITING.store(true, Ordering::SeqCst);
     run_at_stop();
     let line = match SUSPECTS.get().filter(|s| !s.is_empty()) {
         Some(hooks) => format!(
@@ -217,6 +228,7 @@ extern "C" fn on_exit() {
 pub(crate) fn exit_now() -> ! {
     // Temporary files, and agent processes, which live in process groups of their own and
     // would outlive `wt`.
+    EXITING.store(true, Ordering::SeqCst);
     run_at_stop();
     // A stop at once is `wt`'s own decision: the supervising `wt` exits 130 with it.
     crate::exit::record(crate::exit::INTERRUPTED);

@@ -181,11 +181,20 @@ pub(crate) fn scoped_artifact_path(
 // two or three a run (hashing a path cost more than finding it among a few).
 static IN_FLIGHT: Mutex<Option<Vec<PathBuf>>> = Mutex::new(None);
 
-fn track(path: PathBuf) {
+/// A new temporary file in `dir`, on the list of those being written. It is created and
+/// listed in one step, under the list's lock, so an exit's clean-up ([`remove_temp_files`])
+/// never misses one; once `wt` is exiting none is created.
+fn tracked_temp_file(dir: &Path) -> std::io::Result<tempfile::NamedTempFile> {
     static AT_STOP: std::sync::Once = std::sync::Once::new();
     AT_STOP.call_once(|| crate::interrupt::at_stop(remove_temp_files));
     let mut list = IN_FLIGHT.lock().unwrap_or_else(|e| e.into_inner());
-    list.get_or_insert_with(Vec::new).push(path);
+    if crate::interrupt::exiting() {
+        return Err(std::io::Error::other("wt is exiting"));
+    }
+    let file = temp_file(dir)?;
+    list.get_or_insert_with(Vec::new)
+        .push(file.path().to_owned());
+    Ok(file)
 }
 
 fn untrack(path: &Path) {
@@ -262,11 +271,10 @@ pub(crate) fn check_runs_dir(dir: &Path, what: &str) -> Result<(), String> {
 }
 
 /// Removes the temporary files being written right now (before an exit that will not let
-/// their writers finish). Never blocks: if a writer holds the list, nothing is removed.
+/// their writers finish). It waits only for a writer that is creating its file (the list's
+/// lock is held for no longer), never for a write.
 pub(crate) fn remove_temp_files() {
-    let Ok(mut set) = IN_FLIGHT.try_lock() else {
-        return;
-    };
+    let mut set = IN_FLIGHT.lock().unwrap_or_else(|e| e.into_inner());
     for p in set.take().unwrap_or_default() {
         let _ = std::fs::remove_file(p);
     }
@@ -323,9 +331,8 @@ fn write_file_with(
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
-    let mut file = temp_file(dir).map_err(err)?;
+    let mut file = tracked_temp_file(dir).map_err(err)?;
     let tmp = file.path().to_owned();
-    track(tmp.clone());
     // On any failure the temp file is dropped, and so removed: nothing half-written is left.
     let result = fill(file.as_file_mut()).map_err(err).and_then(|()| {
         let persisted = if new {
