@@ -12,6 +12,9 @@
 //!   the head (request line and headers) and the body, separated by an empty line. The
 //!   script builds curl's requests from it, so curl sends what `wt` sends.
 //!
+//! - With `STUB_CONTENT` set, the completion's message says that text instead (a judge's JSON
+//!   verdict, for `bench/judging.sh`).
+//!
 //! Usage: `openai_floor_stub [CAPTURE]` prints `ready PORT` once it listens on 127.0.0.1.
 //! A benchmark tool, not a server: it trusts its client (bounded reads all the same).
 
@@ -21,6 +24,17 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 const ANSWER: &str = r#"{"id":"chatcmpl-floor","object":"chat.completion","created":1764566100,"model":"m","system_fingerprint":"fp_floor","choices":[{"index":0,"message":{"role":"assistant","content":"Your order 1234 has shipped and is on its way."},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":182,"completion_tokens":12,"total_tokens":194}}"#;
+
+/// The answer, with `STUB_CONTENT` as its message's text when set.
+fn answer() -> String {
+    match std::env::var("STUB_CONTENT") {
+        Ok(text) => {
+            let escaped = text.replace('\\', "\\\\").replace('"', "\\\"");
+            ANSWER.replace("Your order 1234 has shipped and is on its way.", &escaped)
+        }
+        Err(_) => ANSWER.to_owned(),
+    }
+}
 
 /// The most a request head or body may be (the script's requests are a few KiB).
 const MAX_REQUEST: usize = 1 << 20;
@@ -81,6 +95,7 @@ fn main() {
 
 /// Serves one connection's requests until the client closes it.
 fn serve(mut stream: TcpStream, stats: &Stats) {
+    let answer = answer();
     // The answer goes out in one write; no delay waiting for more.
     stream.set_nodelay(true).ok();
     let mut buf: Vec<u8> = Vec::with_capacity(16 << 10);
@@ -136,7 +151,7 @@ fn serve(mut stream: TcpStream, stats: &Stats) {
                 record.extend_from_slice(&buf[head_end..head_end + length]);
                 std::fs::write(path, record).ok();
             }
-            ANSWER.to_owned()
+            answer.clone()
         } else {
             let answer = b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n";
             if stream.write_all(answer).is_err() {

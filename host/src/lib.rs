@@ -14,8 +14,9 @@
 //!    plugins, the registry, dispatch, isolation, and the runner's seam
 //!    ([`hooks::RunObserver`]); [`report`] — the reading side (report, compare, triage, the
 //!    HTML page);
-//! 5. [`runner`] — the run loop, the only author of a sweep's events;
-//! 6. [`cli`] — one file per subcommand and the one place that maps errors to exit codes.
+//! 5. `judge` — model-graded checks, on the harness's own models ([`runtime::models`]);
+//! 6. [`runner`] — the run loop, the only author of a sweep's events;
+//! 7. [`cli`] — one file per subcommand and the one place that maps errors to exit codes.
 
 //!
 //! The library's API is small: run a sweep ([`runner`]) on an agent ([`runtime`]) with a
@@ -46,6 +47,7 @@ pub mod events;
 pub mod exit;
 pub mod hooks;
 pub mod interrupt;
+pub(crate) mod judge;
 pub(crate) mod limits;
 pub mod pack;
 pub(crate) mod procs;

@@ -23,6 +23,10 @@ pub struct PackManifest {
     /// A world server for every scenario of the pack that declares none of its own.
     #[serde(default)]
     pub world_server: Option<WorldServer>,
+    /// Models the harness calls itself (simulated users, judges), by name: each table is
+    /// read by [`crate::runtime::models`] when a sweep starts.
+    #[serde(default)]
+    pub models: BTreeMap<String, toml::Table>,
 }
 
 /// A validated pack.
@@ -208,6 +212,35 @@ impl Pack {
         })
     }
 
+    /// The models the scenarios name (a simulated user's, each judge's), with where.
+    pub fn models_named(&self) -> Vec<(String, &str)> {
+        let mut named = Vec::new();
+        for s in &self.scenarios {
+            if let Some(u) = &s.user {
+                named.push((format!("scenario `{}`: user.model", s.id), u.model.as_str()));
+            }
+            for (i, j) in s.expect.judge.iter().enumerate() {
+                named.push((
+                    format!("scenario `{}`: expect.judge[{i}].model", s.id),
+                    j.model.as_str(),
+                ));
+            }
+        }
+        named
+    }
+
+    /// The first model a scenario names that `declared` does not hold, as a one-line error.
+    pub fn missing_model(&self, declared: impl Fn(&str) -> bool) -> Option<String> {
+        self.models_named()
+            .into_iter()
+            .find(|(_, m)| !declared(m))
+            .map(|(place, m)| {
+                format!(
+                    "{place}: no model `{m}` is declared (add [models.{m}] to pack.toml, or pass --models FILE)"
+                )
+            })
+    }
+
     /// The scenario with this id.
     pub fn scenario(&self, id: &str) -> Option<&Scenario> {
         self.scenarios.iter().find(|s| s.id == id)
@@ -314,8 +347,55 @@ fn validate(file: &str, s: &Scenario) -> Result<(), PackError> {
             ),
         );
     }
-    if s.turns.is_empty() {
-        return bad("turns", "a scenario needs at least one turn".into());
+    if s.turns.is_empty() && s.user.is_none() {
+        return bad(
+            "turns",
+            "a scenario needs at least one turn, or a simulated [user]".into(),
+        );
+    }
+    if let Some(u) = &s.user {
+        if u.model.trim().is_empty() {
+            return bad("user.model", "name one of the pack's [models]".into());
+        }
+        if u.instruction.trim().is_empty() {
+            return bad(
+                "user.instruction",
+                "say who the user is and what they want".into(),
+            );
+        }
+        if u.max_turns == 0 || u.max_turns > 100 {
+            return bad("user.max_turns", "must be from 1 to 100".into());
+        }
+        if u.stop.trim().is_empty() {
+            return bad(
+                "user.stop",
+                "the word the user model ends with cannot be empty".into(),
+            );
+        }
+    }
+    for (i, j) in s.expect.judge.iter().enumerate() {
+        let place = format!("expect.judge[{i}]");
+        if j.model.trim().is_empty() {
+            return bad(
+                &format!("{place}.model"),
+                "name one of the pack's [models]".into(),
+            );
+        }
+        if j.rubric.trim().is_empty() {
+            return bad(
+                &format!("{place}.rubric"),
+                "say what a passing run does".into(),
+            );
+        }
+        if j.samples == 0 || j.samples % 2 == 0 || j.samples > 15 {
+            return bad(
+                &format!("{place}.samples"),
+                format!(
+                    "must be odd, from 1 to 15, so a majority decides (got {})",
+                    j.samples
+                ),
+            );
+        }
     }
     if let Some(i) = s.turns.iter().position(|t| t.trim().is_empty()) {
         return bad(&format!("turns[{i}]"), "turn is empty".into());

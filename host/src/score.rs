@@ -408,14 +408,34 @@ fn integrity(trace: &Trace) -> LayerResult {
 /// What a run's model calls add up to; `None` when the run made none `wt` saw. The cost is
 /// given only with `pricing` and when every call that reached the model reported its
 /// usage: a sum that leaves calls out would be a cost that is false.
+/// The agent's own calls only: the harness's (a simulated user's, `source = "user"`) are the
+/// evaluation's cost ([`usage_of`], summed into the score's `eval_usage`).
 pub(crate) fn usage(
     trace: &Trace,
     pricing: Option<&dyn Fn(&windtunnel_model::TokenUsage) -> f64>,
 ) -> Option<windtunnel_model::RunUsage> {
-    let calls = &trace.evidence.model_calls;
-    if calls.is_empty() {
-        return None;
-    }
+    usage_of(
+        trace
+            .evidence
+            .model_calls
+            .iter()
+            .filter(|c| !is_harness_call(c)),
+        pricing,
+    )
+}
+
+/// Is this a call the harness made (a simulated user's or a judge's), not the agent?
+pub(crate) fn is_harness_call(c: &windtunnel_model::ModelCall) -> bool {
+    c.source == "user" || c.source == "judge"
+}
+
+/// What `calls` add up to; `None` when there are none. Costed as [`usage`] is.
+pub(crate) fn usage_of<'a>(
+    calls: impl IntoIterator<Item = &'a windtunnel_model::ModelCall>,
+    pricing: Option<&dyn Fn(&windtunnel_model::TokenUsage) -> f64>,
+) -> Option<windtunnel_model::RunUsage> {
+    let mut calls = calls.into_iter().peekable();
+    calls.peek()?;
     let mut u = windtunnel_model::RunUsage::default();
     let (mut failed, mut streamed) = (0u64, 0u64);
     for c in calls {
@@ -459,6 +479,35 @@ pub(crate) fn usage(
         }
     }
     Some(u)
+}
+
+/// Two sums of model calls as one: the cost is known only when both are.
+pub(crate) fn add_usage(
+    a: Option<windtunnel_model::RunUsage>,
+    b: Option<windtunnel_model::RunUsage>,
+) -> Option<windtunnel_model::RunUsage> {
+    let (mut a, b) = match (a, b) {
+        (None, b) => return b,
+        (a, None) => return a,
+        (Some(a), Some(b)) => (a, b),
+    };
+    a.model_calls += b.model_calls;
+    a.unreported += b.unreported;
+    a.tokens.add(&b.tokens);
+    let one_priced = a.cost_usd.is_some() != b.cost_usd.is_some();
+    a.cost_usd = match (a.cost_usd, b.cost_usd) {
+        (Some(x), Some(y)) => Some(windtunnel_model::round_cost(x + y)),
+        _ => None,
+    };
+    a.cost_unknown = match (a.cost_unknown.take(), b.cost_unknown) {
+        (Some(x), Some(y)) => Some(format!("{x}; {y}")),
+        (x, y) => x.or(y),
+    };
+    if one_priced && a.cost_unknown.is_none() {
+        // A sum that leaves a model's calls out would be a cost that is false.
+        a.cost_unknown = Some("one of the models has no [pricing]".into());
+    }
+    Some(a)
 }
 
 /// Why a reply is not well-formed text, if it is not.

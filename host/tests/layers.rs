@@ -33,6 +33,8 @@ const LAYERS: &[&[&str]] = &[
     &["store"],
     // The agent's side (runtimes with the world's MCP door), hooks, the reading side.
     &["runtime", "hooks", "report"],
+    // Model-graded checks, on the harness's own models.
+    &["judge"],
     // The run loop.
     &["runner", "view"],
     // The subcommands.

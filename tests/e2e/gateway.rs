@@ -96,7 +96,7 @@ impl FakeLlm {
     }
 
     /// fakellm's own log: its last requests, newest first.
-    fn stats(&self) -> Option<Value> {
+    pub(crate) fn stats(&self) -> Option<Value> {
         let text = reqwest::blocking::get(format!("{}/_fakellm/stats", self.base))
             .ok()?
             .text()

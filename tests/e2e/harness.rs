@@ -396,16 +396,22 @@ pub fn set_mode(path: &Path, mode: u32) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
 }
 
-/// Files in `dir` by name.
+/// Files in `dir` by name, and those in its directories (the judges' cache) by their path
+/// under it.
 pub fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
-    std::fs::read_dir(dir)
-        .expect("read dir")
-        .map(|e| {
-            let p = e.unwrap().path();
-            let name = p.file_name().unwrap().to_string_lossy().into_owned();
-            (name, std::fs::read(&p).unwrap())
-        })
-        .collect()
+    let mut out = BTreeMap::new();
+    for e in std::fs::read_dir(dir).expect("read dir") {
+        let p = e.unwrap().path();
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        if p.is_dir() {
+            for (inner, bytes) in files(&p) {
+                out.insert(format!("{name}/{inner}"), bytes);
+            }
+        } else {
+            out.insert(name, std::fs::read(&p).unwrap());
+        }
+    }
+    out
 }
 
 /// Trace files (`*.json` whose stem has no dot) in `dir`.

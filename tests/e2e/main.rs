@@ -15,6 +15,7 @@ mod harness;
 mod hook_faults;
 mod hooks;
 mod isolation;
+mod judging;
 mod loader;
 mod logs;
 mod plugins_cli;

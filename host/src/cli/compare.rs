@@ -82,6 +82,10 @@ pub(crate) struct CompareArgs {
     /// sweep or misses a shard, or scenarios are on one side only), 0 otherwise.
     #[arg(long)]
     pub gate: bool,
+    /// A calibration of the judges (`wt judge calibrate --format json`): a scenario whose
+    /// verdicts rest on a judge it does not cover is named in a warning.
+    #[arg(long, value_name = "FILE")]
+    pub calibration: Option<PathBuf>,
 }
 
 /// A number strictly between 0 and 1; `what` says what was expected.
@@ -199,7 +203,13 @@ pub(crate) fn run(args: CompareArgs) -> anyhow::Result<u8> {
             CodedError::usage(format!("{why}; --allow-other-pack compares them anyway")).into(),
         );
     }
-    let c = Comparison::with_shared(
+    let calibrated = match &args.calibration {
+        Some(file) => {
+            crate::report::calibration::judges_in_file(file).map_err(CodedError::usage)?
+        }
+        None => Default::default(),
+    };
+    let mut c = Comparison::with_shared(
         &base_names,
         &base_report,
         &new_names,
@@ -212,6 +222,15 @@ pub(crate) fn run(args: CompareArgs) -> anyhow::Result<u8> {
         },
         shared,
     );
+    // A verdict a model graded is only as good as the judge: say where nobody has checked it.
+    for (scenario, judges) in &new_report.ids.judges {
+        let missing = judges.iter().filter(|j| !calibrated.contains(*j)).count();
+        if missing > 0 {
+            c.warnings.push(format!(
+                "scenario `{scenario}`: its verdicts rest on {missing} judge(s) with no calibration (wt judge calibrate, then --calibration FILE)"
+            ));
+        }
+    }
     let text = match args.format {
         Format::Table => super::report::for_terminal(&c.to_table()),
         Format::Markdown => super::report::for_reader(c.to_markdown()),

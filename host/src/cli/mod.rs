@@ -11,6 +11,7 @@ pub(crate) mod compare;
 pub(crate) mod doctor;
 pub(crate) mod hooks;
 pub(crate) mod hooks_new;
+pub(crate) mod judge;
 pub(crate) mod logging;
 pub(crate) mod report;
 pub(crate) mod rescore;
@@ -48,6 +49,9 @@ pub(crate) enum Command {
     Triage(triage::TriageArgs),
     /// Explore every stored run in a browser: a local, read-only server (prints its URL).
     View(view::ViewArgs),
+    /// Model-graded checks: how far each judge can be trusted (`wt judge calibrate`).
+    #[command(subcommand)]
+    Judge(judge::JudgeCommand),
     /// An isolated hook's process (started by `wt` itself; speaks a binary protocol).
     #[command(hide = true, name = "hook-child")]
     HookChild(crate::hooks::isolate::child::ChildArgs),
@@ -75,6 +79,32 @@ pub(crate) fn run_dirs(dirs: Vec<std::path::PathBuf>) -> anyhow::Result<Vec<std:
     Ok(dirs)
 }
 
+/// Every stored run of `dirs`, read whole (trace, score, artifacts), with the scan that found
+/// them; what could not be read is a warning on stderr.
+pub(crate) fn whole_runs(
+    dirs: &[std::path::PathBuf],
+) -> anyhow::Result<(Vec<crate::report::LoadedRun>, crate::report::scan::Scan)> {
+    use crate::report::scan;
+    let read = scan::scan(
+        dirs,
+        scan::Want {
+            listing: true,
+            ..scan::Want::default()
+        },
+    )?;
+    for w in &read.found.warnings {
+        crate::term::err_line(&format!("warning: {w}"));
+    }
+    let mut runs = Vec::new();
+    for run in read.listing.iter().flat_map(|l| l.whole_runs()) {
+        match run {
+            Ok(r) => runs.push(r),
+            Err(w) => crate::term::err_line(&format!("warning: {w}")),
+        }
+    }
+    Ok((runs, read))
+}
+
 /// Parses the command line, runs the subcommand and maps the outcome to an exit code.
 pub fn main() -> ExitCode {
     logging::init();
@@ -96,6 +126,7 @@ pub fn main() -> ExitCode {
         Command::Doctor(args) => doctor::run(args),
         Command::Triage(args) => triage::run(args),
         Command::View(args) => view::run(args),
+        Command::Judge(cmd) => judge::run(cmd),
         Command::HookChild(args) => crate::hooks::isolate::child::run(args),
         Command::SweepWatchdog(args) => Ok(crate::procs::watch(&args.tag)),
     };

@@ -18,6 +18,8 @@ pub(crate) struct RescoreArgs {
     /// Pack whose expectations to apply; the embedded demo pack by default.
     #[arg(long, value_name = "DIR", env = "WT_PACK")]
     pub pack: Option<PathBuf>,
+    #[command(flatten, next_help_heading = "Judges")]
+    pub models: crate::cli::run::ModelArgs,
 }
 
 pub(crate) fn run(args: RescoreArgs) -> anyhow::Result<u8> {
@@ -26,6 +28,17 @@ pub(crate) fn run(args: RescoreArgs) -> anyhow::Result<u8> {
             Pack::load(dir).map_err(|e| CodedError::usage(format!("invalid pack: {e}")))?
         }
         None => Pack::demo(),
+    };
+    // SAFETY: nothing but this thread runs yet.
+    let models = unsafe { args.models.build(&pack) }?;
+    let stop = crate::interrupt::Interrupt::new();
+    let redactor = crate::secrets::Redactor::new();
+    let judging = crate::judge::Judging {
+        models: &models,
+        out_dir: &args.dir,
+        read_cache: !args.models.no_cache,
+        redactor: &redactor,
+        stop: &stop,
     };
     if !args.dir.is_dir() {
         return Err(
@@ -62,7 +75,23 @@ pub(crate) fn run(args: RescoreArgs) -> anyhow::Result<u8> {
             skipped.push(trace.scenario_id.clone());
             continue;
         };
-        let new = score::score(scenario, trace);
+        let mut new = score::score(scenario, trace);
+        // What the agent's calls cost is the sweep's fact (its agent config's prices), not
+        // the expectations': it is kept.
+        new.usage = old.as_ref().and_then(|o| o.usage.clone());
+        crate::judge::apply(scenario, trace, &mut new, &judging);
+        if let Some(old) = old {
+            // A grading read whole from the cache is the grading the stored score holds:
+            // the calls that made it stay its evidence (and its cost).
+            for (g, was) in new.judges.iter_mut().zip(&old.judges) {
+                if g.cached == g.votes.len() as u32 && was.judge == g.judge && was.votes == g.votes
+                {
+                    g.calls.clone_from(&was.calls);
+                    g.cached = was.cached;
+                }
+            }
+        }
+        new.eval_usage = crate::judge::eval_usage(scenario, trace, &new, &models);
         if old.as_ref() == Some(&new) {
             unchanged += 1;
             continue;

@@ -103,6 +103,35 @@ pub(crate) struct RunArgs {
     /// written to `<out>/<sweep_stem>.events.jsonl` too.
     #[arg(long, value_name = "-|FILE")]
     pub events: Option<PathBuf>,
+    #[command(flatten, next_help_heading = "Simulated users and judges")]
+    pub models: ModelArgs,
+}
+
+/// The harness's own models (simulated users, judges) and the judges' cache.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct ModelArgs {
+    /// `[models.<name>]` tables that replace (or add to) the pack's, e.g. to run a pack's
+    /// simulated users and judges on another provider without editing it.
+    #[arg(long = "models", value_name = "FILE", env = "WT_MODELS")]
+    pub file: Option<PathBuf>,
+    /// Ask the judges for every grading, even those cached under the runs directory
+    /// (`.wt-judge-cache`); the new gradings are cached.
+    #[arg(long)]
+    pub no_cache: bool,
+}
+
+impl ModelArgs {
+    /// The models the pack's scenarios name, built and sealed; exit 2 on any problem.
+    ///
+    /// # Safety
+    ///
+    /// As [`crate::secrets::seal_env`]: no other thread may be reading the environment.
+    pub(crate) unsafe fn build(&self, pack: &Pack) -> anyhow::Result<Arc<runtime::models::Models>> {
+        // SAFETY: passed on to the caller.
+        let models = unsafe { runtime::models::for_pack(pack, self.file.as_deref()) }
+            .map_err(|e| CodedError::usage(e.to_string()))?;
+        Ok(Arc::new(models))
+    }
 }
 
 /// The active hooks of this invocation, checked before anything is provisioned: names
@@ -231,6 +260,8 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<u8> {
     // SAFETY: nothing but this thread runs yet: no runtime, plugin, signal handler or
     // MCP server has been started.
     unsafe { runtime::seal_secrets(&agent) };
+    // SAFETY: as above.
+    let models = unsafe { args.models.build(&pack) }?;
     runtime::validate_agent(&agent)
         .map_err(|e| CodedError::usage(format!("agent `{}`: {e}", agent.label)))?;
     if !agent.reaches_world() {
@@ -292,6 +323,8 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<u8> {
         cfg.sinks.push(j.clone());
     }
     cfg.pack_name = pack.manifest.name.clone();
+    cfg.models = models;
+    cfg.judge_cache = !args.models.no_cache;
     cfg.runs = runs;
     cfg.sequential = sequential;
     cfg.jobs = jobs;

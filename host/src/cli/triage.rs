@@ -4,7 +4,7 @@
 use std::{io::Write, path::PathBuf};
 
 use crate::exit;
-use crate::report::{scan, triage};
+use crate::report::triage;
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct TriageArgs {
@@ -18,21 +18,7 @@ pub(crate) struct TriageArgs {
 
 pub(crate) fn run(args: TriageArgs) -> anyhow::Result<u8> {
     let dirs = super::run_dirs(args.dirs)?;
-    let want = scan::Want {
-        listing: true,
-        ..scan::Want::default()
-    };
-    let read = scan::scan(&dirs, want)?;
-    for w in &read.found.warnings {
-        crate::term::err_line(&format!("warning: {w}"));
-    }
-    let mut runs = Vec::new();
-    for run in read.listing.iter().flat_map(|l| l.whole_runs()) {
-        match run {
-            Ok(r) => runs.push(r),
-            Err(w) => crate::term::err_line(&format!("warning: {w}")),
-        }
-    }
+    let (runs, read) = super::whole_runs(&dirs)?;
     let clusters = triage::triage_all(&runs, &read.found.scenario_errors, true);
     let mut out = std::io::stdout().lock();
     if args.json {

@@ -136,6 +136,9 @@ pub(crate) struct SideInfo {
     /// The side's model calls and tokens, when `wt` saw any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<RunUsage>,
+    /// What evaluating the side cost (simulated users, judges), when it made model calls.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub eval_usage: Option<RunUsage>,
 }
 
 impl SideInfo {
@@ -154,12 +157,14 @@ impl SideInfo {
                 .collect(),
             gaps: r.gaps.clone(),
             usage: r.usage.clone(),
+            eval_usage: r.eval_usage.clone(),
         }
     }
 
-    /// Tokens per run, and the cost per run when known.
-    fn per_run(&self) -> Option<(f64, Option<f64>)> {
-        let u = self.usage.as_ref()?;
+    /// Tokens per run, and the cost per run when known, of `u` (the agent's usage or the
+    /// evaluation's).
+    fn per_run(&self, u: Option<&RunUsage>) -> Option<(f64, Option<f64>)> {
+        let u = u?;
         let runs = self.runs.max(1) as f64;
         let tokens = (u.tokens.prompt_tokens + u.tokens.completion_tokens) as f64;
         Some((tokens / runs, u.cost_usd.map(|c| c / runs)))
@@ -495,7 +500,20 @@ impl Comparison {
     /// `tokens per run 116 → 140 (+20.7%) · cost per run $0.000012 → $0.000015 (+25.0%)`,
     /// when either side made model calls `wt` saw.
     pub(crate) fn usage_line(&self) -> Option<String> {
-        let (b, n) = (self.base.per_run(), self.new.per_run());
+        self.per_run_line(|s| s.usage.as_ref())
+    }
+
+    /// The same for what the evaluation cost (simulated users, judges), when either side's
+    /// evaluation made model calls.
+    pub(crate) fn eval_line(&self) -> Option<String> {
+        self.per_run_line(|s| s.eval_usage.as_ref())
+    }
+
+    fn per_run_line(&self, of: impl Fn(&SideInfo) -> Option<&RunUsage>) -> Option<String> {
+        let (b, n) = (
+            self.base.per_run(of(&self.base)),
+            self.new.per_run(of(&self.new)),
+        );
         if b.is_none() && n.is_none() {
             return None;
         }
@@ -568,6 +586,9 @@ impl Comparison {
         let _ = writeln!(out, "pack: {}", self.pack_line());
         if let Some(u) = self.usage_line() {
             let _ = writeln!(out, "model: {u}");
+        }
+        if let Some(u) = self.eval_line() {
+            let _ = writeln!(out, "evaluation: {u}");
         }
         out.push('\n');
         let width = self
@@ -644,6 +665,9 @@ impl Comparison {
         let _ = writeln!(out, "- pack: {}", self.pack_line());
         if let Some(u) = self.usage_line() {
             let _ = writeln!(out, "- model: {}", md(&u));
+        }
+        if let Some(u) = self.eval_line() {
+            let _ = writeln!(out, "- evaluation: {}", md(&u));
         }
         for i in &self.incomplete {
             let _ = writeln!(out, "- **incomplete:** {}", md(i));

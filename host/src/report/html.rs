@@ -548,6 +548,9 @@ pub(crate) fn report_page(report: &Report, base: Option<&Path>) -> String {
             @if let Some(u) = &report.usage {
                 p.muted { "Model: " (usage_line(u)) }
             }
+            @if let Some(u) = &report.eval_usage {
+                p.muted { "Evaluation (simulated users, judges): " (usage_line(u)) }
+            }
             p { "Gate (" code { "wt report --gate" } "): " strong.gate { (gate_text(report.gate)) } }
             @if report.duplicates > 0 {
                 p.muted { (report.duplicates) " trace file(s) repeat a run already read and are counted once." }
@@ -655,6 +658,9 @@ pub(crate) fn compare_page(c: &Comparison, new: &Report) -> String {
             p { "Pack: " (c.pack_line()) }
             @if let Some(u) = c.usage_line() {
                 p { "Model: " (u) }
+            }
+            @if let Some(u) = c.eval_line() {
+                p { "Evaluation: " (u) }
             }
             @for i in &c.incomplete {
                 p.warn { "Incomplete: " (i) }

@@ -13,6 +13,7 @@
 //!
 //! Nothing here writes into a runs directory.
 
+pub(crate) mod calibration;
 pub(crate) mod compare;
 internal_mod!(gate);
 pub(crate) mod html;
@@ -118,6 +119,9 @@ pub(crate) struct ScenarioSummary {
     /// The scenario's model calls and tokens, summed over its runs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<RunUsage>,
+    /// What evaluating its runs cost (simulated users, judges), summed over its runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub eval_usage: Option<RunUsage>,
 }
 
 impl ScenarioSummary {
@@ -126,6 +130,7 @@ impl ScenarioSummary {
         let ks = ks(&[1, n]);
         ScenarioSummary {
             usage: None,
+            eval_usage: None,
             pass_rate: (n > 0).then(|| c as f64 / n as f64),
             wilson95: stats::wilson(c, n, REPORT_ALPHA).map(|(l, h)| [l, h]),
             pass_hat_k: at_ks(&ks, |k| stats::pass_hat_k(c, n, k)),
@@ -229,6 +234,10 @@ pub(crate) struct Report {
     /// Model calls and tokens over every run, when `wt` saw any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<RunUsage>,
+    /// What the evaluation itself cost over every run (simulated users, judges), when it
+    /// made any model call.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub eval_usage: Option<RunUsage>,
     /// The page's details, when a scan gathered them.
     #[serde(skip)]
     pub details: Option<html::Details>,
@@ -276,8 +285,11 @@ impl Report {
             aggs.entry(trace.scenario_id.clone())
                 .or_insert_with(|| Aggregator::new(&trace.scenario_id))
                 .add(trace, score.as_ref());
-            if let Some(u) = score.as_ref().and_then(|s| s.usage.as_ref()) {
-                usage.entry(trace.scenario_id.clone()).or_default().add(u);
+            if let Some(s) = score.as_ref().filter(|s| has_usage(s)) {
+                usage
+                    .entry(trace.scenario_id.clone())
+                    .or_default()
+                    .add_score(s);
             }
             rows.push(row(trace, score.as_ref(), path));
         }
@@ -345,7 +357,10 @@ impl Report {
                     a.error.get_or_insert_with(|| e.error.clone());
                 }
                 let mut summary = ScenarioSummary::new(a);
-                summary.usage = usage.remove(&id).map(|u| u.finish());
+                if let Some(u) = usage.remove(&id) {
+                    summary.usage = u.finish();
+                    summary.eval_usage = u.finish_eval();
+                }
                 summary
             })
             .collect();
@@ -367,7 +382,8 @@ impl Report {
             gaps: found.gaps,
             unread: found.unread,
             gate,
-            usage: total.map(|u| u.finish()),
+            usage: total.as_ref().and_then(UsageSum::finish),
+            eval_usage: total.as_ref().and_then(UsageSum::finish_eval),
             details: None,
             agents: Vec::new(),
             reasons: Reasons::new(),
@@ -443,6 +459,7 @@ impl Report {
             unread: &self.unread,
             gate: self.gate,
             usage: &self.usage,
+            eval_usage: &self.eval_usage,
         };
         serde_json::to_writer_pretty(&mut *w, &view).map_err(std::io::Error::other)?;
         w.write_all(b"\n")
@@ -479,6 +496,8 @@ struct JsonView<'a> {
     gate: u8,
     #[serde(skip_serializing_if = "Option::is_none")]
     usage: &'a Option<RunUsage>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    eval_usage: &'a Option<RunUsage>,
 }
 
 struct RowsView<'a>(&'a Report);
@@ -513,13 +532,44 @@ pub(crate) struct UsageSum {
     uncosted: u64,
     /// Runs priced whose cost is unknown (a call reported no usage).
     unknown: u64,
+    /// Runs added (less those taken back out).
+    runs: u64,
+    /// What the evaluation itself cost (simulated users, judges: the scores'
+    /// `eval_usage`), summed alike and apart.
+    eval: Option<Box<UsageSum>>,
+}
+
+/// Does a score count towards a [`UsageSum`]: has it the agent's usage or the evaluation's?
+pub(crate) fn has_usage(s: &Score) -> bool {
+    s.usage.is_some() || s.eval_usage.is_some()
 }
 
 /// Dollars to fixed point: exact for every cost above 2^-64 dollars.
 const COST_SCALE: f64 = 18_446_744_073_709_551_616.0;
 
 impl UsageSum {
-    pub(crate) fn add(&mut self, u: &RunUsage) {
+    /// Adds a run's usage and its evaluation's.
+    pub(crate) fn add_score(&mut self, s: &Score) {
+        if let Some(u) = &s.usage {
+            self.add(u);
+        }
+        if let Some(u) = &s.eval_usage {
+            self.eval.get_or_insert_default().add(u);
+        }
+    }
+
+    /// Takes a run added by [`UsageSum::add_score`] back out.
+    pub(crate) fn remove_score(&mut self, s: &Score) {
+        if let Some(u) = &s.usage {
+            self.remove(u);
+        }
+        if let (Some(u), Some(eval)) = (&s.eval_usage, &mut self.eval) {
+            eval.remove(u);
+        }
+    }
+
+    fn add(&mut self, u: &RunUsage) {
+        self.runs += 1;
         self.sum.model_calls += u.model_calls;
         self.sum.unreported += u.unreported;
         self.sum.tokens.add(&u.tokens);
@@ -530,8 +580,8 @@ impl UsageSum {
         self.unknown += u64::from(u.cost_unknown.is_some());
     }
 
-    /// Takes a run added before back out.
-    pub(crate) fn remove(&mut self, u: &RunUsage) {
+    fn remove(&mut self, u: &RunUsage) {
+        self.runs = self.runs.saturating_sub(1);
         let t = &mut self.sum.tokens;
         self.sum.model_calls = self.sum.model_calls.saturating_sub(u.model_calls);
         self.sum.unreported = self.sum.unreported.saturating_sub(u.unreported);
@@ -557,9 +607,23 @@ impl UsageSum {
         self.cost += other.cost;
         self.uncosted += other.uncosted;
         self.unknown += other.unknown;
+        self.runs += other.runs;
+        if let Some(e) = &other.eval {
+            self.eval.get_or_insert_default().merge(e);
+        }
     }
 
-    pub(crate) fn finish(&self) -> RunUsage {
+    /// The agent's usage over the runs added; `None` when none had any.
+    pub(crate) fn finish(&self) -> Option<RunUsage> {
+        (self.runs > 0).then(|| self.total())
+    }
+
+    /// The evaluation's usage over the runs added; `None` when none had any.
+    pub(crate) fn finish_eval(&self) -> Option<RunUsage> {
+        self.eval.as_ref().and_then(|e| e.finish())
+    }
+
+    fn total(&self) -> RunUsage {
         let mut u = self.sum.clone();
         u.cost_usd = (self.uncosted == 0)
             .then(|| windtunnel_model::round_cost(self.cost as f64 / COST_SCALE));

@@ -779,6 +779,8 @@ pub(crate) struct Identities {
     pub digests: BTreeMap<String, BTreeSet<String>>,
     /// Traces that name no digest (written by a `wt` that did not record one).
     pub undigested: usize,
+    /// Per scenario, the judges (`sha256:…` identities) its scores were graded by.
+    pub judges: BTreeMap<String, BTreeSet<String>>,
 }
 
 impl Identities {
@@ -807,7 +809,23 @@ impl Identities {
         }
     }
 
+    /// Notes the judges that graded a run.
+    fn add_judges(&mut self, scenario: &str, score: &Score) {
+        for g in score.judges.iter().filter(|g| !g.judge.is_empty()) {
+            let set = match self.judges.get_mut(scenario) {
+                Some(set) => set,
+                None => self.judges.entry(scenario.to_owned()).or_default(),
+            };
+            if !set.contains(&g.judge) {
+                set.insert(g.judge.clone());
+            }
+        }
+    }
+
     fn merge(&mut self, other: Identities) {
+        for (id, set) in other.judges {
+            self.judges.entry(id).or_default().extend(set);
+        }
         self.packs.extend(other.packs);
         self.shards.extend(other.shards);
         for (id, set) in other.digests {
@@ -936,8 +954,11 @@ impl Part {
             .entry(t.scenario_id.clone())
             .or_insert_with(|| Aggregator::new(&t.scenario_id))
             .add_run(&c);
-        if let Some(u) = score.as_ref().and_then(|s| s.usage.as_ref()) {
-            self.usage.entry(t.scenario_id.clone()).or_default().add(u);
+        if let Some(s) = score.as_ref().filter(|s| super::has_usage(s)) {
+            self.usage
+                .entry(t.scenario_id.clone())
+                .or_default()
+                .add_score(s);
         }
         if shared.want.reasons
             && let Some(s) = &score
@@ -963,6 +984,9 @@ impl Part {
             self.extras.add(&t);
         }
         self.ids.add(&t);
+        if let Some(s) = &score {
+            self.ids.add_judges(&t.scenario_id, s);
+        }
         let run_id_hash = hash64(&t.run_id);
         if shared.want.facts {
             self.facts.push(facts(&t, score.as_ref(), run_id_hash));
@@ -1440,11 +1464,9 @@ fn mark_duplicates(listing: &mut Listing, counts: &mut Counts<'_>) -> Dedup {
                 if let Some(a) = counts.aggs.get_mut(&t.scenario_id) {
                     a.remove_run(&c);
                 }
-                if let (Some(u), Some(sum)) = (
-                    score.as_ref().and_then(|s| s.usage.as_ref()),
-                    counts.usage.get_mut(&t.scenario_id),
-                ) {
-                    sum.remove(u);
+                if let (Some(s), Some(sum)) = (score.as_ref(), counts.usage.get_mut(&t.scenario_id))
+                {
+                    sum.remove_score(s);
                 }
                 if let (Some(reasons), Some(s)) = (counts.reasons.as_deref_mut(), &score) {
                     add_reasons(reasons, &t.scenario_id, s, false);

@@ -242,6 +242,15 @@ impl Report {
                 }
             }
         }
+        // What the evaluation itself cost (simulated users, judges), apart from the agent.
+        if let Some(u) = &self.eval_usage {
+            let _ = writeln!(out, "evaluation: {}", usage_line(u));
+            for s in &self.scenarios {
+                if let Some(u) = &s.eval_usage {
+                    let _ = writeln!(out, "  {:<width$}  {}", s.id(), usage_line(u));
+                }
+            }
+        }
         let bad = listed(self);
         if !bad.is_empty() {
             out.push('\n');
@@ -295,6 +304,13 @@ impl Report {
         let _ = writeln!(out, "\n{}", md(&pack_line(&self.pack)));
         if let Some(u) = &self.usage {
             let _ = writeln!(out, "\nModel: {}", md(&usage_line(u)));
+        }
+        if let Some(u) = &self.eval_usage {
+            let _ = writeln!(
+                out,
+                "\nEvaluation (simulated users, judges): {}",
+                md(&usage_line(u))
+            );
         }
         let bad = listed(self);
         if !bad.is_empty() {

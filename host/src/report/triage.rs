@@ -147,7 +147,11 @@ pub(crate) fn normalize(reason: &str) -> String {
 /// evidence).
 pub(crate) fn rung(score: &Score, denied: bool, tool_errors: bool) -> Rung {
     if score.verdict == Verdict::Error {
-        return if denied { Rung::Harness } else { Rung::Wiring };
+        return if denied || harness_error(score) {
+            Rung::Harness
+        } else {
+            Rung::Wiring
+        };
     }
     if !score.integrity.passed {
         return Rung::Wiring;
@@ -159,6 +163,15 @@ pub(crate) fn rung(score: &Score, denied: bool, tool_errors: bool) -> Rung {
         return Rung::Steering;
     }
     Rung::Model
+}
+
+/// Did the harness's own side fail (a simulated user's or a judge's model)? Such errors
+/// start with `harness:`.
+fn harness_error(score: &Score) -> bool {
+    score
+        .error
+        .as_deref()
+        .is_some_and(|e| e.starts_with("harness:"))
 }
 
 /// Where a failing run sits on the ladder, and the evidence for it.
@@ -174,6 +187,10 @@ pub(crate) fn place(trace: &Trace, score: &Score) -> (Rung, String) {
             );
         }
         let why = score.error.clone().unwrap_or_else(|| "run error".into());
+        if harness_error(score) {
+            // The harness's own models (a simulated user, a judge) failed, not the agent.
+            return (Rung::Harness, format!("the run could not be judged: {why}"));
+        }
         return (Rung::Wiring, format!("the run could not be judged: {why}"));
     }
     if !score.integrity.passed {

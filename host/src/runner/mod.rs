@@ -77,6 +77,11 @@ pub struct RunConfig {
     /// `--until-decided`: each scenario's runs stop as soon as its comparison with a
     /// baseline is decided ([`crate::report::gate::look`]).
     pub sequential: Option<Sequential>,
+    /// Models the harness calls itself (simulated users, judges), by name.
+    pub models: Arc<crate::runtime::models::Models>,
+    /// Judges' gradings are read from `<out_dir>/.wt-judge-cache` when there (`false`:
+    /// `--no-cache`, every grading is asked for, and stored).
+    pub judge_cache: bool,
 }
 
 /// The baseline a sweep with `--until-decided` is compared with as it runs.
@@ -160,6 +165,8 @@ impl RunConfig {
             stop: Interrupt::new(),
             shard: None,
             sequential: None,
+            models: Arc::default(),
+            judge_cache: true,
         }
     }
 

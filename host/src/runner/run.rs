@@ -236,6 +236,7 @@ impl<'s, 'a> RunRunner<'s, 'a> {
         let price = pricing.map(|p| move |t: &windtunnel_model::TokenUsage| p.cost(t));
         let mut score = score::score(scenario, &trace);
         score.usage = score::usage(&trace, price.as_ref().map(|p| p as &dyn Fn(&_) -> f64));
+        self.judge(&trace, &mut score);
         sc.publish(
             &scope,
             events::Event::RunScored {
@@ -297,7 +298,8 @@ impl<'s, 'a> RunRunner<'s, 'a> {
             if !end.refused.is_empty() {
                 // Refused after the run was scored: they count all the same.
                 record_refused(sc, &scope, &mut trace, end.refused);
-                let rescored = score::score(scenario, &trace);
+                let mut rescored = score::score(scenario, &trace);
+                self.judge(&trace, &mut rescored);
                 if rescored.verdict != score.verdict {
                     trace.worker_warnings.push(format!(
                         "verdict changed from {} to {} after the hooks ran: the agent made tool calls after the run was scored, which were refused",
@@ -382,6 +384,29 @@ impl<'s, 'a> RunRunner<'s, 'a> {
     }
 
     /// Writes the score (created new), the artifacts, then the trace.
+    /// Grades the scenario's judge checks into `score`, and sums what the evaluation cost
+    /// (the simulated user's and the judges' calls).
+    fn judge(&self, trace: &Trace, score: &mut Score) {
+        let (cfg, scenario) = (self.sc.cfg, self.sc.scenario);
+        if !scenario.expect.judge.is_empty() {
+            let redactor = crate::runtime::redactor(&cfg.agent);
+            let judging = crate::judge::Judging {
+                models: &cfg.models,
+                out_dir: &cfg.out_dir,
+                read_cache: cfg.judge_cache,
+                redactor: &redactor,
+                stop: &cfg.stop,
+            };
+            crate::judge::apply(scenario, trace, score, &judging);
+            if cfg.clock.is_fixed() {
+                for g in &mut score.judges {
+                    g.calls.iter_mut().for_each(super::turn::pin_model_call);
+                }
+            }
+        }
+        score.eval_usage = crate::judge::eval_usage(scenario, trace, score, &cfg.models);
+    }
+
     fn write(
         &self,
         stem: &str,

@@ -8,7 +8,7 @@
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
-use windtunnel_model::{Denial, Trace, TurnErrorKind, TurnRecord};
+use windtunnel_model::{Denial, SimulatedUser, Trace, TurnErrorKind, TurnRecord, UserRecord};
 use windtunnel_sdk::turn::{Cause as TurnCause, Outcome, TurnCall, TurnResult};
 
 use super::scenario::{Handle, ScenarioRunner};
@@ -32,14 +32,115 @@ pub(super) struct TurnRunner<'r, 'a> {
 }
 
 impl TurnRunner<'_, '_> {
-    /// Injects the scenario's turns into the run's session, recording them in `trace`.
+    /// Injects the scenario's turns into the run's session, recording them in `trace`: the
+    /// scripted ones, then the simulated user's, when the scenario has one.
     pub(super) fn inject(&self, trace: &mut Trace) {
+        for (i, text) in self.sc.scenario.turns.iter().enumerate() {
+            if !self.turn(trace, i as u32, text) {
+                if let Some(user) = &self.sc.scenario.user {
+                    trace.user = Some(user_record(user, "run_ended"));
+                }
+                return;
+            }
+        }
+        if let Some(user) = &self.sc.scenario.user {
+            self.simulate(trace, user);
+        }
+    }
+
+    /// The simulated user's side: the user model writes each next user message from its
+    /// instruction and the conversation so far (roles swapped), which is injected as a turn
+    /// like a scripted one, until it says its stop word, `max_turns` messages were written,
+    /// or the run ends. A failed user-model call makes the run ERROR (the harness failed,
+    /// not the agent).
+    fn simulate(&self, trace: &mut Trace, user: &SimulatedUser) {
+        let cfg = self.sc.cfg;
+        let mut record = user_record(user, "max_turns");
+        let Some(model) = cfg.models.get(&user.model) else {
+            trace.error = Some(format!(
+                "harness: the simulated user's model `{}` is not declared",
+                user.model
+            ));
+            record.ended_by = "error".into();
+            trace.user = Some(record);
+            return;
+        };
+        let system = user_prompt(user);
+        while record.turns < user.max_turns {
+            if cfg.stop.is_cut() {
+                record.ended_by = "run_ended".into();
+                trace
+                    .error
+                    .get_or_insert_with(|| "interrupted: the sweep was cut".into());
+                break;
+            }
+            let index = trace.turns.len() as u32;
+            let said = model.chat("user", &system, &user_view(trace), false, &cfg.stop);
+            let mut call = said.call;
+            call.turn = Some(index);
+            call.after_tool_calls = 0;
+            if cfg.clock.is_fixed() {
+                pin_model_call(&mut call);
+            }
+            self.sc.publish(
+                &Scope {
+                    turn: Some(index),
+                    ..self.scope.clone()
+                },
+                model_event(&call),
+            );
+            trace.evidence.model_calls.push(call);
+            let text = match said.text {
+                Ok(t) => t,
+                Err(e) => {
+                    record.ended_by = "error".into();
+                    trace.error = Some(if cfg.stop.is_cut() {
+                        "interrupted: the sweep was cut while the simulated user was writing".into()
+                    } else {
+                        format!(
+                            "harness: the simulated user's model `{}` failed: {}",
+                            user.model, e.message
+                        )
+                    });
+                    break;
+                }
+            };
+            let (text, stopped) = match text.find(&user.stop) {
+                Some(at) => (text[..at].trim().to_owned(), true),
+                None => (text.trim().to_owned(), false),
+            };
+            if stopped {
+                // What it said before its stop word ends the conversation with it: the
+                // agent's answer to it could not change the user's mind.
+                record.ended_by = "stop".into();
+                record.user_gave_up = true;
+                break;
+            }
+            if text.is_empty() {
+                record.ended_by = "error".into();
+                trace.error = Some(format!(
+                    "harness: the simulated user's model `{}` wrote an empty message",
+                    user.model
+                ));
+                break;
+            }
+            record.turns += 1;
+            if !self.turn(trace, index, &text) {
+                record.ended_by = "run_ended".into();
+                break;
+            }
+        }
+        trace.user = Some(record);
+    }
+
+    /// One turn: guards and turn observers, the send, the terminal event, the record.
+    /// Returns whether the conversation may go on (the turn was neither denied nor failed).
+    fn turn(&self, trace: &mut Trace, index: u32, text: &str) -> bool {
         let sc = self.sc;
         let cfg = sc.cfg;
         let timeout = runtime::turn_timeout(&cfg.agent);
         let turn_hooks = self.observer.wants_turns();
-        for (i, text) in sc.scenario.turns.iter().enumerate() {
-            let index = i as u32;
+        {
             let scope = Scope {
                 turn: Some(index),
                 ..self.scope.clone()
@@ -80,13 +181,13 @@ impl TurnRunner<'_, '_> {
                     self.spare,
                 );
                 self.warnings(trace, finished);
-                break;
+                return false;
             }
             sc.emit(
                 &scope,
                 &events::Cause::Scenario,
                 events::Event::TurnStarted {
-                    input: text.clone(),
+                    input: text.to_owned(),
                 },
             );
             let watch = cfg.clock.stopwatch();
@@ -119,7 +220,7 @@ impl TurnRunner<'_, '_> {
             };
             let mut record = TurnRecord::default();
             record.index = index;
-            record.input = text.clone();
+            record.input = text.to_owned();
             record.reply = reply.text;
             record.latency_ms = latency_ms;
             record.error = error;
@@ -129,10 +230,8 @@ impl TurnRunner<'_, '_> {
             trace.evidence.tool_calls.extend(reply.tool_calls);
             trace.evidence.model_calls.extend(reply.model_calls);
             self.warnings(trace, finished);
-            if failed {
-                // The session cannot be trusted after a failed turn; stop injecting.
-                break;
-            }
+            // The session cannot be trusted after a failed turn; stop injecting.
+            !failed
         }
     }
 
@@ -142,6 +241,52 @@ impl TurnRunner<'_, '_> {
             trace.worker_warnings.push(w);
         }
     }
+}
+
+/// A simulated user's record before it has written anything.
+fn user_record(user: &SimulatedUser, ended_by: &str) -> UserRecord {
+    let mut r = UserRecord::default();
+    r.model = user.model.clone();
+    r.ended_by = ended_by.to_owned();
+    r
+}
+
+/// What the user model is told: who it is and what it wants (the scenario's instruction),
+/// and how to end. Quoted in docs/judging.md.
+pub(super) fn user_prompt(user: &SimulatedUser) -> String {
+    format!(
+        "You are playing a user who is talking with a customer-facing AI assistant, to test it. \
+Stay in character and follow the instruction below; never say that you are an AI or that this is a test.\n\
+\n\
+Instruction:\n{}\n\
+\n\
+Write only the user's next message, in plain words, one message at a time. Do not invent \
+details the instruction does not give you; if the assistant asks for something you were not \
+given, say that you do not know it. When your goal is met, or you see it cannot be met, \
+end the conversation by writing {} alone.",
+        user.instruction.trim(),
+        user.stop
+    )
+}
+
+/// What the user model opens with when no scripted turn came first (it needs a message to
+/// answer): the conversation has not started.
+pub(super) const USER_OPENING: &str =
+    "(The conversation starts. Write your first message to the assistant.)";
+
+/// The conversation so far with the roles swapped, as the user model sees it: the agent's
+/// replies are the `user` messages it answers, its own earlier messages are `assistant`.
+/// Never the agent's tools, the world or hook output.
+fn user_view(trace: &Trace) -> Vec<serde_json::Value> {
+    let mut messages = vec![serde_json::json!({"role": "user", "content": USER_OPENING})];
+    for t in &trace.turns {
+        messages.push(serde_json::json!({"role": "assistant", "content": t.input}));
+        messages.push(serde_json::json!({
+            "role": "user",
+            "content": t.reply.as_deref().unwrap_or("(no reply)"),
+        }));
+    }
+    messages
 }
 
 /// The one-line form of a denial, as the run's error.

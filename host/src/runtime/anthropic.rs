@@ -45,27 +45,36 @@ impl AnthropicRuntime {
                 "`sampling.seed` has no effect on the anthropic runtime: the Messages API takes no seed; remove it".into(),
             ));
         }
-        let mut endpoint = Endpoint::new(
-            agent,
-            settings,
-            super::agent::ANTHROPIC_BASE_URL,
-            "messages",
-            Some("x-api-key"),
-        )?;
-        if !endpoint
-            .headers
-            .iter()
-            .any(|(n, _)| n.eq_ignore_ascii_case("anthropic-version"))
-        {
-            let mut headers = (*endpoint.headers).clone();
-            headers.push(("anthropic-version".into(), ANTHROPIC_VERSION.into()));
-            endpoint.headers = std::sync::Arc::new(headers);
-        }
         Ok(AnthropicRuntime {
             agent: agent.clone(),
-            endpoint,
+            endpoint: endpoint(agent, settings)?,
         })
     }
+}
+
+/// The Messages API endpoint of `settings`: the key in `x-api-key` unless `api_key_header`
+/// says otherwise, and `anthropic-version` unless the headers name one.
+pub(super) fn endpoint(
+    agent: &Agent,
+    settings: &super::agent::OpenAi,
+) -> Result<Endpoint, RuntimeError> {
+    let mut endpoint = Endpoint::new(
+        agent,
+        settings,
+        super::agent::ANTHROPIC_BASE_URL,
+        "messages",
+        Some("x-api-key"),
+    )?;
+    if !endpoint
+        .headers
+        .iter()
+        .any(|(n, _)| n.eq_ignore_ascii_case("anthropic-version"))
+    {
+        let mut headers = (*endpoint.headers).clone();
+        headers.push(("anthropic-version".into(), ANTHROPIC_VERSION.into()));
+        endpoint.headers = std::sync::Arc::new(headers);
+    }
+    Ok(endpoint)
 }
 
 impl Runtime for AnthropicRuntime {

@@ -30,6 +30,7 @@ pub(crate) mod demo;
 internal_mod!(gateway);
 pub(crate) mod http;
 internal_mod!(mcp);
+pub mod models;
 pub(crate) mod net;
 pub(crate) mod openai;
 pub(crate) mod process;

@@ -532,6 +532,38 @@ fn layers_table(run: &LoadedRun) -> Markup {
                     @if let Some(why) = &u.cost_unknown { " (cost unknown: " (why) ")" }
                 }
             }
+            @if !score.judges.is_empty() {
+                h3 { "Model-graded checks" }
+                table.judges {
+                    tr { th { "check" } th { "judge" } th { "verdict" } th { "votes" } th { "reasoning" } }
+                    @for g in &score.judges {
+                        tr {
+                            td.num { (g.check) }
+                            td { code { (cut(&g.model)) } @if g.cached > 0 { " (" (g.cached) " cached)" } }
+                            td class=(match g.verdict.as_deref() { Some("pass") => "pass", _ => "fail" }) {
+                                (g.verdict.as_deref().map_or("ERROR", |v| if v == "pass" { "pass" } else { "FAIL" }))
+                            }
+                            td { (g.votes.join(", ")) }
+                            td {
+                                @for r in &g.reasoning { pre { (cut(r)) } }
+                                @if let Some(e) = &g.error { pre.warn { (cut(e)) } }
+                                @if let Some(c) = &g.input_cut { p.muted { "Material cut: " (c) } }
+                            }
+                        }
+                    }
+                }
+            }
+            @if let Some(u) = &score.eval_usage {
+                p.muted {
+                    "Evaluation (simulated user, judges): " (u.model_calls) " model call(s), " (u.tokens.prompt_tokens) " input and " (u.tokens.completion_tokens) " output tokens"
+                    @if let Some(c) = u.cost_usd { ", $" (format!("{c:.6}")) }
+                }
+            }
+            @if let Some(user) = &run.trace.user {
+                p.muted {
+                    "Simulated user " code { (cut(&user.model)) } ": " (user.turns) " message(s), ended by " (user.ended_by)
+                }
+            }
         } @else {
             p.warn { "No score: " (run.score_problem.as_deref().unwrap_or("the sidecar is missing")) }
         }

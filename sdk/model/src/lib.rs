@@ -67,7 +67,9 @@ pub struct Scenario {
     /// Free-form labels (`refund`, `write`, …).
     #[serde(default)]
     pub tags: Vec<String>,
-    /// The user turns injected in order.
+    /// The user turns injected in order (none when a simulated [`Scenario::user`] opens
+    /// the conversation).
+    #[serde(default)]
     pub turns: Vec<String>,
     /// The fixture world: JSON state the scenario's tools read and change.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -1,0 +1,332 @@
+//! Models the harness itself calls, not the agent: the simulated user and the judges of
+//! model-graded checks. A pack declares them by name in `pack.toml` (`[models.<name>]`), and
+//! `--models FILE` (the same tables) may replace them. Each is an `openai` or `anthropic`
+//! endpoint with the settings those runtimes have (key, headers, limits, retries, `[body]`,
+//! `[sampling]`, `[pricing]`), read as strictly as an agent config: `provider` names the
+//! runtime. A call is one request, recorded as a [`ModelCall`] with its own `source`
+//! (`user` or `judge`), so what the evaluation cost is counted apart from the agent.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use serde_json::{Value, json};
+use windtunnel_model::ModelCall;
+
+use super::agent::{Pricing, Settings};
+use super::gateway;
+use super::net::Log;
+use super::openai::Endpoint;
+use super::{Agent, RuntimeError, TurnError};
+use crate::interrupt::Interrupt;
+
+/// A model of the harness, ready to call.
+pub struct HarnessModel {
+    /// Its name in the pack (`[models.<name>]`).
+    pub name: String,
+    agent: Agent,
+    endpoint: Endpoint,
+    /// `sha256:<hex>` of what decides its answers: provider, endpoint, model, sampling,
+    /// `[body]` (never the key).
+    identity: String,
+}
+
+/// The models of a sweep, by name.
+pub type Models = BTreeMap<String, Arc<HarnessModel>>;
+
+/// The settings tables of models, by name, as `pack.toml` and `--models FILE` hold them.
+pub type ModelTables = BTreeMap<String, toml::Table>;
+
+/// What one call said, and its record.
+pub struct Said {
+    pub text: Result<String, TurnError>,
+    pub call: ModelCall,
+}
+
+impl HarnessModel {
+    /// Reads the model `name` from its settings table.
+    pub fn from_table(name: &str, table: &toml::Table) -> Result<HarnessModel, RuntimeError> {
+        let agent = agent_of(name, table)?;
+        let endpoint = match &agent.settings {
+            Settings::OpenAi(s) => Endpoint::new(
+                &agent,
+                s,
+                super::agent::OPENAI_BASE_URL,
+                "chat/completions",
+                None,
+            ),
+            Settings::Anthropic(s) => super::anthropic::endpoint(&agent, s),
+            _ => unreachable!("agent_of admits openai and anthropic only"),
+        }
+        .map_err(|e| RuntimeError(format!("model `{name}`: {e}")))?;
+        let identity = {
+            use sha2::{Digest, Sha256};
+            let settings = json!({
+                "provider": agent.runtime(),
+                "endpoint": endpoint.url,
+                "model": agent.model,
+                "sampling": agent.sampling,
+                "body": endpoint.body,
+            });
+            format!(
+                "sha256:{:x}",
+                Sha256::digest(settings.to_string().as_bytes())
+            )
+        };
+        Ok(HarnessModel {
+            name: name.to_owned(),
+            agent,
+            endpoint,
+            identity,
+        })
+    }
+
+    /// What decides its answers, as a hash: the part of a judge's identity that is the model.
+    pub fn identity(&self) -> &str {
+        &self.identity
+    }
+
+    /// The model's prices, when its table sets `[pricing]`.
+    pub fn pricing(&self) -> Option<Pricing> {
+        self.agent.pricing().copied()
+    }
+
+    /// One request: `system`, then `messages` (`{"role", "content"}` objects). With `json`,
+    /// an `openai` model is asked for a JSON object (`response_format`, unless its `[body]`
+    /// sets one); an `anthropic` model has no such mode and is told in the prompt. Ends
+    /// within moments of a cut of `stop`, and at the model's `turn_timeout_s`.
+    pub fn chat(
+        &self,
+        source: &str,
+        system: &str,
+        messages: &[Value],
+        json: bool,
+        stop: &Interrupt,
+    ) -> Said {
+        let anthropic = matches!(self.agent.settings, Settings::Anthropic(_));
+        let mut all = Vec::with_capacity(messages.len() + 1);
+        let body = if anthropic {
+            all.extend_from_slice(messages);
+            let body = json!({
+                "model": self.agent.model,
+                "max_tokens": self.agent.sampling.max_tokens.unwrap_or(super::anthropic::DEFAULT_MAX_TOKENS),
+                "system": system,
+                "messages": all,
+            });
+            self.endpoint.complete(body, &self.agent.sampling)
+        } else {
+            all.push(json!({"role": "system", "content": system}));
+            all.extend_from_slice(messages);
+            let mut body = json!({"model": self.agent.model, "messages": all});
+            if json && !self.endpoint.body.contains_key("response_format") {
+                body["response_format"] = json!({"type": "json_object"});
+            }
+            self.endpoint.complete(body, &self.agent.sampling)
+        };
+        let mut call = gateway::request_record(&body);
+        call.source = source.to_owned();
+        let deadline = Instant::now() + super::turn_timeout(&self.agent);
+        let mut log = Log::default();
+        let fill = if anthropic {
+            gateway::message_record
+        } else {
+            gateway::completion_record
+        };
+        // A JSON value always serializes.
+        let bytes = Bytes::from(serde_json::to_vec(&body).unwrap_or_default());
+        let sent = self
+            .endpoint
+            .call(bytes, deadline, stop, &mut log, &mut call, fill);
+        crate::limits::bound_model_call(&mut call);
+        let text = sent.and_then(|resp| {
+            let text = if anthropic {
+                resp.get("content")
+                    .filter(|c| c.is_array())
+                    .map(gateway::text_of)
+            } else {
+                gateway::first_choice(&resp)
+                    .and_then(|c| c.pointer("/message/content"))
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+            };
+            text.ok_or_else(|| {
+                TurnError::new(
+                    windtunnel_model::TurnErrorKind::Protocol,
+                    format!(
+                        "model `{}` answered without a text reply: {}",
+                        self.name,
+                        crate::score::excerpt(&resp.to_string())
+                    ),
+                )
+            })
+        });
+        if let Err(e) = &text {
+            call.error.get_or_insert_with(|| e.message.clone());
+        }
+        Said { text, call }
+    }
+
+    /// The environment variables its settings read secrets from (to seal).
+    pub(crate) fn secret_vars(&self) -> Vec<&str> {
+        let mut vars: Vec<&str> = self.agent.api_key_env().into_iter().collect();
+        vars.extend(super::header_vars(&self.agent));
+        vars
+    }
+}
+
+/// The agent config a model's table reads as: `provider` is the runtime, the name the label.
+fn agent_of(name: &str, table: &toml::Table) -> Result<Agent, RuntimeError> {
+    let bad = |m: String| RuntimeError(format!("model `{name}`: {m}"));
+    let mut table = table.clone();
+    let provider = match table.remove("provider") {
+        Some(toml::Value::String(p)) if p == "openai" || p == "anthropic" => p,
+        Some(toml::Value::String(p)) => {
+            return Err(bad(format!(
+                "unknown provider `{p}` (expected openai or anthropic)"
+            )));
+        }
+        Some(_) => return Err(bad("`provider` must be a string".into())),
+        None => return Err(bad("missing field `provider` (openai or anthropic)".into())),
+    };
+    if table.contains_key("runtime") {
+        return Err(bad(
+            "`runtime` is not a setting of a model; `provider` names its API".into(),
+        ));
+    }
+    if table.contains_key("soul") {
+        return Err(bad(
+            "`soul` is not a setting of a model: the harness writes its prompts".into(),
+        ));
+    }
+    table.insert("runtime".into(), toml::Value::String(provider));
+    table
+        .entry("label")
+        .or_insert_with(|| toml::Value::String(name.to_owned()));
+    let text = toml::to_string(&table).map_err(|e| bad(e.to_string()))?;
+    Agent::from_toml(&text).map_err(|e| bad(e.message))
+}
+
+/// The models `tables` declare, each read and checked (its key variable set, its endpoint
+/// well formed): the first problem is an error naming the model.
+pub fn build(tables: &ModelTables) -> Result<Models, RuntimeError> {
+    tables
+        .iter()
+        .map(|(name, t)| Ok((name.clone(), Arc::new(HarnessModel::from_table(name, t)?))))
+        .collect()
+}
+
+/// The models a pack's scenarios name, built from the pack's tables with `--models FILE`'s
+/// replacing those of the same name, then sealed ([`crate::secrets::seal_env`]): every
+/// declared table must read (unknown fields, a bad provider), every named model must be
+/// declared and reachable as configured (its key variable set). One line per problem.
+///
+/// # Safety
+///
+/// As [`crate::secrets::seal_env`]: no other thread may be reading the environment.
+pub unsafe fn for_pack(
+    pack: &crate::pack::Pack,
+    file: Option<&Path>,
+) -> Result<Models, RuntimeError> {
+    let mut tables = pack.manifest.models.clone();
+    if let Some(file) = file {
+        tables.extend(read_file(file)?);
+    }
+    for (name, t) in &tables {
+        agent_of(name, t)?;
+    }
+    if let Some(missing) = pack.missing_model(|m| tables.contains_key(m)) {
+        return Err(RuntimeError(missing));
+    }
+    let named: std::collections::BTreeSet<&str> =
+        pack.models_named().into_iter().map(|(_, m)| m).collect();
+    let mut models = Models::new();
+    for name in named {
+        let model = HarnessModel::from_table(name, &tables[name])?;
+        // SAFETY: passed on to the caller.
+        unsafe { crate::secrets::seal_env(model.secret_vars()) };
+        models.insert(name.to_owned(), Arc::new(model));
+    }
+    Ok(models)
+}
+
+/// Reads a `--models FILE`: `[models.<name>]` tables, as in `pack.toml`; nothing else.
+pub fn read_file(path: &Path) -> Result<ModelTables, RuntimeError> {
+    let text = crate::limits::read_input_file(path, true)
+        .map_err(|e| RuntimeError(format!("read {}: {e}", path.display())))?;
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct File {
+        #[serde(default)]
+        models: ModelTables,
+    }
+    let file: File = toml::from_str(&text)
+        .map_err(|e| RuntimeError(format!("{}: {}", path.display(), e.message().trim_end())))?;
+    Ok(file.models)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(text: &str) -> toml::Table {
+        toml::from_str(text).unwrap()
+    }
+
+    #[test]
+    fn a_models_table_is_read_as_strictly_as_an_agent_config() {
+        let ok = table(
+            "provider = \"openai\"\nendpoint = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\n[pricing]\ninput = 1.0\noutput = 2.0\n",
+        );
+        let m = HarnessModel::from_table("sim", &ok).unwrap();
+        assert!(m.pricing().is_some());
+        assert!(m.identity().starts_with("sha256:"));
+        let e = HarnessModel::from_table("sim", &table("provider = \"openai\"\nendpoint = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\nbogus = 1\n"))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.starts_with("model `sim`: ") && e.contains("bogus"), "{e}");
+        let e = HarnessModel::from_table("sim", &table("endpoint = \"http://x/v1\"\n"))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("missing field `provider`"), "{e}");
+        let e = HarnessModel::from_table("sim", &table("provider = \"process\"\n"))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("unknown provider `process`"), "{e}");
+        let e = HarnessModel::from_table(
+            "sim",
+            &table("provider = \"openai\"\nendpoint = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\napi_key_env = \"WT_TEST_NO_SUCH_KEY_VAR\"\n"),
+        )
+        .err()
+        .unwrap()
+        .to_string();
+        assert!(
+            e.contains("WT_TEST_NO_SUCH_KEY_VAR") && e.contains("not set"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_identity_changes_with_what_decides_the_answers_only() {
+        let id = |t: &str| {
+            HarnessModel::from_table("j", &table(t))
+                .unwrap()
+                .identity()
+                .to_owned()
+        };
+        let base = "provider = \"openai\"\nendpoint = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\n";
+        assert_eq!(id(base), id(&format!("{base}max_concurrency = 2\n")));
+        assert_ne!(
+            id(base),
+            id(&format!("{base}[sampling]\ntemperature = 0.5\n"))
+        );
+        assert_ne!(
+            id(base),
+            id("provider = \"openai\"\nendpoint = \"http://127.0.0.1:9/v1\"\nmodel = \"n\"\n")
+        );
+    }
+}

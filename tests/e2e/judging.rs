@@ -1,0 +1,571 @@
+//! Simulated users and model-graded checks, on real processes: fakellm (pip, a third-party
+//! OpenAI-compatible mock) plays the agent's model, the simulated users and the judge, each
+//! told apart by its model name; a local test server plays judges that split their votes or
+//! hang. What each side cost is summed apart, gradings are cached and reused by `wt
+//! rescore`, and the models' keys are in no file.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::gateway::FakeLlm;
+use crate::harness::{TestServer, Wt, agent_file, files, scores, tmp, traces};
+
+const SIM_KEY: &str = "sk-sim-5f1e0c77aa";
+const JUDGE_KEY: &str = "sk-judge-90b3d2e4ff";
+
+/// The agent's model (`agent-m`), two simulated users (`sim-stop` ends once told the order
+/// shipped; `sim-loop` never does) and a judge (`judge-m`) whose answer the rubric's marker
+/// decides: a bare pass, a fenced fail, or prose it cannot be read from.
+const RULES: &str = r#"
+rules:
+  - name: judge-pass
+    when: {model_matches: "judge-*", messages_contain: "RUBRIC-PASS"}
+    respond: {content: '{"verdict": "pass", "reasoning": "It says the order shipped."}'}
+  - name: judge-fail
+    when: {model_matches: "judge-*", messages_contain: "RUBRIC-FAIL"}
+    respond: {content: "```json\n{\"verdict\": \"fail\", \"reasoning\": \"It gives no delivery date.\"}\n```"}
+  - name: judge-garbage
+    when: {model_matches: "judge-*"}
+    respond: {content: "Looks fine to me."}
+  - name: user-stop
+    when: {model_matches: "sim-stop", messages_contain: "has shipped"}
+    respond: {content: "Great, thanks! ###STOP###"}
+  - name: user-open
+    when: {model_matches: "sim-stop"}
+    respond: {content: "Hi, where is my order 1234?"}
+  - name: user-loop
+    when: {model_matches: "sim-loop"}
+    respond: {content: "Hello? Is anyone there?"}
+  - name: agent-order
+    when: {model_matches: "agent-*", messages_contain: "1234"}
+    respond: {content: "Your order 1234 has shipped."}
+  - name: agent-other
+    when: {model_matches: "agent-*"}
+    respond: {content: "How can I help?"}
+"#;
+
+fn pack(dir: &Path, llm: &str) -> PathBuf {
+    let root = dir.join("pack");
+    std::fs::create_dir_all(root.join("scenarios")).unwrap();
+    std::fs::write(
+        root.join("pack.toml"),
+        format!(
+            r#"name = "judging"
+
+[models.sim]
+provider = "openai"
+endpoint = "{llm}/v1"
+model = "sim-stop"
+api_key_env = "WT_TEST_SIM_KEY"
+[models.sim.pricing]
+input = 1.0
+output = 2.0
+
+[models.loop]
+provider = "openai"
+endpoint = "{llm}/v1"
+model = "sim-loop"
+
+[models.grader]
+provider = "openai"
+endpoint = "{llm}/v1"
+model = "judge-m"
+api_key_env = "WT_TEST_JUDGE_KEY"
+[models.grader.pricing]
+input = 3.0
+output = 4.0
+"#
+        ),
+    )
+    .unwrap();
+    let scenarios = [
+        (
+            "sim-stop",
+            r#"[user]
+model = "sim"
+instruction = "You are Dana. SECRET-GOAL-7731: find out where your order is."
+
+[expect.outcome]
+reply_contains = ["shipped"]
+
+[[expect.judge]]
+model = "grader"
+rubric = "RUBRIC-PASS: the assistant tells the user the order shipped."
+"#,
+        ),
+        (
+            "sim-loop",
+            r#"[user]
+model = "loop"
+instruction = "Keep asking whether anyone is there."
+max_turns = 3
+"#,
+        ),
+        (
+            "judged-fail",
+            r#"turns = ["Where is order 1234?"]
+
+[[expect.judge]]
+model = "grader"
+rubric = "RUBRIC-PASS: the assistant says where the order is."
+
+[[expect.judge]]
+model = "grader"
+rubric = "RUBRIC-FAIL: the assistant gives a delivery date."
+samples = 3
+sees = "reply"
+"#,
+        ),
+        (
+            "judged-garbage",
+            r#"turns = ["Where is order 1234?"]
+
+[[expect.judge]]
+model = "grader"
+rubric = "The assistant is polite."
+"#,
+        ),
+    ];
+    for (id, body) in scenarios {
+        std::fs::write(
+            root.join(format!("scenarios/{id}.toml")),
+            format!("id = \"{id}\"\nruns = 1\n{body}"),
+        )
+        .unwrap();
+    }
+    root
+}
+
+fn agent(dir: &Path, llm: &str) -> PathBuf {
+    agent_file(
+        dir,
+        "agent.toml",
+        &format!(
+            "label = \"bot\"\nruntime = \"openai\"\nmodel = \"agent-m\"\nendpoint = \"{llm}/v1\"\nretries = 0\n"
+        ),
+    )
+}
+
+fn by_scenario(values: Vec<Value>) -> std::collections::BTreeMap<String, Value> {
+    values
+        .into_iter()
+        .map(|v| (v["scenario_id"].as_str().unwrap().to_owned(), v))
+        .collect()
+}
+
+/// Requests fakellm answered by each rule so far.
+fn by_rule(llm: &FakeLlm) -> std::collections::BTreeMap<String, u64> {
+    let stats = llm.stats().expect("fakellm answers");
+    stats["by_rule"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_u64().unwrap()))
+        .collect()
+}
+
+fn sources(trace: &Value, source: &str) -> Vec<Value> {
+    trace["evidence"]["model_calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["source"] == source)
+        .cloned()
+        .collect()
+}
+
+#[test]
+fn simulated_users_talk_until_they_stop_or_run_out_and_judges_grade_the_outcome() {
+    let dir = tmp();
+    let llm = FakeLlm::start(dir.path(), RULES);
+    let pack = pack(dir.path(), &llm.base);
+    let agent = agent(dir.path(), &llm.base);
+    let sweep = || {
+        Wt::new(dir.path())
+            .args(["run", "--out", "runs", "--seed", "7"])
+            .pack(&pack)
+            .agent(&agent)
+            .env("WT_TEST_SIM_KEY", SIM_KEY)
+            .env("WT_TEST_JUDGE_KEY", JUDGE_KEY)
+    };
+    let r = sweep().run();
+    // The garbled judge makes its run ERROR: the sweep ends 3.
+    assert_eq!(r.code, 3, "{r}");
+    let runs = dir.path().join("runs");
+    let traces = by_scenario(traces(&runs));
+    let scores = by_scenario(scores(&runs));
+
+    // A user that reaches its goal says its stop word: one user turn, the stop not sent.
+    let t = &traces["sim-stop"];
+    assert_eq!(t["user"]["ended_by"], "stop", "{}", t["user"]);
+    assert_eq!(t["user"]["user_gave_up"], true);
+    assert_eq!(t["user"]["turns"], 1);
+    assert_eq!(t["turns"].as_array().unwrap().len(), 1);
+    assert_eq!(t["turns"][0]["input"], "Hi, where is my order 1234?");
+    assert_eq!(t["turns"][0]["reply"], "Your order 1234 has shipped.");
+    let user_calls = sources(t, "user");
+    assert_eq!(user_calls.len(), 2, "the opening and the stop");
+    // The user model saw its instruction and the agent's reply as the user's side; the
+    // agent never saw the instruction.
+    let second = user_calls[1]["messages"].to_string();
+    assert!(second.contains("SECRET-GOAL-7731"), "{second}");
+    let agent_calls = sources(t, "openai");
+    assert_eq!(agent_calls.len(), 1);
+    assert!(
+        !agent_calls[0]["messages"]
+            .to_string()
+            .contains("SECRET-GOAL-7731")
+    );
+    let s = &scores["sim-stop"];
+    assert_eq!(s["verdict"], "PASS", "{s}");
+    assert_eq!(s["judges"][0]["verdict"], "pass");
+    assert_eq!(s["judges"][0]["reasoning"][0], "It says the order shipped.");
+    // The agent's usage counts its own call; the evaluation's, the user's two and the
+    // judge's one, each priced with its own model's prices.
+    assert_eq!(s["usage"]["model_calls"], 1, "{s}");
+    assert_eq!(s["eval_usage"]["model_calls"], 3, "{s}");
+    assert!(s["eval_usage"]["cost_usd"].as_f64().unwrap() > 0.0, "{s}");
+
+    // A user that never stops is ended after max_turns, and says so.
+    let t = &traces["sim-loop"];
+    assert_eq!(t["user"]["ended_by"], "max_turns", "{}", t["user"]);
+    assert_eq!(t["user"]["user_gave_up"], false);
+    assert_eq!(t["turns"].as_array().unwrap().len(), 3);
+    assert_eq!(sources(t, "user").len(), 3);
+    assert_eq!(scores["sim-loop"]["verdict"], "PASS");
+
+    // A failing check fails the outcome layer with the judge's reasoning and the votes.
+    let s = &scores["judged-fail"];
+    assert_eq!(s["verdict"], "FAIL", "{s}");
+    assert_eq!(s["outcome"]["passed"], false);
+    let detail = s["outcome"]["detail"].as_str().unwrap();
+    assert!(
+        detail
+            .contains("judge check 1 (`grader`) fails (3 of 3 votes): It gives no delivery date."),
+        "{detail}"
+    );
+    assert_eq!(s["judges"][0]["verdict"], "pass");
+    assert_eq!(s["judges"][1]["votes"], json!(["fail", "fail", "fail"]));
+    assert_eq!(s["judges"][1]["calls"].as_array().unwrap().len(), 3);
+    assert_eq!(s["judges"][1]["cached"], 0);
+    assert!(
+        s["judges"][1]["judge"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:")
+    );
+
+    // An answer that cannot be read, after one re-ask, is a judge error: ERROR, no verdict.
+    let s = &scores["judged-garbage"];
+    assert_eq!(s["verdict"], "ERROR", "{s}");
+    let error = s["error"].as_str().unwrap();
+    assert!(
+        error.starts_with("harness: judge check 0 (`grader`): the judge's answer could not be read after one re-ask"),
+        "{error}"
+    );
+    assert_eq!(s["judges"][0]["calls"].as_array().unwrap().len(), 2);
+    assert!(s["judges"][0].get("verdict").is_none());
+
+    // The models' keys reached fakellm and no file.
+    for (name, bytes) in files(&runs) {
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(
+            !text.contains(SIM_KEY) && !text.contains(JUDGE_KEY),
+            "a key in {name}"
+        );
+    }
+
+    // A rescore reads every grading it made from the cache: no judge call for them (the
+    // unreadable one is asked again: errors are not cached).
+    let before = by_rule(&llm);
+    let rescore = |extra: &[&str]| {
+        Wt::new(dir.path())
+            .args(["rescore", "runs"])
+            .args(extra)
+            .pack(&pack)
+            .env("WT_TEST_SIM_KEY", SIM_KEY)
+            .env("WT_TEST_JUDGE_KEY", JUDGE_KEY)
+            .run()
+    };
+    let r = rescore(&[]);
+    assert_eq!(r.code, 0, "{r}");
+    let after = by_rule(&llm);
+    for rule in ["judge-pass", "judge-fail"] {
+        assert_eq!(before.get(rule), after.get(rule), "{rule}: {r}");
+    }
+    assert_eq!(after["judge-garbage"], before["judge-garbage"] + 2);
+    assert!(!r.stdout.contains("judged-fail"), "unchanged: {r}");
+    // `--no-cache` asks again for every grading.
+    let r = rescore(&["--no-cache"]);
+    assert_eq!(r.code, 0, "{r}");
+    let again = by_rule(&llm);
+    assert_eq!(again["judge-pass"], after["judge-pass"] + 2);
+    assert_eq!(again["judge-fail"], after["judge-fail"] + 3);
+
+    // Calibration: a person's labels against the stored gradings, per judge check.
+    let labels = dir.path().join("labels.jsonl");
+    let fail_run = traces["judged-fail"]["run_id"].as_str().unwrap();
+    let stop_run = traces["sim-stop"]["run_id"].as_str().unwrap();
+    std::fs::write(
+        &labels,
+        format!(
+            "{}\n{}\n{}\n{}\n",
+            json!({"run_id": fail_run, "check": 0, "label": "fail"}),
+            json!({"run_id": fail_run, "check": 1, "label": "fail"}),
+            json!({"run_id": stop_run, "check": 0, "label": "pass"}),
+            json!({"run_id": "not-a-run", "check": 0, "label": "pass"}),
+        ),
+    )
+    .unwrap();
+    let r = Wt::new(dir.path())
+        .args(["judge", "calibrate", "runs", "--format", "json", "--labels"])
+        .arg(&labels)
+        .run();
+    assert_eq!(r.code, 0, "{r}");
+    let cal: Value = serde_json::from_str(&r.stdout).unwrap_or_else(|e| panic!("{e}: {r}"));
+    let checks = cal["checks"].as_array().unwrap();
+    assert_eq!(checks.len(), 3, "{cal}");
+    let of = |scenario: &str, check: u64| {
+        checks
+            .iter()
+            .find(|c| c["scenario_id"] == scenario && c["check"] == check)
+            .unwrap_or_else(|| panic!("{scenario} {check}: {cal}"))
+    };
+    assert_eq!(of("judged-fail", 0)["confusion"]["pass_fail"], 1);
+    assert_eq!(of("judged-fail", 0)["agreement"], 0.0);
+    assert_eq!(of("judged-fail", 1)["confusion"]["fail_fail"], 1);
+    assert_eq!(of("sim-stop", 0)["confusion"]["pass_pass"], 1);
+    assert_eq!(cal["unmatched"], json!(["run not-a-run check 0"]));
+    let calibration = dir.path().join("calibration.json");
+    std::fs::write(&calibration, &r.stdout).unwrap();
+    let r = Wt::new(dir.path())
+        .args(["judge", "calibrate", "runs", "--labels"])
+        .arg(&labels)
+        .run();
+    assert!(
+        r.stdout.contains("judged-fail check 1 (model `grader`"),
+        "{r}"
+    );
+    // A gate on verdicts a judge graded says which judges nobody has checked.
+    let uncalibrated =
+        "scenario `judged-fail`: its verdicts rest on 2 judge(s) with no calibration";
+    let r = Wt::new(dir.path())
+        .args(["compare", "runs", "runs", "--gate"])
+        .run();
+    assert!(r.stderr.contains(uncalibrated), "{r}");
+    let r = Wt::new(dir.path())
+        .args(["compare", "runs", "runs", "--gate", "--calibration"])
+        .arg(&calibration)
+        .run();
+    assert!(!r.stderr.contains("`judged-fail`: its verdicts"), "{r}");
+    assert!(
+        r.stderr
+            .contains("scenario `judged-garbage`: its verdicts rest on 1 judge(s)"),
+        "{r}"
+    );
+
+    // The report says what the agent cost and what the evaluation cost.
+    let r = Wt::new(dir.path())
+        .args(["report", "runs", "--format", "json"])
+        .run();
+    let report: Value = serde_json::from_str(&r.stdout).unwrap_or_else(|e| panic!("{e}: {r}"));
+    // sim-stop 2 + 1, sim-loop 3, judged-fail 1 + 3, judged-garbage 2 (as last graded).
+    assert_eq!(
+        report["eval_usage"]["model_calls"],
+        3 + 3 + 4 + 2,
+        "{report}"
+    );
+    assert_eq!(report["usage"]["model_calls"], 1 + 3 + 1 + 1, "{report}");
+}
+
+/// A chat completion saying `content`.
+fn completion(content: &str) -> String {
+    json!({
+        "id": "c", "object": "chat.completion", "model": "m",
+        "choices": [{"index": 0, "finish_reason": "stop",
+                     "message": {"role": "assistant", "content": content}}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+    })
+    .to_string()
+}
+
+#[test]
+fn a_majority_of_split_votes_decides_and_a_hung_or_missing_judge_is_an_error_in_one_line() {
+    let dir = tmp();
+    // The agent answers; the `split` judge votes pass, fail, pass, … in turn; `hung` never
+    // answers in time.
+    let votes = Arc::new(AtomicUsize::new(0));
+    let counter = votes.clone();
+    let server = TestServer::start(move |seen| {
+        let body: Value = serde_json::from_str(&seen.body).unwrap_or_default();
+        match body["model"].as_str().unwrap_or_default() {
+            "split" => {
+                let n = counter.fetch_add(1, Ordering::SeqCst);
+                let verdict = if n.is_multiple_of(2) { "pass" } else { "fail" };
+                (
+                    200,
+                    completion(
+                        &json!({"verdict": verdict, "reasoning": format!("vote {n}")}).to_string(),
+                    ),
+                )
+            }
+            "hung" => {
+                std::thread::sleep(Duration::from_secs(5));
+                (200, completion("{}"))
+            }
+            _ => (200, completion("Your order has shipped.")),
+        }
+    });
+    let pack = dir.path().join("pack");
+    std::fs::create_dir_all(pack.join("scenarios")).unwrap();
+    std::fs::write(pack.join("pack.toml"), "name = \"votes\"\n").unwrap();
+    std::fs::write(
+        pack.join("scenarios/split.toml"),
+        "id = \"split\"\nturns = [\"Where is my order?\"]\n[[expect.judge]]\nmodel = \"split\"\nrubric = \"Says where the order is.\"\nsamples = 3\n",
+    )
+    .unwrap();
+    std::fs::write(
+        pack.join("scenarios/hung.toml"),
+        "id = \"hung\"\nturns = [\"Where is my order?\"]\n[[expect.judge]]\nmodel = \"hung\"\nrubric = \"Says where the order is.\"\n",
+    )
+    .unwrap();
+    let agent = agent_file(
+        dir.path(),
+        "agent.toml",
+        &format!(
+            "label = \"bot\"\nruntime = \"openai\"\nmodel = \"agent-m\"\nendpoint = \"{}/v1\"\n",
+            server.base
+        ),
+    );
+    // The pack names models it does not declare: refused before any run, in one line.
+    let r = Wt::new(dir.path())
+        .args(["run", "--out", "runs"])
+        .pack(&pack)
+        .agent(&agent)
+        .run();
+    assert_eq!(r.code, 2, "{r}");
+    assert_eq!(r.stderr.trim().lines().count(), 1, "{r}");
+    assert!(r.stderr.contains("no model `hung` is declared"), "{r}");
+    assert!(!dir.path().join("runs").exists());
+
+    // `--models FILE` declares them; a key variable that is unset is refused the same way.
+    let models = dir.path().join("models.toml");
+    let write_models = |extra: &str| {
+        std::fs::write(
+            &models,
+            format!(
+                "[models.split]\nprovider = \"openai\"\nendpoint = \"{0}/v1\"\nmodel = \"split\"\n{extra}\n[models.hung]\nprovider = \"openai\"\nendpoint = \"{0}/v1\"\nmodel = \"hung\"\nturn_timeout_s = 1.0\nretries = 0\n",
+                server.base
+            ),
+        )
+        .unwrap();
+    };
+    let with_models = || {
+        Wt::new(dir.path())
+            .args(["run", "--out", "runs", "--models"])
+            .arg(&models)
+            .pack(&pack)
+            .agent(&agent)
+            .run()
+    };
+    write_models("api_key_env = \"WT_TEST_UNSET_JUDGE_KEY\"");
+    let r = with_models();
+    assert_eq!(r.code, 2, "{r}");
+    assert!(
+        r.stderr.contains("model `split`") && r.stderr.contains("WT_TEST_UNSET_JUDGE_KEY"),
+        "{r}"
+    );
+    write_models("colour = \"blue\"");
+    let r = with_models();
+    assert_eq!(r.code, 2, "{r}");
+    assert!(r.stderr.contains("colour"), "{r}");
+
+    write_models("");
+    let r = with_models();
+    assert_eq!(r.code, 3, "{r}");
+    let scores = by_scenario(scores(&dir.path().join("runs")));
+    let s = &scores["split"];
+    assert_eq!(
+        s["judges"][0]["votes"],
+        json!(["pass", "fail", "pass"]),
+        "{s}"
+    );
+    assert_eq!(s["judges"][0]["verdict"], "pass");
+    assert_eq!(s["verdict"], "PASS");
+    let s = &scores["hung"];
+    assert_eq!(s["verdict"], "ERROR", "{s}");
+    let error = s["error"].as_str().unwrap();
+    assert!(
+        error.starts_with("harness: judge check 0 (`hung`): the judge's call failed:")
+            && error.contains("timed out"),
+        "{error}"
+    );
+    // Triage puts a judge's failure on the harness rung, not on the agent.
+    let r = Wt::new(dir.path()).args(["triage", "runs"]).run();
+    assert!(r.stdout.contains("harness"), "{r}");
+}
+
+/// The example pack's customers, played by fakellm: each opens with its errand (told apart
+/// by its instruction), and says its stop word once the agent has answered; the judge passes.
+const RETAIL_RULES: &str = r#"
+rules:
+  - name: judge
+    when: {messages_contain: "You grade one conversation"}
+    respond: {content: '{"verdict": "pass", "reasoning": "The assistant did what the rubric asks."}'}
+  - name: user-stop
+    when: {messages_contain: "You are playing a user", previous_message_role: assistant}
+    respond: {content: "Thank you, that is all. ###STOP###"}
+  - name: dana
+    when: {messages_contain: "Dana Whitfield"}
+    respond: {content: "Hi, where is my order 1234?"}
+  - name: sam
+    when: {messages_contain: "Sam Ortega"}
+    respond: {content: "My order 5678 arrived damaged. I'd like a refund, please."}
+  - name: lee
+    when: {messages_contain: "Lee Park"}
+    respond: {content: "Please let me talk to a human about order 9012."}
+"#;
+
+#[test]
+fn the_retail_sim_example_runs_on_any_openai_compatible_endpoint() {
+    let dir = tmp();
+    let llm = FakeLlm::start(dir.path(), RETAIL_RULES);
+    let pack = crate::harness::workspace().join("examples/retail-sim");
+    let r = Wt::new(dir.path())
+        .args(["run", "--out", "runs", "--seed", "3"])
+        .pack(&pack)
+        .env("OPENAI_BASE_URL", format!("{}/v1", llm.base))
+        .run();
+    assert_eq!(r.code, 0, "{r}");
+    let runs = dir.path().join("runs");
+    let traces = traces(&runs);
+    assert_eq!(traces.len(), 9);
+    for t in &traces {
+        assert_eq!(t["user"]["ended_by"], "stop", "{}", t["user"]);
+        assert_eq!(t["user"]["turns"], 1);
+    }
+    let mut eval_calls = 0;
+    for s in scores(&runs) {
+        assert_eq!(s["verdict"], "PASS", "{s}");
+        let g = &s["judges"][0];
+        assert_eq!(g["verdict"], "pass");
+        // Two user-model calls, and the judge's call unless an identical transcript was
+        // graded before (the mock answers alike): then the grading is read from the cache,
+        // says so, and costs nothing. Each model is priced with its own prices.
+        let judged = g["calls"].as_array().map_or(0, Vec::len);
+        assert_eq!(judged + g["cached"].as_u64().unwrap() as usize, 1, "{s}");
+        assert_eq!(s["eval_usage"]["model_calls"], 2 + judged as u64, "{s}");
+        assert!(s["eval_usage"]["cost_usd"].as_f64().is_some(), "{s}");
+        eval_calls += 2 + judged;
+    }
+    let r = Wt::new(dir.path()).args(["report", "runs"]).run();
+    assert!(
+        r.stdout
+            .contains(&format!("evaluation: {eval_calls} model call(s)")),
+        "{r}"
+    );
+}
