@@ -8,7 +8,7 @@ Each sweep makes RUNS runs of one scenario on the `openai` runtime against a loc
 - simulated: a simulated user that never says its stop word, TURNS turns a run (TURNS user
   calls and TURNS agent calls);
 - plain: one scripted turn a run; judged: the same, with a judge check of SAMPLES samples
-  (--no-cache: every grading asked for).
+  (a sweep asks for every grading).
 
 The harness's cost of a simulated turn is (simulated - scripted) / (RUNS x TURNS): the same
 agent calls, files and journal, plus the user's calls; against it, curl sends the user's
@@ -81,7 +81,7 @@ for name, scenario in packs.items():
 def sweep(name, jobs):
     out = tempfile.mkdtemp(prefix="out-", dir=work)
     cmd = [wt, "run", "--pack", os.path.join(work, name), "--agent", agent, "--jobs", str(jobs),
-           "--seed", "1", "--out", out, "--no-cache"]
+           "--seed", "1", "--out", out]
     t = time.perf_counter()
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     wall = time.perf_counter() - t

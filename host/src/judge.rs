@@ -44,7 +44,8 @@ pub(crate) struct Judging<'a> {
     pub models: &'a Models,
     /// The runs directory: the cache is beneath it.
     pub out_dir: &'a Path,
-    /// Read cached gradings (`false`: `--no-cache`; gradings are still stored).
+    /// Read cached gradings (`false` in a sweep, and with `wt rescore --no-cache`; gradings
+    /// are stored either way).
     pub read_cache: bool,
     pub redactor: &'a Redactor,
     pub stop: &'a Interrupt,

@@ -140,6 +140,7 @@ rubric = "The assistant is polite."
     root
 }
 
+/// The `openai` agent `agent-m` on `llm`, with no retry.
 fn agent(dir: &Path, llm: &str) -> PathBuf {
     agent_file(
         dir,
@@ -148,6 +149,18 @@ fn agent(dir: &Path, llm: &str) -> PathBuf {
             "label = \"bot\"\nruntime = \"openai\"\nmodel = \"agent-m\"\nendpoint = \"{llm}/v1\"\nretries = 0\n"
         ),
     )
+}
+
+/// A pack in `dir/pack`: `manifest` as its pack.toml, and each (id, text) as
+/// `scenarios/<id>.toml`.
+fn small_pack(dir: &Path, manifest: &str, scenarios: &[(&str, &str)]) -> PathBuf {
+    let pack = dir.join("pack");
+    std::fs::create_dir_all(pack.join("scenarios")).unwrap();
+    std::fs::write(pack.join("pack.toml"), manifest).unwrap();
+    for (id, text) in scenarios {
+        std::fs::write(pack.join(format!("scenarios/{id}.toml")), text).unwrap();
+    }
+    pack
 }
 
 fn by_scenario(values: Vec<Value>) -> std::collections::BTreeMap<String, Value> {
@@ -368,6 +381,19 @@ fn simulated_users_talk_until_they_stop_or_run_out_and_judges_grade_the_outcome(
         "{r}"
     );
 
+    // `wt view`: a run's page shows each check's verdict, votes and reasoning, and the free
+    // text finds a run by its judge's reasoning.
+    let view = crate::view::View::start(dir.path(), &["runs"]);
+    let found = view.api("/api/runs?q=no%20delivery%20date");
+    assert_eq!(found["total"], 1, "{found}");
+    assert_eq!(found["runs"][0]["scenario"], "judged-fail", "{found}");
+    let dom = view.dom(dir.path(), &format!("/runs/{fail_run}"));
+    assert!(
+        dom.contains("Model-graded checks") && dom.contains("It gives no delivery date."),
+        "{dom}"
+    );
+    drop(view);
+
     // The report says what the agent cost and what the evaluation cost.
     let r = Wt::new(dir.path())
         .args(["report", "runs", "--format", "json"])
@@ -420,27 +446,21 @@ fn a_majority_of_split_votes_decides_and_a_hung_or_missing_judge_is_an_error_in_
             _ => (200, completion("Your order has shipped.")),
         }
     });
-    let pack = dir.path().join("pack");
-    std::fs::create_dir_all(pack.join("scenarios")).unwrap();
-    std::fs::write(pack.join("pack.toml"), "name = \"votes\"\n").unwrap();
-    std::fs::write(
-        pack.join("scenarios/split.toml"),
-        "id = \"split\"\nturns = [\"Where is my order?\"]\n[[expect.judge]]\nmodel = \"split\"\nrubric = \"Says where the order is.\"\nsamples = 3\n",
-    )
-    .unwrap();
-    std::fs::write(
-        pack.join("scenarios/hung.toml"),
-        "id = \"hung\"\nturns = [\"Where is my order?\"]\n[[expect.judge]]\nmodel = \"hung\"\nrubric = \"Says where the order is.\"\n",
-    )
-    .unwrap();
-    let agent = agent_file(
+    let pack = small_pack(
         dir.path(),
-        "agent.toml",
-        &format!(
-            "label = \"bot\"\nruntime = \"openai\"\nmodel = \"agent-m\"\nendpoint = \"{}/v1\"\n",
-            server.base
-        ),
+        "name = \"votes\"\n",
+        &[
+            (
+                "split",
+                "id = \"split\"\nturns = [\"Where is my order?\"]\n[[expect.judge]]\nmodel = \"split\"\nrubric = \"Says where the order is.\"\nsamples = 3\n",
+            ),
+            (
+                "hung",
+                "id = \"hung\"\nturns = [\"Where is my order?\"]\n[[expect.judge]]\nmodel = \"hung\"\nrubric = \"Says where the order is.\"\n",
+            ),
+        ],
     );
+    let agent = agent(dir.path(), &server.base);
     // The pack names models it does not declare: refused before any run, in one line.
     let r = Wt::new(dir.path())
         .args(["run", "--out", "runs"])
@@ -509,6 +529,69 @@ fn a_majority_of_split_votes_decides_and_a_hung_or_missing_judge_is_an_error_in_
     assert!(r.stdout.contains("harness"), "{r}");
 }
 
+#[test]
+fn pinned_sweeps_with_simulated_users_and_judges_are_byte_identical_at_any_jobs() {
+    let dir = tmp();
+    // One mock for all three sides, deterministic: the user opens, then stops once answered;
+    // the agent answers; the judge passes.
+    let server = TestServer::start(|seen| {
+        let body: Value = serde_json::from_str(&seen.body).unwrap_or_default();
+        let said = |role: &str| {
+            body["messages"]
+                .as_array()
+                .map_or(0, |m| m.iter().filter(|m| m["role"] == role).count())
+        };
+        let content = match body["model"].as_str().unwrap_or_default() {
+            "sim" if said("assistant") >= 1 => "Thanks. ###STOP###".to_owned(),
+            "sim" => "Where is my order 1234?".to_owned(),
+            "grader" => r#"{"verdict": "pass", "reasoning": "It answers."}"#.to_owned(),
+            _ => format!("Order 1234 has shipped ({} messages).", said("user")),
+        };
+        (200, completion(&content))
+    });
+    let pack = small_pack(
+        dir.path(),
+        &format!(
+            "name = \"pinned\"\n[models.sim]\nprovider = \"openai\"\nendpoint = \"{0}/v1\"\nmodel = \"sim\"\n[models.grader]\nprovider = \"openai\"\nendpoint = \"{0}/v1\"\nmodel = \"grader\"\n",
+            server.base
+        ),
+        &[(
+            "sim",
+            "id = \"sim\"\nruns = 6\n[user]\nmodel = \"sim\"\ninstruction = \"You want to know where order 1234 is.\"\n[[expect.judge]]\nmodel = \"grader\"\nrubric = \"Says where the order is.\"\nsamples = 3\n",
+        )],
+    );
+    let agent = agent(dir.path(), &server.base);
+    let sweep = |out: &str, jobs: &str| {
+        let r = Wt::new(dir.path())
+            .args(["run", "--seed", "11", "--jobs", jobs, "--out", out])
+            .pack(&pack)
+            .agent(&agent)
+            .env("WT_FIXED_CLOCK", crate::harness::CLOCK)
+            .run();
+        assert_eq!(r.code, 0, "{r}");
+        files(&dir.path().join(out))
+    };
+    let one = sweep("runs-1", "1");
+    let four = sweep("runs-4", "4");
+    assert!(
+        one.keys().any(|k| k.starts_with(".wt-judge-cache/")),
+        "{:?}",
+        one.keys()
+    );
+    assert_eq!(
+        one.keys().collect::<Vec<_>>(),
+        four.keys().collect::<Vec<_>>()
+    );
+    // Traces, scores and cached gradings byte for byte; the journal's interleaving of runs
+    // depends on the lanes (docs/runner.md: identical per run).
+    for (name, bytes) in one.iter().filter(|(n, _)| !n.ends_with(".events.jsonl")) {
+        assert!(
+            four[name] == *bytes,
+            "{name} differs between --jobs 1 and 4"
+        );
+    }
+}
+
 /// The example pack's customers, played by fakellm: each opens with its errand (told apart
 /// by its instruction), and says its stop word once the agent has answered; the judge passes.
 const RETAIL_RULES: &str = r#"
@@ -548,24 +631,16 @@ fn the_retail_sim_example_runs_on_any_openai_compatible_endpoint() {
         assert_eq!(t["user"]["ended_by"], "stop", "{}", t["user"]);
         assert_eq!(t["user"]["turns"], 1);
     }
-    let mut eval_calls = 0;
     for s in scores(&runs) {
         assert_eq!(s["verdict"], "PASS", "{s}");
         let g = &s["judges"][0];
         assert_eq!(g["verdict"], "pass");
-        // Two user-model calls, and the judge's call unless an identical transcript was
-        // graded before (the mock answers alike): then the grading is read from the cache,
-        // says so, and costs nothing. Each model is priced with its own prices.
-        let judged = g["calls"].as_array().map_or(0, Vec::len);
-        assert_eq!(judged + g["cached"].as_u64().unwrap() as usize, 1, "{s}");
-        assert_eq!(s["eval_usage"]["model_calls"], 2 + judged as u64, "{s}");
+        // A sweep grades every run (identical transcripts too): two user-model calls and
+        // one judge call, each model priced with its own prices.
+        assert_eq!(g["cached"], 0, "{s}");
+        assert_eq!(s["eval_usage"]["model_calls"], 3, "{s}");
         assert!(s["eval_usage"]["cost_usd"].as_f64().is_some(), "{s}");
-        eval_calls += 2 + judged;
     }
     let r = Wt::new(dir.path()).args(["report", "runs"]).run();
-    assert!(
-        r.stdout
-            .contains(&format!("evaluation: {eval_calls} model call(s)")),
-        "{r}"
-    );
+    assert!(r.stdout.contains("evaluation: 27 model call(s)"), "{r}");
 }

@@ -16,14 +16,14 @@ use crate::harness::{
 };
 
 /// A `wt view` serving in the background on a free port; killed when dropped.
-struct View {
+pub(crate) struct View {
     child: Option<Child>,
     url: String,
     stderr: PathBuf,
 }
 
 impl View {
-    fn start(dir: &Path, args: &[&str]) -> View {
+    pub(crate) fn start(dir: &Path, args: &[&str]) -> View {
         let stderr = dir.join(format!("view-{}.err", args.join("_").replace('/', "_")));
         let mut child = wt(dir)
             .arg("view")
@@ -56,7 +56,7 @@ impl View {
             .unwrap()
     }
 
-    fn api(&self, path: &str) -> Value {
+    pub(crate) fn api(&self, path: &str) -> Value {
         let r = self.get(path);
         assert_eq!(r.status(), 200, "{path}");
         serde_json::from_str(&r.text().unwrap()).unwrap()
@@ -64,7 +64,7 @@ impl View {
 
     /// The page at `path` as Chromium renders it; no console message allowed (a CSP
     /// violation or a script error would be one).
-    fn dom(&self, dir: &Path, path: &str) -> String {
+    pub(crate) fn dom(&self, dir: &Path, path: &str) -> String {
         let (dom, stderr) = dump_url(dir, &format!("{}{path}", self.url));
         assert!(
             console_lines(&stderr).is_empty(),

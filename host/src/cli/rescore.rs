@@ -20,6 +20,10 @@ pub(crate) struct RescoreArgs {
     pub pack: Option<PathBuf>,
     #[command(flatten, next_help_heading = "Judges")]
     pub models: crate::cli::run::ModelArgs,
+    /// Ask the judges for every grading, even those cached under the runs directory
+    /// (`.wt-judge-cache`); the new gradings are cached.
+    #[arg(long, help_heading = "Judges")]
+    pub no_cache: bool,
 }
 
 pub(crate) fn run(args: RescoreArgs) -> anyhow::Result<u8> {
@@ -36,7 +40,7 @@ pub(crate) fn run(args: RescoreArgs) -> anyhow::Result<u8> {
     let judging = crate::judge::Judging {
         models: &models,
         out_dir: &args.dir,
-        read_cache: !args.models.no_cache,
+        read_cache: !args.no_cache,
         redactor: &redactor,
         stop: &stop,
     };

@@ -107,17 +107,13 @@ pub(crate) struct RunArgs {
     pub models: ModelArgs,
 }
 
-/// The harness's own models (simulated users, judges) and the judges' cache.
+/// The harness's own models (simulated users, judges).
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct ModelArgs {
     /// `[models.<name>]` tables that replace (or add to) the pack's, e.g. to run a pack's
     /// simulated users and judges on another provider without editing it.
     #[arg(long = "models", value_name = "FILE", env = "WT_MODELS")]
     pub file: Option<PathBuf>,
-    /// Ask the judges for every grading, even those cached under the runs directory
-    /// (`.wt-judge-cache`); the new gradings are cached.
-    #[arg(long)]
-    pub no_cache: bool,
 }
 
 impl ModelArgs {
@@ -324,7 +320,6 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<u8> {
     }
     cfg.pack_name = pack.manifest.name.clone();
     cfg.models = models;
-    cfg.judge_cache = !args.models.no_cache;
     cfg.runs = runs;
     cfg.sequential = sequential;
     cfg.jobs = jobs;

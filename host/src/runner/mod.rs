@@ -79,9 +79,6 @@ pub struct RunConfig {
     pub sequential: Option<Sequential>,
     /// Models the harness calls itself (simulated users, judges), by name.
     pub models: Arc<crate::runtime::models::Models>,
-    /// Judges' gradings are read from `<out_dir>/.wt-judge-cache` when there (`false`:
-    /// `--no-cache`, every grading is asked for, and stored).
-    pub judge_cache: bool,
 }
 
 /// The baseline a sweep with `--until-decided` is compared with as it runs.
@@ -166,7 +163,6 @@ impl RunConfig {
             shard: None,
             sequential: None,
             models: Arc::default(),
-            judge_cache: true,
         }
     }
 

@@ -393,7 +393,10 @@ impl<'s, 'a> RunRunner<'s, 'a> {
             let judging = crate::judge::Judging {
                 models: &cfg.models,
                 out_dir: &cfg.out_dir,
-                read_cache: cfg.judge_cache,
+                // A sweep asks for every grading (and stores it for `wt rescore`): which of
+                // two runs with the same transcript graded first would otherwise decide which
+                // one reads the other's grading, and pinned sweeps at `--jobs` N would differ.
+                read_cache: false,
                 redactor: &redactor,
                 stop: &cfg.stop,
             };

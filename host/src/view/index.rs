@@ -504,7 +504,8 @@ impl Index {
 
     /// The rows of `rows` whose run holds `q` (without regard to case) in a turn's input or
     /// reply, a tool call's arguments, result or error, a model call's messages or response,
-    /// a layer's evidence, an error or a warning; and how many could not be read.
+    /// a layer's evidence, a judge's reasoning, an error or a warning; and how many could not
+    /// be read.
     fn with_text(&self, rows: &[u32], q: &str) -> (Vec<u32>, usize) {
         let needle = q.to_lowercase();
         let workers = std::thread::available_parallelism()
@@ -711,7 +712,11 @@ fn holds(t: &Trace, score: Option<&Score>, needle: &str) -> bool {
     }) || t.error.as_deref().is_some_and(has)
         || t.worker_warnings.iter().any(|w| has(w))
         || score.is_some_and(|s| {
-            s.error.as_deref().is_some_and(has) || s.layers().iter().any(|(_, l)| has(&l.detail))
+            s.error.as_deref().is_some_and(has)
+                || s.layers().iter().any(|(_, l)| has(&l.detail))
+                || s.judges.iter().any(|g| {
+                    g.reasoning.iter().any(|r| has(r)) || g.error.as_deref().is_some_and(has)
+                })
         })
 }
 
