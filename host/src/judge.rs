@@ -86,7 +86,13 @@ pub(crate) fn apply(scenario: &Scenario, trace: &Trace, score: &mut Score, j: &J
                 g.check,
                 g.model,
                 votes_note(g),
-                g.reasoning.first().map(String::as_str).unwrap_or_default()
+                // The reasoning of a grading that voted as the majority did.
+                g.votes
+                    .iter()
+                    .position(|v| v == "fail")
+                    .and_then(|i| g.reasoning.get(i))
+                    .map(String::as_str)
+                    .unwrap_or_default()
             )),
             _ => {}
         }

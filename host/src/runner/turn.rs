@@ -140,99 +140,96 @@ impl TurnRunner<'_, '_> {
         let cfg = sc.cfg;
         let timeout = runtime::turn_timeout(&cfg.agent);
         let turn_hooks = self.observer.wants_turns();
-        {
-            let scope = Scope {
-                turn: Some(index),
-                ..self.scope.clone()
-            };
-            let call = turn_hooks.then(|| {
-                let mut call = lock(self.spare).call.take().unwrap_or_default();
-                fill_turn_call(
-                    Arc::make_mut(&mut call),
-                    sc,
-                    &trace.run_id,
-                    &trace.session_id,
-                    index,
-                    text,
-                    TurnCause::Scenario,
-                );
-                call
-            });
-            let mut open = match &call {
-                Some(call) => self.observer.begin_turn(call),
-                None => TurnOpen::default(),
-            };
-            for w in std::mem::take(&mut open.warnings) {
-                sc.warn(&w);
-                trace.worker_warnings.push(w);
-            }
-            if let Some(denial) = open.denial.clone() {
-                publish_denial(sc, &scope, &events::Cause::Scenario, &denial);
-                trace.error = Some(denial_text(&denial));
-                trace.denial = Some(denial.clone());
-                let finished = finish(
-                    cfg,
-                    self.observer,
-                    open,
-                    call,
-                    Outcome::Denied,
-                    None,
-                    Some(denial),
-                    self.spare,
-                );
-                self.warnings(trace, finished);
-                return false;
-            }
-            sc.emit(
-                &scope,
-                &events::Cause::Scenario,
-                events::Event::TurnStarted {
-                    input: text.to_owned(),
-                },
-            );
-            let watch = cfg.clock.stopwatch();
-            let reply = send(
-                cfg,
-                self.handle,
-                self.world,
+        let scope = Scope {
+            turn: Some(index),
+            ..self.scope.clone()
+        };
+        let call = turn_hooks.then(|| {
+            let mut call = lock(self.spare).call.take().unwrap_or_default();
+            fill_turn_call(
+                Arc::make_mut(&mut call),
+                sc,
+                &trace.run_id,
                 &trace.session_id,
-                text,
                 index,
-                timeout,
+                text,
+                TurnCause::Scenario,
             );
-            let latency_ms = watch.elapsed_ms();
-            let outcome =
-                publish_terminal(sc, &scope, &events::Cause::Scenario, &reply, latency_ms);
-            let failed = reply.error.is_some();
+            call
+        });
+        let mut open = match &call {
+            Some(call) => self.observer.begin_turn(call),
+            None => TurnOpen::default(),
+        };
+        for w in std::mem::take(&mut open.warnings) {
+            sc.warn(&w);
+            trace.worker_warnings.push(w);
+        }
+        if let Some(denial) = open.denial.clone() {
+            publish_denial(sc, &scope, &events::Cause::Scenario, &denial);
+            trace.error = Some(denial_text(&denial));
+            trace.denial = Some(denial.clone());
             let finished = finish(
                 cfg,
                 self.observer,
                 open,
                 call,
-                outcome,
-                reply.error.clone(),
+                Outcome::Denied,
                 None,
+                Some(denial),
                 self.spare,
             );
-            let (error, error_kind) = match reply.error {
-                Some(e) => (Some(e.message), Some(e.kind)),
-                None => (None, None),
-            };
-            let mut record = TurnRecord::default();
-            record.index = index;
-            record.input = text.to_owned();
-            record.reply = reply.text;
-            record.latency_ms = latency_ms;
-            record.error = error;
-            record.error_kind = error_kind;
-            record.retries = reply.retries;
-            trace.turns.push(record);
-            trace.evidence.tool_calls.extend(reply.tool_calls);
-            trace.evidence.model_calls.extend(reply.model_calls);
             self.warnings(trace, finished);
-            // The session cannot be trusted after a failed turn; stop injecting.
-            !failed
+            return false;
         }
+        sc.emit(
+            &scope,
+            &events::Cause::Scenario,
+            events::Event::TurnStarted {
+                input: text.to_owned(),
+            },
+        );
+        let watch = cfg.clock.stopwatch();
+        let reply = send(
+            cfg,
+            self.handle,
+            self.world,
+            &trace.session_id,
+            text,
+            index,
+            timeout,
+        );
+        let latency_ms = watch.elapsed_ms();
+        let outcome = publish_terminal(sc, &scope, &events::Cause::Scenario, &reply, latency_ms);
+        let failed = reply.error.is_some();
+        let finished = finish(
+            cfg,
+            self.observer,
+            open,
+            call,
+            outcome,
+            reply.error.clone(),
+            None,
+            self.spare,
+        );
+        let (error, error_kind) = match reply.error {
+            Some(e) => (Some(e.message), Some(e.kind)),
+            None => (None, None),
+        };
+        let mut record = TurnRecord::default();
+        record.index = index;
+        record.input = text.to_owned();
+        record.reply = reply.text;
+        record.latency_ms = latency_ms;
+        record.error = error;
+        record.error_kind = error_kind;
+        record.retries = reply.retries;
+        trace.turns.push(record);
+        trace.evidence.tool_calls.extend(reply.tool_calls);
+        trace.evidence.model_calls.extend(reply.model_calls);
+        self.warnings(trace, finished);
+        // The session cannot be trusted after a failed turn; stop injecting.
+        !failed
     }
 
     fn warnings(&self, trace: &mut Trace, warnings: Vec<String>) {

@@ -57,6 +57,10 @@ impl HarnessModel {
                 "chat/completions",
                 None,
             ),
+            Settings::Anthropic(_) if agent.sampling.seed.is_some() => Err(RuntimeError(
+                "`sampling.seed` has no effect on the Messages API, which takes no seed; remove it"
+                    .into(),
+            )),
             Settings::Anthropic(s) => super::anthropic::endpoint(&agent, s),
             _ => unreachable!("agent_of admits openai and anthropic only"),
         }
