@@ -114,11 +114,32 @@ impl Stopwatch {
 #[derive(Clone, Copy, Debug)]
 pub struct Ids {
     seed: u64,
+    /// Seeded by the user (`--seed`), not at random.
+    pinned: bool,
 }
 
 impl Ids {
     pub fn seeded(seed: u64) -> Ids {
-        Ids { seed }
+        Ids { seed, pinned: true }
+    }
+
+    /// A number derived from the seed, a kind and a place, when the ids are pinned
+    /// (`--seed`): the sampling seed `wt` sends its own models (a simulated user, a judge)
+    /// where the provider takes one, so a pinned sweep asks them the same way each time.
+    pub fn number(&self, kind: &str, place: &[&str]) -> Option<u64> {
+        if !self.pinned {
+            return None;
+        }
+        let mut hasher = Sha256::new();
+        hasher.update(self.seed.to_le_bytes());
+        hasher.update(kind.as_bytes());
+        for p in place {
+            hasher.update([0]);
+            hasher.update(p.as_bytes());
+        }
+        let d = hasher.finalize();
+        // Within i64, as JSON readers of `seed` expect a signed 64-bit integer.
+        Some(u64::from_le_bytes(d[..8].try_into().expect("8 bytes")) >> 1)
     }
 
     /// A fresh random seed (from the standard library's per-process random hasher keys and
@@ -132,7 +153,10 @@ impl Ids {
                 .map_or(0, |d| d.as_nanos()),
         );
         h.write_u32(std::process::id());
-        Ids { seed: h.finish() }
+        Ids {
+            seed: h.finish(),
+            pinned: false,
+        }
     }
 
     /// A UUID-shaped id (version 4 layout), derived from the seed, a kind and a place.

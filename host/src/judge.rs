@@ -49,6 +49,8 @@ pub(crate) struct Judging<'a> {
     pub read_cache: bool,
     pub redactor: &'a Redactor,
     pub stop: &'a Interrupt,
+    /// A pinned sweep's ids: each grading's sampling seed comes from them (none otherwise).
+    pub ids: Option<&'a crate::clock::Ids>,
 }
 
 /// One grading, as cached.
@@ -205,7 +207,13 @@ fn grade(index: u32, check: &JudgeCheck, trace: &Trace, j: &Judging<'_>) -> Judg
             g.reasoning.push(cached.reasoning);
             continue;
         }
-        match ask(model, &prompt, j, &mut g.calls) {
+        let seed = j.ids.and_then(|ids| {
+            ids.number(
+                "judge",
+                &[&trace.run_id, &index.to_string(), &sample.to_string()],
+            )
+        });
+        match ask(model, &prompt, seed, j, &mut g.calls) {
             Ok(grading) => {
                 // A cache that cannot be written costs a call next time, nothing else.
                 let _ = std::fs::create_dir_all(path.parent().unwrap_or(j.out_dir))
@@ -238,12 +246,13 @@ fn grade(index: u32, check: &JudgeCheck, trace: &Trace, j: &Judging<'_>) -> Judg
 fn ask(
     model: &crate::runtime::models::HarnessModel,
     prompt: &str,
+    seed: Option<u64>,
     j: &Judging<'_>,
     calls: &mut Vec<windtunnel_model::ModelCall>,
 ) -> Result<Grading, String> {
     let mut messages = vec![json!({"role": "user", "content": prompt})];
     for attempt in 0..2 {
-        let said = model.chat("judge", JUDGE_SYSTEM, &messages, true, j.stop);
+        let said = model.chat("judge", JUDGE_SYSTEM, &messages, true, seed, j.stop);
         calls.push(said.call);
         let text = said
             .text

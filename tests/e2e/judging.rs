@@ -516,6 +516,11 @@ fn a_majority_of_split_votes_decides_and_a_hung_or_missing_judge_is_an_error_in_
     );
     assert_eq!(s["judges"][0]["verdict"], "pass");
     assert_eq!(s["verdict"], "PASS");
+    // Without --seed, no sampling seed is sent.
+    assert!(
+        server.seen().iter().all(|r| !r.body.contains("\"seed\"")),
+        "an unpinned sweep sent a seed"
+    );
     let s = &scores["hung"];
     assert_eq!(s["verdict"], "ERROR", "{s}");
     let error = s["error"].as_str().unwrap();
@@ -582,6 +587,22 @@ fn pinned_sweeps_with_simulated_users_and_judges_are_byte_identical_at_any_jobs(
         one.keys().collect::<Vec<_>>(),
         four.keys().collect::<Vec<_>>()
     );
+    // A pinned sweep sends its own models a sampling seed of each call's place: every
+    // judge sample its own, and the same ones in both sweeps.
+    let seeds = |model: &str| -> Vec<u64> {
+        server
+            .seen()
+            .iter()
+            .filter_map(|r| serde_json::from_str::<Value>(&r.body).ok())
+            .filter(|b| b["model"] == model)
+            .map(|b| b["seed"].as_u64().expect("a seed"))
+            .collect()
+    };
+    let judge_seeds = seeds("grader");
+    assert_eq!(judge_seeds.len(), 2 * 6 * 3);
+    let distinct: std::collections::BTreeSet<u64> = judge_seeds.iter().copied().collect();
+    assert_eq!(distinct.len(), 6 * 3, "one seed per run and sample, twice");
+    assert!(!seeds("sim").is_empty());
     // Traces, scores and cached gradings byte for byte; the journal's interleaving of runs
     // depends on the lanes (docs/runner.md: identical per run).
     for (name, bytes) in one.iter().filter(|(n, _)| !n.ends_with(".events.jsonl")) {

@@ -43,6 +43,7 @@ pub(crate) fn run(args: RescoreArgs) -> anyhow::Result<u8> {
         read_cache: !args.no_cache,
         redactor: &redactor,
         stop: &stop,
+        ids: None,
     };
     if !args.dir.is_dir() {
         return Err(

@@ -399,6 +399,7 @@ impl<'s, 'a> RunRunner<'s, 'a> {
                 read_cache: false,
                 redactor: &redactor,
                 stop: &cfg.stop,
+                ids: Some(&cfg.ids),
             };
             crate::judge::apply(scenario, trace, score, &judging);
             if cfg.clock.is_fixed() {

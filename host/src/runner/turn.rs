@@ -75,7 +75,8 @@ impl TurnRunner<'_, '_> {
                 break;
             }
             let index = trace.turns.len() as u32;
-            let said = model.chat("user", &system, &user_view(trace), false, &cfg.stop);
+            let seed = cfg.ids.number("user", &[&trace.run_id, &index.to_string()]);
+            let said = model.chat("user", &system, &user_view(trace), false, seed, &cfg.stop);
             let mut call = said.call;
             call.turn = Some(index);
             call.after_tool_calls = 0;

@@ -99,14 +99,17 @@ impl HarnessModel {
 
     /// One request: `system`, then `messages` (`{"role", "content"}` objects). With `json`,
     /// an `openai` model is asked for a JSON object (`response_format`, unless its `[body]`
-    /// sets one); an `anthropic` model has no such mode and is told in the prompt. Ends
-    /// within moments of a cut of `stop`, and at the model's `turn_timeout_s`.
+    /// sets one); an `anthropic` model has no such mode and is told in the prompt. `seed`
+    /// (a pinned sweep's) is sent to an `openai` model whose settings set none; the Messages
+    /// API takes none. Ends within moments of a cut of `stop`, and at the model's
+    /// `turn_timeout_s`.
     pub fn chat(
         &self,
         source: &str,
         system: &str,
         messages: &[Value],
         json: bool,
+        seed: Option<u64>,
         stop: &Interrupt,
     ) -> Said {
         let anthropic = matches!(self.agent.settings, Settings::Anthropic(_));
@@ -126,6 +129,12 @@ impl HarnessModel {
             let mut body = json!({"model": self.agent.model, "messages": all});
             if json && !self.endpoint.body.contains_key("response_format") {
                 body["response_format"] = json!({"type": "json_object"});
+            }
+            if let Some(seed) = seed
+                && self.agent.sampling.seed.is_none()
+                && !self.endpoint.body.contains_key("seed")
+            {
+                body["seed"] = json!(seed);
             }
             self.endpoint.complete(body, &self.agent.sampling)
         };
