@@ -4,7 +4,8 @@
 //! - **wiring**: the agent could not be reached or answered out of protocol (transport
 //!   errors, timeouts, malformed output, a reset that failed). Fix the connection first.
 //! - **harness**: the environment misbehaved: tool calls came back with errors, a guard
-//!   denied a turn. Fix the fixture, tools or policy.
+//!   denied a turn, the harness's own models (a simulated user, a judge) failed. Fix the
+//!   fixture, tools, policy or those models' settings.
 //! - **steering**: the agent did what its instructions should have prevented: a forbidden
 //!   tool, a required step skipped or out of order, a step limit exceeded. Fix the soul.
 //! - **model**: everything around it worked and the result is still wrong. Only now is it
