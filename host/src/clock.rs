@@ -130,6 +130,13 @@ impl Ids {
         if !self.pinned {
             return None;
         }
+        let d = self.digest(kind, place);
+        // Within i64, as JSON readers of `seed` expect a signed 64-bit integer.
+        Some(u64::from_le_bytes(d[..8].try_into().expect("8 bytes")) >> 1)
+    }
+
+    /// SHA-256 of the seed, a kind and a place: what ids and numbers are derived from.
+    fn digest(&self, kind: &str, place: &[&str]) -> [u8; 32] {
         let mut hasher = Sha256::new();
         hasher.update(self.seed.to_le_bytes());
         hasher.update(kind.as_bytes());
@@ -137,9 +144,7 @@ impl Ids {
             hasher.update([0]);
             hasher.update(p.as_bytes());
         }
-        let d = hasher.finalize();
-        // Within i64, as JSON readers of `seed` expect a signed 64-bit integer.
-        Some(u64::from_le_bytes(d[..8].try_into().expect("8 bytes")) >> 1)
+        hasher.finalize().into()
     }
 
     /// A fresh random seed (from the standard library's per-process random hasher keys and
@@ -161,14 +166,7 @@ impl Ids {
 
     /// A UUID-shaped id (version 4 layout), derived from the seed, a kind and a place.
     pub fn mint(&self, kind: &str, place: &[&str]) -> String {
-        let mut hasher = Sha256::new();
-        hasher.update(self.seed.to_le_bytes());
-        hasher.update(kind.as_bytes());
-        for p in place {
-            hasher.update([0]);
-            hasher.update(p.as_bytes());
-        }
-        let d = hasher.finalize();
+        let d = self.digest(kind, place);
         let mut b = [0u8; 16];
         b.copy_from_slice(&d[..16]);
         b[6] = (b[6] & 0x0f) | 0x40;
