@@ -308,6 +308,8 @@ struct Inner {
 pub(crate) struct Journal {
     path: PathBuf,
     sweep_id: String,
+    /// The invocation's secrets: no line is written with one in it.
+    redactor: Arc<crate::secrets::Redactor>,
     now: Box<dyn Fn() -> String + Send + Sync>,
     inner: Mutex<Inner>,
 }
@@ -349,6 +351,7 @@ impl Journal {
         Ok(Journal {
             path,
             sweep_id: sweep_id.to_owned(),
+            redactor: Arc::default(),
             now,
             inner: Mutex::new(Inner {
                 file,
@@ -361,6 +364,12 @@ impl Journal {
 
     pub(crate) fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Redacts every line with `redactor` (the invocation's secrets) before it is written.
+    pub(crate) fn with_redactor(mut self, redactor: Arc<crate::secrets::Redactor>) -> Self {
+        self.redactor = redactor;
+        self
     }
 
     /// Writes one event durably and returns its sequence number.
@@ -403,7 +412,13 @@ impl Journal {
             cause,
             event,
         };
-        match serde_json::to_writer(&mut *line, &written) {
+        // Each line goes through its JSON form: a secret is found in any field of any event
+        // (however the line would escape it), and a line's URL passwords are blanked.
+        let redacted = serde_json::to_value(&written).map(|mut v| {
+            self.redactor.scrub_value(&mut v);
+            v
+        });
+        match redacted.and_then(|v| serde_json::to_writer(&mut *line, &v)) {
             Ok(()) => {}
             Err(e) => {
                 failed.get_or_insert(format!("event {}: {e}", event.name()));

@@ -21,6 +21,8 @@
 
 use std::borrow::Cow;
 
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 /// What a secret is replaced with.
@@ -222,23 +224,57 @@ impl Redactor {
 
     /// Scrubs every string (and object key) inside a JSON value, in place.
     pub fn scrub_value(&self, value: &mut Value) {
+        self.scrub_value_changed(value);
+    }
+
+    /// [`Redactor::scrub_value`], saying whether anything changed.
+    fn scrub_value_changed(&self, value: &mut Value) -> bool {
         match value {
-            Value::String(s) => self.scrub_string(s),
-            Value::Array(items) => items.iter_mut().for_each(|v| self.scrub_value(v)),
+            Value::String(s) => match self.scrub(s) {
+                Cow::Owned(clean) => {
+                    *s = clean;
+                    true
+                }
+                Cow::Borrowed(_) => false,
+            },
+            Value::Array(items) => items
+                .iter_mut()
+                .fold(false, |changed, v| self.scrub_value_changed(v) | changed),
             Value::Object(map) => {
                 let dirty: Vec<String> = map
                     .keys()
                     .filter(|k| matches!(self.scrub(k), Cow::Owned(_)))
                     .cloned()
                     .collect();
+                let mut changed = !dirty.is_empty();
                 for k in dirty {
                     if let Some(v) = map.remove(&k) {
                         map.insert(self.scrub(&k).into_owned(), v);
                     }
                 }
-                map.values_mut().for_each(|v| self.scrub_value(v));
+                for v in map.values_mut() {
+                    changed |= self.scrub_value_changed(v);
+                }
+                changed
             }
-            _ => {}
+            _ => false,
+        }
+    }
+
+    /// Scrubs every string inside a record (a trace, a score, a model call), whatever its
+    /// fields: the record goes through its JSON form, so a field added later cannot be
+    /// forgotten. A record with nothing to redact is left as it is.
+    pub fn scrub_record<T: Serialize + DeserializeOwned>(&self, record: &mut T) {
+        let Ok(mut value) = serde_json::to_value(&*record) else {
+            return;
+        };
+        if self.scrub_value_changed(&mut value) {
+            match serde_json::from_value(value) {
+                Ok(clean) => *record = clean,
+                // Only strings changed, so the record reads back; were it ever not to, the
+                // files are still clean: what is written is scrubbed again on the way out.
+                Err(e) => tracing::error!("a redacted record did not read back: {e}"),
+            }
         }
     }
 }

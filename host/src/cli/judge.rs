@@ -44,6 +44,11 @@ pub(crate) fn run(cmd: JudgeCommand) -> anyhow::Result<u8> {
         r.score.iter().flat_map(move |s| {
             s.judges.iter().map(move |g| Graded {
                 run_id: &r.trace.run_id,
+                stem: r
+                    .path
+                    .file_stem()
+                    .and_then(|s| s.to_str())
+                    .unwrap_or_default(),
                 scenario_id: &r.trace.scenario_id,
                 grade: g,
             })

@@ -20,8 +20,8 @@ pub(crate) struct RescoreArgs {
     pub pack: Option<PathBuf>,
     #[command(flatten, next_help_heading = "Judges")]
     pub models: crate::cli::run::ModelArgs,
-    /// Ask the judges for every grading, even those cached under the runs directory
-    /// (`.wt-judge-cache`); the new gradings are cached.
+    /// Ask the judges for every grading again, even those the stored score holds for the
+    /// same judge and the same material.
     #[arg(long, help_heading = "Judges")]
     pub no_cache: bool,
 }
@@ -36,15 +36,9 @@ pub(crate) fn run(args: RescoreArgs) -> anyhow::Result<u8> {
     // SAFETY: nothing but this thread runs yet.
     let models = unsafe { args.models.build(&pack) }?;
     let stop = crate::interrupt::Interrupt::new();
-    let redactor = crate::secrets::Redactor::new();
-    let judging = crate::judge::Judging {
-        models: &models,
-        out_dir: &args.dir,
-        read_cache: !args.no_cache,
-        redactor: &redactor,
-        stop: &stop,
-        ids: None,
-    };
+    // The secrets of this invocation: the models it may call (the sweep's agent is not
+    // here, and what its runs say was redacted when they were written).
+    let redactor = crate::runtime::models::redactor(&models);
     if !args.dir.is_dir() {
         return Err(
             CodedError::usage(format!("no run directory at {}", args.dir.display())).into(),
@@ -84,19 +78,16 @@ pub(crate) fn run(args: RescoreArgs) -> anyhow::Result<u8> {
         // What the agent's calls cost is the sweep's fact (its agent config's prices), not
         // the expectations': it is kept.
         new.usage = old.as_ref().and_then(|o| o.usage.clone());
+        let judging = crate::judge::Judging {
+            models: &models,
+            previous: old.as_ref().filter(|_| !args.no_cache),
+            redactor: &redactor,
+            stop: &stop,
+            ids: None,
+        };
         crate::judge::apply(scenario, trace, &mut new, &judging);
-        if let Some(old) = old {
-            // A grading read whole from the cache is the grading the stored score holds:
-            // the calls that made it stay its evidence (and its cost).
-            for (g, was) in new.judges.iter_mut().zip(&old.judges) {
-                if g.cached == g.votes.len() as u32 && was.judge == g.judge && was.votes == g.votes
-                {
-                    g.calls.clone_from(&was.calls);
-                    g.cached = was.cached;
-                }
-            }
-        }
         new.eval_usage = crate::judge::eval_usage(scenario, trace, &new, &models);
+        redactor.scrub_record(&mut new);
         if old.as_ref() == Some(&new) {
             unchanged += 1;
             continue;

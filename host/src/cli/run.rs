@@ -142,7 +142,7 @@ struct Hooks {
 
 fn hooks(
     args: &RunArgs,
-    agent: &runtime::Agent,
+    secrets: &mut crate::secrets::Redactor,
     stop: &Arc<Interrupt>,
     lanes: usize,
     sweep: &Sweep,
@@ -193,6 +193,9 @@ fn hooks(
             in_process: Vec::new(),
         });
     }
+    for h in &active {
+        secrets.extend(&crate::hooks::registry::hook_secrets(&h.name));
+    }
     let provenance = active.iter().map(|h| h.provenance()).collect();
     let in_process = active
         .iter()
@@ -202,7 +205,7 @@ fn hooks(
     let dispatcher = Arc::new(
         Dispatcher::new(active, deadlines)
             .with_caps(caps)
-            .with_secrets(&runtime::redactor(agent))
+            .with_secrets(secrets)
             .with_stop(stop.clone()),
     );
     let mut observer = HookObserver::new(dispatcher);
@@ -290,7 +293,11 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<u8> {
     // The sweep's identity comes first: isolated hooks' logs are named by its stem.
     let ids = args.seed.map_or_else(Ids::random, Ids::seeded);
     let sweep = Sweep::start(&clock, &ids);
-    let hooks = hooks(&args, &agent, &stop, jobs.min(lanes).max(1), &sweep)?;
+    // One redactor for the whole invocation: the agent's secrets, the harness's models',
+    // the hooks'. Everything the sweep writes or prints passes through it.
+    let mut secrets = runtime::redactor(&agent);
+    secrets.extend(&runtime::models::redactor(&models));
+    let hooks = hooks(&args, &mut secrets, &stop, jobs.min(lanes).max(1), &sweep)?;
     let observer: Arc<dyn RunObserver> = match &hooks.observer {
         Some(o) => o.clone(),
         None => Arc::new(NoopObserver),
@@ -320,6 +327,7 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<u8> {
     }
     cfg.pack_name = pack.manifest.name.clone();
     cfg.models = models;
+    cfg.redactor = Arc::new(secrets);
     cfg.runs = runs;
     cfg.sequential = sequential;
     cfg.jobs = jobs;

@@ -16,6 +16,8 @@ use super::stats;
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct Label {
+    /// The run: its `run_id`, or its trace file's stem (`<timestamp>_<run_id[:8]>`, as `wt
+    /// view` and the file names show it): both name the same run.
     pub run_id: String,
     /// The check's index in the scenario's `[[expect.judge]]`.
     #[serde(default)]
@@ -70,6 +72,8 @@ pub(crate) fn read_labels(path: &Path) -> Result<Vec<Label>, String> {
 /// A grading of a stored run, as calibration reads it.
 pub(crate) struct Graded<'a> {
     pub run_id: &'a str,
+    /// The stem of the run's trace file.
+    pub stem: &'a str,
     pub scenario_id: &'a str,
     pub grade: &'a JudgeGrade,
 }
@@ -161,24 +165,39 @@ impl CheckCalibration {
     }
 }
 
-/// Compares `labels` with the `graded` runs' gradings.
+/// Compares `labels` with the `graded` runs' gradings. A label names its run by id or by
+/// stem; each (run, check) is counted once, however many labels name it. A label that counts
+/// for nothing is in `unmatched`, with why.
 pub(crate) fn calibrate<'a>(
     labels: &[Label],
     graded: impl IntoIterator<Item = Graded<'a>>,
 ) -> Calibration {
-    let wanted: HashMap<(&str, u32), &str> = labels
+    let wanted: HashMap<(&str, u32), usize> = labels
         .iter()
-        .map(|l| ((l.run_id.as_str(), l.check), l.label.as_str()))
+        .enumerate()
+        .map(|(i, l)| ((l.run_id.as_str(), l.check), i))
         .collect();
-    let mut found: BTreeSet<(String, u32)> = BTreeSet::new();
+    // Which label counted, and why each other one did not.
+    let mut used: BTreeSet<usize> = BTreeSet::new();
+    let mut why: HashMap<usize, &'static str> = HashMap::new();
+    let mut runs_seen: BTreeSet<String> = BTreeSet::new();
     // (scenario, check, judge) → a grading of it (for its model) and the counts.
     let mut groups: BTreeMap<(String, u32, String), (JudgeGrade, Confusion)> = BTreeMap::new();
     let mut judge_errors = 0;
     for g in graded {
-        let Some(label) = wanted.get(&(g.run_id, g.grade.check)) else {
+        runs_seen.insert(g.run_id.to_owned());
+        runs_seen.insert(g.stem.to_owned());
+        let by_id = wanted.get(&(g.run_id, g.grade.check)).copied();
+        let by_stem = wanted.get(&(g.stem, g.grade.check)).copied();
+        let Some(at) = by_id.or(by_stem) else {
             continue;
         };
-        found.insert((g.run_id.to_owned(), g.grade.check));
+        if let (Some(a), Some(b)) = (by_id, by_stem)
+            && a != b
+        {
+            why.insert(b, "another label names the same run by its id");
+        }
+        used.insert(at);
         let Some(verdict) = g.grade.verdict.as_deref() else {
             judge_errors += 1;
             continue;
@@ -191,7 +210,7 @@ pub(crate) fn calibrate<'a>(
         let (_, c) = groups
             .entry(key)
             .or_insert_with(|| (g.grade.clone(), Confusion::default()));
-        match (verdict == "pass", *label == "pass") {
+        match (verdict == "pass", labels[at].label == "pass") {
             (true, true) => c.pass_pass += 1,
             (true, false) => c.pass_fail += 1,
             (false, true) => c.fail_pass += 1,
@@ -200,8 +219,19 @@ pub(crate) fn calibrate<'a>(
     }
     let unmatched = labels
         .iter()
-        .filter(|l| !found.contains(&(l.run_id.clone(), l.check)))
-        .map(|l| format!("run {} check {}", l.run_id, l.check))
+        .enumerate()
+        .filter(|(i, _)| !used.contains(i))
+        .map(|(i, l)| {
+            let why = why
+                .get(&i)
+                .copied()
+                .unwrap_or(if runs_seen.contains(&l.run_id) {
+                    "the run has no grading of that check"
+                } else {
+                    "no run read has that id or trace file stem"
+                });
+            format!("run {} check {}: {why}", l.run_id, l.check)
+        })
         .collect();
     Calibration {
         checks: groups
@@ -360,6 +390,7 @@ mod tests {
             &labels,
             grades.iter().map(|(id, g)| Graded {
                 run_id: id,
+                stem: "stem",
                 scenario_id: "s",
                 grade: g,
             }),
@@ -385,7 +416,10 @@ mod tests {
         let tf = k.true_fail_rate.unwrap();
         assert!((tf.value - 9.0 / 11.0).abs() < 1e-12 && tf.of == 11);
         assert_eq!(c.judge_errors, 1);
-        assert_eq!(c.unmatched, vec!["run gone check 0".to_owned()]);
+        assert_eq!(
+            c.unmatched,
+            vec!["run gone check 0: no run read has that id or trace file stem".to_owned()]
+        );
         let table = c.to_table();
         assert!(
             table.contains("n 20  agreement 85.0%  kappa 0.700"),
@@ -405,11 +439,55 @@ mod tests {
             &labels,
             [Graded {
                 run_id: "a",
+                stem: "20261207T000000Z_a",
                 scenario_id: "s",
                 grade: &g,
             }],
         );
         assert_eq!(c.checks[0].kappa, None);
         assert!(c.checks[0].true_fail_rate.is_none());
+    }
+
+    #[test]
+    fn a_label_names_its_run_by_id_or_stem_and_counts_once() {
+        let label = |run: &str, check: u32| Label {
+            run_id: run.into(),
+            check,
+            label: "pass".into(),
+        };
+        let g = grade(0, Some("pass"));
+        let graded = || {
+            [
+                Graded {
+                    run_id: "id-a",
+                    stem: "T_a",
+                    scenario_id: "s",
+                    grade: &g,
+                },
+                Graded {
+                    run_id: "id-b",
+                    stem: "T_b",
+                    scenario_id: "s",
+                    grade: &g,
+                },
+            ]
+        };
+        let labels = vec![
+            label("T_a", 0),
+            label("id-b", 0),
+            label("T_b", 0),
+            label("id-a", 3),
+            label("T_zz", 0),
+        ];
+        let c = calibrate(&labels, graded());
+        assert_eq!(c.checks[0].n, 2, "{:?}", c.checks[0]);
+        assert_eq!(
+            c.unmatched,
+            vec![
+                "run T_b check 0: another label names the same run by its id".to_owned(),
+                "run id-a check 3: the run has no grading of that check".to_owned(),
+                "run T_zz check 0: no run read has that id or trace file stem".to_owned(),
+            ]
+        );
     }
 }

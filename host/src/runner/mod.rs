@@ -79,6 +79,11 @@ pub struct RunConfig {
     pub sequential: Option<Sequential>,
     /// Models the harness calls itself (simulated users, judges), by name.
     pub models: Arc<crate::runtime::models::Models>,
+    /// Every secret of the invocation: [`RunConfig::new`] starts it with the agent's; a
+    /// caller that sets `models` or hooks adds theirs
+    /// ([`crate::runtime::models::redactor`]). Each run's trace, score and artifacts pass
+    /// through it before they are written, published or shown.
+    pub redactor: Arc<crate::secrets::Redactor>,
 }
 
 /// The baseline a sweep with `--until-decided` is compared with as it runs.
@@ -146,7 +151,9 @@ impl Shard {
 impl RunConfig {
     /// Defaults: no hooks, no sinks, system clock, random ids, one job.
     pub fn new(agent: Agent, out_dir: impl Into<PathBuf>) -> Self {
+        let redactor = Arc::new(runtime::redactor(&agent));
         RunConfig {
+            redactor,
             agent,
             agent_view: std::sync::OnceLock::new(),
             out_dir: out_dir.into(),
@@ -310,7 +317,8 @@ pub fn run_sweep_on(
         &mut sweep.stem,
         &sweep.id,
         Box::new(move || clock.now_rfc3339()),
-    )?;
+    )?
+    .with_redactor(cfg.redactor.clone());
     sweep.claim = sweep
         .stem
         .strip_prefix(&wanted)

@@ -237,6 +237,10 @@ impl<'s, 'a> RunRunner<'s, 'a> {
         let mut score = score::score(scenario, &trace);
         score.usage = score::usage(&trace, price.as_ref().map(|p| p as &dyn Fn(&_) -> f64));
         self.judge(&trace, &mut score);
+        // From here on, what the run says is published, handed to hooks and written: every
+        // secret of the invocation is taken out first, whoever echoed it.
+        cfg.redactor.scrub_record(&mut trace);
+        cfg.redactor.scrub_record(&mut score);
         sc.publish(
             &scope,
             events::Event::RunScored {
@@ -346,6 +350,13 @@ impl<'s, 'a> RunRunner<'s, 'a> {
             trace.worker_warnings.extend(out.warnings);
             artifacts.extend(out.artifacts);
         }
+        // What was added since the run was scored (its end, the world's record, the hooks'
+        // warnings) is redacted as the rest was.
+        cfg.redactor.scrub_record(&mut trace);
+        cfg.redactor.scrub_record(&mut score);
+        for a in &mut artifacts {
+            cfg.redactor.scrub_value(&mut a.payload);
+        }
         let mut clash = 1;
         loop {
             match self.write(&stem, &mut trace, &score, &artifacts) {
@@ -389,15 +400,11 @@ impl<'s, 'a> RunRunner<'s, 'a> {
     fn judge(&self, trace: &Trace, score: &mut Score) {
         let (cfg, scenario) = (self.sc.cfg, self.sc.scenario);
         if !scenario.expect.judge.is_empty() {
-            let redactor = crate::runtime::redactor(&cfg.agent);
             let judging = crate::judge::Judging {
                 models: &cfg.models,
-                out_dir: &cfg.out_dir,
-                // A sweep asks for every grading (and stores it for `wt rescore`): which of
-                // two runs with the same transcript graded first would otherwise decide which
-                // one reads the other's grading, and pinned sweeps at `--jobs` N would differ.
-                read_cache: false,
-                redactor: &redactor,
+                // A sweep asks for every grading: each run's gradings are its own.
+                previous: None,
+                redactor: &cfg.redactor,
                 stop: &cfg.stop,
                 ids: Some(&cfg.ids),
             };

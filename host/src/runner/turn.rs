@@ -76,7 +76,15 @@ impl TurnRunner<'_, '_> {
             }
             let index = trace.turns.len() as u32;
             let seed = cfg.ids.number("user", &[&trace.run_id, &index.to_string()]);
-            let said = model.chat("user", &system, &user_view(trace), false, seed, &cfg.stop);
+            let said = model.chat(
+                "user",
+                &system,
+                &user_view(trace),
+                false,
+                seed,
+                &cfg.stop,
+                &cfg.redactor,
+            );
             let mut call = said.call;
             call.turn = Some(index);
             call.after_tool_calls = 0;

@@ -545,17 +545,7 @@ impl<T: ?Sized> Redacting<T> {
     }
 
     fn scrub_models(&self, calls: &mut [ModelCall]) {
-        let r = &self.redactor;
-        for c in calls {
-            r.scrub_value(&mut c.messages);
-            r.scrub_value(&mut c.response);
-            for t in [&mut c.error, &mut c.refusal].into_iter().flatten() {
-                r.scrub_string(t);
-            }
-            for retry in &mut c.retries {
-                r.scrub_string(&mut retry.error);
-            }
-        }
+        calls.iter_mut().for_each(|c| self.redactor.scrub_record(c));
     }
 
     fn scrub_refused(&self, refused: &mut [RefusedCall]) {

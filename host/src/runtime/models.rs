@@ -21,6 +21,7 @@ use super::net::Log;
 use super::openai::Endpoint;
 use super::{Agent, RuntimeError, TurnError};
 use crate::interrupt::Interrupt;
+use crate::secrets::Redactor;
 
 /// A model of the harness, ready to call.
 pub struct HarnessModel {
@@ -102,7 +103,12 @@ impl HarnessModel {
     /// sets one); an `anthropic` model has no such mode and is told in the prompt. `seed`
     /// (a pinned sweep's) is sent to an `openai` model whose settings set none; the Messages
     /// API takes none. Ends within moments of a cut of `stop`, and at the model's
-    /// `turn_timeout_s`.
+    /// `turn_timeout_s`. What it said and its record come back scrubbed by `redactor` (the
+    /// invocation's: this model's secrets, every other model's, the agent's, the hooks').
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one request's parts, each its own"
+    )]
     pub fn chat(
         &self,
         source: &str,
@@ -111,6 +117,7 @@ impl HarnessModel {
         json: bool,
         seed: Option<u64>,
         stop: &Interrupt,
+        redactor: &Redactor,
     ) -> Said {
         let anthropic = matches!(self.agent.settings, Settings::Anthropic(_));
         let mut all = Vec::with_capacity(messages.len() + 1);
@@ -152,8 +159,11 @@ impl HarnessModel {
         let sent = self
             .endpoint
             .call(bytes, deadline, stop, &mut log, &mut call, fill);
+        // Redacted before anything is cut or excerpted, so no cut can split a secret.
+        redactor.scrub_record(&mut call);
         crate::limits::bound_model_call(&mut call);
-        let text = sent.and_then(|resp| {
+        let text = sent.and_then(|mut resp| {
+            redactor.scrub_value(&mut resp);
             let text = if anthropic {
                 resp.get("content")
                     .filter(|c| c.is_array())
@@ -175,10 +185,20 @@ impl HarnessModel {
                 )
             })
         });
-        if let Err(e) = &text {
-            call.error.get_or_insert_with(|| e.message.clone());
-        }
+        let text = match text {
+            Ok(t) => Ok(redactor.scrub(&t).into_owned()),
+            Err(mut e) => {
+                redactor.scrub_string(&mut e.message);
+                call.error.get_or_insert_with(|| e.message.clone());
+                Err(e)
+            }
+        };
         Said { text, call }
+    }
+
+    /// Its secrets: its key, its secret headers' values, any password in its endpoint.
+    pub(crate) fn secrets(&self) -> Redactor {
+        super::redactor(&self.agent)
     }
 
     /// The environment variables its settings read secrets from (to seal).
@@ -218,7 +238,68 @@ fn agent_of(name: &str, table: &toml::Table) -> Result<Agent, RuntimeError> {
         .entry("label")
         .or_insert_with(|| toml::Value::String(name.to_owned()));
     let text = toml::to_string(&table).map_err(|e| bad(e.to_string()))?;
-    Agent::from_toml(&text).map_err(|e| bad(e.message))
+    let agent = Agent::from_toml(&text).map_err(|e| bad(e.message))?;
+    // The settings a model shares with an agent are held to the same ranges, by the same
+    // function.
+    super::validate_agent(&agent).map_err(bad)?;
+    Ok(agent)
+}
+
+/// Where a model's table was written, to point at the line of an error in it.
+struct Origin<'a> {
+    path: &'a Path,
+    text: &'a str,
+}
+
+impl Origin<'_> {
+    /// `error` (about model `name`) prefixed with the file and the line it is about: the line
+    /// of the first field the message names (in backticks) inside the model's tables, else
+    /// the model's own `[models.<name>]` line.
+    fn locate(&self, name: &str, error: RuntimeError) -> RuntimeError {
+        let field = error
+            .0
+            .strip_prefix(&format!("model `{name}`: "))
+            .and_then(|m| m.split('`').nth(1))
+            .map(|f| f.rsplit('.').next().unwrap_or(f).to_owned());
+        let header = format!("models.{name}");
+        let mut in_table = false;
+        let mut table_line = None;
+        let mut field_line = None;
+        for (i, line) in self.text.lines().enumerate() {
+            let t = line.trim();
+            if let Some(h) = t.strip_prefix('[') {
+                let h = h.trim_matches(|c| c == '[' || c == ']').trim();
+                in_table = h == header || h.starts_with(&format!("{header}."));
+                if in_table && table_line.is_none() {
+                    table_line = Some(i + 1);
+                }
+                continue;
+            }
+            let key = t
+                .split('=')
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .trim_matches('"');
+            if in_table && field.as_deref() == Some(key) && t.contains('=') {
+                field_line = Some(i + 1);
+                break;
+            }
+        }
+        match field_line.or(table_line) {
+            Some(line) => RuntimeError(format!("{}:{line}: {}", self.path.display(), error.0)),
+            None => RuntimeError(format!("{}: {}", self.path.display(), error.0)),
+        }
+    }
+}
+
+/// The secrets of every model of `models`.
+pub fn redactor(models: &Models) -> Redactor {
+    let mut r = Redactor::new();
+    for m in models.values() {
+        r.extend(&m.secrets());
+    }
+    r
 }
 
 /// The models `tables` declare, each read and checked (its key variable set, its endpoint
@@ -242,12 +323,40 @@ pub unsafe fn for_pack(
     pack: &crate::pack::Pack,
     file: Option<&Path>,
 ) -> Result<Models, RuntimeError> {
+    let manifest = Path::new(&pack.source).join("pack.toml");
+    // The pack's own text, to say which line of it an error is on (the embedded demo pack
+    // declares no model).
+    let manifest_text = if pack.manifest.models.is_empty() {
+        String::new()
+    } else {
+        crate::limits::read_input_file(&manifest, true).unwrap_or_default()
+    };
+    let from_pack = Origin {
+        path: &manifest,
+        text: &manifest_text,
+    };
     let mut tables = pack.manifest.models.clone();
-    if let Some(file) = file {
-        tables.extend(read_file(file)?);
-    }
+    let mut replaced = ModelTables::new();
+    let file_text;
+    let from_file = match file {
+        Some(file) => {
+            let (text, read) = read_file_text(file)?;
+            file_text = text;
+            replaced = read;
+            Some(Origin {
+                path: file,
+                text: &file_text,
+            })
+        }
+        None => None,
+    };
+    tables.extend(replaced.clone());
+    let origin = |name: &str| match &from_file {
+        Some(o) if replaced.contains_key(name) => o,
+        _ => &from_pack,
+    };
     for (name, t) in &tables {
-        agent_of(name, t)?;
+        agent_of(name, t).map_err(|e| origin(name).locate(name, e))?;
     }
     if let Some(missing) = pack.missing_model(|m| tables.contains_key(m)) {
         return Err(RuntimeError(missing));
@@ -256,7 +365,8 @@ pub unsafe fn for_pack(
         pack.models_named().into_iter().map(|(_, m)| m).collect();
     let mut models = Models::new();
     for name in named {
-        let model = HarnessModel::from_table(name, &tables[name])?;
+        let model = HarnessModel::from_table(name, &tables[name])
+            .map_err(|e| origin(name).locate(name, e))?;
         // SAFETY: passed on to the caller.
         unsafe { crate::secrets::seal_env(model.secret_vars()) };
         models.insert(name.to_owned(), Arc::new(model));
@@ -266,6 +376,11 @@ pub unsafe fn for_pack(
 
 /// Reads a `--models FILE`: `[models.<name>]` tables, as in `pack.toml`; nothing else.
 pub fn read_file(path: &Path) -> Result<ModelTables, RuntimeError> {
+    read_file_text(path).map(|(_, tables)| tables)
+}
+
+/// [`read_file`], with the file's text.
+fn read_file_text(path: &Path) -> Result<(String, ModelTables), RuntimeError> {
     let text = crate::limits::read_input_file(path, true)
         .map_err(|e| RuntimeError(format!("read {}: {e}", path.display())))?;
     #[derive(serde::Deserialize)]
@@ -274,9 +389,21 @@ pub fn read_file(path: &Path) -> Result<ModelTables, RuntimeError> {
         #[serde(default)]
         models: ModelTables,
     }
-    let file: File = toml::from_str(&text)
-        .map_err(|e| RuntimeError(format!("{}: {}", path.display(), e.message().trim_end())))?;
-    Ok(file.models)
+    let file: File = toml::from_str(&text).map_err(|e| {
+        let line = e.span().map(|s| {
+            1 + text.as_bytes()[..s.start.min(text.len())]
+                .iter()
+                .filter(|&&b| b == b'\n')
+                .count()
+        });
+        let at = line.map(|l| format!(":{l}")).unwrap_or_default();
+        RuntimeError(format!(
+            "{}{at}: {}",
+            path.display(),
+            e.message().trim_end()
+        ))
+    })?;
+    Ok((text, file.models))
 }
 
 #[cfg(test)]

@@ -521,7 +521,7 @@ impl Net {
         let text = self
             .exchange(req, payload(req).as_ref(), deadline, None, log, None)
             .map_err(|(e, _)| e)?;
-        parse_json(req, &text)
+        parse_json(req, &text, &self.redactor)
     }
 
     /// Like [`Net::json`], with `body` as the request's JSON body, serialized already
@@ -539,7 +539,7 @@ impl Net {
         let text = self
             .exchange(req, Some(&body), deadline, Some(stop), log, None)
             .map_err(|(e, _)| e)?;
-        parse_json(req, &text)
+        parse_json(req, &text, &self.redactor)
     }
 
     /// One attempt.
@@ -665,7 +665,11 @@ impl Net {
                 status: Some(code),
             });
         }
-        let body = self.redactor.excerpt(text.trim(), ERROR_BODY_EXCERPT);
+        let body = if is_event_stream(&text) {
+            format!("an event stream ({} bytes, not quoted)", text.len())
+        } else {
+            self.redactor.excerpt(text.trim(), ERROR_BODY_EXCERPT)
+        };
         let retryable = code == 429 || status.is_server_error();
         Err(Failure {
             error: TurnError::new(
@@ -773,21 +777,42 @@ fn payload(req: &Request<'_>) -> Option<Bytes> {
 }
 
 /// A reply body as JSON (an empty one is `null`).
-fn parse_json(req: &Request<'_>, text: &str) -> Result<Value, TurnError> {
+fn parse_json(
+    req: &Request<'_>,
+    text: &str,
+    redactor: &crate::secrets::Redactor,
+) -> Result<Value, TurnError> {
     if text.trim().is_empty() {
         return Ok(Value::Null);
     }
     serde_json::from_str(text).map_err(|e| {
+        // An event stream splits what it says across its events: a secret echoed in it may
+        // be in pieces no redactor recognises, so none of it is quoted.
+        let said = if is_event_stream(text) {
+            format!(
+                "an event stream ({} bytes, not quoted) where a JSON body was asked for",
+                text.len()
+            )
+        } else {
+            format!(
+                "malformed JSON in the response ({e}): {:?}",
+                redactor.excerpt(text, 120)
+            )
+        };
         TurnError::new(
             TurnErrorKind::Protocol,
-            format!(
-                "{} {}: malformed JSON in the response ({e}): {}",
-                req.method,
-                req.url,
-                crate::score::excerpt(text)
-            ),
+            format!("{} {}: {said}", req.method, req.url),
         )
     })
+}
+
+/// Does `text` read as server-sent events (its first line a `data:`, `event:`, `id:` or
+/// `retry:` field, or a comment)?
+fn is_event_stream(text: &str) -> bool {
+    let first = text.trim_start().lines().next().unwrap_or_default();
+    ["data:", "event:", "id:", "retry:", ":"]
+        .iter()
+        .any(|f| first.starts_with(f))
 }
 
 /// A request ended because the sweep was cut (`wt` is stopping).

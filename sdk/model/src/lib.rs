@@ -1379,7 +1379,8 @@ pub struct JudgeGrade {
     /// its call failed. The run is ERROR then.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
-    /// How many of the gradings were read from the cache rather than asked for.
+    /// How many of the gradings were read from an earlier grading rather than asked for
+    /// (kept as it was when `wt rescore` reuses a stored grade whole).
     #[serde(default)]
     pub cached: u32,
     /// `sha256:<hex>` of the judge (the model's settings and the rubric): what a calibration
@@ -1388,6 +1389,10 @@ pub struct JudgeGrade {
     /// What the judge was shown was cut to fit its bound; says what.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input_cut: Option<String>,
+    /// `sha256:<hex>` of what the judge read: `wt rescore` reuses these gradings only for the
+    /// same judge and the same material.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub material: String,
     /// The model calls made for this check (none when every grading was cached).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub calls: Vec<ModelCall>,
