@@ -18,6 +18,7 @@ mod isolation;
 mod judging;
 mod loader;
 mod logs;
+mod outputs;
 mod plugins_cli;
 mod process;
 mod reading;
