@@ -575,6 +575,27 @@ impl Contribution {
     }
 }
 
+/// Where a run counts. Every reader that counts runs (`wt report`'s totals, `wt view`'s
+/// header and its verdict filter) sorts them by this one rule, so their counts agree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Bucket {
+    Pass,
+    Fail,
+    /// Not judged pass or fail: an ERROR verdict, or no usable score at all.
+    Error,
+}
+
+impl Bucket {
+    /// The bucket of a run whose score says `verdict` (`None`: no usable score).
+    pub(crate) fn of(verdict: Option<Verdict>) -> Bucket {
+        match verdict {
+            Some(Verdict::Pass) => Bucket::Pass,
+            Some(Verdict::Fail) => Bucket::Fail,
+            Some(_) | None => Bucket::Error,
+        }
+    }
+}
+
 impl Aggregator {
     pub(crate) fn new(scenario_id: &str) -> Self {
         let mut agg = AggregateResult::new(scenario_id);
@@ -606,10 +627,10 @@ impl Aggregator {
             *n = if add { *n + 1 } else { n.saturating_sub(1) };
         };
         step(&mut self.agg.runs);
-        match c.verdict {
-            Some(Verdict::Pass) => step(&mut self.agg.passed),
-            Some(Verdict::Fail) => step(&mut self.agg.failed),
-            Some(_) | None => step(&mut self.agg.errored),
+        match Bucket::of(c.verdict) {
+            Bucket::Pass => step(&mut self.agg.passed),
+            Bucket::Fail => step(&mut self.agg.failed),
+            Bucket::Error => step(&mut self.agg.errored),
         }
         for name in &c.failed_layers {
             step(

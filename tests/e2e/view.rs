@@ -24,11 +24,17 @@ pub(crate) struct View {
 
 impl View {
     pub(crate) fn start(dir: &Path, args: &[&str]) -> View {
+        View::start_with(dir, args, &[])
+    }
+
+    /// Like [`View::start`], with environment variables set.
+    fn start_with(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> View {
         let stderr = dir.join(format!("view-{}.err", args.join("_").replace('/', "_")));
         let mut child = wt(dir)
             .arg("view")
             .args(args)
             .args(["--port", "0"])
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&stderr).unwrap())
             .spawn()
@@ -473,14 +479,56 @@ fn listening_beyond_loopback_says_who_can_read_and_a_bad_host_is_refused() {
         "runs",
         &["--filter", "order-status", "--runs", "1"],
     );
-    let view = View::start(dir.path(), &["runs", "--host", "0.0.0.0"]);
+    let view = View::start(
+        dir.path(),
+        &["runs", "--host", "0.0.0.0", "--allow-host", "Box.Example"],
+    );
     let port = view.url.rsplit(':').next().unwrap().to_owned();
+    // Beyond loopback too, a request must name an address or an allowed name: a page that
+    // rebinds its own name to this machine is refused.
+    let client = reqwest::blocking::Client::new();
+    let with_host = |host: &str| {
+        client
+            .get(format!("http://127.0.0.1:{port}/api/status"))
+            .header("Host", host)
+            .send()
+            .unwrap()
+    };
+    for refused in [
+        "evil.example".to_owned(),
+        format!("evil.example:{port}"),
+        format!("box.example.evil.example:{port}"),
+    ] {
+        let r = with_host(&refused);
+        assert_eq!(r.status(), 421, "{refused}");
+        let text = r.text().unwrap();
+        assert_eq!(text.lines().count(), 1, "one line: {text}");
+        assert!(text.contains("--allow-host"), "{text}");
+    }
+    for allowed in [
+        format!("127.0.0.1:{port}"),
+        format!("localhost:{port}"),
+        format!("box.example:{port}"),
+        "BOX.example".to_owned(),
+        format!("0.0.0.0:{port}"),
+    ] {
+        assert_eq!(with_host(&allowed).status(), 200, "{allowed}");
+    }
     drop(view);
-    let said = std::fs::read_to_string(dir.path().join("view-runs_--host_0.0.0.0.err")).unwrap();
+    let said = std::fs::read_to_string(
+        dir.path()
+            .join("view-runs_--host_0.0.0.0_--allow-host_Box.Example.err"),
+    )
+    .unwrap();
     assert!(
-        said.contains(&format!("warning: wt view listens on 0.0.0.0:{port}, not on a loopback address: anyone who can reach this machine can read these traces")),
+        said.contains(&format!("warning: wt view listens on 0.0.0.0:{port}, not on a loopback address: anyone who can reach it can read every trace, score and artifact under runs; it answers requests addressed to an IP address or to localhost, box.example (add a name with --allow-host NAME)")),
         "{said}"
     );
+    let r = Wt::new(dir.path())
+        .args(["view", "runs", "--allow-host", "a b"])
+        .run();
+    assert_eq!(r.code, 2, "{r}");
+    assert!(r.stderr.contains("--allow-host takes a host name"), "{r}");
     let r = Wt::new(dir.path())
         .args(["view", "runs", "--host", "example.com"])
         .run();
@@ -573,4 +621,383 @@ fn two_sweeps_side_by_side_with_the_comparison_and_turns_aligned() {
     // Without a baseline there is nothing to compare.
     let alone = View::start(dir.path(), &["new"]);
     assert_eq!(alone.get("/compare").status(), 404);
+}
+
+/// The text of the element with `id` in served HTML, tags stripped.
+fn text_of(html: &str, id: &str) -> String {
+    let at = html
+        .find(&format!("id=\"{id}\""))
+        .unwrap_or_else(|| panic!("no #{id}"));
+    let start = at + html[at..].find('>').unwrap() + 1;
+    let mut out = String::new();
+    let mut depth = 0;
+    let mut in_tag = false;
+    let mut chars = html[start..].char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '<' if html[start + i..].starts_with("</") => {
+                if depth == 0 {
+                    break;
+                }
+                depth -= 1;
+                in_tag = true;
+            }
+            '<' => {
+                depth += 1;
+                in_tag = true;
+            }
+            '>' => in_tag = false,
+            c if !in_tag => out.push(c),
+            _ => {}
+        }
+    }
+    out
+}
+
+#[test]
+fn a_trace_rewritten_while_it_is_read_is_shown_unreadable_never_a_server_error() {
+    let dir = tmp();
+    let runs = sweep(
+        dir.path(),
+        "runs",
+        &["--filter", "order-status", "--runs", "2"],
+    );
+    let trace = trace_paths(&runs)[0].clone();
+    let score = trace.with_extension("score.json");
+    let (good, good_score) = (
+        std::fs::read(&trace).unwrap(),
+        std::fs::read(&score).unwrap(),
+    );
+    let t: Value = serde_json::from_slice(&good).unwrap();
+    let id = t["run_id"].as_str().unwrap().to_owned();
+    let view = View::start(dir.path(), &["runs"]);
+
+    // One writer rewrites the trace as fast as it can, in turn atomically (a whole file
+    // renamed over it) and in place (truncated, then written in two halves).
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (stop, trace, good) = (stop.clone(), trace.clone(), good.clone());
+        let staging = dir.path().join("staging.json");
+        std::thread::spawn(move || {
+            use std::io::Write;
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                if n % 2 == 0 {
+                    std::fs::write(&staging, &good).unwrap();
+                    std::fs::rename(&staging, &trace).unwrap();
+                } else {
+                    let mut f = std::fs::File::create(&trace).unwrap();
+                    let half = good.len() / 2;
+                    f.write_all(&good[..half]).unwrap();
+                    f.flush().unwrap();
+                    std::thread::yield_now();
+                    f.write_all(&good[half..]).unwrap();
+                }
+                n += 1;
+            }
+            n
+        })
+    };
+    let client = reqwest::blocking::Client::new();
+    let paths = [
+        format!("/runs/{id}"),
+        format!("/api/runs/{id}"),
+        "/".to_owned(),
+        "/api/runs".to_owned(),
+        "/api/runs?q=order".to_owned(),
+    ];
+    let mut answered = 0;
+    for i in 0..600 {
+        let path = &paths[i % paths.len()];
+        let r = client.get(format!("{}{path}", view.url)).send().unwrap();
+        let status = r.status().as_u16();
+        assert!(
+            status < 500,
+            "{path} answered {status}: {}",
+            r.text().unwrap_or_default()
+        );
+        answered += 1;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let rewrites = writer.join().unwrap();
+    assert!(rewrites > 0 && answered == 600);
+
+    // Whole again, the runs are read once more (a rename changes the directory) until the
+    // reading holds both runs; then the files break in place, which leaves the directory
+    // as it was, so the runs are not read again: the run's page and its JSON say it is
+    // unreadable and why, and the list shows the run marked.
+    let staging = dir.path().join("staging.json");
+    let settled = poll_until(Duration::from_secs(60), || {
+        std::fs::write(&staging, &good).unwrap();
+        std::fs::rename(&staging, &trace).unwrap();
+        std::thread::sleep(Duration::from_millis(1500));
+        let g = view.api("/api/status")["generation"].clone();
+        std::thread::sleep(Duration::from_millis(1500));
+        view.api("/api/status")["generation"] == g && view.api("/api/runs")["total"] == 2
+    });
+    assert!(settled, "the runs are read whole again");
+    std::fs::write(&trace, b"{\"run_id\": \"").unwrap();
+    let page = view.get(&format!("/runs/{id}"));
+    assert_eq!(page.status(), 200);
+    let page = page.text().unwrap();
+    let said = text_of(&page, "unreadable");
+    assert!(
+        said.starts_with("unreadable: ") && said.contains("not a wt trace"),
+        "{said}"
+    );
+    let whole = view.api(&format!("/api/runs/{id}"));
+    assert!(
+        whole["unreadable"]
+            .as_str()
+            .unwrap()
+            .contains("not a wt trace"),
+        "{whole}"
+    );
+    assert_eq!(whole["trace"], Value::Null);
+    std::fs::write(&score, b"").unwrap();
+    let list = view.get("/");
+    assert_eq!(list.status(), 200);
+    assert!(
+        list.text().unwrap().contains("unreadable: "),
+        "the run is listed, marked"
+    );
+    let a = view.api("/api/runs");
+    let marked: Vec<&Value> = a["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["unreadable"].is_string())
+        .collect();
+    assert_eq!(marked.len(), 1, "{a}");
+    assert_eq!(marked[0]["run_id"], Value::Null);
+    assert_eq!(view.get(&format!("/runs/{id}")).status(), 200);
+    // Whole again, the run reads as before.
+    std::fs::write(&trace, &good).unwrap();
+    std::fs::write(&score, &good_score).unwrap();
+    assert_eq!(view.api(&format!("/api/runs/{id}"))["trace"]["run_id"], id);
+}
+
+#[test]
+fn the_header_counts_each_verdict_as_its_filter_and_wt_report_do() {
+    let dir = tmp();
+    let pass = sweep(dir.path(), "pass", &["--runs", "2"]);
+    sweep(
+        dir.path(),
+        "fail",
+        &["--runs", "1", "--agent", "demo-forbidden-tool"],
+    );
+    // One run without its score: unscored, an error as wt report counts it.
+    let unscored = trace_paths(&pass)[0].with_extension("score.json");
+    std::fs::remove_file(&unscored).unwrap();
+    let view = View::start(dir.path(), &["pass", "fail"]);
+    let page = view.get("/").text().unwrap();
+    let totals = text_of(&page, "totals");
+    let count = |word: &str| -> u64 {
+        let before = totals[..totals
+            .find(word)
+            .unwrap_or_else(|| panic!("{word}: {totals}"))]
+            .trim_end()
+            .rsplit([' ', '('])
+            .next()
+            .unwrap()
+            .to_owned();
+        before
+            .parse()
+            .unwrap_or_else(|_| panic!("{word}: {totals}"))
+    };
+    let status = view.api("/api/status");
+    let mut seen = 0;
+    for (bucket, word) in [
+        ("pass", " passed"),
+        ("fail", " failed"),
+        ("error", " error"),
+        ("unscored", " unscored"),
+    ] {
+        let n = count(word);
+        let a = view.api(&format!("/api/runs?verdict={bucket}&limit=1000"));
+        assert_eq!(a["total"], n, "{bucket}: {totals}");
+        assert_eq!(status["counts"][bucket], n, "{bucket}");
+        let served = view
+            .get(&format!("/?verdict={bucket}&limit=1000"))
+            .text()
+            .unwrap();
+        assert_eq!(listed(&served).len() as u64, n, "{bucket}");
+        if bucket != "unscored" {
+            seen += n;
+        }
+    }
+    assert_eq!(count("unscored"), 1, "{totals}");
+    assert!(count("error") >= 1, "{totals}");
+    assert_eq!(seen, count("run(s)"), "each run in one bucket: {totals}");
+    let r = Wt::new(dir.path())
+        .args(["report", "pass", "fail", "--format", "json"])
+        .run();
+    let report: Value = serde_json::from_str(&r.stdout).unwrap_or_else(|e| panic!("{e}: {r}"));
+    for (key, word) in [
+        ("runs", "run(s)"),
+        ("passed", " passed"),
+        ("failed", " failed"),
+        ("errored", " error"),
+    ] {
+        assert_eq!(report["pack"][key], count(word), "{key}: {totals}");
+    }
+}
+
+#[test]
+fn an_unknown_parameter_or_value_is_a_400_naming_it_and_a_long_path_is_echoed_cut() {
+    let dir = tmp();
+    let runs = sweep(
+        dir.path(),
+        "runs",
+        &["--filter", "order-status", "--runs", "1"],
+    );
+    let t = &traces(&runs)[0];
+    let (id, sweep_id) = (
+        t["run_id"].as_str().unwrap(),
+        t["sweep_id"].as_str().unwrap(),
+    );
+    let view = View::start(dir.path(), &["runs"]);
+    for (path, named) in [
+        ("/?order=bogus".to_owned(), "order must be asc or desc, not"),
+        ("/?bogus=1".to_owned(), "unknown parameter"),
+        (
+            "/api/runs?order=bogus".to_owned(),
+            "order must be asc or desc",
+        ),
+        ("/api/runs?bogus=1".to_owned(), "unknown parameter"),
+        ("/?hook_warning=maybe".to_owned(), "hook_warning must be"),
+        ("/?verdict=pass&verdict=fail".to_owned(), "given twice"),
+        (format!("/runs/{id}?bogus=1"), "unknown parameter"),
+        (format!("/api/runs/{id}?bogus=1"), "unknown parameter"),
+        ("/api/status?bogus=1".to_owned(), "unknown parameter"),
+        ("/compare?bogus=1".to_owned(), "unknown parameter"),
+        (
+            "/compare/x?base=first".to_owned(),
+            "base must be a whole number",
+        ),
+        ("/static/view.css?bogus=1".to_owned(), "unknown parameter"),
+    ] {
+        let r = view.get(&path);
+        assert_eq!(r.status(), 400, "{path}");
+        let body = r.text().unwrap();
+        assert!(body.contains(named), "{path}: {body}");
+        assert!(
+            body.contains("bogus") || !path.contains("bogus"),
+            "names it: {path}: {body}"
+        );
+    }
+    // The pages and the API still answer what they know.
+    assert_eq!(view.get("/?order=desc&hook_warning=0").status(), 200);
+    assert_eq!(
+        view.get(&format!("/api/runs/{id}?sweep={sweep_id}"))
+            .status(),
+        200
+    );
+
+    // A long path is repeated cut, and escaped.
+    let long = format!("/<b>{}", "x".repeat(50_000));
+    let r = view.get(&long);
+    assert_eq!(r.status(), 404);
+    let body = r.text().unwrap();
+    assert!(body.len() < 5_000, "{} bytes", body.len());
+    assert!(
+        body.contains("/%3Cb%3Exxx") || body.contains("/&lt;b&gt;xxx"),
+        "{body}"
+    );
+    assert!(!body.contains("<b>"));
+    assert!(
+        body.contains("… [cut: 5000") && body.contains(" characters in all]"),
+        "{body}"
+    );
+}
+
+/// Threads of process `pid`.
+fn threads(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .count()
+}
+
+/// Opens `n` connections to `url`'s port; every other one sends half a request head.
+fn idle_connections(url: &str, n: usize) -> Vec<std::net::TcpStream> {
+    use std::io::Write;
+    let addr = url.trim_start_matches("http://");
+    (0..n)
+        .map(|i| {
+            let mut s = std::net::TcpStream::connect(addr).unwrap();
+            if i % 2 == 1 {
+                s.write_all(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+                    .unwrap();
+            }
+            s
+        })
+        .collect()
+}
+
+/// Whether the server closed `s` (reading comes to its end, or the peer reset it).
+fn closed_by_server(s: &mut std::net::TcpStream) -> bool {
+    use std::io::Read;
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut sink = Vec::new();
+    match s.read_to_end(&mut sink) {
+        Ok(_) => true,
+        Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+    }
+}
+
+#[test]
+fn idle_connections_cost_no_thread_are_closed_after_the_header_timeout_and_a_request_is_answered() {
+    let dir = tmp();
+    sweep(
+        dir.path(),
+        "runs",
+        &["--filter", "order-status", "--runs", "1"],
+    );
+    let view = View::start_with(dir.path(), &["runs"], &[("WT_VIEW_HEADER_TIMEOUT_S", "1")]);
+    let pid = view.child.as_ref().unwrap().id();
+    let before = threads(pid);
+    let mut idle = idle_connections(&view.url, 300);
+    // A request among 300 idle connections is answered (the docs' figure, within a second
+    // under 1,000, is measured in bench notes, not here).
+    let client = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let r = client
+        .get(format!("{}/api/status", view.url))
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let during = threads(pid);
+    assert!(
+        during <= before + 8 && during < 40,
+        "threads stay bounded: {before} before, {during} with 300 connections"
+    );
+    // Each idle connection is closed once its head has not come within the timeout.
+    for (i, s) in idle.iter_mut().enumerate() {
+        assert!(closed_by_server(s), "connection {i} still open");
+    }
+
+    // With the bound lower than the connections open, the rest wait to be accepted; a
+    // request behind them is answered once the idle ones time out.
+    let bounded = View::start_with(
+        dir.path(),
+        &["runs", "--max-connections", "50"],
+        &[("WT_VIEW_HEADER_TIMEOUT_S", "1")],
+    );
+    let pid = bounded.child.as_ref().unwrap().id();
+    let mut idle = idle_connections(&bounded.url, 120);
+    let client = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let r = client
+        .get(format!("{}/api/status", bounded.url))
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(threads(pid) < 40, "{} threads", threads(pid));
+    for (i, s) in idle.iter_mut().enumerate() {
+        assert!(closed_by_server(s), "connection {i} still open");
+    }
 }

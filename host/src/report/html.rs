@@ -94,12 +94,18 @@ const PATH: &AsciiSet = &NON_ALPHANUMERIC
 
 /// Text cut at [`MAX_TEXT`] characters, with a note of the full length.
 fn cut(s: &str) -> String {
-    let n = s.chars().count();
-    if n <= MAX_TEXT {
-        s.to_owned()
-    } else {
-        let head: String = s.chars().take(MAX_TEXT).collect();
-        format!("{head}… [cut: {n} characters in all]")
+    cut_to(s, MAX_TEXT)
+}
+
+/// Text cut at `max` characters, with a note of the full length: every page that shows
+/// text read from a runs directory (this one, `wt view`'s) bounds it so.
+pub(crate) fn cut_to(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        None => s.to_owned(),
+        Some((end, _)) => {
+            let n = max + s[end..].chars().count();
+            format!("{}… [cut: {n} characters in all]", &s[..end])
+        }
     }
 }
 

@@ -6,14 +6,14 @@
 //!   counts every run that matches, not the page.
 //! - `GET /api/runs/<run_id>[?sweep=<sweep_id>]`: the run whole (trace, score, files,
 //!   journal events).
-//! - `GET /api/status`: how many runs, and a number that grows each time the directories
-//!   are read again.
+//! - `GET /api/status`: how many runs, how many in each verdict filter's answer, and a
+//!   number that grows each time the directories are read again.
 
 use serde_json::{Value, json};
 use windtunnel_model::Verdict;
 
-use super::index::{Index, Query};
-use super::state::{Reply, State};
+use super::index::{Index, Query, VerdictWanted};
+use super::state::{Reply, State, params};
 
 /// A verdict as the API and the filters spell it.
 pub(crate) fn verdict_str(v: Option<Verdict>) -> &'static str {
@@ -25,12 +25,18 @@ pub(crate) fn verdict_str(v: Option<Verdict>) -> &'static str {
     }
 }
 
-/// One run of a list.
+/// One run of a list; a run whose files cannot be read now has no `run_id` and says why
+/// in `unreadable`.
 fn summary(index: &Index, row: u32) -> Value {
     let r = &index.rows[row as usize];
     let (run_index, sweep) = index.run_index_and_sweep(row);
+    let (run_id, unreadable) = match index.run_id(row) {
+        Ok(id) => (Some(id), None),
+        Err(why) => (None, Some(why)),
+    };
     json!({
-        "run_id": index.run_id(row),
+        "run_id": run_id,
+        "unreadable": unreadable,
         "scenario": index.scenario(row),
         "run_index": run_index,
         "sweep_id": sweep,
@@ -48,7 +54,7 @@ fn summary(index: &Index, row: u32) -> Value {
     })
 }
 
-fn bad_request(why: &str) -> Reply {
+pub(crate) fn bad_request(why: &str) -> Reply {
     Reply::json(400, &json!({ "error": why }))
 }
 
@@ -72,16 +78,21 @@ pub(crate) fn runs(state: &State, query: &str) -> Reply {
     )
 }
 
-/// The `sweep` parameter of a query string.
-pub(crate) fn sweep_param(query: &str) -> Option<String> {
-    form_urlencoded::parse(query.as_bytes())
-        .find(|(k, _)| k == "sweep")
-        .map(|(_, v)| v.into_owned())
+/// The `sweep` parameter of a run's query string, the one parameter it takes.
+pub(crate) fn sweep_param(query: &str) -> Result<Option<String>, String> {
+    Ok(params(query, &["sweep"])?
+        .into_iter()
+        .next()
+        .map(|(_, v)| v))
 }
 
 pub(crate) fn run(state: &State, run_id: &str, query: &str) -> Reply {
+    let sweep = match sweep_param(query) {
+        Ok(s) => s,
+        Err(why) => return bad_request(&why),
+    };
     let index = state.runs.now();
-    let row = match index.pick(run_id, sweep_param(query).as_deref()) {
+    let row = match index.pick(run_id, sweep.as_deref()) {
         Ok(row) => row,
         Err(rows) if rows.is_empty() => {
             return Reply::json(404, &json!({ "error": format!("no run {run_id}") }));
@@ -115,16 +126,38 @@ pub(crate) fn run(state: &State, run_id: &str, query: &str) -> Reply {
                 }),
             )
         }
-        Err(why) => Reply::json(500, &json!({ "error": why })),
+        // The run is there, its files are not readable now (rewritten as it was read, cut
+        // short, removed): an answer about the run, not a failure of the server.
+        Err(why) => Reply::json(
+            200,
+            &json!({
+                "summary": summary(&index, row),
+                "unreadable": why,
+                "trace": null,
+                "score": null,
+                "score_problem": null,
+                "artifacts": [],
+                "events": index.events(row, run_id),
+            }),
+        ),
     }
 }
 
-pub(crate) fn status(state: &State) -> Reply {
+pub(crate) fn status(state: &State, query: &str) -> Reply {
+    if let Err(why) = params(query, &[]) {
+        return bad_request(&why);
+    }
     let index = state.runs.now();
+    let counts: serde_json::Map<String, Value> = VerdictWanted::ALL
+        .iter()
+        .zip(index.counts)
+        .map(|(w, n)| (w.as_str().to_owned(), json!(n)))
+        .collect();
     Reply::json(
         200,
         &json!({
             "runs": index.rows.len(),
+            "counts": counts,
             "generation": state.runs.generation(),
             "baseline_runs": state.baseline.as_ref().map(|b| b.now().rows.len()),
         }),

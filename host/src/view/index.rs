@@ -12,9 +12,12 @@ use std::sync::{Arc, Mutex};
 
 use windtunnel_model::{Score, Trace, Verdict};
 
+use super::state::params;
+use crate::report::html::cut_to;
 use crate::report::scan::{self, Facts, Listing};
 use crate::report::triage::Rung;
 use crate::report::{LoadedRun, Report, load};
+use crate::score::Bucket;
 
 /// The layers a run is judged on, in the order of [`Score::layers`] (bit `i` of
 /// [`Facts::layers`] is the `i`-th).
@@ -55,7 +58,8 @@ impl Row {
     }
 }
 
-/// The verdict a filter asks for: a score's, or none readable.
+/// The runs a verdict filter asks for: a [`Bucket`] (as `wt report` counts them), or the
+/// runs without a usable score, a part of the error bucket.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum VerdictWanted {
     Pass,
@@ -81,14 +85,13 @@ impl VerdictWanted {
         }
     }
 
-    fn admits(self, v: Option<Verdict>) -> bool {
-        matches!(
-            (self, v),
-            (VerdictWanted::Pass, Some(Verdict::Pass))
-                | (VerdictWanted::Fail, Some(Verdict::Fail))
-                | (VerdictWanted::Unscored, None)
-        ) || (self == VerdictWanted::Error
-            && v.is_some_and(|v| !matches!(v, Verdict::Pass | Verdict::Fail)))
+    pub(crate) fn admits(self, v: Option<Verdict>) -> bool {
+        match self {
+            VerdictWanted::Pass => Bucket::of(v) == Bucket::Pass,
+            VerdictWanted::Fail => Bucket::of(v) == Bucket::Fail,
+            VerdictWanted::Error => Bucket::of(v) == Bucket::Error,
+            VerdictWanted::Unscored => v.is_none(),
+        }
     }
 }
 
@@ -171,12 +174,27 @@ impl Default for Query {
 }
 
 impl Query {
-    /// Reads a query string (`scenario=…&verdict=fail&…`); a value `wt view` does not know is
-    /// an error naming it (the page says so, the API answers 400).
+    /// The parameters a list page and `GET /api/runs` take.
+    pub(crate) const PARAMS: [&'static str; 10] = [
+        "scenario",
+        "verdict",
+        "layer",
+        "rung",
+        "hook_warning",
+        "q",
+        "sort",
+        "order",
+        "offset",
+        "limit",
+    ];
+
+    /// Reads a query string (`scenario=…&verdict=fail&…`); a parameter or a value `wt view`
+    /// does not know is an error naming it (the page says so, the API answers 400).
     pub(crate) fn parse(query: &str) -> Result<Query, String> {
         let mut out = Query::default();
-        for (k, v) in form_urlencoded::parse(query.as_bytes()) {
+        for (k, v) in params(query, &Query::PARAMS)? {
             let v = v.trim();
+            let shown = cut_to(v, 100);
             match &*k {
                 "scenario" if !v.is_empty() => out.scenario = Some(v.to_owned()),
                 "verdict" if !v.is_empty() => {
@@ -185,24 +203,34 @@ impl Query {
                             .into_iter()
                             .find(|w| w.as_str() == v.to_ascii_lowercase())
                             .ok_or_else(|| {
-                                format!("verdict must be pass, fail, error or unscored, not {v:?}")
+                                format!(
+                                    "verdict must be pass, fail, error or unscored, not {shown:?}"
+                                )
                             })?,
                     );
                 }
                 "layer" if !v.is_empty() => {
                     out.layer = Some(LAYERS.iter().position(|l| *l == v).ok_or_else(|| {
                         format!(
-                            "layer must be outcome, trajectory, constraint or integrity, not {v:?}"
+                            "layer must be outcome, trajectory, constraint or integrity, not {shown:?}"
                         )
                     })?);
                 }
                 "rung" if !v.is_empty() => {
                     out.rung =
                         Some(RUNGS.into_iter().find(|r| r.as_str() == v).ok_or_else(|| {
-                            format!("rung must be wiring, harness, steering or model, not {v:?}")
+                            format!(
+                                "rung must be wiring, harness, steering or model, not {shown:?}"
+                            )
                         })?);
                 }
-                "hook_warning" => out.hook_warning = matches!(v, "1" | "true" | "on" | "yes"),
+                "hook_warning" => {
+                    out.hook_warning = match v {
+                        "1" | "true" | "on" | "yes" => true,
+                        "" | "0" | "false" | "off" | "no" => false,
+                        _ => return Err(format!("hook_warning must be 1 or 0, not {shown:?}")),
+                    }
+                }
                 "q" => {
                     if v.chars().count() > MAX_QUERY {
                         return Err(format!("q is longer than {MAX_QUERY} characters"));
@@ -213,18 +241,24 @@ impl Query {
                     out.sort = Column::ALL
                         .into_iter()
                         .find(|c| c.as_str() == v)
-                        .ok_or_else(|| format!("cannot sort by {v:?}"))?;
+                        .ok_or_else(|| format!("cannot sort by {shown:?}"))?;
                 }
-                "order" => out.desc = v == "desc",
+                "order" => {
+                    out.desc = match v {
+                        "" | "asc" => false,
+                        "desc" => true,
+                        _ => return Err(format!("order must be asc or desc, not {shown:?}")),
+                    }
+                }
                 "offset" if !v.is_empty() => {
                     out.offset = v
                         .parse()
-                        .map_err(|_| format!("offset must be a whole number, not {v:?}"))?;
+                        .map_err(|_| format!("offset must be a whole number, not {shown:?}"))?;
                 }
                 "limit" if !v.is_empty() => {
                     let n: usize = v
                         .parse()
-                        .map_err(|_| format!("limit must be a whole number, not {v:?}"))?;
+                        .map_err(|_| format!("limit must be a whole number, not {shown:?}"))?;
                     if n == 0 || n > MAX_LIMIT {
                         return Err(format!("limit must be from 1 to {MAX_LIMIT}, not {n}"));
                     }
@@ -315,6 +349,8 @@ pub(crate) struct Index {
     by_run_id: Vec<(u64, u32)>,
     /// The scenarios, sorted.
     pub scenarios: Vec<String>,
+    /// The rows in each verdict filter's answer, in [`VerdictWanted::ALL`]'s order.
+    pub counts: [usize; 4],
     /// Answers kept, most recent last.
     answers: Mutex<Vec<Kept>>,
 }
@@ -357,11 +393,14 @@ impl Index {
             .collect();
         by_run_id.sort_unstable();
         let scenarios = report.scenarios.iter().map(|s| s.id().to_owned()).collect();
+        let counts =
+            VerdictWanted::ALL.map(|w| rows.iter().filter(|r| w.admits(r.verdict)).count());
         Ok(Index {
             report,
             rows,
             by_run_id,
             scenarios,
+            counts,
             answers: Mutex::new(Vec::new()),
         })
     }
@@ -394,10 +433,16 @@ impl Index {
             .path_at(self.rows[row as usize].listed as usize)
     }
 
-    /// A row's run whole, with its hook artifacts.
+    /// A row's run whole, with its hook artifacts; `Err` says why it cannot be read now.
     pub(crate) fn load(&self, row: u32) -> Result<LoadedRun, String> {
-        self.listing()
+        let run = self
+            .listing()
             .load_at(self.rows[row as usize].listed as usize)
+            .map_err(|why| cut_to(&why, MAX_REASON))?;
+        if scan::hash_run_id(&run.trace.run_id) != self.rows[row as usize].facts.run_id_hash {
+            return Err(unreadable(&run.path, "it now holds another run"));
+        }
+        Ok(run)
     }
 
     /// The directories read.
@@ -547,10 +592,12 @@ impl Index {
     /// The row a page or API call names by run id, and sweep when several share the id: `Err`
     /// with every row of the id when it names none (empty) or several.
     pub(crate) fn pick(&self, run_id: &str, sweep: Option<&str>) -> Result<u32, Vec<u32>> {
+        // A row whose files cannot be read now is kept by its id's hash: its page says it
+        // cannot be read rather than that no such run exists.
         let rows: Vec<u32> = self
             .find(run_id)
             .into_iter()
-            .filter(|&r| self.run_id(r) == run_id)
+            .filter(|&r| !self.run_id(r).is_ok_and(|id| id != run_id))
             .collect();
         let chosen: Vec<u32> = match sweep {
             Some(s) => rows
@@ -600,23 +647,29 @@ impl Index {
         out
     }
 
-    /// A row's run id, read again from its score (small), else its trace.
-    pub(crate) fn run_id(&self, row: u32) -> String {
+    /// A row's run id, read again from its score (small), else its trace; `Err` says why
+    /// neither holds the id the run was read with (a file rewritten, truncated, removed).
+    pub(crate) fn run_id(&self, row: u32) -> Result<String, String> {
         #[derive(serde::Deserialize)]
         struct Id {
             run_id: String,
         }
         let path = self.path(row);
-        let read = |p: &Path, limit: u64| {
-            load::read_bounded(p, limit)
-                .ok()
-                .and_then(|b| load::parse_json::<Id>(&b).ok())
-                .map(|id| id.run_id)
+        let want = self.rows[row as usize].facts.run_id_hash;
+        let read = |p: &Path, limit: u64| -> Result<String, String> {
+            let bytes = load::read_bounded(p, limit).map_err(|why| why.to_string())?;
+            let id = load::parse_json::<Id>(&bytes)
+                .map_err(|e| format!("not a wt trace ({e})"))?
+                .run_id;
+            if scan::hash_run_id(&id) == want {
+                Ok(id)
+            } else {
+                Err("it now holds another run".to_owned())
+            }
         };
         read(&path.with_extension("score.json"), load::MAX_SIDECAR_BYTES)
-            .filter(|id| scan::hash_run_id(id) == self.rows[row as usize].facts.run_id_hash)
-            .or_else(|| read(&path, load::MAX_TRACE_BYTES))
-            .unwrap_or_default()
+            .or_else(|_| read(&path, load::MAX_TRACE_BYTES))
+            .map_err(|why| unreadable(&path, &why))
     }
 
     /// A row's trace and score, read again (without its artifacts).
@@ -632,6 +685,14 @@ impl Index {
             .filter(|s| s.run_id == trace.run_id);
         Ok((trace, score))
     }
+}
+
+/// Longest reason shown for a run that cannot be read, in characters.
+const MAX_REASON: usize = 500;
+
+/// Why the run at `path` cannot be read, bounded.
+fn unreadable(path: &Path, why: &str) -> String {
+    cut_to(&format!("{}: {why}", path.display()), MAX_REASON)
 }
 
 /// Most journal events a run's page shows.
@@ -770,6 +831,16 @@ mod tests {
             ("offset=-1", "offset must be"),
             ("limit=0", "limit must be from 1 to 1000"),
             ("limit=1001", "limit must be from 1 to 1000"),
+            ("order=bogus", "order must be asc or desc, not \"bogus\""),
+            ("hook_warning=maybe", "hook_warning must be 1 or 0"),
+            (
+                "bogus=1",
+                "unknown parameter \"bogus\": this address takes scenario, verdict",
+            ),
+            (
+                "verdict=pass&verdict=fail",
+                "parameter \"verdict\" given twice",
+            ),
         ] {
             let e = Query::parse(query).unwrap_err();
             assert!(e.contains(said), "{query}: {e}");
@@ -796,7 +867,9 @@ mod tests {
         assert!(VerdictWanted::Pass.admits(Some(Verdict::Pass)));
         assert!(!VerdictWanted::Pass.admits(Some(Verdict::Fail)));
         assert!(VerdictWanted::Error.admits(Some(Verdict::Error)));
-        assert!(!VerdictWanted::Error.admits(None));
+        // A run without a score is an error as `wt report` counts it, and unscored too.
+        assert!(VerdictWanted::Error.admits(None));
         assert!(VerdictWanted::Unscored.admits(None));
+        assert!(!VerdictWanted::Unscored.admits(Some(Verdict::Error)));
     }
 }

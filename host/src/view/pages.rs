@@ -11,13 +11,18 @@ use windtunnel_model::{ModelCall, ToolCall, Trace};
 
 use super::api::{sweep_param, verdict_str};
 use super::index::{Column, Index, LAYERS, Query, RUNGS, VerdictWanted};
-use super::state::{Reply, State};
+use super::state::{Reply, State, params};
 use crate::report::LoadedRun;
 use crate::report::compare::{Comparison, Settings};
+use crate::report::html::cut_to;
 use crate::report::stats::Correction;
 
 /// Longest text shown for one field on a run's page, in characters.
 const MAX_TEXT: usize = 20_000;
+/// Longest part of an address a page repeats, in characters.
+const MAX_ECHO: usize = 200;
+/// Most runs without a readable trace the list names.
+const MAX_TRACELESS: usize = 20;
 /// Most runs of a scenario a pair page offers to choose from, per side.
 const MAX_CHOICES: usize = 200;
 
@@ -84,13 +89,7 @@ document.addEventListener('DOMContentLoaded', function () {
 
 /// `s` cut at [`MAX_TEXT`] characters, saying how long it was.
 fn cut(s: &str) -> String {
-    let n = s.chars().count();
-    if n <= MAX_TEXT {
-        s.to_owned()
-    } else {
-        let head: String = s.chars().take(MAX_TEXT).collect();
-        format!("{head}… [cut: {n} characters in all]")
-    }
+    cut_to(s, MAX_TEXT)
 }
 
 fn json_text(v: &Value) -> String {
@@ -147,9 +146,14 @@ pub(crate) fn not_found(path: &str) -> Reply {
         page(
             "wt view: not found",
             html! { h1 { "Not found" } nav { a href="/" { "Runs" } } },
-            html! { section { p { "Nothing is at " code { (path) } "." } } },
+            html! { section { p { "Nothing is at " code { (cut_to(path, MAX_ECHO)) } "." } } },
         ),
     )
+}
+
+/// A query string a page cannot answer: 400, naming what it does not know.
+pub(crate) fn bad_query(state: &State, why: &str) -> Reply {
+    error_page(state, 400, "wt view: a query it cannot read", why)
 }
 
 fn dirs_line(index: &Index) -> String {
@@ -195,12 +199,17 @@ fn select<T: Copy + PartialEq>(
 pub(crate) fn list(state: &State, query: &str) -> Reply {
     let q = match Query::parse(query) {
         Ok(q) => q,
-        Err(why) => return error_page(state, 400, "wt view: a filter it cannot read", &why),
+        Err(why) => return bad_query(state, &why),
     };
     let index = state.runs.now();
     let answer = index.answer(&q);
     let report = &index.report;
-    let (runs, passed, failed, errored) = report.totals();
+    let [passed, failed, errored, unscored] = index.counts;
+    // Runs `wt report` counts as ERROR that have no trace to list: named by a journal but
+    // unreadable, or of a scenario that could not start.
+    let traceless = usize::try_from(report.totals().0)
+        .unwrap_or(usize::MAX)
+        .saturating_sub(index.rows.len());
     let scenarios: Vec<(usize, &str)> = index
         .scenarios
         .iter()
@@ -245,6 +254,19 @@ pub(crate) fn list(state: &State, query: &str) -> Reply {
         @if !report.warnings.is_empty() || !report.gaps.is_empty() {
             section.warn {
                 @for w in report.gaps.iter().chain(&report.warnings).take(20) { p { (w) } }
+            }
+        }
+        @if traceless > 0 {
+            section.warn #traceless {
+                h2 { (traceless) " run(s) without a readable trace (counted as error by wt report, not listed)" }
+                ul {
+                    @for u in report.unread.iter().take(MAX_TRACELESS) {
+                        li { "unreadable: " (u.scenario_id) " of sweep " code { (u.sweep_id) } ": its journal names " code { (u.stem) } ", whose trace cannot be read" }
+                    }
+                    @for e in report.scenario_errors.iter().take(MAX_TRACELESS) {
+                        li { (u64::from(e.runs)) " run(s) of " (e.scenario_id) " (sweep " code { (e.sweep_id) } ") never ran: " (cut(&e.error)) }
+                    }
+                }
             }
         }
         section {
@@ -304,10 +326,16 @@ pub(crate) fn list(state: &State, query: &str) -> Reply {
                     @for &row in &answer.page {
                         @let r = &index.rows[row as usize];
                         @let (run_index, sweep) = index.run_index_and_sweep(row);
-                        @let run_id = index.run_id(row);
+                        @let id = index.run_id(row);
+                        @let run_id = id.as_deref().unwrap_or("");
                         @let verdict = verdict_str(r.verdict);
                         tr.run data-run-id=(run_id) data-verdict=(verdict) {
-                            td { a href=(run_href(&run_id, sweep)) { (index.scenario(row)) " #" (run_index) } }
+                            td {
+                                @match &id {
+                                    Ok(id) => { a href=(run_href(id, sweep)) { (index.scenario(row)) " #" (run_index) } }
+                                    Err(why) => { (index.scenario(row)) " #" (run_index) " " span.unreadable.error { "unreadable: " (why) } }
+                                }
+                            }
                             td { span class=(format!("badge {verdict}")) { (verdict) } }
                             td { (r.failed_layers().collect::<Vec<_>>().join(", ")) }
                             td { (r.facts.rung.map_or("", |r| r.as_str())) }
@@ -329,8 +357,10 @@ pub(crate) fn list(state: &State, query: &str) -> Reply {
     };
     let header = html! {
         h1 { "wt view" }
-        p {
-            (runs) " run(s): " span.pass { (passed) " passed" } ", " span.fail { (failed) " failed" } ", " span.error { (errored) " error" }
+        p #totals {
+            (index.rows.len()) " run(s): " span.pass { (passed) " passed" } ", " span.fail { (failed) " failed" } ", " span.error { (errored) " error" }
+            @if unscored > 0 { " (" (unscored) " unscored)" }
+            @if traceless > 0 { ", and " (traceless) " without a readable trace" }
             " · " (index.scenarios.len()) " scenario(s) · " (dirs_line(&index))
         }
         (nav(state))
@@ -579,8 +609,12 @@ fn artifact_preview(path: &std::path::Path) -> String {
 
 /// `GET /runs/<run_id>`: one run's whole story.
 pub(crate) fn run(state: &State, run_id: &str, query: &str) -> Reply {
+    let sweep = match sweep_param(query) {
+        Ok(s) => s,
+        Err(why) => return bad_query(state, &why),
+    };
     let index = state.runs.now();
-    let row = match index.pick(run_id, sweep_param(query).as_deref()) {
+    let row = match index.pick(run_id, sweep.as_deref()) {
         Ok(row) => row,
         Err(rows) if rows.is_empty() => {
             return error_page(
@@ -612,7 +646,24 @@ pub(crate) fn run(state: &State, run_id: &str, query: &str) -> Reply {
     };
     let run = match index.load(row) {
         Ok(run) => run,
-        Err(why) => return error_page(state, 500, "wt view: the run cannot be read", &why),
+        // The run is listed; its files are not readable now (rewritten as it was read, cut
+        // short, removed). That is what the page is about, not a failure of the server.
+        Err(why) => {
+            let (i, sweep) = index.run_index_and_sweep(row);
+            let title = format!("{} #{i}", index.scenario(row));
+            return Reply::html(
+                200,
+                page(
+                    &format!("wt view: {title} (unreadable)"),
+                    html! {
+                        h1 { (title) " " span.badge.error { "unreadable" } }
+                        p { "run " code { (run_id) } " · sweep " code { (sweep) } }
+                        (nav(state))
+                    },
+                    html! { section.warn #unreadable { p { "unreadable: " (why) } } },
+                ),
+            );
+        }
     };
     let events = index.events(row, run_id);
     let t = &run.trace;
@@ -752,7 +803,10 @@ fn no_baseline(state: &State) -> Reply {
 }
 
 /// `GET /compare`: per scenario, both sides' pass rates and the comparison's verdict.
-pub(crate) fn compare(state: &State) -> Reply {
+pub(crate) fn compare(state: &State, query: &str) -> Reply {
+    if let Err(why) = params(query, &[]) {
+        return bad_query(state, &why);
+    }
     let Some((base, new, c)) = comparison(state) else {
         return no_baseline(state);
     };
@@ -797,14 +851,24 @@ fn rows_of(index: &Index, scenario: &str) -> Vec<u32> {
     index.answer(&q).page
 }
 
-fn param(query: &str, name: &str) -> Option<usize> {
-    form_urlencoded::parse(query.as_bytes())
-        .find(|(k, _)| k == name)
-        .and_then(|(_, v)| v.parse().ok())
+/// The `base` and `new` of a pair page's query (0 when absent).
+fn pair_params(query: &str) -> Result<(usize, usize), String> {
+    let (mut base, mut new) = (0, 0);
+    for (k, v) in params(query, &["base", "new"])? {
+        let n = v
+            .parse()
+            .map_err(|_| format!("{k} must be a whole number, not {:?}", cut_to(&v, MAX_ECHO)))?;
+        if k == "base" { base = n } else { new = n }
+    }
+    Ok((base, new))
 }
 
 /// `GET /compare/<scenario>?base=I&new=J`: one run of each side, turn by turn.
 pub(crate) fn pair(state: &State, scenario: &str, query: &str) -> Reply {
+    let (bi, ni) = match pair_params(query) {
+        Ok(p) => p,
+        Err(why) => return bad_query(state, &why),
+    };
     let Some(base_side) = &state.baseline else {
         return no_baseline(state);
     };
@@ -818,10 +882,6 @@ pub(crate) fn pair(state: &State, scenario: &str, query: &str) -> Reply {
             &format!("Neither side has runs of {scenario}."),
         );
     }
-    let (bi, ni) = (
-        param(query, "base").unwrap_or(0),
-        param(query, "new").unwrap_or(0),
-    );
     let load = |index: &Index, rows: &[u32], i: usize| rows.get(i).map(|&r| index.load(r));
     let (b, n) = (load(&base, &base_rows, bi), load(&new, &new_rows, ni));
     let href = |b: usize, n: usize| {
@@ -863,7 +923,7 @@ pub(crate) fn pair(state: &State, scenario: &str, query: &str) -> Reply {
         html! {
             @match run {
                 Some(Ok(r)) => { p { a href=(run_href(&r.trace.run_id, &r.trace.sweep_id)) { "run " code { (r.trace.run_id) } } } (layers_table(r)) }
-                Some(Err(why)) => { p.warn { (why) } }
+                Some(Err(why)) => { p.warn { "unreadable: " (why) } }
                 None => { p.muted { "No run on this side." } }
             }
         }

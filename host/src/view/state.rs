@@ -78,9 +78,57 @@ impl Side {
 pub(crate) struct State {
     pub runs: Side,
     pub baseline: Option<Side>,
-    /// The `Host` values a request may carry; empty when any is accepted (`--host` not a
-    /// loopback address).
-    pub hosts: Vec<String>,
+    /// The host names (lower case, no port) a request may be addressed to, besides any IP
+    /// address: `localhost` and those `--allow-host` gave.
+    pub names: Vec<String>,
+}
+
+impl State {
+    /// Whether a request whose `Host` (or absolute URI) names `authority` may be answered.
+    /// A page that rebinds a DNS name to this machine sends that name, so a name must be
+    /// one the user allowed; an IP address cannot be rebound (a page whose origin is this
+    /// address is this server's own), so any passes. The port is not asked: a tunnel or a
+    /// forwarded port changes it, never the name.
+    pub(crate) fn addressed_to_us(&self, authority: &str) -> bool {
+        let name = host_name(authority);
+        let literal = name.strip_prefix('[').and_then(|n| n.strip_suffix(']'));
+        literal.unwrap_or(&name).parse::<std::net::IpAddr>().is_ok() || self.names.contains(&name)
+    }
+}
+
+/// The host of a `Host` value, lower case, without its port or a trailing dot.
+pub(crate) fn host_name(authority: &str) -> String {
+    let a = authority.trim();
+    let host = match a.find(']') {
+        Some(end) if a.starts_with('[') => &a[..=end],
+        _ => a.rsplit_once(':').map_or(a, |(h, _)| h),
+    };
+    host.trim_end_matches('.').to_ascii_lowercase()
+}
+
+/// The parameters of a query string, each checked against the ones the endpoint knows:
+/// one it does not know, or one given twice, is an error naming it (a mistyped filter
+/// must not be answered as if it were absent).
+pub(crate) fn params(query: &str, known: &[&str]) -> Result<Vec<(String, String)>, String> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for (k, v) in form_urlencoded::parse(query.as_bytes()) {
+        if !known.contains(&&*k) {
+            let k = crate::report::html::cut_to(&k, 100);
+            return Err(if known.is_empty() {
+                format!("unknown parameter {k:?}: this address takes none")
+            } else {
+                format!(
+                    "unknown parameter {k:?}: this address takes {}",
+                    known.join(", ")
+                )
+            });
+        }
+        if out.iter().any(|(seen, _)| *seen == k) {
+            return Err(format!("parameter {k:?} given twice"));
+        }
+        out.push((k.into_owned(), v.into_owned()));
+    }
+    Ok(out)
 }
 
 /// A response: status, content type, body.
@@ -129,4 +177,60 @@ pub(crate) fn escape_bidi_json(text: &str) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(names: &[&str]) -> State {
+        State {
+            runs: Side::read(Vec::new()).unwrap(),
+            baseline: None,
+            names: names.iter().map(|n| (*n).to_owned()).collect(),
+        }
+    }
+
+    #[test]
+    fn a_request_must_name_an_address_or_an_allowed_name() {
+        let s = state(&["localhost", "box.lan"]);
+        for ok in [
+            "127.0.0.1:8700",
+            "localhost:8700",
+            "LOCALHOST.",
+            "[::1]:8700",
+            "10.1.2.3",
+            "box.lan:9000",
+        ] {
+            assert!(s.addressed_to_us(ok), "{ok}");
+        }
+        for refused in [
+            "evil.example",
+            "evil.example:8700",
+            "box.lan.evil",
+            "",
+            "[::1",
+        ] {
+            assert!(!s.addressed_to_us(refused), "{refused}");
+        }
+    }
+
+    #[test]
+    fn a_parameter_it_does_not_know_or_given_twice_is_named() {
+        assert_eq!(
+            params("a=1&b=2", &["a", "b"]).unwrap(),
+            vec![("a".into(), "1".into()), ("b".into(), "2".into())]
+        );
+        let e = params("a=1&bogus=2", &["a"]).unwrap_err();
+        assert_eq!(e, "unknown parameter \"bogus\": this address takes a");
+        let e = params("x", &[]).unwrap_err();
+        assert!(e.contains("takes none"), "{e}");
+        assert!(
+            params("a=1&a=2", &["a"])
+                .unwrap_err()
+                .contains("given twice")
+        );
+        let long = params(&"k".repeat(5000), &[]).unwrap_err();
+        assert!(long.len() < 300, "the name is cut: {}", long.len());
+    }
 }
