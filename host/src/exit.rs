@@ -46,6 +46,27 @@ pub(crate) fn record(code: u8) {
     }
 }
 
+/// Where a supervised sweep names the in-process plugin hooks it runs, beside its completion
+/// record: the supervisor names them when the process ends some other way than `wt`'s own.
+pub(crate) fn suspects_path(record: &std::path::Path) -> std::path::PathBuf {
+    let mut name = record.as_os_str().to_owned();
+    name.push(".hooks");
+    name.into()
+}
+
+/// In a supervised sweep, names `hooks` (comma-separated) for the supervisor.
+pub(crate) fn record_suspects(hooks: &str) {
+    let Some(path) = std::env::var_os(RECORD_ENV) else {
+        return;
+    };
+    if hooks.is_empty() {
+        return;
+    }
+    if let Err(e) = std::fs::write(suspects_path(path.as_ref()), hooks) {
+        tracing::warn!("cannot name the sweep's hooks for its supervisor: {e}");
+    }
+}
+
 /// An error that carries the exit code it should end the process with.
 #[derive(Debug, thiserror::Error)]
 #[error("{message}")]

@@ -167,7 +167,9 @@ impl SweepGuard {
     /// may end the process behind `wt`'s back.
     pub(crate) fn enter(suspects: &[&str]) -> SweepGuard {
         static REGISTER: std::sync::Once = std::sync::Once::new();
-        let _ = SUSPECTS.set(suspects.join(", "));
+        if SUSPECTS.set(suspects.join(", ")).is_ok() {
+            crate::exit::record_suspects(SUSPECTS.get().map_or("", String::as_str));
+        }
         REGISTER.call_once(|| {
             // SAFETY: `on_exit` is an `extern "C" fn()` that lives for the whole process.
             let rc = unsafe { libc::atexit(on_exit) };
@@ -194,17 +196,44 @@ impl Drop for SweepGuard {
 /// as aborted, never with a green record written behind it.
 pub(crate) fn sweep_recorded(code: u8) {
     let _ending = ENDING.lock().unwrap_or_else(|e| e.into_inner());
+    if exiting() {
+        // A stop at once (or an exit in the middle of the sweep) is ending the process and
+        // decides its code; what the sweep decided meanwhile came of that clean-up (a file it
+        // could no longer write), and must not replace it.
+        drop(_ending);
+        wait_for_exit();
+    }
     crate::exit::record(code);
+    let _ = RECORDED.set((code, this_thread()));
     SWEEP_ACTIVE.store(false, Ordering::SeqCst);
+}
+
+/// The sweep's recorded code, and the thread that recorded it (the one whose return from
+/// `main` ends the process).
+static RECORDED: OnceLock<(u8, libc::pid_t)> = OnceLock::new();
+
+fn this_thread() -> libc::pid_t {
+    // SAFETY: gettid takes nothing and cannot fail.
+    unsafe { libc::gettid() }
+}
+
+/// Parks the calling thread for good: the process is being ended by another thread.
+pub(crate) fn wait_for_exit() -> ! {
+    loop {
+        std::thread::park();
+    }
 }
 
 extern "C" fn on_exit() {
     if !SWEEP_ACTIVE.load(Ordering::SeqCst) {
+        after_record();
         return;
     }
     // The main thread may be recording the result right now: wait for it, then look again.
     let _ending = ENDING.lock().unwrap_or_else(|e| e.into_inner());
     if !SWEEP_ACTIVE.load(Ordering::SeqCst) {
+        drop(_ending);
+        after_record();
         return;
     }
     EXITING.store(true, Ordering::SeqCst);
@@ -223,15 +252,45 @@ extern "C" fn on_exit() {
     }
 }
 
+/// An exit after the sweep recorded its result, on a thread other than the one that
+/// recorded it: not `wt`'s return from `main` but code a hook left running (or the agent
+/// runtime's). The result stands; the person is told what ended the process.
+fn after_record() {
+    let Some(&(code, recorder)) = RECORDED.get() else {
+        return;
+    };
+    if this_thread() == recorder {
+        return;
+    }
+    let by = match SUSPECTS.get().filter(|s| !s.is_empty()) {
+        Some(hooks) => format!("by in-process hook {hooks}'s code, or the agent runtime's"),
+        None => "by the agent runtime's code".to_owned(),
+    };
+    let line = format!(
+        "warning: the sweep's process was ended {by} (an exit from a thread of its own) after the sweep recorded its result; the result (exit {code}) stands\n"
+    );
+    // SAFETY: as in `on_exit`; `_exit` with the recorded code keeps the status from being
+    // the one the stray exit asked for.
+    unsafe {
+        libc::write(2, line.as_ptr().cast(), line.len());
+        libc::_exit(i32::from(code));
+    }
+}
+
 /// Stops at once (a second signal): removes temporary files and exits 130 without running
 /// exit handlers.
 pub(crate) fn exit_now() -> ! {
+    // Before the clean-up: what it removes (temporary files, agent processes) makes the
+    // sweep's own threads fail, and a failure they record must never replace this stop's
+    // code. `sweep_recorded` sees the flag under the lock held from here to `_exit`.
+    EXITING.store(true, Ordering::SeqCst);
+    let ending = ENDING.lock().unwrap_or_else(|e| e.into_inner());
     // Temporary files, and agent processes, which live in process groups of their own and
     // would outlive `wt`.
-    EXITING.store(true, Ordering::SeqCst);
     run_at_stop();
     // A stop at once is `wt`'s own decision: the supervising `wt` exits 130 with it.
     crate::exit::record(crate::exit::INTERRUPTED);
+    std::mem::forget(ending);
     // SAFETY: `_exit` ends the process; nothing is left to run.
     unsafe { libc::_exit(i32::from(crate::exit::INTERRUPTED)) }
 }

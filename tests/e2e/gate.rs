@@ -414,55 +414,78 @@ fn until_decided_stops_clear_scenarios_early_and_journals_each_look() {
 }
 
 #[test]
-fn until_decided_at_many_jobs_gives_each_scenario_its_own_lane_before_doubling_up() {
-    // Twelve copies of a demo scenario the demo agent always passes: against a baseline of
-    // its own, each is decided `not regressed` after 16 runs at --jobs 1. At --jobs 4, a
-    // second lane on a scenario starts runs its decision may not need; a lane of its own
-    // wastes none, so only the last scenarios, when lanes double up, make a few more.
+fn until_decided_at_many_jobs_starts_no_run_its_decision_cannot_use() {
+    // Copies of a demo scenario the demo agent always passes: against a baseline of its own,
+    // each is decided `not regressed` after 16 runs at --jobs 1. At more lanes than
+    // scenarios a scenario gets several lanes, but never more runs in flight than its next
+    // decision could need: no run is left in flight when it is decided, so every --jobs
+    // makes exactly the runs --jobs 1 makes.
     let dir = tmp();
-    let pack = dir.path().join("copies");
-    std::fs::create_dir_all(pack.join("scenarios")).unwrap();
-    std::fs::write(pack.join("pack.toml"), "name = \"copies\"\n").unwrap();
-    let original =
-        std::fs::read_to_string(workspace().join("host/packs/demo/scenarios/order-status.toml"))
-            .unwrap();
-    for k in 0..12 {
-        std::fs::write(
-            pack.join("scenarios").join(format!("s{k:02}.toml")),
-            original.replace("id = \"order-status\"", &format!("id = \"s{k:02}\"")),
+    let copies = |name: &str, n: usize| {
+        let pack = dir.path().join(name);
+        std::fs::create_dir_all(pack.join("scenarios")).unwrap();
+        std::fs::write(pack.join("pack.toml"), format!("name = \"{name}\"\n")).unwrap();
+        let original = std::fs::read_to_string(
+            workspace().join("host/packs/demo/scenarios/order-status.toml"),
         )
         .unwrap();
-    }
-    let sweep = |out: &str, extra: &[&str]| {
-        let r = Wt::new(dir.path())
-            .args(["run", "--seed", "2", "--out", out, "--pack"])
-            .arg(&pack)
-            .args(extra)
-            .run();
-        assert_eq!(r.code, 0, "{r}");
-        r
+        for k in 0..n {
+            std::fs::write(
+                pack.join("scenarios").join(format!("s{k:02}.toml")),
+                original.replace("id = \"order-status\"", &format!("id = \"s{k:02}\"")),
+            )
+            .unwrap();
+        }
+        pack
     };
-    sweep("base", &["--runs", "20"]);
-    let decided = ["--baseline", "base", "--until-decided", "--max-runs", "20"];
-    sweep("one", &[&decided[..], &["--jobs", "1"]].concat());
-    let one = trace_paths(&dir.path().join("one")).len();
-    assert_eq!(
-        one,
-        12 * 16,
-        "at --jobs 1 each scenario is decided after 16 runs"
-    );
-    let r = sweep("four", &[&decided[..], &["--jobs", "4"]].concat());
-    let four = trace_paths(&dir.path().join("four")).len();
-    // At most the last four scenarios share lanes, each with at most three runs in flight
-    // when it is decided.
-    assert!(
-        four <= one + 4 * 3,
-        "{four} runs made at --jobs 4, {one} at --jobs 1"
-    );
-    // The summary counts the runs made, those in flight at the decision included.
-    assert!(
-        r.stderr
-            .contains(&format!("{four} of 240 planned runs made")),
-        "{r}"
-    );
+    for (pack, scenarios, jobs) in [(copies("few", 2), 2, "8"), (copies("many", 12), 12, "4")] {
+        let sweep = |out: &str, extra: &[&str]| {
+            let r = Wt::new(dir.path())
+                .args(["run", "--seed", "2", "--out", out, "--pack"])
+                .arg(&pack)
+                .args(extra)
+                .run();
+            assert_eq!(r.code, 0, "{r}");
+            r
+        };
+        let tag = |s: &str| format!("{s}-{scenarios}");
+        sweep(&tag("base"), &["--runs", "20"]);
+        let base = tag("base");
+        let decided = ["--baseline", &base, "--until-decided", "--max-runs", "20"];
+        sweep(&tag("one"), &[&decided[..], &["--jobs", "1"]].concat());
+        let one = trace_paths(&dir.path().join(tag("one"))).len();
+        assert_eq!(
+            one,
+            scenarios * 16,
+            "at --jobs 1 each scenario is decided after 16 runs"
+        );
+        let r = sweep(&tag("many"), &[&decided[..], &["--jobs", jobs]].concat());
+        let many = trace_paths(&dir.path().join(tag("many"))).len();
+        assert_eq!(
+            many, one,
+            "{many} runs made at --jobs {jobs}, {one} at --jobs 1: {r}"
+        );
+        assert!(
+            !r.stderr.contains("in flight when"),
+            "a run was in flight at a decision: {r}"
+        );
+        assert!(
+            r.stderr
+                .contains(&format!("{many} of {} planned runs made", scenarios * 20)),
+            "{r}"
+        );
+        // Each run is looked at once, and the last look of each scenario decides it.
+        let j = journal(&dir.path().join(tag("many")));
+        let looks = events(&j, "Look");
+        assert_eq!(looks.len(), many, "{looks:?}");
+        for k in 0..scenarios {
+            let id = format!("s{k:02}");
+            let last = looks
+                .iter()
+                .rfind(|l| l["scenario_id"] == id.as_str())
+                .unwrap();
+            assert_eq!(last["decision"], "not_regressed", "{last}");
+            assert_eq!(last["runs"], 16, "{last}");
+        }
+    }
 }

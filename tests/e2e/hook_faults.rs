@@ -104,13 +104,68 @@ fn a_thread_a_hook_leaves_behind_that_exits_0_ends_the_sweep_as_aborted_naming_t
         if point == "on_pack_end" && r.code == 0 {
             // After the last point the exit races the recording of the result, and either
             // may come first. An exit that comes second leaves the recorded result
-            // standing: a whole, green sweep, and nothing said about an exit.
+            // standing: a whole, green sweep, and at most a line saying what ended it.
             assert!(named.is_empty(), "{point}: {r}");
             assert!(r.stderr.contains("9/9 runs passed"), "{point}: {r}");
+            let after = r
+                .stderr
+                .lines()
+                .filter(|l| l.contains("after the sweep recorded its result"))
+                .collect::<Vec<_>>();
+            assert!(after.len() <= 1, "{point}: {r}");
+            assert!(after.iter().all(|l| l.contains("exiter")), "{point}: {r}");
             continue;
         }
         assert_eq!(r.code, 4, "{point}: {r}");
         assert_eq!(named.len(), 1, "{point}: {r}");
+    }
+}
+
+#[test]
+fn a_thread_a_hook_leaves_behind_that_ends_the_process_after_the_result_is_named_and_the_result_stands()
+ {
+    // The hook's thread waits until `wt` is exiting with its recorded result, then calls
+    // exit(0) (the exit handlers run on that thread: the sweep's own exit guard sees it is
+    // not `wt`'s thread) or _exit(0) (no handler runs: the supervisor sees a status that is
+    // not the recorded code). Either way the sweep's result stands and one line names the
+    // hook.
+    let dir = tmp();
+    let plugins = plugin_dir(dir.path(), &["wt_test_hostile"]);
+    for (agent, code, how) in [
+        ("demo", 0, "exit"),
+        ("demo-forbidden-tool", 1, "exit"),
+        ("demo-forbidden-tool", 1, "_exit"),
+    ] {
+        let out = format!("runs-{agent}-{how}");
+        let r = Wt::new(dir.path())
+            .args(["run", "--agent", agent, "--filter", "refund"])
+            .args(["--runs", "2", "--jobs", "1", "--out", &out])
+            .args(["--hook", "exiter", "--plugin-dir"])
+            .arg(&plugins)
+            .env("WT_EXITER_POINT", "on_pack_end")
+            .env("WT_EXITER_THREAD", "late")
+            .env("WT_EXITER_HOW", how)
+            .env("WT_EXITER_CODE", "0")
+            .run();
+        assert_eq!(r.code, code, "{agent} {how}: {r}");
+        assert!(
+            r.stderr.contains("runs passed"),
+            "{agent} {how}: no summary: {r}"
+        );
+        let named: Vec<_> = r
+            .stderr
+            .lines()
+            .filter(|l| l.contains("after the sweep recorded its result"))
+            .collect();
+        assert_eq!(named.len(), 1, "{agent} {how}: {r}");
+        assert!(
+            named[0].contains("in-process hook exiter")
+                && named[0].contains(&format!("the result (exit {code}) stands")),
+            "{agent} {how}: {}",
+            named[0]
+        );
+        assert!(!r.stderr.contains("did not complete"), "{agent} {how}: {r}");
+        only_whole_files(&dir.path().join(&out));
     }
 }
 

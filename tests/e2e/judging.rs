@@ -538,6 +538,58 @@ fn a_majority_of_split_votes_decides_and_a_hung_or_missing_judge_is_an_error_in_
 }
 
 #[test]
+fn a_sweep_cut_while_the_simulated_user_is_writing_ends_its_conversation_as_run_ended() {
+    let dir = tmp();
+    // The user model never answers in time; the agent would.
+    let server = TestServer::start(|seen| {
+        let body: Value = serde_json::from_str(&seen.body).unwrap_or_default();
+        if body["model"] == "slow-user" {
+            std::thread::sleep(Duration::from_secs(30));
+        }
+        (200, completion("Your order has shipped."))
+    });
+    let pack = small_pack(
+        dir.path(),
+        &format!(
+            "name = \"cut\"\n[models.slow]\nprovider = \"openai\"\nendpoint = \"{}/v1\"\nmodel = \"slow-user\"\nturn_timeout_s = 600.0\n",
+            server.base
+        ),
+        &[(
+            "talk",
+            "id = \"talk\"\n[user]\nmodel = \"slow\"\ninstruction = \"Ask where your order is.\"\n",
+        )],
+    );
+    let agent = agent(dir.path(), &server.base);
+    let wt = Wt::new(dir.path())
+        .args(["run", "--jobs", "1", "--out", "runs"])
+        .pack(&pack)
+        .agent(&agent)
+        .env("WT_GRACE_S", "0")
+        .start();
+    crate::harness::wait_for(
+        "the simulated user's model call",
+        crate::harness::PATIENCE,
+        || {
+            server
+                .seen()
+                .iter()
+                .any(|r| r.body.contains("\"slow-user\""))
+        },
+    );
+    wt.signal("TERM");
+    let r = wt.finish();
+    assert_eq!(r.code, 130, "{r}");
+    let t = &traces(&dir.path().join("runs"))[0];
+    // docs/judging.md: a cut sweep ends the conversation as `run_ended`, never `error`
+    // (the harness's model did not fail; wt stopped waiting for it).
+    assert_eq!(t["user"]["ended_by"], "run_ended", "{}", t["user"]);
+    assert_eq!(t["user"]["user_gave_up"], false, "{}", t["user"]);
+    let error = t["error"].as_str().unwrap_or_default();
+    assert!(error.starts_with("interrupted"), "{error}");
+    assert_eq!(scores(&dir.path().join("runs"))[0]["verdict"], "ERROR");
+}
+
+#[test]
 fn pinned_sweeps_with_simulated_users_and_judges_are_byte_identical_at_any_jobs() {
     let dir = tmp();
     // One mock for all three sides, deterministic: the user opens, then stops once answered;

@@ -187,3 +187,76 @@ fn a_journal_whose_only_line_is_too_long_is_named_in_a_warning() {
         "{r}"
     );
 }
+
+#[test]
+fn a_trace_or_score_newer_than_this_wt_is_named_and_never_passes_the_gate() {
+    let dir = tmp();
+    let r = Wt::new(dir.path())
+        .args(["run", "--seed", "3", "--out", "runs"])
+        .run();
+    assert_eq!(r.code, 0, "{r}");
+    let runs = dir.path().join("runs");
+    let first = trace_paths(&runs)[0].clone();
+    let trace: Value = serde_json::from_slice(&std::fs::read(&first).unwrap()).unwrap();
+    let score: Value =
+        serde_json::from_slice(&std::fs::read(first.with_extension("score.json")).unwrap())
+            .unwrap();
+    // A copy of a run as a later wt would write it (another run id, schema_version 99), and
+    // one whose trace this wt reads but whose score is of that later schema.
+    let plant = |stem: &str, run_id: &str, trace_version: u32, score_version: u32| {
+        let mut t = trace.clone();
+        t["run_id"] = run_id.into();
+        t["schema_version"] = trace_version.into();
+        let mut s = score.clone();
+        s["run_id"] = run_id.into();
+        s["schema_version"] = score_version.into();
+        std::fs::write(runs.join(format!("{stem}.score.json")), s.to_string()).unwrap();
+        std::fs::write(runs.join(format!("{stem}.json")), t.to_string()).unwrap();
+    };
+    plant(
+        "20991231T000000Z_ffffffff",
+        "ffffffff-0000-4000-8000-000000000099",
+        99,
+        1,
+    );
+    plant(
+        "20991231T000000Z_eeeeeeee",
+        "eeeeeeee-0000-4000-8000-000000000099",
+        1,
+        99,
+    );
+    let g = Wt::new(dir.path())
+        .args(["report", "runs", "--gate", "--format", "json"])
+        .run();
+    assert_eq!(g.code, 3, "{g}");
+    let named: Vec<&str> = g
+        .stderr
+        .lines()
+        .filter(|l| l.contains("20991231T000000Z_ffffffff.json"))
+        .collect();
+    assert_eq!(named.len(), 1, "{g}");
+    assert!(
+        named[0].contains("schema_version 99") && named[0].contains("newer than this wt reads"),
+        "{}",
+        named[0]
+    );
+    let json: Value = serde_json::from_str(&g.stdout).unwrap();
+    // The newer trace is not a run; the run with a newer score is one, and not judged.
+    assert_eq!(json["pack"]["runs"], 7, "{json}");
+    assert_eq!(json["pack"]["errored"], 1, "{json}");
+    assert!(
+        g.stderr
+            .lines()
+            .any(|l| l.contains("20991231T000000Z_eeeeeeee.score.json")
+                && l.contains("schema_version 99")),
+        "{g}"
+    );
+    // Every reader goes through the same rule: compare's gate and triage neither.
+    let c = Wt::new(dir.path())
+        .args(["compare", "runs", "runs", "--gate"])
+        .run();
+    assert_ne!(c.code, 0, "{c}");
+    assert!(c.stderr.contains("20991231T000000Z_ffffffff.json"), "{c}");
+    let t = Wt::new(dir.path()).args(["triage", "runs", "--json"]).run();
+    assert!(!t.stdout.contains("ffffffff-0000"), "{t}");
+}

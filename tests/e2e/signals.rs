@@ -116,6 +116,30 @@ fn a_second_signal_stops_at_once_leaving_only_whole_files() {
     assert!(sent.elapsed() < Duration::from_secs(5));
     assert!(r.stderr.contains("stopping now"), "{r}");
     only_whole_files(&out);
+    // No run was written, but the journal says a sweep started and never ended: an
+    // incomplete sweep, which the gate holds as 3 and says so — never "no runs found".
+    assert!(trace_paths(&out).is_empty(), "{:?}", files(&out).keys());
+    let g = Wt::new(dir.path())
+        .args(["report", "--gate"])
+        .arg(&out)
+        .run();
+    assert_eq!(g.code, 3, "{g}");
+    assert!(
+        g.stderr
+            .lines()
+            .any(|l| l.starts_with("incomplete: ") && l.contains("wrote no run")),
+        "{g}"
+    );
+    // A directory with nothing of wt's in it stays a usage error.
+    let foreign = dir.path().join("foreign");
+    std::fs::create_dir(&foreign).unwrap();
+    std::fs::write(foreign.join("notes.json"), "{}").unwrap();
+    let g = Wt::new(dir.path())
+        .args(["report", "--gate"])
+        .arg(&foreign)
+        .run();
+    assert_eq!(g.code, 2, "{g}");
+    assert!(g.stderr.contains("no runs found"), "{g}");
 }
 
 #[test]

@@ -132,6 +132,9 @@ pub fn main() -> ExitCode {
     };
     let code = match result {
         Ok(code) => code,
+        // A stop at once ends the process with its own code; a failure it caused (a file
+        // its clean-up removed) is not the sweep's to report.
+        Err(_) if sweep && crate::interrupt::exiting() => crate::interrupt::wait_for_exit(),
         Err(err) => {
             term::err_line(&format!("error: {}", one_line(&err)));
             exit::code_for(&err)

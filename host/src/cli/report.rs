@@ -122,10 +122,22 @@ pub(crate) fn tell_report_but_gaps(report: Report, dirs: &[PathBuf]) -> anyhow::
 }
 
 /// Prints what the reading side found beside the runs on stderr; no runs at all (and no
-/// scenario that could not run) is a usage error.
+/// scenario that could not run, and no sweep that started and wrote none) is a usage error.
 fn tell(report: &Report, dirs: &[PathBuf], incomplete: bool) -> anyhow::Result<()> {
+    let runs: u64 = report.pack.runs;
+    // A journal saying a sweep started and did not end, with no run written: an incomplete
+    // sweep (the gate's 3), not a directory without runs; said once, below.
+    let unfinished: Vec<&report::load::Sweep> = report
+        .sweeps
+        .iter()
+        .filter(|s| s.status.is_partial() && s.runs == 0)
+        .collect();
     let said_apart: Vec<String> = if incomplete {
-        Vec::new()
+        unfinished
+            .iter()
+            .filter(|_| runs == 0)
+            .filter_map(|s| s.partial_reason())
+            .collect()
     } else {
         report
             .partial_sweeps()
@@ -137,6 +149,17 @@ fn tell(report: &Report, dirs: &[PathBuf], incomplete: bool) -> anyhow::Result<(
     }
     for g in report.gaps.iter().filter(|_| incomplete) {
         crate::term::err_line(&format!("incomplete: {g}"));
+    }
+    for s in unfinished.iter().filter(|_| incomplete && runs == 0) {
+        crate::term::err_line(&format!(
+            "incomplete: sweep {} started but wrote no run before it stopped ({} says it {}); nothing of it can be judged",
+            s.sweep_id,
+            s.journals.join(", "),
+            match s.status {
+                report::load::SweepStatus::Interrupted => "was interrupted",
+                _ => "never ended",
+            }
+        ));
     }
     for u in &report.unread {
         crate::term::err_line(&format!(
@@ -150,8 +173,11 @@ fn tell(report: &Report, dirs: &[PathBuf], incomplete: bool) -> anyhow::Result<(
             report.duplicates
         ));
     }
-    let runs: u64 = report.pack.runs;
-    if runs == 0 && report.scenario_errors.is_empty() && report.unread.is_empty() {
+    if runs == 0
+        && report.scenario_errors.is_empty()
+        && report.unread.is_empty()
+        && unfinished.is_empty()
+    {
         let shown: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
         return Err(CodedError::usage(format!("no runs found in {}", shown.join(", "))).into());
     }

@@ -137,13 +137,34 @@ pub(crate) fn supervise() -> u8 {
     if let Ok(w) = watchdog {
         w.finish();
     }
+    let sent = forwarded.load(std::sync::atomic::Ordering::SeqCst);
+    let hooks = std::fs::read_to_string(exit::suspects_path(&record))
+        .ok()
+        .filter(|h| !h.trim().is_empty());
+    let by = || match &hooks {
+        Some(h) => format!("in-process hook {}, or the agent runtime", h.trim()),
+        None => "the agent runtime".to_owned(),
+    };
     if let Some(code) = read_record(&record) {
+        // `wt` ends the process with the code it recorded; any other end came from code
+        // left running after the record (a hook's thread that calls `exit`, `_exit` or
+        // crashes). A stop at once after the record rewrites it to 130 instead.
+        let stopped_at_once = code == exit::INTERRUPTED && sent != 0;
+        if let Ok(s) = &status
+            && s.code() != Some(i32::from(code))
+            && !stopped_at_once
+        {
+            term::err_line(&format!(
+                "warning: the sweep's process {} after the sweep recorded its result: code other than wt's ended it ({}); the result (exit {code}) stands",
+                how_it_ended(s),
+                by()
+            ));
+        }
         return code;
     }
     // A signal the user sent that ended the sweep's process before it had taken over its
     // signals (while it was starting up): an interruption, as it would have been a moment
     // later. Never a pass either way.
-    let sent = forwarded.load(std::sync::atomic::Ordering::SeqCst);
     if sent != 0
         && let Ok(s) = &status
         && s.signal() == Some(sent)
@@ -155,17 +176,25 @@ pub(crate) fn supervise() -> u8 {
         return exit::INTERRUPTED;
     }
     let how = match status {
-        Ok(s) => match (s.code(), s.signal()) {
-            (Some(c), _) => format!("exited with status {c}"),
-            (None, Some(sig)) => format!("was killed by signal {}", signal_name(sig)),
-            _ => "ended".to_owned(),
-        },
+        Ok(s) => how_it_ended(&s),
         Err(e) => format!("could not be waited for ({e})"),
     };
+    let suspects = match &hooks {
+        Some(_) => format!(" (code other than wt's ended it: {})", by()),
+        None => String::new(),
+    };
     term::err_line(&format!(
-        "error: the sweep did not complete: its process {how} before wt recorded a result; the runs written so far are on disk, but there is no verdict"
+        "error: the sweep did not complete: its process {how} before wt recorded a result{suspects}; the runs written so far are on disk, but there is no verdict"
     ));
     exit::ABORTED
+}
+
+fn how_it_ended(s: &std::process::ExitStatus) -> String {
+    match (s.code(), s.signal()) {
+        (Some(c), _) => format!("exited with status {c}"),
+        (None, Some(sig)) => format!("was killed by signal {}", signal_name(sig)),
+        _ => "ended".to_owned(),
+    }
 }
 
 fn signal_name(sig: i32) -> String {

@@ -295,9 +295,75 @@ pub fn look(
     (look, likely)
 }
 
+/// How many further runs a scenario needs at the least before a look could decide it: the
+/// fewest `k` such that `k` more passes, or `k` more failures, make [`look`] say anything but
+/// `Continue` (the last run, when no such `k` is shorter). Runs started beyond these could
+/// only finish after a decision that came with the first `k`, so `wt run --until-decided`
+/// keeps at most this many of a scenario's runs in flight. 0 when no run is left.
+pub fn runs_to_decide(
+    base: (u64, u64),
+    passed: u64,
+    runs: u64,
+    max_runs: u64,
+    strict: f64,
+    lenient: f64,
+) -> u64 {
+    let left = max_runs.saturating_sub(runs);
+    if left == 0 {
+        return 0;
+    }
+    // The extremes suffice: any other split of `k` runs lies between them, and Fisher's
+    // p-value moves one way with the passes. A decision possible after `k` runs stays
+    // possible after more, and one is certain after `left`: a binary search finds the first.
+    let decides = |k: u64| {
+        look(base, passed + k, runs + k, max_runs, strict, lenient).0 != Look::Continue
+            || look(base, passed, runs + k, max_runs, strict, lenient).0 != Look::Continue
+    };
+    let (mut lo, mut hi) = (1, left);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if decides(mid) {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    lo
+}
+
 #[cfg(test)]
 mod look_tests {
     use super::*;
+
+    #[test]
+    fn runs_to_decide_is_the_fewest_runs_after_which_some_outcome_decides() {
+        for (base, max, strict) in [((19, 20), 20, 0.01), ((20, 20), 20, 0.05 / 2.0 / 30.0), ((7, 10), 30, 0.025)] {
+            for runs in 0..=max {
+                for passed in 0..=runs {
+                    let (now, _) = look(base, passed, runs, max, strict, 0.025);
+                    if now != Look::Continue {
+                        continue;
+                    }
+                    let need = runs_to_decide(base, passed, runs, max, strict, 0.025);
+                    let decided_after = |k: u64| {
+                        (0..=k).any(|j| {
+                            look(base, passed + j, runs + k, max, strict, 0.025).0 != Look::Continue
+                        })
+                    };
+                    assert!(need >= 1 && need <= max - runs, "{passed}/{runs}: {need}");
+                    assert!(decided_after(need), "{passed}/{runs}: nothing decides after {need}");
+                    for k in 1..need {
+                        assert!(!decided_after(k), "{passed}/{runs}: {k} < {need} runs decide");
+                    }
+                }
+            }
+        }
+        // 16 passes of 20 decide a scenario as good as its 20/20 baseline; 7 failures would
+        // decide it regressed sooner (at a 30-scenario pack's strictest level).
+        assert_eq!(runs_to_decide((20, 20), 0, 0, 20, 0.05 / 2.0 / 30.0, 0.025), 9);
+        assert_eq!(runs_to_decide((20, 20), 12, 12, 20, 0.05 / 2.0 / 30.0, 0.025), 4);
+        assert_eq!(runs_to_decide((20, 20), 3, 20, 20, 0.01, 0.025), 0);
+    }
 
     #[test]
     fn a_look_stops_only_when_the_remaining_runs_cannot_change_the_outcome() {

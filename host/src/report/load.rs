@@ -12,6 +12,10 @@
 //!   symbolic links and without blocking, must be regular files, and are read only up to a
 //!   size bound. A file that is not a `wt` trace (foreign JSON, a corrupt or oversized
 //!   trace) is skipped with one warning naming it; it never fails the whole directory.
+//! - A trace or score of a newer `schema_version` than this `wt`'s is one it cannot vouch
+//!   for ([`newer_than_read`]): such a trace is not counted as a run and makes the reading
+//!   incomplete (the gate's 3), such a score leaves its run ERROR; each is named in one line
+//!   with its version.
 //! - Directories given twice are read once, and a run found in several directories is
 //!   counted once (by `run_id`, qualified by sweep, agent and start time: pinned sweeps of
 //!   different agents reuse ids); the first directory given wins.
@@ -252,6 +256,12 @@ pub(crate) fn read_score_at(
             (None, Some(problem))
         }
         Ok(bytes) => match parse_json::<Score>(bytes) {
+            Ok(s) if newer_than_read(Some(s.schema_version), &[]).is_some() => {
+                newer_score(&score_file, s.schema_version, warnings)
+            }
+            Err(_) if let Some(v) = newer_than_read(None, bytes) => {
+                newer_score(&score_file, v, warnings)
+            }
             Ok(s) if s.run_id == run_id => (Some(s), None),
             Ok(s) => {
                 let problem = format!(
@@ -270,6 +280,46 @@ pub(crate) fn read_score_at(
             }
         },
     }
+}
+
+/// The `schema_version` of a document this `wt` cannot vouch for: one newer than it reads.
+/// `version` is what the parsed document says; `bytes`, when it did not parse as this `wt`'s
+/// model, are looked at for the version alone.
+pub(crate) fn newer_than_read(version: Option<u32>, bytes: &[u8]) -> Option<u32> {
+    #[derive(Deserialize)]
+    struct Versioned {
+        schema_version: u32,
+    }
+    version
+        .or_else(|| {
+            parse_json::<Versioned>(bytes)
+                .ok()
+                .map(|v| v.schema_version)
+        })
+        .filter(|v| *v > windtunnel_model::SCHEMA_VERSION)
+}
+
+/// What a reader says of a trace of a newer schema than this `wt` reads.
+pub(crate) fn newer_trace(path: &Path, version: u32) -> String {
+    format!(
+        "{}: a trace of schema_version {version}, newer than this wt reads ({}); not counted as a run (read it with a newer wt)",
+        path.display(),
+        windtunnel_model::SCHEMA_VERSION
+    )
+}
+
+fn newer_score(
+    score_file: &Path,
+    version: u32,
+    warnings: &mut Vec<String>,
+) -> (Option<Score>, Option<String>) {
+    let problem = format!(
+        "score sidecar {} has schema_version {version}, newer than this wt reads ({})",
+        score_file.display(),
+        windtunnel_model::SCHEMA_VERSION
+    );
+    warnings.push(format!("{problem}; the run counts as ERROR"));
+    (None, Some(problem))
 }
 
 /// Why a file from a runs directory was not read.

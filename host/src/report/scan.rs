@@ -126,8 +126,7 @@ pub(crate) struct Scan {
 /// them is not a `wt` trace) but are skipped unread, as is anything else.
 #[derive(Deserialize)]
 pub(crate) struct Projection {
-    #[serde(rename = "schema_version")]
-    _schema_version: IgnoredAny,
+    pub schema_version: u32,
     pub run_id: String,
     pub sweep_id: String,
     pub scenario_id: String,
@@ -764,6 +763,10 @@ struct Part {
     shared: usize,
     ids: Identities,
     facts: Vec<Facts>,
+    /// Traces of a newer schema than this `wt` reads: (directory, name, what to say), the
+    /// first [`MAX_WARNINGS`] of them; `newer_count` counts them all.
+    newer: Vec<(u16, String, String)>,
+    newer_count: usize,
 }
 
 /// What the traces say about where their runs come from: packs, shards, and each scenario's
@@ -929,7 +932,17 @@ impl Part {
             self.warn(dir, name, format!("skipping {shown}: {why}"));
             return;
         }
-        let t: Projection = match load::parse_json(buf) {
+        let parsed: Result<Projection, _> = load::parse_json(buf);
+        let version = parsed.as_ref().ok().map(|t| t.schema_version);
+        if let Some(v) = load::newer_than_read(version, if version.is_some() { &[] } else { buf }) {
+            self.newer_count += 1;
+            if self.newer.len() < MAX_WARNINGS {
+                self.newer
+                    .push((dir, name.to_owned(), load::newer_trace(&path, v)));
+            }
+            return;
+        }
+        let t = match parsed {
             Ok(t) => t,
             Err(e) => {
                 self.warn(dir, name, format!("skipping {shown}: not a wt trace ({e})"));
@@ -1133,6 +1146,8 @@ pub(crate) fn scan<P: AsRef<Path>>(dirs: &[P], want: Want<'_>) -> Result<Scan, S
     let mut run_ids = Vec::new();
     let mut identities = Identities::default();
     let mut facts = Vec::new();
+    let mut newer = Vec::new();
+    let mut newer_count = 0;
     let total: usize = parts
         .iter()
         .map(|p| p.keys.iter().map(Vec::len).sum::<usize>())
@@ -1177,6 +1192,20 @@ pub(crate) fn scan<P: AsRef<Path>>(dirs: &[P], want: Want<'_>) -> Result<Scan, S
         run_ids.extend(part.run_ids);
         facts.extend(part.facts);
         shared_runs += part.shared;
+        newer.extend(part.newer);
+        newer_count += part.newer_count;
+    }
+    // A trace this wt cannot read as its own is a run it cannot vouch for: the reading is
+    // incomplete, never green without it.
+    newer.sort();
+    newer.truncate(MAX_WARNINGS);
+    let shown_newer = newer.len();
+    gaps.extend(newer.into_iter().map(|(_, _, text)| text));
+    if newer_count > shown_newer {
+        gaps.push(format!(
+            "… and {} more trace(s) of a newer schema than this wt reads",
+            newer_count - shown_newer
+        ));
     }
     file_warnings.sort();
     file_warnings.truncate(MAX_WARNINGS);

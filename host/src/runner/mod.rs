@@ -414,6 +414,7 @@ fn run_scenarios(
         .filter_map(|p| p.file_stem().and_then(|s| s.to_str()).map(stem_key))
         .collect();
     let stems = Mutex::new(taken);
+    let pulse = sweep::Pulse::default();
     let cap = runtime
         .max_lanes()
         .unwrap_or(usize::MAX)
@@ -442,7 +443,7 @@ fn run_scenarios(
             // The pack's definition, not the one a world server's tools were added to.
             runner.digest = crate::pack::scenario_digest(original);
             let seq = sequential_tally(cfg, scenarios, s);
-            sweep::ScenarioState::new(runner, plan, cap, seq)
+            sweep::ScenarioState::new(runner, plan, cap, seq, &pulse)
         })
         .collect();
     let total: usize = states.iter().map(|s| s.run_count() as usize).sum();
@@ -501,7 +502,7 @@ fn sequential_tally(
         base,
         strict: half / m as f64,
         lenient: half,
-        seen: Mutex::new((0, 0, crate::report::gate::Look::Continue)),
+        seen: Mutex::new(sweep::Seen::default()),
         late: Default::default(),
     })
 }

@@ -12,9 +12,14 @@
 //! `on_provisioned`) while later ones wait; the last lane to close fires `on_scenario_end`.
 //! Each worker has its own observer (its own hook instances), so lanes never wait for each
 //! other's hooks.
+//!
+//! With `--until-decided`, a scenario has at most as many runs in flight as its next decision
+//! could need ([`crate::report::gate::runs_to_decide`]): a run started beyond them would only
+//! finish after a decision the first ones may bring, and be spent for nothing. A lane with no
+//! run it may start leaves for a scenario that has room, or waits for the next run to end.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex};
+use std::sync::{Condvar, Mutex, PoisonError};
 
 use windtunnel_model::Scenario;
 
@@ -50,6 +55,8 @@ pub(super) struct ScenarioState<'a> {
     outcome: Mutex<Option<Result<ScenarioOutcome, StoreError>>>,
     /// `--until-decided`: the baseline, the levels, and the tally so far.
     sequential: Option<SeqTally>,
+    /// The sweep's: beats when a run of this scenario ends, a lane closes, it is settled.
+    pulse: &'a Pulse,
 }
 
 /// A scenario's sequential comparison with its baseline.
@@ -58,10 +65,93 @@ pub(super) struct SeqTally {
     /// α/2 / m and α/2 (see [`crate::report::gate::look`]).
     pub strict: f64,
     pub lenient: f64,
-    /// Passes, runs, and the last look.
-    pub seen: Mutex<(u64, u64, crate::report::gate::Look)>,
-    /// Runs that were in flight when the scenario was decided, finished after it.
+    pub seen: Mutex<Seen>,
+    /// Runs that were in flight when the scenario was decided, finished after it (none, as
+    /// long as no more runs are in flight than [`Seen::need`]).
     pub late: std::sync::atomic::AtomicU64,
+}
+
+/// Where a scenario's sequential comparison stands.
+pub(super) struct Seen {
+    pub passed: u64,
+    pub runs: u64,
+    pub look: crate::report::gate::Look,
+    /// Runs started and not yet looked at.
+    in_flight: u64,
+    /// The fewest further runs the next decision needs ([`crate::report::gate::runs_to_decide`]).
+    need: u64,
+}
+
+impl Default for Seen {
+    fn default() -> Seen {
+        Seen {
+            passed: 0,
+            runs: 0,
+            look: crate::report::gate::Look::Continue,
+            in_flight: 0,
+            need: u64::MAX,
+        }
+    }
+}
+
+impl SeqTally {
+    fn need(&self, seen: &Seen, max_runs: u64) -> u64 {
+        crate::report::gate::runs_to_decide(
+            self.base,
+            seen.passed,
+            seen.runs,
+            max_runs,
+            self.strict,
+            self.lenient,
+        )
+    }
+}
+
+/// What a lane may do next on its scenario.
+enum Take {
+    Run(u32),
+    /// Every run the next decision could need is in flight: wait for one to end.
+    Wait,
+    /// No further run of the scenario starts.
+    Close,
+}
+
+/// Beats its pulse when dropped; bound before a lock guard, it beats once that is released.
+struct Beat<'p>(&'p Pulse);
+
+impl Drop for Beat<'_> {
+    fn drop(&mut self) {
+        self.0.beat();
+    }
+}
+
+/// Wakes workers that wait for a change in any scenario: a run ended, a lane closed.
+#[derive(Default)]
+pub(super) struct Pulse {
+    beats: Mutex<u64>,
+    changed: Condvar,
+}
+
+impl Pulse {
+    fn now(&self) -> u64 {
+        *lock(&self.beats)
+    }
+
+    fn beat(&self) {
+        *lock(&self.beats) += 1;
+        self.changed.notify_all();
+    }
+
+    /// Returns once a beat came after `seen` (at once if one did already).
+    fn wait_past(&self, seen: u64) {
+        let mut beats = lock(&self.beats);
+        while *beats == seen {
+            beats = self
+                .changed
+                .wait(beats)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
 }
 
 impl<'a> ScenarioState<'a> {
@@ -70,8 +160,13 @@ impl<'a> ScenarioState<'a> {
         plan: Plan,
         cap: usize,
         sequential: Option<SeqTally>,
+        pulse: &'a Pulse,
     ) -> Self {
         let agg = Aggregator::new(&runner.scenario.id);
+        if let Some(seq) = &sequential {
+            let mut seen = lock(&seq.seen);
+            seen.need = seq.need(&seen, u64::from(plan.count));
+        }
         ScenarioState {
             runner,
             plan,
@@ -81,32 +176,46 @@ impl<'a> ScenarioState<'a> {
             tally: Tally::new(agg),
             outcome: Mutex::new(None),
             sequential,
+            pulse,
         }
     }
 
-    /// With `--until-decided`, counts a finished run and looks: a decided scenario starts
-    /// no further run. The look is journaled.
-    fn look(&self, passed: bool) {
+    /// With `--until-decided`, counts a run that ended (`passed`: its verdict, `None` when
+    /// its files could not be written) and looks: a decided scenario starts no further run.
+    /// The look is journaled.
+    fn ran(&self, passed: Option<bool>) {
         use crate::report::gate::Look;
         let Some(seq) = &self.sequential else {
             return;
         };
+        let _beat = Beat(self.pulse);
         let mut seen = lock(&seq.seen);
-        if matches!(seen.2, Look::Regressed | Look::NotRegressed) {
+        seen.in_flight = seen.in_flight.saturating_sub(1);
+        let Some(passed) = passed else {
+            return;
+        };
+        if matches!(seen.look, Look::Regressed | Look::NotRegressed) {
             // Decided already: a run that was in flight cannot change it, and is counted
             // apart (it is written and reported like any other).
             seq.late.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             return;
         }
-        seen.0 += u64::from(passed);
-        seen.1 += 1;
+        seen.passed += u64::from(passed);
+        seen.runs += 1;
         let max_runs = u64::from(self.plan.count);
-        let (look, p_value) =
-            crate::report::gate::look(seq.base, seen.0, seen.1, max_runs, seq.strict, seq.lenient);
-        seen.2 = look;
+        let (look, p_value) = crate::report::gate::look(
+            seq.base,
+            seen.passed,
+            seen.runs,
+            max_runs,
+            seq.strict,
+            seq.lenient,
+        );
+        seen.look = look;
+        seen.need = seq.need(&seen, max_runs);
         self.runner.publish_scenario(crate::events::Event::Look {
-            runs: seen.1,
-            passed: seen.0,
+            runs: seen.runs,
+            passed: seen.passed,
             max_runs,
             p_value,
             decision: look.as_str().to_owned(),
@@ -121,9 +230,9 @@ impl<'a> ScenarioState<'a> {
         let seq = self.sequential.as_ref()?;
         let seen = lock(&seq.seen);
         Some(super::SequentialOutcome {
-            decision: seen.2.as_str(),
-            runs: seen.1,
-            passed: seen.0,
+            decision: seen.look.as_str(),
+            runs: seen.runs,
+            passed: seen.passed,
             late: seq.late.load(std::sync::atomic::Ordering::Relaxed),
             planned: u64::from(self.plan.count),
         })
@@ -143,12 +252,37 @@ impl<'a> ScenarioState<'a> {
         self.runs_left() == 0 || cfg.cancelled() || lock(&self.tally.write_failure).is_some()
     }
 
-    /// The next run index for a lane, or `None` when the lane should close.
-    fn take_run(&self, cfg: &RunConfig) -> Option<u32> {
+    /// The next run index for a lane, a wait, or the end of the lane.
+    fn take_run(&self, cfg: &RunConfig) -> Take {
         if cfg.cancelled() || lock(&self.tally.write_failure).is_some() {
-            return None;
+            return Take::Close;
         }
-        self.plan.take(&self.runner.scenario.id)
+        let id = &self.runner.scenario.id;
+        let Some(seq) = &self.sequential else {
+            return self.plan.take(id).map_or(Take::Close, Take::Run);
+        };
+        let mut seen = lock(&seq.seen);
+        if seen.look != crate::report::gate::Look::Continue {
+            return Take::Close;
+        }
+        if seen.in_flight >= seen.need {
+            return Take::Wait;
+        }
+        match self.plan.take(id) {
+            Some(k) => {
+                seen.in_flight += 1;
+                Take::Run(k)
+            }
+            None => Take::Close,
+        }
+    }
+
+    /// Whether another lane could take a run of this scenario now: with `--until-decided`,
+    /// only while it has fewer lanes than runs its next decision could need.
+    fn wants_lanes(&self, lanes: usize) -> bool {
+        self.sequential
+            .as_ref()
+            .is_none_or(|seq| (lanes as u64) < lock(&seq.seen).need)
     }
 
     /// Records the scenario's result.
@@ -156,6 +290,7 @@ impl<'a> ScenarioState<'a> {
         *lock(&self.outcome) = Some(outcome);
         *lock(&self.phase) = Phase::Done;
         self.changed.notify_all();
+        self.pulse.beat();
     }
 
     /// The scenario's result, once settled; a scenario no worker reached (the sweep was
@@ -170,12 +305,42 @@ impl<'a> ScenarioState<'a> {
 
 /// What a worker does: join scenarios, run their runs, leave, until nothing is left.
 pub(super) fn work(lane: &Lane, states: &[ScenarioState<'_>], cfg: &RunConfig) {
-    while let Some((state, handle)) = join(lane, states, cfg) {
+    let Some(pulse) = states.first().map(|s| s.pulse) else {
+        return;
+    };
+    loop {
+        let beat = pulse.now();
+        let Some((state, handle)) = join(lane, states, cfg) else {
+            // With `--until-decided` a scenario whose runs in flight are all its decision
+            // could need has no room now, but may have after its next look.
+            if !may_get_room(states, cfg) {
+                return;
+            }
+            pulse.wait_past(beat);
+            continue;
+        };
         let runner = super::run::RunRunner::new(&state.runner, &handle, lane);
-        while let Some(index) = state.take_run(cfg) {
+        loop {
+            let beat = pulse.now();
+            let index = match state.take_run(cfg) {
+                Take::Run(index) => index,
+                Take::Close => break,
+                Take::Wait => {
+                    // Another lane of this scenario has a run in flight, so it stays open
+                    // without this one.
+                    if states
+                        .iter()
+                        .any(|s| !std::ptr::eq(s, state) && has_room(s, cfg))
+                    {
+                        break;
+                    }
+                    pulse.wait_past(beat);
+                    continue;
+                }
+            };
             match runner.run(index, &state.tally.agg) {
                 Ok(score) => {
-                    state.look(score.verdict == windtunnel_model::Verdict::Pass);
+                    state.ran(Some(score.verdict == windtunnel_model::Verdict::Pass));
                     if let Some(p) = super::problem(&score) {
                         let mut first = lock(&state.tally.first_problem);
                         if first.as_ref().is_none_or(|(i, _)| index < *i) {
@@ -186,11 +351,37 @@ pub(super) fn work(lane: &Lane, states: &[ScenarioState<'_>], cfg: &RunConfig) {
                 Err(e) => {
                     // Files cannot be written: stop this scenario, but keep hooks paired.
                     lock(&state.tally.write_failure).get_or_insert(e);
+                    state.ran(None);
                 }
             }
         }
         leave(lane, state, handle, cfg);
     }
+}
+
+/// Whether a lane joining `state` now would find a run to take (or the scenario to set up).
+fn has_room(state: &ScenarioState<'_>, cfg: &RunConfig) -> bool {
+    match &*lock(&state.phase) {
+        Phase::Waiting => !cfg.cancelled(),
+        Phase::Running { lanes } => {
+            !state.closed(cfg)
+                && *lanes < state.cap
+                && *lanes < state.runs_left()
+                && state.wants_lanes(*lanes)
+        }
+        Phase::SettingUp | Phase::Done => false,
+    }
+}
+
+/// Whether a worker that found no scenario to join may find one later: a sequential
+/// scenario still open may get room after its next look.
+fn may_get_room(states: &[ScenarioState<'_>], cfg: &RunConfig) -> bool {
+    !cfg.cancelled()
+        && states.iter().any(|s| {
+            s.sequential.is_some()
+                && matches!(*lock(&s.phase), Phase::Running { .. } | Phase::SettingUp)
+                && !s.closed(cfg)
+        })
 }
 
 /// Finds a scenario for the lane and opens the lane on it, with the lane's own handle.
@@ -258,6 +449,7 @@ fn join_one<'s, 'a>(
                     || state.closed(cfg)
                     || *lanes >= state.cap
                     || *lanes >= state.runs_left()
+                    || !state.wants_lanes(*lanes)
                 {
                     continue;
                 }
@@ -299,6 +491,7 @@ fn close_lane(lane: &Lane, state: &ScenarioState<'_>, cfg: &RunConfig) {
         *lanes -= 1;
         *lanes == 0 && state.closed(cfg)
     };
+    state.pulse.beat();
     if last {
         state.settle(state.runner.finish(
             lane.observer.as_ref(),

@@ -102,8 +102,11 @@ impl TurnRunner<'_, '_> {
             let text = match said.text {
                 Ok(t) => t,
                 Err(e) => {
-                    record.ended_by = "error".into();
-                    trace.error = Some(if cfg.stop.is_cut() {
+                    // A cut ends the call without its model failing: the conversation ended
+                    // with the run, as after a cut between turns.
+                    let cut = cfg.stop.is_cut() || e.kind == TurnErrorKind::Interrupted;
+                    record.ended_by = if cut { "run_ended" } else { "error" }.into();
+                    trace.error = Some(if cut {
                         "interrupted: the sweep was cut while the simulated user was writing".into()
                     } else {
                         format!(

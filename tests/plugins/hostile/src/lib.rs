@@ -4,7 +4,10 @@
 //!   of run index `WT_EXITER_RUN`, default 1), as a plugin that "finishes early" or crashes
 //!   would: `WT_EXITER_HOW` is `exit` (default, with `WT_EXITER_CODE`, default 0), `_exit`,
 //!   `exit_group`, `abort`, `segv` or `sigkill`. With `WT_EXITER_THREAD=1` a thread the hook
-//!   starts does it, while the point returns and the sweep goes on.
+//!   starts does it, while the point returns and the sweep goes on. With
+//!   `WT_EXITER_THREAD=late` that thread waits until `wt` is exiting after the sweep recorded
+//!   its result (an exit handler the hook registers, which runs first on `wt`'s own exit,
+//!   wakes it and holds that exit), then ends the process.
 //! - `clasher` writes artifacts whose names clash: the same label twice at one point, an
 //!   unlabelled artifact at both `on_run_scored` and `on_run_end`, a pack artifact labelled
 //!   like a scenario id next to that scenario's own, and reserved labels. It logs each
@@ -32,6 +35,19 @@ fn env_u64(name: &str, default: u64) -> u64 {
 #[derive(Default)]
 pub struct Exiter;
 
+/// Set once `wt`'s own exit has begun (see [`hold`]).
+static LATE: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+static WOKEN: std::sync::Condvar = std::sync::Condvar::new();
+
+/// Runs first when the process exits (the newest exit handler): wakes the late thread and
+/// holds this exit while that thread ends the process. Bounded, for a C library that would
+/// make the thread's exit wait for this one.
+extern "C" fn hold() {
+    *LATE.lock().unwrap_or_else(|e| e.into_inner()) = true;
+    WOKEN.notify_all();
+    std::thread::sleep(std::time::Duration::from_secs(20));
+}
+
 impl Exiter {
     /// Ends the process the way `WT_EXITER_HOW` says when called at `WT_EXITER_POINT`
     /// (default `on_run_end`; at run points only on run index `WT_EXITER_RUN`, default 1).
@@ -52,7 +68,18 @@ impl Exiter {
         {
             return;
         }
-        if std::env::var_os("WT_EXITER_THREAD").is_some() {
+        if std::env::var("WT_EXITER_THREAD").is_ok_and(|v| v == "late") {
+            std::thread::spawn(|| {
+                let mut exiting = LATE.lock().unwrap_or_else(|e| e.into_inner());
+                while !*exiting {
+                    exiting = WOKEN.wait(exiting).unwrap_or_else(|e| e.into_inner());
+                }
+                drop(exiting);
+                Self::end();
+            });
+            // SAFETY: `hold` is an `extern "C" fn()` that lives as long as the process.
+            unsafe { libc::atexit(hold) };
+        } else if std::env::var_os("WT_EXITER_THREAD").is_some() {
             // The point returns once the thread runs.
             let (started, running) = std::sync::mpsc::channel();
             std::thread::spawn(move || {
