@@ -16,7 +16,9 @@
 
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use windtunnel_model::{JudgeCheck, JudgeGrade, JudgeSees, Scenario, Score, Trace, Verdict};
+use windtunnel_model::{
+    JudgeCheck, JudgeGrade, JudgeSees, JudgeVerdict, Scenario, Score, Trace, Verdict,
+};
 
 use crate::interrupt::Interrupt;
 use crate::runtime::models::Models;
@@ -58,7 +60,7 @@ pub(crate) struct Judging<'a> {
 /// One grading.
 #[derive(Clone, Debug, PartialEq)]
 struct Grading {
-    verdict: String,
+    verdict: JudgeVerdict,
     reasoning: String,
 }
 
@@ -85,7 +87,7 @@ pub(crate) fn apply(scenario: &Scenario, trace: &Trace, score: &mut Score, j: &J
                     format!("harness: judge check {} (`{}`): {e}", g.check, g.model)
                 });
             }
-            (Some(v), None) if v == "fail" => failed.push(format!(
+            (Some(JudgeVerdict::Fail), None) => failed.push(format!(
                 "judge check {} (`{}`) fails{}: {}",
                 g.check,
                 g.model,
@@ -93,7 +95,7 @@ pub(crate) fn apply(scenario: &Scenario, trace: &Trace, score: &mut Score, j: &J
                 // The reasoning of a grading that voted as the majority did.
                 g.votes
                     .iter()
-                    .position(|v| v == "fail")
+                    .position(|v| *v == JudgeVerdict::Fail)
                     .and_then(|i| g.reasoning.get(i))
                     .map(String::as_str)
                     .unwrap_or_default()
@@ -155,7 +157,7 @@ fn votes_note(g: &JudgeGrade) -> String {
     if g.votes.len() <= 1 {
         return String::new();
     }
-    let fails = g.votes.iter().filter(|v| *v == "fail").count();
+    let fails = g.votes.iter().filter(|v| **v == JudgeVerdict::Fail).count();
     format!(" ({fails} of {} votes)", g.votes.len())
 }
 
@@ -220,15 +222,7 @@ fn grade(index: u32, check: &JudgeCheck, trace: &Trace, j: &Judging<'_>) -> Judg
             }
         }
     }
-    let passes = g.votes.iter().filter(|v| *v == "pass").count();
-    g.verdict = Some(
-        if passes * 2 > g.votes.len() {
-            "pass"
-        } else {
-            "fail"
-        }
-        .to_owned(),
-    );
+    g.verdict = Some(majority(&g.votes));
     g
 }
 
@@ -239,25 +233,32 @@ fn reusable(score: &Score, g: &JudgeGrade, samples: u32) -> Option<JudgeGrade> {
     let was = score.judges.iter().find(|w| w.check == g.check)?;
     let whole = was.votes.len() == samples as usize
         && was.reasoning.len() == was.votes.len()
-        && was.votes.iter().all(|v| v == "pass" || v == "fail");
+        && was
+            .votes
+            .iter()
+            .all(|v| matches!(v, JudgeVerdict::Pass | JudgeVerdict::Fail));
     let same = was.judge == g.judge && !was.material.is_empty() && was.material == g.material;
     if !(whole && same && was.error.is_none() && was.verdict.is_some()) {
         return None;
     }
-    let passes = was.votes.iter().filter(|v| *v == "pass").count();
-    let majority = if passes * 2 > was.votes.len() {
-        "pass"
-    } else {
-        "fail"
-    };
     let mut kept = was.clone();
     // The verdict is the majority of the recorded votes, whatever the file says it is.
-    kept.verdict = Some(majority.to_owned());
+    kept.verdict = Some(majority(&was.votes));
     kept.model.clone_from(&g.model);
     kept.input_cut.clone_from(&g.input_cut);
     // `cached` says how the stored gradings were made: a score that nothing changed is
     // written back as it was.
     Some(kept)
+}
+
+/// Pass when more than half the votes pass.
+fn majority(votes: &[JudgeVerdict]) -> JudgeVerdict {
+    let passes = votes.iter().filter(|v| **v == JudgeVerdict::Pass).count();
+    if passes * 2 > votes.len() {
+        JudgeVerdict::Pass
+    } else {
+        JudgeVerdict::Fail
+    }
 }
 
 /// `sha256:<hex>` of what a judge read.
@@ -319,12 +320,16 @@ fn parse_grading(text: &str) -> Result<Grading, String> {
     };
     let v: Value =
         serde_json::from_str(inner).map_err(|_| "the answer is not a JSON object".to_owned())?;
-    let verdict = v
+    let verdict = match v
         .get("verdict")
         .and_then(Value::as_str)
         .map(|s| s.trim().to_ascii_lowercase())
-        .filter(|s| s == "pass" || s == "fail")
-        .ok_or_else(|| "`verdict` is not \"pass\" or \"fail\"".to_owned())?;
+        .as_deref()
+    {
+        Some("pass") => JudgeVerdict::Pass,
+        Some("fail") => JudgeVerdict::Fail,
+        _ => return Err("`verdict` is not \"pass\" or \"fail\"".to_owned()),
+    };
     let reasoning = match v.get("reasoning") {
         Some(Value::String(s)) => s.trim().to_owned(),
         _ => return Err("`reasoning` is missing".into()),
@@ -496,10 +501,13 @@ mod tests {
     #[test]
     fn a_grading_is_read_bare_or_fenced_and_anything_else_is_refused() {
         let g = parse_grading(r#"{"verdict": "PASS", "reasoning": "ok"}"#).unwrap();
-        assert_eq!((g.verdict.as_str(), g.reasoning.as_str()), ("pass", "ok"));
+        assert_eq!(
+            (g.verdict, g.reasoning.as_str()),
+            (JudgeVerdict::Pass, "ok")
+        );
         let g =
             parse_grading("```json\n{\"verdict\": \"fail\", \"reasoning\": \"no\"}\n```").unwrap();
-        assert_eq!(g.verdict, "fail");
+        assert_eq!(g.verdict, JudgeVerdict::Fail);
         assert!(parse_grading("It passes.").is_err());
         assert!(parse_grading(r#"{"verdict": "maybe", "reasoning": "x"}"#).is_err());
         assert!(parse_grading(r#"{"verdict": "pass"}"#).is_err());
@@ -575,18 +583,18 @@ mod tests {
         g.judge = "sha256:j".into();
         g.material = "sha256:m".into();
         let mut was = g.clone();
-        was.votes = vec!["fail".into(), "pass".into(), "fail".into()];
+        was.votes = vec![JudgeVerdict::Fail, JudgeVerdict::Pass, JudgeVerdict::Fail];
         was.reasoning = vec!["a".into(), "b".into(), "c".into()];
-        was.verdict = Some("fail".into());
+        was.verdict = Some(JudgeVerdict::Fail);
         let mut score = Score::new("r", "s", Verdict::Pass);
         score.judges = vec![was.clone()];
         let kept = reusable(&score, &g, 3).expect("reused");
         assert_eq!(kept, was);
         // A verdict edited in the file is not believed: the votes decide.
-        score.judges[0].verdict = Some("pass".into());
+        score.judges[0].verdict = Some(JudgeVerdict::Pass);
         assert_eq!(
-            reusable(&score, &g, 3).unwrap().verdict.as_deref(),
-            Some("fail")
+            reusable(&score, &g, 3).unwrap().verdict,
+            Some(JudgeVerdict::Fail)
         );
         // Another material, another judge, another sample count, a check never graded, a
         // grade with no material recorded: asked again.
@@ -598,7 +606,7 @@ mod tests {
             },
             |w: &mut JudgeGrade| w.check = 0,
             |w: &mut JudgeGrade| w.material.clear(),
-            |w: &mut JudgeGrade| w.votes[0] = "PASS!".into(),
+            |w: &mut JudgeGrade| w.votes[0] = JudgeVerdict::Unknown,
         ] {
             let mut w = was.clone();
             edit(&mut w);

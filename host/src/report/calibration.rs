@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
-use windtunnel_model::JudgeGrade;
+use windtunnel_model::{JudgeGrade, JudgeVerdict};
 
 use super::stats;
 
@@ -198,7 +198,7 @@ pub(crate) fn calibrate<'a>(
             why.insert(b, "another label names the same run by its id");
         }
         used.insert(at);
-        let Some(verdict) = g.grade.verdict.as_deref() else {
+        let Some(verdict) = g.grade.verdict.filter(|v| *v != JudgeVerdict::Unknown) else {
             judge_errors += 1;
             continue;
         };
@@ -210,7 +210,7 @@ pub(crate) fn calibrate<'a>(
         let (_, c) = groups
             .entry(key)
             .or_insert_with(|| (g.grade.clone(), Confusion::default()));
-        match (verdict == "pass", labels[at].label == "pass") {
+        match (verdict == JudgeVerdict::Pass, labels[at].label == "pass") {
             (true, true) => c.pass_pass += 1,
             (true, false) => c.pass_fail += 1,
             (false, true) => c.fail_pass += 1,
@@ -344,11 +344,15 @@ mod tests {
     use super::*;
 
     fn grade(check: u32, verdict: Option<&str>) -> JudgeGrade {
+        let verdict = verdict.map(|v| match v {
+            "pass" => JudgeVerdict::Pass,
+            _ => JudgeVerdict::Fail,
+        });
         let mut g = JudgeGrade::default();
         g.check = check;
         g.model = "grader".into();
         g.judge = "sha256:j".into();
-        g.verdict = verdict.map(str::to_owned);
+        g.verdict = verdict;
         g
     }
 

@@ -8,7 +8,9 @@
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
-use windtunnel_model::{Denial, SimulatedUser, Trace, TurnErrorKind, TurnRecord, UserRecord};
+use windtunnel_model::{
+    Denial, SimulatedUser, Trace, TurnErrorKind, TurnRecord, UserEnded, UserRecord,
+};
 use windtunnel_sdk::turn::{Cause as TurnCause, Outcome, TurnCall, TurnResult};
 
 use super::scenario::{Handle, ScenarioRunner};
@@ -38,7 +40,7 @@ impl TurnRunner<'_, '_> {
         for (i, text) in self.sc.scenario.turns.iter().enumerate() {
             if !self.turn(trace, i as u32, text) {
                 if let Some(user) = &self.sc.scenario.user {
-                    trace.user = Some(user_record(user, "run_ended"));
+                    trace.user = Some(user_record(user, UserEnded::RunEnded));
                 }
                 return;
             }
@@ -55,20 +57,20 @@ impl TurnRunner<'_, '_> {
     /// not the agent).
     fn simulate(&self, trace: &mut Trace, user: &SimulatedUser) {
         let cfg = self.sc.cfg;
-        let mut record = user_record(user, "max_turns");
+        let mut record = user_record(user, UserEnded::MaxTurns);
         let Some(model) = cfg.models.get(&user.model) else {
             trace.error = Some(format!(
                 "harness: the simulated user's model `{}` is not declared",
                 user.model
             ));
-            record.ended_by = "error".into();
+            record.ended_by = UserEnded::Error;
             trace.user = Some(record);
             return;
         };
         let system = user_prompt(user);
         while record.turns < user.max_turns {
             if cfg.stop.is_cut() {
-                record.ended_by = "run_ended".into();
+                record.ended_by = UserEnded::RunEnded;
                 trace
                     .error
                     .get_or_insert_with(|| "interrupted: the sweep was cut".into());
@@ -105,7 +107,11 @@ impl TurnRunner<'_, '_> {
                     // A cut ends the call without its model failing: the conversation ended
                     // with the run, as after a cut between turns.
                     let cut = cfg.stop.is_cut() || e.kind == TurnErrorKind::Interrupted;
-                    record.ended_by = if cut { "run_ended" } else { "error" }.into();
+                    record.ended_by = if cut {
+                        UserEnded::RunEnded
+                    } else {
+                        UserEnded::Error
+                    };
                     trace.error = Some(if cut {
                         "interrupted: the sweep was cut while the simulated user was writing".into()
                     } else {
@@ -124,12 +130,12 @@ impl TurnRunner<'_, '_> {
             if stopped {
                 // What it said before its stop word ends the conversation with it: the
                 // agent's answer to it could not change the user's mind.
-                record.ended_by = "stop".into();
+                record.ended_by = UserEnded::Stop;
                 record.user_gave_up = true;
                 break;
             }
             if text.is_empty() {
-                record.ended_by = "error".into();
+                record.ended_by = UserEnded::Error;
                 trace.error = Some(format!(
                     "harness: the simulated user's model `{}` wrote an empty message",
                     user.model
@@ -138,7 +144,7 @@ impl TurnRunner<'_, '_> {
             }
             record.turns += 1;
             if !self.turn(trace, index, &text) {
-                record.ended_by = "run_ended".into();
+                record.ended_by = UserEnded::RunEnded;
                 break;
             }
         }
@@ -253,10 +259,10 @@ impl TurnRunner<'_, '_> {
 }
 
 /// A simulated user's record before it has written anything.
-fn user_record(user: &SimulatedUser, ended_by: &str) -> UserRecord {
+fn user_record(user: &SimulatedUser, ended_by: UserEnded) -> UserRecord {
     let mut r = UserRecord::default();
     r.model = user.model.clone();
-    r.ended_by = ended_by.to_owned();
+    r.ended_by = ended_by;
     r
 }
 

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use maud::{DOCTYPE, Markup, html};
 use serde_json::Value;
-use windtunnel_model::{ModelCall, ToolCall, Trace};
+use windtunnel_model::{JudgeVerdict, ModelCall, ToolCall, Trace};
 
 use super::api::{sweep_param, verdict_str};
 use super::index::{Column, Index, LAYERS, Query, RUNGS, VerdictWanted};
@@ -570,10 +570,10 @@ fn layers_table(run: &LoadedRun) -> Markup {
                         tr {
                             td.num { (g.check) }
                             td { code { (cut(&g.model)) } @if g.cached > 0 { " (" (g.cached) " cached)" } }
-                            td class=(match g.verdict.as_deref() { Some("pass") => "pass", _ => "fail" }) {
-                                (g.verdict.as_deref().map_or("ERROR", |v| if v == "pass" { "pass" } else { "FAIL" }))
+                            td class=(match g.verdict { Some(JudgeVerdict::Pass) => "pass", _ => "fail" }) {
+                                (match g.verdict { Some(JudgeVerdict::Pass) => "pass", Some(_) => "FAIL", None => "ERROR" })
                             }
-                            td { (g.votes.join(", ")) }
+                            td { (g.votes.iter().map(|v| v.as_str()).collect::<Vec<_>>().join(", ")) }
                             td {
                                 @for r in &g.reasoning { pre { (cut(r)) } }
                                 @if let Some(e) = &g.error { pre.warn { (cut(e)) } }

@@ -1208,6 +1208,74 @@ pub struct Trace {
     pub user: Option<UserRecord>,
 }
 
+/// Why a simulated user's conversation ended.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum UserEnded {
+    /// It said its stop word.
+    Stop,
+    /// It wrote `max_turns` messages.
+    #[default]
+    MaxTurns,
+    /// A turn failed or the run was cut.
+    RunEnded,
+    /// Its model failed (the run is ERROR).
+    Error,
+    /// A reason this version of the model does not know (from a newer `wt`).
+    #[serde(other)]
+    Unknown,
+}
+
+impl UserEnded {
+    /// `stop`, `max_turns`, `run_ended`, `error` or `unknown`, as written in a trace.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UserEnded::Stop => "stop",
+            UserEnded::MaxTurns => "max_turns",
+            UserEnded::RunEnded => "run_ended",
+            UserEnded::Error => "error",
+            UserEnded::Unknown => "unknown",
+        }
+    }
+}
+
+impl std::fmt::Display for UserEnded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A judge's verdict on one check, or one vote of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum JudgeVerdict {
+    Pass,
+    Fail,
+    /// A verdict this version of the model does not know (from a newer `wt`, or an edited
+    /// file): never counted as either.
+    #[serde(other)]
+    Unknown,
+}
+
+impl JudgeVerdict {
+    /// `pass`, `fail` or `unknown`, as written in a score.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JudgeVerdict::Pass => "pass",
+            JudgeVerdict::Fail => "fail",
+            JudgeVerdict::Unknown => "unknown",
+        }
+    }
+}
+
+impl std::fmt::Display for JudgeVerdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// What a simulated user did in a run. Optional: older plugins skip it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
@@ -1216,9 +1284,8 @@ pub struct UserRecord {
     pub model: String,
     /// User messages it wrote (injected as turns after the scripted ones).
     pub turns: u32,
-    /// `stop` (it said its stop word), `max_turns`, `error` (a call failed, the run is
-    /// ERROR), or `run_ended` (a turn failed or the run was cut).
-    pub ended_by: String,
+    /// Why the conversation with it ended.
+    pub ended_by: UserEnded,
     /// Whether the user model ended the conversation itself (said its stop word) rather
     /// than `wt` ending it.
     pub user_gave_up: bool,
@@ -1366,12 +1433,12 @@ pub struct JudgeGrade {
     pub check: u32,
     /// The pack's model that graded.
     pub model: String,
-    /// `pass` or `fail` (the majority of the votes); absent when the judge failed.
+    /// The majority of the votes; absent when the judge failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub verdict: Option<String>,
+    pub verdict: Option<JudgeVerdict>,
     /// Each grading's verdict, in order.
     #[serde(default)]
-    pub votes: Vec<String>,
+    pub votes: Vec<JudgeVerdict>,
     /// Each grading's reasoning, in order.
     #[serde(default)]
     pub reasoning: Vec<String>,
