@@ -632,8 +632,8 @@ fn text_of(html: &str, id: &str) -> String {
     let mut out = String::new();
     let mut depth = 0;
     let mut in_tag = false;
-    let mut chars = html[start..].char_indices().peekable();
-    while let Some((i, c)) = chars.next() {
+    let chars = html[start..].char_indices();
+    for (i, c) in chars {
         match c {
             '<' if html[start + i..].starts_with("</") => {
                 if depth == 0 {
@@ -682,7 +682,7 @@ fn a_trace_rewritten_while_it_is_read_is_shown_unreadable_never_a_server_error()
             use std::io::Write;
             let mut n = 0u64;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                if n % 2 == 0 {
+                if n.is_multiple_of(2) {
                     std::fs::write(&staging, &good).unwrap();
                     std::fs::rename(&staging, &trace).unwrap();
                 } else {
