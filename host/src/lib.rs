@@ -54,6 +54,7 @@ pub(crate) mod procs;
 pub mod report;
 pub mod runner;
 pub mod runtime;
+pub mod sandbox;
 pub(crate) mod score;
 pub(crate) mod secrets;
 pub(crate) mod store;

@@ -121,6 +121,13 @@ pub(crate) fn run(args: DoctorArgs) -> anyhow::Result<u8> {
     );
     let timeout = runtime::turn_timeout(&agent);
     let mut checks = Vec::new();
+    let kernel = crate::sandbox::kernel();
+    checks.push(Check {
+        name: "sandbox",
+        // What the machine cannot enforce is said, not failed: `--sandbox auto` runs anyway.
+        status: Status::Ok,
+        detail: kernel.summary(),
+    });
     term::err_line(&format!(
         "wt doctor: agent `{}` (runtime {})",
         agent.label,

@@ -61,6 +61,10 @@ pub(crate) struct RunArgs {
     /// Directory for traces and score sidecars.
     #[arg(long, value_name = "DIR", default_value = "runs", env = "WT_OUT")]
     pub out: PathBuf,
+    /// Confine every process a run starts (agents, world servers): `auto` with what the
+    /// kernel offers, `require` or refuse to run, `off` not at all (docs/sandbox.md).
+    #[arg(long, value_enum, value_name = "MODE", default_value = "auto", env = "WT_SANDBOX")]
+    pub sandbox: crate::sandbox::Mode,
     /// Also write a JUnit XML report of this sweep.
     #[arg(long, value_name = "FILE")]
     pub junit: Option<PathBuf>,
@@ -253,6 +257,17 @@ fn load_pack(args: &RunArgs) -> anyhow::Result<Pack> {
 
 pub(crate) fn run(args: RunArgs) -> anyhow::Result<u8> {
     // Everything that can be wrong with the invocation is found before anything is written.
+    crate::sandbox::set_mode(args.sandbox);
+    if args.sandbox == crate::sandbox::Mode::Require {
+        let missing = crate::sandbox::kernel().missing();
+        if !missing.is_empty() {
+            return Err(CodedError::usage(format!(
+                "--sandbox require: this machine cannot enforce {} (--sandbox auto enforces what it can, and says what it did not)",
+                missing.join("; ")
+            ))
+            .into());
+        }
+    }
     let pack = load_pack(&args)?;
     let agent =
         runtime::resolve_agent(&args.agent).map_err(|e| CodedError::usage(e.to_string()))?;

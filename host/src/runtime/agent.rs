@@ -243,6 +243,8 @@ pub struct Process {
     pub gateway: Option<Gateway>,
     /// The model's prices (with a gateway).
     pub pricing: Option<Pricing>,
+    /// What its confinement allows beyond the defaults (docs/sandbox.md).
+    pub sandbox: Option<windtunnel_model::SandboxSettings>,
 }
 
 /// The variable an `openai` agent takes its key from when it names none.
@@ -503,6 +505,7 @@ const OWNERS: &[(&str, &str)] = &[
     ("reply_field", "process"),
     ("run_timeout_s", "process"),
     ("state_dir", "process"),
+    ("sandbox", "process"),
     ("gateway", "http"),
     ("gateway", "process"),
     ("pricing", "openai"),
@@ -645,6 +648,7 @@ agent_file!(ProcessFile {
     max_response_bytes: Option<u64>,
     gateway: Option<Gateway>,
     pricing: Option<Pricing>,
+    sandbox: Option<windtunnel_model::SandboxSettings>,
 } => |f| Settings::Process(Process {
     command: f.0,
     env: f.1,
@@ -657,6 +661,7 @@ agent_file!(ProcessFile {
     max_response_bytes: f.8,
     gateway: f.9,
     pricing: f.10,
+    sandbox: f.11,
 }));
 
 #[cfg(test)]

@@ -185,6 +185,9 @@ pub(crate) fn validate(agent: &super::agent::Process) -> Result<(), String> {
     {
         return Err("`state_dir` must not be empty".into());
     }
+    if let Some(s) = &agent.sandbox {
+        crate::sandbox::check(s)?;
+    }
     Ok(())
 }
 
@@ -199,7 +202,7 @@ fn check_env_name(name: &str) -> Result<(), String> {
     }
     if name.starts_with("WT_") {
         return Err(format!(
-            "{name} is set by wt itself (WT_MCP_URL, WT_MODEL_URL, WT_MODEL_TOKEN, WT_AGENT_*, WT_RUN_ID, WT_SESSION_ID, WT_TURN)"
+            "{name} is set by wt itself (WT_MCP_URL, WT_MODEL_URL, WT_MODEL_TOKEN, WT_AGENT_*, WT_RUN_ID, WT_RUN_DIR, WT_SESSION_ID, WT_TURN)"
         ));
     }
     Ok(())
@@ -217,6 +220,10 @@ struct Config {
     state_dir: Option<PathBuf>,
     /// The model gateway's upstream, when the agent has one.
     gateway: Option<Arc<super::gateway::Upstream>>,
+    /// What its confinement allows beyond the defaults.
+    sandbox: crate::sandbox::Settings,
+    /// `wt`'s working directory, the agent's too: readable, not writable, when confined.
+    cwd: PathBuf,
 }
 
 /// The `process` runtime.
@@ -297,6 +304,8 @@ impl ProcessRuntime {
                 reply_field: agent.reply_field.clone(),
                 state_dir: agent.state_dir.as_ref().map(PathBuf::from),
                 gateway,
+                sandbox: agent.sandbox.clone().unwrap_or_default(),
+                cwd: std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
             }),
         })
     }
@@ -376,6 +385,8 @@ struct Proc {
     pgid: i32,
     /// Its [`crate::procs`] tag: what it started carries it too, in any group or session.
     tag: String,
+    /// What confined it.
+    sandbox: windtunnel_model::SandboxRecord,
     turn: Option<u32>,
     stderr: Arc<Mutex<Tail>>,
     stderr_done: Receiver<()>,
@@ -391,6 +402,10 @@ enum StdoutMode {
 impl Proc {
     /// Starts `argv` in a new process group; stdout and stderr are read on threads that
     /// report to `tx`.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one process's parts, each its own"
+    )]
     fn spawn(
         argv: &[String],
         env: &[(String, String)],
@@ -398,9 +413,12 @@ impl Proc {
         stdout: StdoutMode,
         turn: Option<u32>,
         tx: &Sender<Inbox<Out>>,
+        sandbox: crate::sandbox::Confinement,
     ) -> std::io::Result<(Proc, Option<std::process::ChildStdin>)> {
         let (tag_env, tag) = crate::procs::new_tag();
+        let record = sandbox.record();
         let mut cmd = Command::new(&argv[0]);
+        sandbox.install(&mut cmd);
         cmd.args(&argv[1..])
             .env_clear()
             .envs(env.iter().map(|(k, v)| (k, v)))
@@ -451,6 +469,7 @@ impl Proc {
                 child,
                 pgid,
                 tag,
+                sandbox: record,
                 turn,
                 stderr,
                 stderr_done,
@@ -513,6 +532,7 @@ impl Proc {
         record.killed = self.killed.clone();
         record.stderr_tail = tail.text();
         record.stderr_bytes = tail.total;
+        record.sandbox = Some(self.sandbox.clone());
         record
     }
 }
@@ -619,6 +639,9 @@ struct LiveRun {
     deadline: Option<Instant>,
     /// Session mode: the run's process, its stdin's writer, and its events.
     session: Option<Session>,
+    /// The run's own directory (`WT_RUN_DIR`, its `TMPDIR` beneath): where a confined agent
+    /// may write; removed when the run ends.
+    scratch: tempfile::TempDir,
 }
 
 struct Session {
@@ -705,12 +728,55 @@ impl ProcessAgent {
                 }
             }
         }
+        let scratch = run.scratch.path();
+        env.push(("WT_RUN_DIR".into(), scratch.display().to_string()));
+        let tmp = scratch.join("tmp").display().to_string();
+        for var in ["TMPDIR", "TMP", "TEMP"] {
+            env.retain(|(k, _)| k != var);
+            env.push((var.into(), tmp.clone()));
+        }
         env.push(("WT_RUN_ID".into(), run.info.run_id.clone()));
         env.push(("WT_SESSION_ID".into(), run.info.session_id.clone()));
         if let Some(t) = turn {
             env.push(("WT_TURN".into(), t.to_string()));
         }
         env
+    }
+
+    /// The confinement of one of the run's processes: it writes the run's directory (and its
+    /// `state_dir`), reads the system, its command, `wt`'s working directory and the lane's
+    /// files, and connects to the run's MCP endpoint and model gateway only.
+    fn confinement(
+        &self,
+        run: &LiveRun,
+        argv: &[String],
+        env: &[(String, String)],
+    ) -> Result<crate::sandbox::Confinement, RuntimeError> {
+        let path_var = env
+            .iter()
+            .rev()
+            .find(|(k, _)| k == "PATH")
+            .map(|(_, v)| std::ffi::OsStr::new(v.as_str()));
+        let read = [self.config.cwd.clone(), self.dir.path().to_path_buf()];
+        let mut write = vec![run.scratch.path().to_path_buf()];
+        write.extend(self.config.state_dir.iter().cloned());
+        let ports: Vec<u16> = run
+            .mcp
+            .iter()
+            .flat_map(|m| [Some(m.url()), m.model_url()])
+            .flatten()
+            .filter_map(crate::sandbox::port_of)
+            .collect();
+        crate::sandbox::confine(&crate::sandbox::Request {
+            role: crate::sandbox::Role::Agent,
+            argv,
+            path_var,
+            read: &read,
+            write: &write,
+            ports: &ports,
+            settings: &self.config.sandbox,
+        })
+        .map_err(RuntimeError)
     }
 
     fn start(&mut self, info: &RunInfo) -> Result<(), RuntimeError> {
@@ -737,17 +803,24 @@ impl ProcessAgent {
             }
             _ => None,
         };
+        let scratch = tempfile::Builder::new()
+            .prefix(&format!("run-{}-", info.index))
+            .tempdir_in(self.dir.path())
+            .and_then(|d| std::fs::create_dir(d.path().join("tmp")).map(|()| d))
+            .map_err(|e| RuntimeError(format!("create the run's directory: {e}")))?;
         let mut run = LiveRun {
             info: info.clone(),
             mcp,
             mcp_config,
             deadline: self.config.run_timeout.map(|d| Instant::now() + d),
             session: None,
+            scratch,
         };
         if self.config.mode == Mode::Session {
             let (tx, rx) = mpsc::channel();
             let argv = self.substitute(&run, None);
             let env = self.env(&run, None);
+            let sandbox = self.confinement(&run, &argv, &env)?;
             let (proc, stdin) = Proc::spawn(
                 &argv,
                 &env,
@@ -755,6 +828,7 @@ impl ProcessAgent {
                 StdoutMode::Lines(self.config.max_output),
                 None,
                 &tx,
+                sandbox,
             )
             .map_err(|e| {
                 RuntimeError(format!("cannot start the agent command `{}`: {e}", argv[0]))
@@ -1026,6 +1100,10 @@ impl ProcessAgent {
         let argv = self.substitute(run, Some((text, index)));
         let env = self.env(run, Some(index));
         let (tx, rx) = mpsc::channel();
+        let sandbox = match self.confinement(run, &argv, &env) {
+            Ok(s) => s,
+            Err(e) => return Reply::failed(TurnErrorKind::Agent, e.0, Vec::new()),
+        };
         let (mut proc, _) = match Proc::spawn(
             &argv,
             &env,
@@ -1033,6 +1111,7 @@ impl ProcessAgent {
             StdoutMode::Whole(self.config.max_output),
             Some(index),
             &tx,
+            sandbox,
         ) {
             Ok(p) => p,
             Err(e) => {
@@ -1437,6 +1516,7 @@ mod tests {
             mcp_config: Some(PathBuf::from("/tmp/c.json")),
             deadline: None,
             session: None,
+            scratch: tempfile::tempdir().unwrap(),
         };
         assert_eq!(
             replace_placeholders("-p={input}/{session_id}", &run, Some("say {session_id}")),

@@ -137,6 +137,8 @@ struct ServerProc {
     reaped: bool,
     /// Its stderr reached its end (and the tail is whole).
     stderr_closed: bool,
+    /// What confined it.
+    sandbox: windtunnel_model::SandboxRecord,
 }
 
 impl std::fmt::Debug for Server {
@@ -158,7 +160,8 @@ impl Server {
         let deadline = Instant::now() + start_timeout(spec);
         let mut server = match (&spec.command, &spec.url) {
             (Some(argv), _) => {
-                let (proc, stdin, rx) = ServerProc::spawn(argv, &spec.env, dir)?;
+                let settings = spec.sandbox.clone().unwrap_or_default();
+                let (proc, stdin, rx) = ServerProc::spawn(argv, &spec.env, dir, &settings)?;
                 Server {
                     name,
                     conn: Conn::Stdio { stdin, rx },
@@ -328,6 +331,7 @@ impl Server {
                 .send();
         }
         if let Some(p) = self.proc.take() {
+            record.sandbox = Some(p.sandbox.clone());
             let (exit, tail, total) = p.finish();
             record.exit = Some(exit);
             record.stderr_tail = tail;
@@ -344,6 +348,7 @@ impl Server {
             let t = lock(&p.stderr);
             record.stderr_tail = t.text();
             record.stderr_bytes = t.total;
+            record.sandbox = Some(p.sandbox.clone());
         }
         record
     }
@@ -744,6 +749,7 @@ impl ServerProc {
         argv: &[String],
         env: &BTreeMap<String, String>,
         dir: &Path,
+        settings: &windtunnel_model::SandboxSettings,
     ) -> Result<(ServerProc, ChildStdin, Receiver<Result<Value, String>>), String> {
         let Some(program) = argv.first() else {
             return Err("`command` is empty".into());
@@ -751,10 +757,22 @@ impl ServerProc {
         let run_dir = dir.to_string_lossy();
         let fill = |s: &str| s.replace("{run_dir}", &run_dir);
         let (tag_env, tag) = crate::procs::new_tag();
-        let mut cmd = Command::new(fill(program));
-        cmd.args(argv[1..].iter().map(|a| fill(a)))
-            .current_dir(dir)
-            .env_clear();
+        let argv: Vec<String> = argv.iter().map(|a| fill(a)).collect();
+        // Confined to its scratch directory: it reads the system and its command's files, and
+        // reaches no network (it speaks over stdio).
+        let sandbox = crate::sandbox::confine(&crate::sandbox::Request {
+            role: crate::sandbox::Role::WorldServer,
+            argv: &argv,
+            path_var: std::env::var_os("PATH").as_deref(),
+            read: &[],
+            write: &[dir.to_path_buf()],
+            ports: &[],
+            settings,
+        })?;
+        let record = sandbox.record();
+        let mut cmd = Command::new(&argv[0]);
+        cmd.args(&argv[1..]).current_dir(dir).env_clear();
+        sandbox.install(&mut cmd);
         for k in PASSED_ENV {
             if let Some(v) = std::env::var_os(k) {
                 cmd.env(k, v);
@@ -774,7 +792,10 @@ impl ServerProc {
                 if e.kind() == std::io::ErrorKind::NotFound {
                     format!("cannot start `{program}`: not found (is it installed, and on PATH?)")
                 } else {
-                    format!("cannot start `{program}`: {e}")
+                    format!(
+                        "cannot start `{program}`: {e}{}",
+                        crate::sandbox::hint(&e, &record)
+                    )
                 }
             })?;
         let pgid = i32::try_from(child.id()).unwrap_or(i32::MAX);
@@ -803,6 +824,7 @@ impl ServerProc {
             killed: None,
             reaped: false,
             stderr_closed: false,
+            sandbox: record,
         };
         if let Err(e) = spawned.and(spawned_err) {
             return Err(format!("cannot start a thread to read it: {e}"));

@@ -483,6 +483,9 @@ pub struct WorldServer {
     /// Seconds one call may take (default 30).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub call_timeout_s: Option<f64>,
+    /// What its confined process may do beyond the defaults (`command` servers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<SandboxSettings>,
 }
 
 /// A call `wt` itself makes to a world server (setup, reset, state).
@@ -884,6 +887,93 @@ pub struct AgentProcess {
     pub stderr_tail: String,
     /// How many bytes it wrote to stderr in all.
     pub stderr_bytes: u64,
+    /// What confined it; absent from older traces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<SandboxRecord>,
+}
+
+/// `[sandbox]` of a `process` agent or a world server: what its confined process may do
+/// beyond the defaults (docs/sandbox.md).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct SandboxSettings {
+    /// More paths it may read (and run), e.g. a virtualenv under the home directory.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub read: Vec<std::path::PathBuf>,
+    /// More paths it may write.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub write: Vec<std::path::PathBuf>,
+    /// The network it may reach.
+    #[serde(default)]
+    pub network: SandboxNetwork,
+    /// Processes and threads at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_processes: Option<u64>,
+    /// Address space, in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_memory_bytes: Option<u64>,
+    /// The largest file it may write, in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_file_bytes: Option<u64>,
+    /// Open files at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_open_files: Option<u64>,
+}
+
+/// The network a confined process may reach.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum SandboxNetwork {
+    /// Only its run's own loopback ports (the gateway, the MCP world).
+    #[default]
+    Run,
+    /// Anything: opened deliberately, and recorded.
+    Allow,
+}
+
+/// What `wt` enforced on a process it started for a run (an agent's, a world server's): the
+/// kernel mechanisms, the paths it may read and write, the ports it may connect to, its
+/// limits, and what could not be enforced here.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct SandboxRecord {
+    /// `auto`, `require` or `off` (`--sandbox`).
+    pub mode: String,
+    /// Whether any confinement was applied (false with `off`, or where the kernel offers none).
+    pub enforced: bool,
+    /// The Landlock ABI the rules were enforced at; absent without Landlock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub landlock_abi: Option<u32>,
+    /// Whether the process ran in a user namespace of its own (no capabilities outside it,
+    /// even when `wt` runs as root).
+    #[serde(default)]
+    pub user_namespace: bool,
+    /// Whether `no_new_privs` was set (no setuid, no file capabilities).
+    #[serde(default)]
+    pub no_new_privs: bool,
+    /// The paths it may read (and run), beneath each.
+    #[serde(default)]
+    pub read: Vec<String>,
+    /// Credential locations beneath those paths that it may not read all the same.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unreadable: Vec<String>,
+    /// The paths it may write, beneath each.
+    #[serde(default)]
+    pub write: Vec<String>,
+    /// `run` (only the run's own ports) or `allow` (the network was opened by `[sandbox]`).
+    #[serde(default)]
+    pub network: String,
+    /// The TCP ports it may connect to (on loopback: its run's doors).
+    #[serde(default)]
+    pub connect_ports: Vec<u16>,
+    /// Its limits: `processes`, `address_space_bytes`, `file_size_bytes`, `open_files`.
+    #[serde(default)]
+    pub limits: std::collections::BTreeMap<String, u64>,
+    /// What was asked for and could not be enforced on this kernel.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_enforced: Vec<String>,
 }
 
 /// Evidence captured during a run.
@@ -1092,6 +1182,9 @@ pub struct WorldServerRecord {
     /// How many bytes it wrote to stderr in all.
     #[serde(default)]
     pub stderr_bytes: u64,
+    /// What confined its process (`command` servers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<SandboxRecord>,
 }
 
 /// Where an active hook came from, recorded in each trace when hooks are active.
