@@ -12,8 +12,9 @@
 use serde_json::{Value, json};
 use windtunnel_model::Verdict;
 
+use super::index::params;
 use super::index::{Index, Query, VerdictWanted};
-use super::state::{Reply, State, params};
+use super::state::{Reply, State};
 
 /// A verdict as the API and the filters spell it.
 pub(crate) fn verdict_str(v: Option<Verdict>) -> &'static str {

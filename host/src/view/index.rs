@@ -12,7 +12,6 @@ use std::sync::{Arc, Mutex};
 
 use windtunnel_model::{Score, Trace, Verdict};
 
-use super::state::params;
 use crate::report::html::cut_to;
 use crate::report::scan::{self, Facts, Listing};
 use crate::report::triage::Rung;
@@ -796,6 +795,31 @@ pub(crate) fn fingerprint(
     dirs.iter().chain(journals).map(|p| stat(p)).collect()
 }
 
+/// The parameters of a query string, each checked against the ones the endpoint knows:
+/// one it does not know, or one given twice, is an error naming it (a mistyped filter
+/// must not be answered as if it were absent).
+pub(crate) fn params(query: &str, known: &[&str]) -> Result<Vec<(String, String)>, String> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for (k, v) in form_urlencoded::parse(query.as_bytes()) {
+        if !known.contains(&&*k) {
+            let k = crate::report::html::cut_to(&k, 100);
+            return Err(if known.is_empty() {
+                format!("unknown parameter {k:?}: this address takes none")
+            } else {
+                format!(
+                    "unknown parameter {k:?}: this address takes {}",
+                    known.join(", ")
+                )
+            });
+        }
+        if out.iter().any(|(seen, _)| *seen == k) {
+            return Err(format!("parameter {k:?} given twice"));
+        }
+        out.push((k.into_owned(), v.into_owned()));
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -871,5 +895,24 @@ mod tests {
         assert!(VerdictWanted::Error.admits(None));
         assert!(VerdictWanted::Unscored.admits(None));
         assert!(!VerdictWanted::Unscored.admits(Some(Verdict::Error)));
+    }
+
+    #[test]
+    fn a_parameter_it_does_not_know_or_given_twice_is_named() {
+        assert_eq!(
+            params("a=1&b=2", &["a", "b"]).unwrap(),
+            vec![("a".into(), "1".into()), ("b".into(), "2".into())]
+        );
+        let e = params("a=1&bogus=2", &["a"]).unwrap_err();
+        assert_eq!(e, "unknown parameter \"bogus\": this address takes a");
+        let e = params("x", &[]).unwrap_err();
+        assert!(e.contains("takes none"), "{e}");
+        assert!(
+            params("a=1&a=2", &["a"])
+                .unwrap_err()
+                .contains("given twice")
+        );
+        let long = params(&"k".repeat(5000), &[]).unwrap_err();
+        assert!(long.len() < 300, "the name is cut: {}", long.len());
     }
 }

@@ -322,7 +322,7 @@ fn route(state: &State, request: &Asked) -> Reply {
         .collect();
     let segments: Vec<&str> = segments.iter().map(String::as_str).collect();
     if segments.first() == Some(&"static")
-        && let Err(why) = state::params(query, &[])
+        && let Err(why) = index::params(query, &[])
     {
         return Reply::text(400, &format!("{why}\n"));
     }

@@ -10,8 +10,9 @@ use serde_json::Value;
 use windtunnel_model::{JudgeVerdict, ModelCall, ToolCall, Trace};
 
 use super::api::{sweep_param, verdict_str};
+use super::index::params;
 use super::index::{Column, Index, LAYERS, Query, RUNGS, VerdictWanted};
-use super::state::{Reply, State, params};
+use super::state::{Reply, State};
 use crate::report::LoadedRun;
 use crate::report::compare::{Comparison, Settings};
 use crate::report::html::cut_to;
