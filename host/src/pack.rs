@@ -635,6 +635,17 @@ fn validate_server(file: &str, ws: &WorldServer) -> Result<(), PackError> {
             );
         }
     }
+    if let Some(sandbox) = &ws.sandbox {
+        if ws.command.is_none() {
+            return bad(
+                "world_server.sandbox",
+                "only a `command` server is started by wt, and so confined".into(),
+            );
+        }
+        if let Err(why) = crate::sandbox::check(sandbox) {
+            return bad("world_server.sandbox", why);
+        }
+    }
     for (field, v) in [
         ("start_timeout_s", ws.start_timeout_s),
         ("call_timeout_s", ws.call_timeout_s),

@@ -512,7 +512,9 @@ pub fn confine(req: &Request<'_>) -> Result<Confinement, String> {
     let seccomp = match filter(req.settings.network == Network::Allow) {
         Ok(f) => Some(f),
         Err(e) => {
-            record.not_enforced.push(format!("the system-call filter ({e})"));
+            record
+                .not_enforced
+                .push(format!("the system-call filter ({e})"));
             None
         }
     };
@@ -634,15 +636,15 @@ fn command_roots(argv: &[String], path_var: Option<&std::ffi::OsStr>) -> Vec<Pat
         let given = Path::new(word);
         if given.is_absolute() || word.contains('/') {
             candidates.push(given.to_path_buf());
-        } else if i == 0 {
-            if let Some(paths) = path_var {
-                candidates.extend(
-                    std::env::split_paths(paths)
-                        .map(|d| d.join(word))
-                        .filter(|p| p.is_file())
-                        .take(1),
-                );
-            }
+        } else if i == 0
+            && let Some(paths) = path_var
+        {
+            candidates.extend(
+                std::env::split_paths(paths)
+                    .map(|d| d.join(word))
+                    .filter(|p| p.is_file())
+                    .take(1),
+            );
         }
         for c in candidates {
             let Ok(absolute) = std::path::absolute(&c) else {

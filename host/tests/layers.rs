@@ -21,6 +21,7 @@ const LAYERS: &[&[&str]] = &[
         "exit",
         "limits",
         "procs",
+        "sandbox",
         "strict",
         "term",
     ],

@@ -25,6 +25,7 @@ mod reading;
 mod reports;
 mod rules;
 mod runner;
+mod sandbox;
 mod scale;
 mod sdk_compat;
 mod sdk_product;

@@ -37,11 +37,28 @@ fn agent_script() -> String {
         .to_string()
 }
 
-/// A `process` agent config running the scripted agent with `args`, plus `extra` TOML.
+/// A `process` agent config running the scripted agent with `args`, plus `extra` TOML. The
+/// scripted agent tells the test what it did through files in `dir` (its pids, its state,
+/// where it met the other run): its `[sandbox]` lets it write there.
 fn process_agent(dir: &Path, name: &str, args: &[&str], extra: &str) -> PathBuf {
+    scripted_agent(dir, name, args, extra, "")
+}
+
+/// [`process_agent`] with the network open: the tests of `wt`'s own MCP endpoints reaching
+/// another run's address check what the endpoint refuses, which the kernel's refusal of
+/// another run's port would otherwise hide (tests/e2e/sandbox.rs checks that one).
+fn open_process_agent(dir: &Path, name: &str, args: &[&str], extra: &str) -> PathBuf {
+    scripted_agent(dir, name, args, extra, "network = \"allow\"\n")
+}
+
+fn scripted_agent(dir: &Path, name: &str, args: &[&str], extra: &str, sandbox: &str) -> PathBuf {
     let mut command = vec![agent_python().display().to_string(), agent_script()];
     command.extend(args.iter().map(|a| (*a).to_owned()));
-    command_agent(dir, name, &command, extra)
+    let extra = format!(
+        "{extra}\n[sandbox]\nwrite = [{:?}]\n{sandbox}",
+        dir.display().to_string()
+    );
+    command_agent(dir, name, &command, &extra)
 }
 
 /// `wt run` of one `order-status` run on `agent` (a builder: add settings, then run).
@@ -350,7 +367,7 @@ fn two_runs_at_once_see_only_their_own_world() {
     let left = isolation_scenario("left", "1111", "2222");
     let right = isolation_scenario("right", "2222", "1111");
     let pack = write_pack(dir.path(), &[("left.toml", &left), ("right.toml", &right)]);
-    let agent = process_agent(
+    let agent = open_process_agent(
         dir.path(),
         "pair",
         &["--policy", "isolation", "--meet", meet.to_str().unwrap()],
@@ -394,7 +411,7 @@ fn the_address_of_an_ended_run_is_refused() {
     let s = isolation_scenario("twice", "1111", "2222")
         .replace("id = \"twice\"", "id = \"twice\"\nruns = 2");
     let pack = write_pack(dir.path(), &[("twice.toml", &s)]);
-    let agent = process_agent(
+    let agent = open_process_agent(
         dir.path(),
         "late",
         &["--policy", "late", "--meet", meet.to_str().unwrap()],

@@ -364,11 +364,13 @@ fn flaky_pack(dir: &Path, server: &str, scenarios: &[(&str, &str, &str)]) -> Pat
         .join("tests/worlds/flaky_server.py")
         .display()
         .to_string();
+    // The server tells the test what it did (its pids, its starts) through files in `dir`.
+    let out = dir.display().to_string();
     for (id, turn, extra) in scenarios {
         std::fs::write(
             pack.join("scenarios").join(format!("{id}.toml")),
             format!(
-                "id = \"{id}\"\nturns = [{turn:?}]\n\n[world_server]\nname = \"flaky\"\ncommand = [{python:?}, {script:?}]\nstate = {{ tool = \"notes\" }}\n{server}\n{extra}\n"
+                "id = \"{id}\"\nturns = [{turn:?}]\n\n[world_server]\nname = \"flaky\"\ncommand = [{python:?}, {script:?}]\nstate = {{ tool = \"notes\" }}\nsandbox = {{ write = [{out:?}] }}\n{server}\n{extra}\n"
             ),
         )
         .unwrap();

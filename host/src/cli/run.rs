@@ -63,7 +63,13 @@ pub(crate) struct RunArgs {
     pub out: PathBuf,
     /// Confine every process a run starts (agents, world servers): `auto` with what the
     /// kernel offers, `require` or refuse to run, `off` not at all (docs/sandbox.md).
-    #[arg(long, value_enum, value_name = "MODE", default_value = "auto", env = "WT_SANDBOX")]
+    #[arg(
+        long,
+        value_enum,
+        value_name = "MODE",
+        default_value = "auto",
+        env = "WT_SANDBOX"
+    )]
     pub sandbox: crate::sandbox::Mode,
     /// Also write a JUnit XML report of this sweep.
     #[arg(long, value_name = "FILE")]

@@ -244,7 +244,7 @@ pub struct Process {
     /// The model's prices (with a gateway).
     pub pricing: Option<Pricing>,
     /// What its confinement allows beyond the defaults (docs/sandbox.md).
-    pub sandbox: Option<windtunnel_model::SandboxSettings>,
+    pub sandbox: Option<Box<windtunnel_model::SandboxSettings>>,
 }
 
 /// The variable an `openai` agent takes its key from when it names none.
@@ -648,7 +648,7 @@ agent_file!(ProcessFile {
     max_response_bytes: Option<u64>,
     gateway: Option<Gateway>,
     pricing: Option<Pricing>,
-    sandbox: Option<windtunnel_model::SandboxSettings>,
+    sandbox: Option<Box<windtunnel_model::SandboxSettings>>,
 } => |f| Settings::Process(Process {
     command: f.0,
     env: f.1,

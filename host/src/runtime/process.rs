@@ -304,7 +304,7 @@ impl ProcessRuntime {
                 reply_field: agent.reply_field.clone(),
                 state_dir: agent.state_dir.as_ref().map(PathBuf::from),
                 gateway,
-                sandbox: agent.sandbox.clone().unwrap_or_default(),
+                sandbox: agent.sandbox.as_deref().cloned().unwrap_or_default(),
                 cwd: std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
             }),
         })
@@ -402,10 +402,6 @@ enum StdoutMode {
 impl Proc {
     /// Starts `argv` in a new process group; stdout and stderr are read on threads that
     /// report to `tx`.
-    #[expect(
-        clippy::too_many_arguments,
-        reason = "one process's parts, each its own"
-    )]
     fn spawn(
         argv: &[String],
         env: &[(String, String)],
