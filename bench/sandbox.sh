@@ -30,7 +30,7 @@ pack() { # pack DIR RUNS
 }
 pack "$work/starts" "$RUNS"
 pack "$work/sweep" "$SWEEP"
-py=$(command -v python3)
+py=$(python3 -c 'import sys; print(sys.executable)')
 cat > "$work/session.sh" <<'SH'
 while read -r line; do
     turn=$(printf '%s' "$line" | sed 's/.*"turn":\([0-9]*\).*/\1/')
@@ -53,7 +53,7 @@ agent() { # agent NAME COMMAND...
 agent session-sh /bin/sh "$work/session.sh"
 agent session-py "$py" "$work/session.py"
 agent oneshot-sh /bin/sh -c 'echo ok' '{input}'
-agent oneshot-py "$py" -c 'print("ok")' '{input}'
+agent oneshot-py "$py" -c "import sys; sys.stdout.write('ok')" '{input}'
 
 # wall MODE AGENT PACK [ARGS...]: seconds of one sweep.
 wall() {

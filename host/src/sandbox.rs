@@ -386,19 +386,55 @@ const SYSTEM_CREDENTIALS: [&str; 7] = [
     "/etc/ssh",
 ];
 
-/// The credential locations, canonical, that exist.
-fn credentials() -> &'static [PathBuf] {
+/// The system's credential locations, canonical, that exist.
+fn system_credentials() -> &'static [PathBuf] {
     static CREDS: OnceLock<Vec<PathBuf>> = OnceLock::new();
-    CREDS.get_or_init(|| {
-        let home = std::env::var_os("HOME").map(PathBuf::from);
-        let mut all: Vec<PathBuf> = SYSTEM_CREDENTIALS.iter().map(PathBuf::from).collect();
-        if let Some(home) = home {
-            all.extend(HOME_CREDENTIALS.iter().map(|c| home.join(c)));
-        }
-        all.iter()
-            .filter_map(|p| std::fs::canonicalize(p).ok())
-            .collect()
+    CREDS.get_or_init(|| canonical(SYSTEM_CREDENTIALS.iter().map(PathBuf::from)))
+}
+
+/// The credential locations beneath the home directory, canonical, that exist.
+fn home_credentials() -> &'static [PathBuf] {
+    static CREDS: OnceLock<Vec<PathBuf>> = OnceLock::new();
+    CREDS.get_or_init(|| match std::env::var_os("HOME") {
+        Some(home) => canonical(HOME_CREDENTIALS.iter().map(|c| Path::new(&home).join(c))),
+        None => Vec::new(),
     })
+}
+
+fn canonical(paths: impl Iterator<Item = PathBuf>) -> Vec<PathBuf> {
+    paths
+        .filter_map(|p| std::fs::canonicalize(p).ok())
+        .collect()
+}
+
+/// The first of a confined process's two Landlock layers, built once: it reads anything but
+/// the system's credentials (every entry of `/` and of `/etc` but those, one by one). The
+/// second layer, built for each process, holds what that process may touch; with the first
+/// beneath it, it allows `/etc` whole. `None` without Landlock.
+fn system_layer(abi: ABI) -> Option<&'static RulesetCreated> {
+    static LAYER: OnceLock<Option<RulesetCreated>> = OnceLock::new();
+    LAYER
+        .get_or_init(|| {
+            let build = || -> Result<RulesetCreated, landlock::RulesetError> {
+                let read = AccessFs::from_read(abi);
+                let mut created = Ruleset::default()
+                    .set_compatibility(CompatLevel::BestEffort)
+                    .handle_access(read)?
+                    .create()?;
+                let mut allowed = Vec::new();
+                expand(Path::new("/"), system_credentials(), &mut allowed, 0);
+                for p in outermost(allowed) {
+                    if let Ok(fd) = PathFd::new(&p) {
+                        created = created.add_rule(PathBeneath::new(fd, read))?;
+                    }
+                }
+                Ok(created)
+            };
+            build()
+                .map_err(|e| tracing::warn!("the sandbox's system layer: {e}"))
+                .ok()
+        })
+        .as_ref()
 }
 
 /// A confinement ready to apply to one command.
@@ -412,6 +448,8 @@ struct Apply {
     maps: Option<IdMaps>,
     limits: Vec<(nix::sys::resource::Resource, u64)>,
     seccomp: Option<seccompiler::BpfProgram>,
+    /// The system layer (shared, duplicated for this process), then its own.
+    base: Option<RulesetCreated>,
     ruleset: Option<RulesetCreated>,
 }
 
@@ -440,6 +478,9 @@ impl Confinement {
                 }
                 if let Some(filter) = &apply.seccomp {
                     seccompiler::apply_filter(filter).map_err(std::io::Error::other)?;
+                }
+                if let Some(base) = apply.base.take() {
+                    base.restrict_self().map_err(std::io::Error::other)?;
                 }
                 match apply.ruleset.take() {
                     Some(ruleset) => {
@@ -486,8 +527,17 @@ pub fn confine(req: &Request<'_>) -> Result<Confinement, String> {
         .iter()
         .map(|(name, _, v)| ((*name).to_owned(), *v))
         .collect::<BTreeMap<_, _>>();
+    let mut base = None;
     let ruleset = match kernel.landlock_abi {
         Some(abi) => {
+            let layer = system_layer(ABI::from(i32::try_from(abi).unwrap_or(i32::MAX)))
+                .ok_or_else(|| format!("cannot build the sandbox's rules for `{}`", req.argv[0]))?;
+            base = Some(layer.try_clone().map_err(|e| {
+                format!(
+                    "cannot build the sandbox's rules for `{}`: {e}",
+                    req.argv[0]
+                )
+            })?);
             let (ruleset, read, write) = ruleset(req, abi).map_err(|e| {
                 format!(
                     "cannot build the sandbox's rules for `{}`: {e}",
@@ -496,9 +546,13 @@ pub fn confine(req: &Request<'_>) -> Result<Confinement, String> {
             })?;
             record.landlock_abi = Some(abi);
             record.read = read.iter().map(|p| p.display().to_string()).collect();
-            record.unreadable = credentials()
+            record.unreadable = system_credentials()
                 .iter()
-                .filter(|c| read.iter().any(|r| c.starts_with(r)))
+                .chain(
+                    home_credentials()
+                        .iter()
+                        .filter(|c| read.iter().any(|r| c.starts_with(r))),
+                )
                 .map(|c| c.display().to_string())
                 .collect();
             record.write = write.iter().map(|p| p.display().to_string()).collect();
@@ -524,6 +578,7 @@ pub fn confine(req: &Request<'_>) -> Result<Confinement, String> {
             maps,
             limits: limits.iter().map(|(_, r, v)| (*r, *v)).collect(),
             seccomp,
+            base,
             ruleset,
         }),
     })
@@ -689,7 +744,7 @@ fn root_of(path: &Path) -> PathBuf {
 /// leading to it. Also the paths as they are shown in the trace: those asked for (canonical),
 /// each credential location beneath them marked `(not …)`.
 fn allowed(paths: Vec<PathBuf>) -> (Vec<PathBuf>, Vec<PathBuf>) {
-    let creds = credentials();
+    let creds = home_credentials();
     let mut out = Vec::new();
     let mut shown = Vec::new();
     for p in paths {
@@ -830,7 +885,7 @@ mod tests {
         let target = outside.path().join("x");
         let (code, out) = confined_sh(
             &format!(
-                "echo ok > here && cat here && echo no > {} ; grep Cap /proc/self/status; cat /proc/self/uid_map",
+                "echo ok > here && cat here && echo no > {} ; grep Cap /proc/self/status; cat /etc/passwd >/dev/null && echo passwd-read; cat /etc/shadow >/dev/null 2>&1 || echo shadow-refused",
                 target.display()
             ),
             &[],
@@ -839,6 +894,11 @@ mod tests {
         assert!(out.starts_with("ok\n"), "{out}");
         assert!(!target.exists(), "{out}");
         assert!(out.contains("CapEff:\t0000000000000000"), "{out}");
+        // `/etc` is read, but for its credentials (the system layer).
+        assert!(
+            out.contains("passwd-read") && out.contains("shadow-refused"),
+            "{out}"
+        );
     }
 
     #[test]

@@ -718,6 +718,31 @@ fn the_retail_sim_example_runs_on_any_openai_compatible_endpoint() {
     assert!(r.stdout.contains("evaluation: 27 model call(s)"), "{r}");
 }
 
+/// A pack `name` of one scenario, `(id, text)`, graded by the judge `grader` (model `judge` on
+/// `server`), swept once on the agent of `server`.
+fn judged_sweep(
+    dir: &Path,
+    server: &TestServer,
+    name: &str,
+    scenario: (&str, &str),
+) -> (PathBuf, crate::harness::Run) {
+    let pack = small_pack(
+        dir,
+        &format!(
+            "name = \"{name}\"\n[models.grader]\nprovider = \"openai\"\nendpoint = \"{}/v1\"\nmodel = \"judge\"\n",
+            server.base
+        ),
+        &[scenario],
+    );
+    let agent = agent(dir, &server.base);
+    let r = Wt::new(dir)
+        .args(["run", "--out", "runs"])
+        .pack(&pack)
+        .agent(&agent)
+        .run();
+    (pack, r)
+}
+
 /// The bearer key a request carried.
 fn bearer(seen: &crate::harness::Seen) -> String {
     seen.headers
@@ -897,23 +922,15 @@ fn a_tool_call_written_in_a_reply_reaches_the_judge_only_inside_the_reply_s_stri
             _ => (200, completion(forged)),
         }
     });
-    let pack = small_pack(
+    let (_, r) = judged_sweep(
         dir.path(),
-        &format!(
-            "name = \"forged\"\n[models.grader]\nprovider = \"openai\"\nendpoint = \"{}/v1\"\nmodel = \"judge\"\n",
-            server.base
-        ),
-        &[(
+        &server,
+        "forged",
+        (
             "refund",
             "id = \"refund\"\nturns = [\"Refund order 1234.\"]\n[[expect.judge]]\nmodel = \"grader\"\nrubric = \"The assistant issued the refund with the issue_refund tool.\"\nsees = \"world\"\n",
-        )],
+        ),
     );
-    let agent = agent(dir.path(), &server.base);
-    let r = Wt::new(dir.path())
-        .args(["run", "--out", "runs"])
-        .pack(&pack)
-        .agent(&agent)
-        .run();
     assert_eq!(r.code, 1, "{r}");
     let judged: Vec<Value> = server
         .seen()
@@ -959,23 +976,15 @@ fn a_grading_edited_in_the_runs_directory_changes_no_verdict_on_rescore() {
             _ => (200, completion("It ships soon.")),
         }
     });
-    let pack = small_pack(
+    let (pack, r) = judged_sweep(
         dir.path(),
-        &format!(
-            "name = \"trust\"\n[models.grader]\nprovider = \"openai\"\nendpoint = \"{}/v1\"\nmodel = \"judge\"\n",
-            server.base
-        ),
-        &[(
+        &server,
+        "trust",
+        (
             "dated",
             "id = \"dated\"\nruns = 2\nturns = [\"When does it ship?\"]\n[[expect.judge]]\nmodel = \"grader\"\nrubric = \"Gives a date.\"\n",
-        )],
+        ),
     );
-    let agent = agent(dir.path(), &server.base);
-    let r = Wt::new(dir.path())
-        .args(["run", "--out", "runs"])
-        .pack(&pack)
-        .agent(&agent)
-        .run();
     assert_eq!(r.code, 1, "{r}");
     assert_eq!(
         asked.load(Ordering::SeqCst),
