@@ -464,9 +464,9 @@ impl Confinement {
         let Some(mut apply) = self.apply else {
             return;
         };
-        // SAFETY: the closure makes system calls only: unshare, open/write/close of the
-        // maps, setuid/setgid, setrlimit, prctl and landlock_restrict_self, with every
-        // buffer and file descriptor prepared before the fork.
+        // SAFETY: the closure makes system calls only: setresuid, unshare, open/write/close
+        // of the maps, setrlimit, prctl, seccomp and landlock_restrict_self, with every
+        // buffer, filter and file descriptor prepared before the fork.
         unsafe {
             cmd.pre_exec(move || {
                 if let Some(maps) = &apply.maps {

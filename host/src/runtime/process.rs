@@ -755,7 +755,12 @@ impl ProcessAgent {
             .map(|(_, v)| std::ffi::OsStr::new(v.as_str()));
         let read = [self.config.cwd.clone(), self.dir.path().to_path_buf()];
         let mut write = vec![run.scratch.path().to_path_buf()];
-        write.extend(self.config.state_dir.iter().cloned());
+        if let Some(dir) = &self.config.state_dir {
+            // The agent keeps its state there: a rule needs the directory to exist, and a
+            // confined agent could not make it.
+            let _ = std::fs::create_dir_all(dir);
+            write.push(dir.clone());
+        }
         let ports: Vec<u16> = run
             .mcp
             .iter()
