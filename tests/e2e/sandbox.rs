@@ -74,6 +74,15 @@ fn attempted(v: &Value) -> std::collections::BTreeMap<String, String> {
         .collect()
 }
 
+/// What a confined program must be refused.
+const FORBIDDEN: [&str; 5] = [
+    "write_outside",
+    "read_secret",
+    "connect_other_port",
+    "fork",
+    "allocate",
+];
+
 fn refused(seen: &std::collections::BTreeMap<String, String>, what: &str) {
     let said = seen
         .get(what)
@@ -129,13 +138,7 @@ fn a_hostile_agent_is_refused_by_the_kernel_and_the_trace_names_its_confinement(
     let trace = &traces(&dir.path().join("runs"))[0];
     let reply: Value = serde_json::from_str(trace["turns"][0]["reply"].as_str().unwrap()).unwrap();
     let seen = attempted(&reply);
-    for what in [
-        "write_outside",
-        "read_secret",
-        "connect_other_port",
-        "fork",
-        "allocate",
-    ] {
+    for what in FORBIDDEN {
         refused(&seen, what);
     }
     allowed(&seen, "write_scratch");
@@ -218,13 +221,7 @@ fn a_hostile_world_server_is_confined_as_an_agent_is() {
     };
     let trace = run("runs", world(2000, 16), &[]);
     let seen = attempted(&trace["world"]["after"]);
-    for what in [
-        "write_outside",
-        "read_secret",
-        "connect_other_port",
-        "fork",
-        "allocate",
-    ] {
+    for what in FORBIDDEN {
         refused(&seen, what);
     }
     allowed(&seen, "write_scratch");
