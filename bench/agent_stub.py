@@ -1,6 +1,8 @@
 """A local agent for benchmarks: answers after a fixed delay (default 50 ms), as
 - an `http`-runtime service (GET /health, POST /reset, POST /inject, GET /state), and
 - an OpenAI-compatible chat-completions endpoint (POST /v1/chat/completions),
+- an A2A 1.0 agent (its card at GET /.well-known/agent-card.json, JSON-RPC `SendMessage` at
+  POST /a2a, answered with a message in the request's context),
 and counts the answers it gave (GET /count), so a benchmark can check that a client really
 made its calls. Replies never mention a refund, so a scenario that requires one fails (and
 `debrief` talks). Any other path is a 404.
@@ -42,6 +44,13 @@ class Handler(BaseHTTPRequestHandler):
             return self.reply(200, {"ok": True})
         if self.path == "/count":
             return self.reply(200, {"answers": ANSWERS})
+        if self.path == "/.well-known/agent-card.json":
+            host = self.headers.get("Host", "127.0.0.1")
+            return self.reply(200, {
+                "name": "bench stub", "version": "1", "capabilities": {"streaming": False},
+                "supportedInterfaces": [{"url": f"http://{host}/a2a", "protocolBinding": "JSONRPC",
+                                         "protocolVersion": "1.0"}],
+            })
         self.reply(200, {"sessions": []})
 
     def do_POST(self):
@@ -50,7 +59,7 @@ class Handler(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(length) or b"{}")
         if self.path == "/reset":
             return self.reply(200, {})
-        if self.path not in ("/inject", "/v1/chat/completions"):
+        if self.path not in ("/inject", "/v1/chat/completions", "/a2a"):
             return self.reply(404, {"error": {"message": f"no such endpoint: {self.path}"}})
         time.sleep(DELAY)
         with LOCK:
@@ -58,6 +67,11 @@ class Handler(BaseHTTPRequestHandler):
         text = "Order 1234 has shipped."
         if self.path == "/inject":
             return self.reply(200, {"reply": text, "session_id": body.get("session_id")})
+        if self.path == "/a2a":
+            context = body.get("params", {}).get("message", {}).get("contextId")
+            return self.reply(200, {"jsonrpc": "2.0", "id": body.get("id"), "result": {"message": {
+                "messageId": f"m-{next(IDS)}", "role": "ROLE_AGENT", "contextId": context,
+                "parts": [{"text": text}]}}})
         # A complete chat.completion object: strict clients (the openai package) need it all.
         self.reply(200, {
             "id": f"chatcmpl-{next(IDS)}",

@@ -1,11 +1,13 @@
 """Lane efficiency: one scenario x RUNS runs against a local agent that answers in 50 ms,
-at --jobs 1, 8 and 32, for the `http` runtime (max_sessions = 64) and the `openai` runtime
-(against a local OpenAI-compatible stub), and the same with `--hook debrief` on a failing
+at --jobs 1, 8 and 32, for the `http` runtime (max_sessions = 64), the `a2a` runtime (a
+remote A2A 1.0 agent, max_sessions = 64) and the `openai` runtime (against a local
+OpenAI-compatible stub), and the same with `--hook debrief` on a failing
 scenario (one 50 ms converse per run). Efficiency = ideal / measured wall time, where ideal
 is (model calls x 50 ms) / jobs. Optionally inspect_ai on the same stub (skipped when the
 `inspect_ai` package is absent).
 
 Usage: python3 bench/lanes.py [RUNS] [JOBS,...]    (after bench/lanes.sh built wt)
+AGENTS (default http,a2a,openai) picks the runtimes.
 SAMPLES (default 1000) sets the side-by-side's sample count.
 """
 import json
@@ -64,6 +66,10 @@ agents = {
         "http.toml",
         f'label = "svc"\nruntime = "http"\nendpoint = "{base}"\nmax_sessions = 64\n',
     ),
+    "a2a": write(
+        "a2a.toml",
+        f'label = "a2a"\nruntime = "a2a"\nurl = "{base}"\nmax_sessions = 64\n',
+    ),
     "openai": write(
         "openai.toml",
         f'label = "m"\nruntime = "openai"\nmodel = "m"\nendpoint = "{base}/v1"\n',
@@ -88,7 +94,7 @@ def sweep(agent, jobs, pack, hooks=()):
 
 
 print(f"one scenario x {runs} runs, agent answers in {delay * 1000:.0f} ms")
-for agent in ("http", "openai"):
+for agent in [a for a in ("http", "a2a", "openai") if a in os.environ.get("AGENTS", "http,a2a,openai").split(",")]:
     for label, pack, hooks, calls in (
         ("", "pack", (), 1),
         (" + debrief", "failing", ("--hook", "debrief"), 2),

@@ -10,12 +10,18 @@
 #     filtered     GET /?verdict=fail&offset=5000          (filters in memory)
 #     free text    GET /?q=goodwill&verdict=fail           (reads the failing runs' traces)
 #     again        GET /?q=goodwill&verdict=fail&offset=50 (the answer kept)
+#     other sort   GET /?q=goodwill&verdict=fail&sort=cost (the text answer kept, re-sorted)
+#     run page     GET /runs/<id> of the last run the failing sweep wrote (its events read
+#                  from its journal)
 #   and the server's peak RSS (VmHWM) once it has answered them all.
 #
-# Prints the medians, and the first page's time over `wt report`'s.
+# Prints the medians, and the first page's time over `wt report`'s. With BASELINE=<a wt
+# binary> (another build), each round measures it too on the same directory, alternating, and
+# a second line per size gives its figures and this build's ratios to them (baseline / this).
 #
 #   bench/view.sh                              # 10,000 … 1,000,000 runs
 #   SIZES="10000 100000" REPEATS=5 bench/view.sh
+#   BASELINE=/tmp/wt-before SIZES=100000 bench/view.sh
 #   BENCH_DIR=/mnt/fast bench/view.sh          # where the runs go (default /dev/shm, a tmpfs)
 #
 # Disk: about 11 KiB a run on tmpfs, so 1,000,000 runs need about 11 GiB; a size that does
@@ -56,8 +62,60 @@ fetch() {
     awk -v s="${t#* }" 'BEGIN {printf "%.1f", s * 1000}'
 }
 
+# measure WT DIR N TAG: one round of every figure for binary WT, appended to $work/TAG.times
+# ("report_s report_kib first filtered text again sort runpage view_kib")
+measure() {
+    local bin=$1 dir=$2 n=$3 tag=$4 start first url id
+    /usr/bin/time -f '%e %M' -o "$work/time" "$bin" report "$dir" >/dev/null 2>&1 || true
+    local report
+    report=$(tail -n 1 "$work/time")
+    : >"$work/url"
+    start=$(now)
+    "$bin" view "$dir" --port 0 >"$work/url" 2>"$work/view.err" &
+    view_pid=$!
+    until grep -q '/$' "$work/url" 2>/dev/null; do
+        kill -0 "$view_pid" 2>/dev/null || { echo "wt view ended: $(cat "$work/view.err")" >&2; exit 1; }
+        sleep 0.01
+    done
+    url=$(head -n 1 "$work/url")
+    curl -sS -o /dev/null "$url"
+    first=$(since "$start")
+    local filtered text again sort runpage hwm
+    filtered=$(fetch "${url}?verdict=fail&offset=5000")
+    text=$(fetch "${url}?q=goodwill&verdict=fail")
+    again=$(fetch "${url}?q=goodwill&verdict=fail&offset=50")
+    sort=$(fetch "${url}?q=goodwill&verdict=fail&sort=cost")
+    id=$(curl -sS "${url}api/runs?verdict=fail&offset=$(( n / 2 - 1 ))&limit=1" |
+        python3 -c 'import json,sys; print(json.load(sys.stdin)["runs"][0]["run_id"])')
+    runpage=$(fetch "${url}runs/$id")
+    hwm=$(awk '/^VmHWM/ {print $2}' "/proc/$view_pid/status")
+    kill "$view_pid"
+    wait "$view_pid" 2>/dev/null || true
+    view_pid=
+    echo "$report $first $filtered $text $again $sort $runpage $hwm" >>"$work/$tag.times"
+}
+
+# row TAG N LABEL: the medians of TAG's rounds
+row() {
+    local f=$work/$1.times rt first
+    rt=$(median "$f" 1)
+    first=$(median "$f" 3)
+    printf '%9s | %8ss %6s | %10ss %8s %11s %11s %9s %10s %9s %6s\n' "$3" "$rt" "$(mib "$(median "$f" 2)")" \
+        "$first" "$(ratio "$first" "$rt")" "$(median "$f" 4)" "$(median "$f" 5)" \
+        "$(median "$f" 6)" "$(median "$f" 7)" "$(median "$f" 8)" "$(mib "$(median "$f" 9)")"
+}
+
+# ratios N: baseline / this build, per figure (times and memory)
+ratios() {
+    local a=$work/base.times b=$work/this.times out="" i
+    for i in 1 2 3 4 5 6 7 8 9; do
+        out="$out $(ratio "$(median "$a" "$i")" "$(median "$b" "$i")")"
+    done
+    echo "$1 runs, baseline / this build: report $(echo "$out" | awk '{print $1}') (RSS $(echo "$out" | awk '{print $2}')), first page $(echo "$out" | awk '{print $3}'), filtered $(echo "$out" | awk '{print $4}'), text $(echo "$out" | awk '{print $5}'), again $(echo "$out" | awk '{print $6}'), other sort $(echo "$out" | awk '{print $7}'), run page $(echo "$out" | awk '{print $8}'), view RSS $(echo "$out" | awk '{print $9}')"
+}
+
 echo "wt: $wt; $REPEATS round(s) per size, medians; $(nproc) CPU(s); $(date -u +%Y-%m-%dT%H:%MZ)"
-printf '%9s | %-17s | %-11s %8s %11s %11s %11s %8s\n' runs "wt report s  MiB" "first page" "/report" "filtered ms" "text ms" "again ms" "MiB"
+printf '%9s | %-17s | %-11s %8s %11s %11s %9s %10s %9s %6s\n' runs "wt report s  MiB" "first page" "/report" "filtered ms" "text ms" "again ms" "sort ms" "run ms" "MiB"
 
 for n in $SIZES; do
     need=$(( n * 11 + 4096 ))
@@ -71,33 +129,15 @@ for n in $SIZES; do
     "$wt" run --filter order-status --agent demo --runs $(( n - n / 2 )) --jobs 2 --seed 1 --out "$dir" >/dev/null 2>&1
     "$wt" run --filter order-status --agent demo-forbidden-tool --runs $(( n / 2 )) --jobs 2 --seed 2 --out "$dir" >/dev/null 2>&1 || true
     for _ in $(seq "$REPEATS"); do
-        /usr/bin/time -f '%e %M' -o "$work/time" "$wt" report "$dir" >/dev/null 2>&1 || true
-        tail -n 1 "$work/time" >>"$work/report.times"
-
-        : >"$work/url"
-        start=$(now)
-        "$wt" view "$dir" --port 0 >"$work/url" 2>"$work/view.err" &
-        view_pid=$!
-        until grep -q '/$' "$work/url" 2>/dev/null; do
-            kill -0 "$view_pid" 2>/dev/null || { echo "wt view ended: $(cat "$work/view.err")" >&2; exit 1; }
-            sleep 0.01
-        done
-        url=$(head -n 1 "$work/url")
-        curl -sS -o /dev/null "$url"
-        first=$(since "$start")
-        filtered=$(fetch "${url}?verdict=fail&offset=5000")
-        text=$(fetch "${url}?q=goodwill&verdict=fail")
-        again=$(fetch "${url}?q=goodwill&verdict=fail&offset=50")
-        hwm=$(awk '/^VmHWM/ {print $2}' "/proc/$view_pid/status")
-        kill "$view_pid"
-        wait "$view_pid" 2>/dev/null || true
-        view_pid=
-        echo "$first $filtered $text $again $hwm" >>"$work/view.times"
+        measure "$wt" "$dir" "$n" this
+        if [ -n "${BASELINE:-}" ]; then
+            measure "$BASELINE" "$dir" "$n" base
+        fi
     done
-    rt=$(median "$work/report.times" 1)
-    first=$(median "$work/view.times" 1)
-    printf '%9d | %8ss %6s | %10ss %8s %11s %11s %11s %8s\n' "$n" "$rt" "$(mib "$(median "$work/report.times" 2)")" \
-        "$first" "$(ratio "$first" "$rt")" "$(median "$work/view.times" 2)" "$(median "$work/view.times" 3)" \
-        "$(median "$work/view.times" 4)" "$(mib "$(median "$work/view.times" 5)")"
+    row this "$n" "$n"
+    if [ -n "${BASELINE:-}" ]; then
+        row base "$n" "baseline"
+        ratios "$n"
+    fi
     rm -rf "$dir"
 done

@@ -12,6 +12,8 @@
 #   early, plain error.
 # - The reference MCP servers the suite uses as scenario worlds (target/npm-worlds, from
 #   tests/worlds/package-lock.json, with `npm ci`): node and npm must be installed.
+# - The a2a runtime's JavaScript agent on the official A2A JavaScript SDK (target/npm-agents,
+#   from tests/agents/js/package-lock.json, with `npm ci`); its Python agent is in the venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,7 +29,7 @@ if [ ! -x /usr/bin/chromium ]; then
     rm -f "$log"
 fi
 
-if ! target/py-agents/bin/python -c "import mcp, agents, fakellm" 2>/dev/null; then
+if ! target/py-agents/bin/python -c "import mcp, agents, fakellm, a2a.server.routes" 2>/dev/null; then
     echo "== the e2e agents' Python venv (tests/agents/requirements.txt)"
     rm -rf target/py-agents
     python3 -m venv target/py-agents
@@ -43,6 +45,19 @@ if ! cmp -s tests/worlds/package-lock.json target/npm-worlds/package-lock.json \
     mkdir -p target/npm-worlds
     cp tests/worlds/package.json tests/worlds/package-lock.json target/npm-worlds/
     (cd target/npm-worlds && npm ci --no-audit --no-fund --loglevel=error)
+fi
+
+# The a2a runtime's JavaScript test agent on the official A2A JavaScript SDK
+# (tests/agents/js/package-lock.json): installed with `npm ci` into target/npm-agents when
+# missing or out of date, beside its script.
+if ! cmp -s tests/agents/js/package-lock.json target/npm-agents/package-lock.json \
+    || ! cmp -s tests/agents/js/a2a_js_agent.mjs target/npm-agents/a2a_js_agent.mjs \
+    || [ ! -e target/npm-agents/node_modules/@a2a-js/sdk/package.json ]; then
+    echo "== the e2e JavaScript A2A agent (tests/agents/js/package.json, npm ci)"
+    rm -rf target/npm-agents
+    mkdir -p target/npm-agents
+    cp tests/agents/js/package.json tests/agents/js/package-lock.json tests/agents/js/a2a_js_agent.mjs target/npm-agents/
+    (cd target/npm-agents && npm ci --no-audit --no-fund --loglevel=error)
 fi
 
 # Every package of the lock file, for every platform: the hook-crate tests run cargo

@@ -123,6 +123,11 @@ impl Ids {
         Ids { seed, pinned: true }
     }
 
+    /// The user's seed (`--seed`), when the ids are pinned.
+    pub fn seed(&self) -> Option<u64> {
+        self.pinned.then_some(self.seed)
+    }
+
     /// A number derived from the seed, a kind and a place, when the ids are pinned
     /// (`--seed`): the sampling seed `wt` sends its own models (a simulated user, a judge)
     /// where the provider takes one, so a pinned sweep asks them the same way each time.
@@ -181,6 +186,16 @@ impl Ids {
             out.push(char::from(HEX[usize::from(x & 0x0f)]));
         }
         out
+    }
+}
+
+/// A model call's durations as a pinned clock writes them: 0 ms (latency, time to first
+/// token, each retry's wait).
+pub(crate) fn pin_model_call(call: &mut windtunnel_model::ModelCall) {
+    call.latency_ms = 0;
+    call.ttft_ms = call.ttft_ms.map(|_| 0);
+    for r in &mut call.retries {
+        r.wait_ms = 0;
     }
 }
 

@@ -24,6 +24,49 @@ use serde::Serialize;
 use serde_json::Value;
 use windtunnel_model::{Score, Trace, TurnErrorKind};
 
+/// Takes an advisory lock on `file` (`flock`, exclusive or shared) without waiting:
+/// `Ok(false)` when another open file holds a lock that conflicts. Released when the file is
+/// closed, however the process ends.
+pub(crate) fn try_lock_file(file: &std::fs::File, exclusive: bool) -> std::io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    let mode = if exclusive {
+        libc::LOCK_EX
+    } else {
+        libc::LOCK_SH
+    };
+    // SAFETY: `flock` on a descriptor `file` owns and keeps open for the call.
+    if unsafe { libc::flock(file.as_raw_fd(), mode | libc::LOCK_NB) } == 0 {
+        return Ok(true);
+    }
+    let e = std::io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        Ok(false)
+    } else {
+        Err(e)
+    }
+}
+
+/// What a sweep is, as `SweepStarted` records it: a resumed sweep must be the same one.
+/// Two sweeps with the same identity make the same runs (with `--seed`, the same run ids).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct SweepIdentity {
+    /// `sha256:<hex>` of the pack's name, each scenario's content digest (in order) and
+    /// each of its models' identity.
+    pub pack_digest: String,
+    /// `sha256:<hex>` of the whole agent config (the label is `agent`).
+    pub agent_digest: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+    /// `--runs` (or `--max-runs` with `--until-decided`), when given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runs: Option<u32>,
+    /// `--filter`, when given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filter: Option<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub until_decided: bool,
+}
+
 /// Version of the event schema.
 pub const EVENTS_SCHEMA_VERSION: u32 = 1;
 
@@ -44,12 +87,30 @@ pub enum Event {
         /// `K/N` when the sweep is one shard of a larger one.
         #[serde(skip_serializing_if = "Option::is_none")]
         shard: Option<String>,
+        /// What makes the sweep the sweep it is (`wt run --resume` holds a resume to it);
+        /// the runner always records it.
+        #[serde(flatten)]
+        identity: Option<SweepIdentity>,
+        /// `wt run --resume`: the how-manieth resumption of the sweep this segment of its
+        /// journal is (1 for the first); absent from the sweep's first segment.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        resumed: Option<u32>,
     },
     ScenarioStarted {
         runs: u32,
     },
     RunStarted {
         run_index: u32,
+        /// The attempt this is, from 2 on, when `--retry-errors` makes the run again.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        attempt: Option<u32>,
+    },
+    /// The run's attempt ended ERROR on the wiring or harness rung and the run is made
+    /// again (`--retry-errors`) after `wait_ms`, as attempt `attempt`.
+    RunRetried {
+        attempt: u32,
+        error: String,
+        wait_ms: u64,
     },
     TurnStarted {
         input: String,
@@ -177,6 +238,7 @@ impl Event {
             Event::SweepStarted { .. } => "SweepStarted",
             Event::ScenarioStarted { .. } => "ScenarioStarted",
             Event::RunStarted { .. } => "RunStarted",
+            Event::RunRetried { .. } => "RunRetried",
             Event::TurnStarted { .. } => "TurnStarted",
             Event::StepDone { .. } => "StepDone",
             Event::ModelCalled { .. } => "ModelCalled",
@@ -348,18 +410,34 @@ impl Journal {
                 Err(source) => return Err(JournalError::Open { path, source }),
             }
         };
-        Ok(Journal {
+        // Held for the sweep's life: `wt run --resume` refuses a sweep still running. A
+        // file system without locks costs only that check.
+        let _ = try_lock_file(&file, true);
+        Ok(Journal::open_at(path, file, 0, sweep_id, now))
+    }
+
+    /// The journal in `file` (opened for appending) whose next line takes `seq`: a new one
+    /// (0), or that of a sweep being resumed (opened and locked by the resume), so that its
+    /// story goes on in one file.
+    pub(crate) fn open_at(
+        path: PathBuf,
+        file: std::fs::File,
+        seq: u64,
+        sweep_id: &str,
+        now: Box<dyn Fn() -> String + Send + Sync>,
+    ) -> Journal {
+        Journal {
             path,
             sweep_id: sweep_id.to_owned(),
             redactor: Arc::default(),
             now,
             inner: Mutex::new(Inner {
                 file,
-                seq: 0,
+                seq,
                 failed: None,
                 line: Vec::with_capacity(512),
             }),
-        })
+        }
     }
 
     pub(crate) fn path(&self) -> &Path {
@@ -640,7 +718,10 @@ mod tests {
                                 message: format!("w{t}"),
                             }
                         } else {
-                            Event::RunStarted { run_index: i }
+                            Event::RunStarted {
+                                run_index: i,
+                                attempt: None,
+                            }
                         };
                         stream.emit(scope, &Cause::Scenario, &event, None);
                     }

@@ -213,8 +213,7 @@ pub(crate) fn sweep_recorded(code: u8) {
 static RECORDED: OnceLock<(u8, libc::pid_t)> = OnceLock::new();
 
 fn this_thread() -> libc::pid_t {
-    // SAFETY: gettid takes nothing and cannot fail.
-    unsafe { libc::gettid() }
+    nix::unistd::gettid().as_raw()
 }
 
 /// Parks the calling thread for good: the process is being ended by another thread.

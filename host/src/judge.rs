@@ -125,6 +125,72 @@ pub(crate) fn apply(scenario: &Scenario, trace: &Trace, score: &mut Score, j: &J
     score.judges = grades;
 }
 
+/// How runs are scored: the same for a sweep, a retry, a resume and `wt rescore`, so what
+/// one does to a score the others do too.
+pub(crate) struct Scoring<'a> {
+    pub models: &'a Models,
+    /// The invocation's secrets: the score passes through it before it is returned.
+    pub redactor: &'a Redactor,
+    pub stop: &'a Interrupt,
+    /// Each grading's sampling seed comes from them when they are seeded (`--seed`).
+    pub ids: &'a crate::clock::Ids,
+    /// Under `WT_FIXED_CLOCK`: the durations of the judges' calls are written as 0.
+    pub pinned: bool,
+}
+
+/// What the agent's own model calls cost, in the score.
+pub(crate) enum AgentCost<'a> {
+    /// Summed from the trace, with the agent config's prices (a sweep).
+    Priced(Option<crate::runtime::agent::Pricing>),
+    /// The sweep's fact, kept as it was recorded (a rescore has no agent config).
+    Kept(Option<&'a windtunnel_model::RunUsage>),
+}
+
+impl AgentCost<'_> {
+    /// The agent's model calls in `trace`, summed (or the usage kept).
+    pub(crate) fn of(&self, trace: &Trace) -> Option<windtunnel_model::RunUsage> {
+        match self {
+            AgentCost::Priced(pricing) => {
+                let price = pricing.map(|p| move |t: &windtunnel_model::TokenUsage| p.cost(t));
+                crate::score::usage(trace, price.as_ref().map(|p| p as &dyn Fn(&_) -> f64))
+            }
+            AgentCost::Kept(usage) => usage.cloned(),
+        }
+    }
+}
+
+/// THE score of a run: its four layers from the trace and the scenario, the agent's cost,
+/// the judge checks graded (reusing `previous`'s gradings where its judge and material are
+/// unchanged), the evaluation's cost, redacted with the invocation's secrets.
+pub(crate) fn score_run(
+    scenario: &Scenario,
+    trace: &Trace,
+    cost: AgentCost<'_>,
+    previous: Option<&Score>,
+    s: &Scoring<'_>,
+) -> Score {
+    let mut score = crate::score::score(scenario, trace);
+    score.usage = cost.of(trace);
+    if !scenario.expect.judge.is_empty() {
+        let judging = Judging {
+            models: s.models,
+            previous,
+            redactor: s.redactor,
+            stop: s.stop,
+            ids: Some(s.ids),
+        };
+        apply(scenario, trace, &mut score, &judging);
+        if s.pinned {
+            for g in &mut score.judges {
+                g.calls.iter_mut().for_each(crate::clock::pin_model_call);
+            }
+        }
+    }
+    score.eval_usage = eval_usage(scenario, trace, &score, s.models);
+    s.redactor.scrub_record(&mut score);
+    score
+}
+
 /// What the evaluation itself cost in a run: the simulated user's calls (in the trace) and
 /// the judges' (in the score), each priced with its own model's `[pricing]`.
 pub(crate) fn eval_usage(

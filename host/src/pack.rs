@@ -287,12 +287,16 @@ pub fn scenario_digest(scenario: &Scenario) -> String {
 }
 
 /// Refuses, before anything runs, the scenarios an agent that cannot reach the fixture
-/// world could not be judged on: those with world checks or tool expectations. `agent`
+/// world could not be judged on: those with tool expectations (its calls are not seen), and
+/// world checks unless the world is a `url` server it can share with `wt`. `agent`
 /// names the agent for the message.
 pub(crate) fn check_reachable(pack: &Pack, agent: &str) -> Result<(), String> {
     for s in &pack.scenarios {
         let e = &s.expect;
-        let judged = if !e.outcome.world.is_empty() {
+        // A world server at a `url` runs on its own: an agent that cannot be handed the
+        // run's world may share that server with `wt`, which reads its state all the same.
+        let shared_world = s.world_server.as_ref().is_some_and(|w| w.url.is_some());
+        let judged = if !e.outcome.world.is_empty() && !shared_world {
             Some("world checks (expect.outcome.world)")
         } else if !e.trajectory.required_tools.is_empty() {
             Some("required tools (expect.trajectory)")
@@ -306,7 +310,7 @@ pub(crate) fn check_reachable(pack: &Pack, agent: &str) -> Result<(), String> {
         };
         if let Some(what) = judged {
             return Err(format!(
-                "scenario `{}` judges {what}, but agent `{agent}` cannot reach the fixture world (`mcp = false`); drop the scenario with --filter or let the agent use MCP",
+                "scenario `{}` judges {what}, but agent `{agent}` cannot reach the fixture world (`mcp = false`, or a remote `a2a` agent), so its tool calls are not seen; drop the scenario with --filter, let the agent use MCP, or judge it on a `url` world server it shares",
                 s.id
             ));
         }

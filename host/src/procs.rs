@@ -139,7 +139,43 @@ pub(crate) fn watch(sweep_tag: &str) -> u8 {
         }
     }
     kill_sweep(sweep_tag);
+    remove_scratch_dirs(sweep_tag);
     0
+}
+
+/// A private directory for one process `wt` starts (`kind`: `agent`, `world`, `hook`), in
+/// the system's temporary directory, named by the sweep's tag: removed when dropped, and by
+/// the watchdog when `wt` ends without dropping it (a `kill -9`).
+pub(crate) fn scratch_dir(kind: &str) -> std::io::Result<tempfile::TempDir> {
+    tempfile::Builder::new()
+        .prefix(&format!("wt-{kind}-{}-", sweep_tag()))
+        .tempdir()
+}
+
+/// Removes what [`scratch_dir`] made for the sweep `sweep_tag` and was left behind: only
+/// directories (never through a link) of this user's.
+fn remove_scratch_dirs(sweep_tag: &str) {
+    use std::os::unix::fs::MetadataExt;
+    let tmp = std::env::temp_dir();
+    let Ok(entries) = std::fs::read_dir(&tmp) else {
+        return;
+    };
+    let me = nix::unistd::geteuid().as_raw();
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(name) = name.to_str() else {
+            continue;
+        };
+        let ours = ["agent", "world", "hook"]
+            .iter()
+            .any(|kind| name.starts_with(&format!("wt-{kind}-{sweep_tag}-")));
+        let Ok(meta) = std::fs::symlink_metadata(e.path()) else {
+            continue;
+        };
+        if ours && meta.is_dir() && meta.uid() == me {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
 }
 
 /// The most of a process's stderr a trace keeps: its last bytes.

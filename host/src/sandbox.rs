@@ -1,5 +1,5 @@
-//! Confined runs: every process `wt` starts for a run — a `process` agent, a world server —
-//! is confined between `fork` and `exec`, with what the kernel offers, and the trace records
+//! Confined runs: every process `wt` starts for a run — a `process` agent, a world server,
+//! an isolated hook's process — is confined between `fork` and `exec`, with what the kernel offers, and the trace records
 //! what was enforced ([`SandboxRecord`]).
 //!
 //! - **A user namespace of its own**, mapping only `wt`'s own user: the process holds no
@@ -12,7 +12,7 @@
 //!   kind); reads only the system (`/usr`, `/etc`, …), the command's own files, the paths the
 //!   caller names and `[sandbox] read` adds — never a credential location beneath them
 //!   (`~/.ssh`, `~/.aws`, …, `/etc/shadow`: their siblings are allowed one by one instead);
-//!   TCP connects only to the run's own ports and no bind; signals and abstract unix sockets
+//!   TCP connects only to the run's own ports and binds only an A2A agent's own; signals and abstract unix sockets
 //!   only within its own domain.
 //!
 //! Everything is built in the parent before the fork; the child only makes system calls (no
@@ -202,6 +202,8 @@ pub fn kernel() -> &'static Kernel {
 }
 
 fn landlock_abi() -> Option<u32> {
+    // The `landlock` crate keeps its own query private (a ruleset is built best-effort
+    // instead); the trace and `wt doctor` need the number itself.
     // SAFETY: the documented way to ask for the ABI version: no ruleset attribute, size 0,
     // the VERSION flag; it reads and writes no memory.
     let v = unsafe {
@@ -221,7 +223,7 @@ fn probe_user_namespace() -> Result<(), String> {
         .into_iter()
         .find(|p| Path::new(p).exists())
         .ok_or("no `true` to probe with")?;
-    let maps = IdMaps::new();
+    let maps = IdMaps::new(true);
     let mut cmd = Command::new(program);
     // SAFETY: the closure makes system calls only (see `IdMaps::enter`).
     unsafe {
@@ -238,15 +240,18 @@ fn probe_user_namespace() -> Result<(), String> {
 struct IdMaps {
     uid_map: CString,
     gid_map: CString,
-    /// `wt` runs as root.
-    root: bool,
+    /// `wt` runs as root and the process is held to a process limit: its real user becomes
+    /// `nobody`.
+    split: bool,
 }
 
 /// The user a confined process of root's runs as, inside its namespace and as its real user.
 const NOBODY: u32 = 65534;
 
 impl IdMaps {
-    fn new() -> IdMaps {
+    /// With `limit_processes`, a process of root's gets `nobody` as its real user, so that
+    /// its process limit holds (see [`IdMaps::enter`]).
+    fn new(limit_processes: bool) -> IdMaps {
         let (uid, gid) = (
             nix::unistd::getuid().as_raw(),
             nix::unistd::getgid().as_raw(),
@@ -257,7 +262,7 @@ impl IdMaps {
         IdMaps {
             uid_map: CString::new(format!("{} {uid} 1", inside(uid))).expect("no NUL"),
             gid_map: CString::new(format!("{} {gid} 1", inside(gid))).expect("no NUL"),
-            root: uid == 0,
+            split: uid == 0 && limit_processes,
         }
     }
 
@@ -265,10 +270,13 @@ impl IdMaps {
     fn enter(&self) -> std::io::Result<()> {
         use nix::sched::{CloneFlags, unshare};
         use nix::unistd::Uid;
-        if self.root {
+        if self.split {
             // The kernel never holds root's own processes to `RLIMIT_NPROC`, whatever their
             // namespace: the real user becomes `nobody`, the effective one stays root (for the
-            // files it may read), and the seccomp filter keeps it from changing back.
+            // files it may read), and the seccomp filter keeps it from changing back. The
+            // price: a real user that is not the effective one puts the program in the C
+            // library's secure-execution mode (`LD_LIBRARY_PATH`, `LD_PRELOAD` and `TMPDIR`
+            // are dropped by the dynamic loader), which the record says.
             nix::unistd::setresuid(Uid::from_raw(NOBODY), Uid::from_raw(0), Uid::from_raw(0))
                 .map_err(std::io::Error::from)?;
         }
@@ -300,6 +308,9 @@ fn write_file(path: &std::ffi::CStr, bytes: &[u8]) -> std::io::Result<()> {
 pub enum Role {
     Agent,
     WorldServer,
+    /// An isolated hook's process: it has no run ports (its services reach it over its
+    /// pipes), so unless its network is opened it connects nowhere.
+    Hook,
 }
 
 /// What a process to confine is and may touch.
@@ -316,6 +327,8 @@ pub struct Request<'a> {
     pub write: &'a [PathBuf],
     /// Its run's own TCP ports.
     pub ports: &'a [u16],
+    /// The TCP ports it may listen on (an agent that serves, e.g. over A2A: its own port).
+    pub bind: &'a [u16],
     pub settings: &'a Settings,
 }
 
@@ -502,7 +515,12 @@ pub fn confine(req: &Request<'_>) -> Result<Confinement, String> {
     record.mode = mode.as_str().to_owned();
     // A network setting other than `allow` confines.
     let open = req.settings.network == Network::Allow;
-    record.network = if open { "allow" } else { "run" }.to_owned();
+    record.network = match (open, req.role) {
+        (true, _) => "allow",
+        (false, Role::Hook) => "none",
+        (false, _) => "run",
+    }
+    .to_owned();
     if mode == Mode::Off {
         return Ok(Confinement {
             record,
@@ -519,10 +537,20 @@ pub fn confine(req: &Request<'_>) -> Result<Confinement, String> {
     }
     record.enforced = true;
     record.not_enforced = missing;
-    let maps = kernel.user_namespace.is_ok().then(IdMaps::new);
+    // An isolated hook keeps its own limits: no process limit, and so no secure-execution
+    // mode for the plugin's own libraries on `LD_LIBRARY_PATH`.
+    let limit_processes = req.role != Role::Hook;
+    let maps = kernel
+        .user_namespace
+        .is_ok()
+        .then(|| IdMaps::new(limit_processes));
     record.user_namespace = maps.is_some();
+    record.secure_execution = maps.as_ref().is_some_and(|m| m.split);
     record.no_new_privs = true;
-    let limits = limits(req.settings);
+    let limits: Vec<_> = limits(req.settings)
+        .into_iter()
+        .filter(|(name, _, _)| limit_processes || *name != "processes")
+        .collect();
     record.limits = limits
         .iter()
         .map(|(name, _, v)| ((*name).to_owned(), *v))
@@ -558,6 +586,7 @@ pub fn confine(req: &Request<'_>) -> Result<Confinement, String> {
             record.write = write.iter().map(|p| p.display().to_string()).collect();
             if !open && abi >= NET_ABI {
                 record.connect_ports = req.ports.to_vec();
+                record.bind_ports = req.bind.to_vec();
             }
             Some(ruleset)
         }
@@ -675,6 +704,9 @@ fn ruleset(
     if req.settings.network != Network::Allow {
         for &port in req.ports {
             created = created.add_rule(NetPort::new(port, AccessNet::ConnectTcp))?;
+        }
+        for &port in req.bind {
+            created = created.add_rule(NetPort::new(port, AccessNet::BindTcp))?;
         }
     }
     Ok((created, read_shown, write_shown))
@@ -861,6 +893,7 @@ mod tests {
             read: &[],
             write: &[scratch.path().to_path_buf()],
             ports,
+            bind: &[],
             settings: &settings,
         })
         .unwrap();

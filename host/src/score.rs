@@ -14,7 +14,8 @@
 use std::collections::BTreeMap;
 
 use windtunnel_model::{
-    AggregateResult, LAYERS, LatencyStats, LayerResult, Scenario, Score, Trace, Verdict,
+    AggregateResult, LAYERS, LatencyStats, LayerResult, Scenario, Score, Step, StepRef, Trace,
+    Verdict,
 };
 
 fn pass(detail: impl Into<String>) -> LayerResult {
@@ -23,6 +24,44 @@ fn pass(detail: impl Into<String>) -> LayerResult {
 
 fn fail(problems: Vec<String>) -> LayerResult {
     LayerResult::fail(problems.join("; "))
+}
+
+/// A layer's problems as they are found: what each says, and the steps of the transcript
+/// those that happened at one point at.
+#[derive(Default)]
+struct Problems {
+    said: Vec<String>,
+    at: Vec<StepRef>,
+}
+
+impl Problems {
+    /// A problem of the run as a whole.
+    fn push(&mut self, what: String) {
+        self.said.push(what);
+    }
+
+    /// A problem that happened at `step`, `problem` saying what in a few words.
+    fn push_at(&mut self, what: String, step: Step, problem: &str) {
+        self.said.push(what);
+        self.at.push(StepRef::new(step, problem));
+    }
+
+    /// The layer: passed with `passed` when there is no problem, else failed with them.
+    fn result(self, passed: impl FnOnce() -> String) -> LayerResult {
+        if self.said.is_empty() {
+            return pass(passed());
+        }
+        let mut failed = fail(self.said);
+        failed.at = self.at;
+        failed
+    }
+}
+
+fn tool_step(c: &windtunnel_model::ToolCall) -> Step {
+    Step::ToolCall {
+        turn: c.turn,
+        step: c.step,
+    }
 }
 
 /// Scores one run.
@@ -296,48 +335,60 @@ fn trajectory(s: &Scenario, trace: &Trace) -> LayerResult {
 fn constraint(s: &Scenario, trace: &Trace) -> LayerResult {
     let exp = &s.expect.constraint;
     let calls = &trace.evidence.tool_calls;
-    let mut problems = Vec::new();
+    let mut problems = Problems::default();
     for c in calls {
         if exp.forbidden_tools.contains(&c.name) {
-            problems.push(format!(
-                "forbidden tool `{}` called (turn {}, step {}, arguments {})",
-                c.name, c.turn, c.step, c.arguments
-            ));
+            problems.push_at(
+                format!(
+                    "forbidden tool `{}` called (turn {}, step {}, arguments {})",
+                    c.name, c.turn, c.step, c.arguments
+                ),
+                tool_step(c),
+                "forbidden tool",
+            );
         }
     }
+    // A limit points at the first call beyond it.
     if let Some(max) = exp.max_steps
-        && calls.len() > max as usize
+        && let Some(over) = calls.get(max as usize)
     {
-        problems.push(format!(
-            "{} tool calls in the run, at most {max} allowed",
-            calls.len()
-        ));
+        problems.push_at(
+            format!(
+                "{} tool calls in the run, at most {max} allowed",
+                calls.len()
+            ),
+            tool_step(over),
+            "over max_steps",
+        );
     }
     if let Some(max) = exp.max_steps_per_turn {
-        let mut per_turn: BTreeMap<u32, usize> = BTreeMap::new();
+        let mut per_turn: BTreeMap<u32, Vec<&windtunnel_model::ToolCall>> = BTreeMap::new();
         for c in calls {
-            *per_turn.entry(c.turn).or_default() += 1;
+            per_turn.entry(c.turn).or_default().push(c);
         }
-        for (turn, n) in per_turn {
-            if n > max as usize {
-                problems.push(format!(
-                    "{n} tool calls in turn {turn}, at most {max} allowed per turn"
-                ));
+        for (turn, made) in per_turn {
+            if let Some(over) = made.get(max as usize) {
+                problems.push_at(
+                    format!(
+                        "{} tool calls in turn {turn}, at most {max} allowed per turn",
+                        made.len()
+                    ),
+                    tool_step(over),
+                    "over max_steps_per_turn",
+                );
             }
         }
     }
-    if problems.is_empty() {
-        pass(format!(
+    problems.result(|| {
+        format!(
             "{} tool call(s); no forbidden tool, within step limits",
             calls.len()
-        ))
-    } else {
-        fail(problems)
-    }
+        )
+    })
 }
 
 fn integrity(trace: &Trace) -> LayerResult {
-    let mut problems = Vec::new();
+    let mut problems = Problems::default();
     if let Some(e) = &trace.error {
         problems.push(format!("run error: {e}"));
     }
@@ -345,19 +396,30 @@ fn integrity(trace: &Trace) -> LayerResult {
         problems.push("no turn was injected".to_owned());
     }
     for t in &trace.turns {
+        let turn = Step::Turn { turn: t.index };
         match (&t.error, &t.reply) {
-            (Some(e), _) => problems.push(format!("turn {}: {e}", t.index)),
-            (None, None) => problems.push(format!("turn {} got no reply", t.index)),
+            (Some(e), _) => problems.push_at(format!("turn {}: {e}", t.index), turn, "turn error"),
+            (None, None) => {
+                problems.push_at(format!("turn {} got no reply", t.index), turn, "no reply");
+            }
             (None, Some(r)) if r.trim().is_empty() => {
-                problems.push(format!("turn {} got an empty reply", t.index));
+                problems.push_at(
+                    format!("turn {} got an empty reply", t.index),
+                    turn,
+                    "empty reply",
+                );
             }
             (None, Some(r)) => {
                 if let Some(why) = malformed(r) {
-                    problems.push(format!(
-                        "turn {} reply is malformed ({why}): {}",
-                        t.index,
-                        excerpt(r)
-                    ));
+                    problems.push_at(
+                        format!(
+                            "turn {} reply is malformed ({why}): {}",
+                            t.index,
+                            excerpt(r)
+                        ),
+                        turn,
+                        "malformed reply",
+                    );
                 }
             }
         }
@@ -377,11 +439,17 @@ fn integrity(trace: &Trace) -> LayerResult {
             let turn = c
                 .turn
                 .map_or_else(|| "outside a turn".to_owned(), |t| format!("turn {t}"));
-            problems.push(format!(
-                "reply truncated by max_tokens: model call {} ({turn}) stopped with finish_reason `{}`",
-                i + 1,
-                c.finish_reason.as_deref().unwrap_or_default()
-            ));
+            problems.push_at(
+                format!(
+                    "reply truncated by max_tokens: model call {} ({turn}) stopped with finish_reason `{}`",
+                    i + 1,
+                    c.finish_reason.as_deref().unwrap_or_default()
+                ),
+                Step::ModelCall {
+                    index: u32::try_from(i).unwrap_or(u32::MAX),
+                },
+                "truncated by max_tokens",
+            );
         }
     }
     if let Some(c) = trace
@@ -390,19 +458,21 @@ fn integrity(trace: &Trace) -> LayerResult {
         .iter()
         .find(|c| trace.turns.iter().all(|t| t.index != c.turn))
     {
-        problems.push(format!(
-            "tool call `{}` claims turn {}, which was never injected",
-            c.name, c.turn
-        ));
+        problems.push_at(
+            format!(
+                "tool call `{}` claims turn {}, which was never injected",
+                c.name, c.turn
+            ),
+            tool_step(c),
+            "turn never injected",
+        );
     }
-    if problems.is_empty() {
-        pass(format!(
+    problems.result(|| {
+        format!(
             "{} turn(s) answered in one session, no transport errors",
             trace.turns.len()
-        ))
-    } else {
-        fail(problems)
-    }
+        )
+    })
 }
 
 /// What a run's model calls add up to; `None` when the run made none `wt` saw. The cost is
@@ -552,6 +622,8 @@ pub(crate) struct Contribution {
     pub failed_layers: Vec<&'static str>,
     /// The latencies of its turns that ended without an error.
     pub latencies: Vec<u64>,
+    /// It took more than one attempt (`--retry-errors`).
+    pub retried: bool,
 }
 
 impl Contribution {
@@ -563,14 +635,22 @@ impl Contribution {
                 .iter()
                 .filter(|t| t.error.is_none())
                 .map(|t| t.latency_ms),
+            trace.attempts,
         )
     }
 
-    pub(crate) fn from_parts(score: Option<&Score>, latencies: impl Iterator<Item = u64>) -> Self {
+    /// A run's contribution from its score, its counted turn latencies and its trace's
+    /// `attempts`.
+    pub(crate) fn from_parts(
+        score: Option<&Score>,
+        latencies: impl Iterator<Item = u64>,
+        attempts: Option<u32>,
+    ) -> Self {
         Contribution {
             verdict: score.map(|s| s.verdict),
             failed_layers: score.map(|s| s.failed_layers()).unwrap_or_default(),
             latencies: latencies.collect(),
+            retried: attempts.is_some_and(|n| n > 1),
         }
     }
 }
@@ -627,6 +707,9 @@ impl Aggregator {
             *n = if add { *n + 1 } else { n.saturating_sub(1) };
         };
         step(&mut self.agg.runs);
+        if c.retried {
+            step(&mut self.agg.retried);
+        }
         match Bucket::of(c.verdict) {
             Bucket::Pass => step(&mut self.agg.passed),
             Bucket::Fail => step(&mut self.agg.failed),
@@ -659,6 +742,7 @@ impl Aggregator {
         a.passed += b.passed;
         a.failed += b.failed;
         a.errored += b.errored;
+        a.retried += b.retried;
         for (layer, n) in b.layer_failures {
             *a.layer_failures.entry(layer).or_default() += n;
         }
@@ -787,6 +871,111 @@ max_steps = 2
         let sc = score(&s, &trace("shipped\u{0}", &["a", "b"]));
         assert_eq!(sc.failed_layers(), ["integrity"]);
         assert_eq!(sc.verdict, Verdict::Fail);
+    }
+
+    fn at(step: Step, problem: &str) -> StepRef {
+        StepRef::new(step, problem)
+    }
+
+    fn call(turn: u32, step: u32) -> Step {
+        Step::ToolCall { turn, step }
+    }
+
+    /// Adds a successful call of `name` at `turn`, `step` to `t`.
+    fn push_call(t: &mut Trace, turn: u32, step: u32, name: &str) {
+        t.evidence.tool_calls.push(crate::runtime::tool_call(
+            turn,
+            step,
+            name,
+            json!({}),
+            json!(null),
+            None,
+            None,
+        ));
+    }
+
+    #[test]
+    fn a_failing_layer_points_at_the_steps_its_problems_happened_at() {
+        let s = scenario();
+        // A forbidden call, and the run's third call beyond `max_steps = 2`.
+        let sc = score(&s, &trace("shipped", &["a", "x", "b"]));
+        assert_eq!(
+            sc.constraint.at,
+            [
+                at(call(0, 1), "forbidden tool"),
+                at(call(0, 2), "over max_steps")
+            ]
+        );
+        for (_, layer) in sc.layers() {
+            if layer.passed {
+                assert!(layer.at.is_empty(), "a passing layer points nowhere");
+            }
+        }
+        assert!(sc.trajectory.at.is_empty() && sc.outcome.at.is_empty());
+
+        // A turn beyond `max_steps_per_turn`: its first call over the limit.
+        let mut s = scenario();
+        s.expect.constraint.max_steps = None;
+        s.expect.constraint.max_steps_per_turn = Some(1);
+        let mut t = trace("shipped", &["a", "b"]);
+        let mut second = t.turns[0].clone();
+        second.index = 1;
+        t.turns.push(second);
+        push_call(&mut t, 1, 0, "a");
+        let sc = score(&s, &t);
+        assert_eq!(
+            sc.constraint.at,
+            [at(call(0, 1), "over max_steps_per_turn")]
+        );
+        assert!(sc.constraint.detail.contains("2 tool calls in turn 0"));
+
+        // Each turn that went wrong, a truncated model call, a call claiming a turn that was
+        // never injected; a problem of the whole run (no session) points nowhere.
+        let mut t = trace("shipped", &["a", "b"]);
+        let turn = t.turns[0].clone();
+        let mut turns = Vec::new();
+        for (i, (reply, error)) in [
+            (Some("fine"), None),
+            (None, Some("timed out after 1s")),
+            (None, None),
+            (Some("  "), None),
+            (Some("bad\u{7}"), None),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let mut x = turn.clone();
+            x.index = i as u32;
+            x.reply = reply.map(str::to_owned);
+            x.error = error.map(str::to_owned);
+            turns.push(x);
+        }
+        t.turns = turns;
+        t.session_id.clear();
+        let mut cut = windtunnel_model::ModelCall::default();
+        cut.turn = Some(0);
+        cut.finish_reason = Some("length".into());
+        t.evidence.model_calls = vec![windtunnel_model::ModelCall::default(), cut];
+        push_call(&mut t, 7, 0, "ghost");
+        let sc = score(&s, &t);
+        assert_eq!(
+            sc.integrity.at,
+            [
+                at(Step::Turn { turn: 1 }, "turn error"),
+                at(Step::Turn { turn: 2 }, "no reply"),
+                at(Step::Turn { turn: 3 }, "empty reply"),
+                at(Step::Turn { turn: 4 }, "malformed reply"),
+                at(Step::ModelCall { index: 1 }, "truncated by max_tokens"),
+                at(call(7, 0), "turn never injected"),
+            ]
+        );
+        assert!(sc.integrity.detail.contains("no session id recorded"));
+        // What the sidecar says: the pointers beside the detail.
+        let json = serde_json::to_value(&sc).unwrap();
+        assert_eq!(
+            json["integrity"]["at"][4],
+            json!({"kind": "model_call", "index": 1, "problem": "truncated by max_tokens"})
+        );
     }
 
     #[test]

@@ -445,6 +445,27 @@ pub(crate) fn dir_entries(dir: &Path) -> Result<Vec<(String, PathBuf)>, StoreErr
     Ok(entries)
 }
 
+/// Takes a committed run out of `dir` so that it can be written again in place: its trace
+/// first (the commit record: from then on the run is missing, never half-replaced), then
+/// its score and hook artifacts (`<stem>.*.json`).
+pub(crate) fn remove_run(dir: &Path, stem: &str) -> Result<(), StoreError> {
+    let gone = |path: &Path| match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(StoreError::Write {
+            path: path.to_owned(),
+            source: e,
+        }),
+        _ => Ok(()),
+    };
+    gone(&trace_path(dir, stem))?;
+    let prefix = format!("{stem}.");
+    for (name, path) in dir_entries(dir)? {
+        if name.starts_with(&prefix) && is_sidecar(&path) {
+            gone(&path)?;
+        }
+    }
+    Ok(())
+}
+
 /// The trace files of one directory, sorted by name.
 pub(crate) fn trace_files(dir: &Path) -> Result<Vec<PathBuf>, StoreError> {
     Ok(dir_entries(dir)?

@@ -366,3 +366,48 @@ fn sibling_imports_follow_super_crate_paths_and_reexports() {
     assert!(reaching(&edges, "a").contains("a"));
     assert!(!reaching(&edges, "c").contains("c"));
 }
+
+/// `report`'s reading side (the one reader of runs directories, the rules it reads by, the
+/// triage ladder and the statistics it counts with) imports none of the views drawn from it:
+/// a view depends on the reader, never the reverse.
+#[test]
+fn the_reader_imports_no_view_of_it() {
+    const READER: [&str; 4] = ["scan", "load", "triage", "stats"];
+    const VIEWS: [&str; 8] = [
+        "html",
+        "table",
+        "junit",
+        "compare",
+        "cells",
+        "gate",
+        "calibration",
+        "plan",
+    ];
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let edges = sibling_imports(&src, &src.join("report"));
+    let mut files: Vec<&String> = edges.keys().collect();
+    files.retain(|f| f.as_str() != "mod");
+    // Every file of the folder is on one side: a new one is placed here.
+    let unplaced: Vec<&&String> = files
+        .iter()
+        .filter(|f| !READER.contains(&f.as_str()) && !VIEWS.contains(&f.as_str()))
+        .collect();
+    assert!(
+        unplaced.is_empty(),
+        "report files on neither side: {unplaced:?}"
+    );
+    let wrong: Vec<String> = READER
+        .iter()
+        .flat_map(|r| {
+            reaching(&edges, r)
+                .into_iter()
+                .filter(|t| VIEWS.contains(&t.as_str()))
+                .map(move |t| format!("{r} reaches {t}"))
+        })
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "the reader imports a view:\n{}",
+        wrong.join("\n")
+    );
+}

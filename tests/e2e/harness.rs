@@ -812,7 +812,7 @@ pub fn agent_python() -> &'static Path {
         let python = venv.join("bin").join("python");
         let works = |py: &Path| {
             Command::new(py)
-                .args(["-c", "import mcp, agents, fakellm"])
+                .args(["-c", "import mcp, agents, fakellm, a2a.server.routes"])
                 .output()
                 .is_ok_and(|o| o.status.success())
         };
@@ -857,7 +857,7 @@ pub fn agent_python() -> &'static Path {
             Ok(python)
         } else {
             Err(format!(
-                "{} cannot import mcp, agents and fakellm after the install",
+                "{} cannot import mcp, agents, fakellm and a2a after the install",
                 python.display()
             ))
         }
@@ -901,54 +901,86 @@ pub fn sh_agent(dir: &Path, name: &str, script: &str, args: &[&str], extra: &str
 /// calling test with npm's own words.
 pub fn world_servers_bin() -> &'static Path {
     static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    let built = BIN.get_or_init(|| {
-        let root = target_dir().join("npm-worlds");
-        let bin = root.join("node_modules").join(".bin");
-        let works = |bin: &Path| bin.join("mcp-server-memory").exists();
-        let lock = workspace().join("tests/worlds/package-lock.json");
-        let same_lock =
-            std::fs::read(root.join("package-lock.json")).ok() == std::fs::read(&lock).ok();
-        if works(&bin) && same_lock {
-            return Ok(bin);
-        }
-        // Installed aside and renamed into place, so concurrent test processes never see
-        // half an install.
-        let tmp = target_dir().join(format!("npm-worlds.tmp-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&tmp);
-        std::fs::create_dir_all(&tmp).map_err(|e| e.to_string())?;
-        for f in ["package.json", "package-lock.json"] {
-            std::fs::copy(workspace().join("tests/worlds").join(f), tmp.join(f))
-                .map_err(|e| e.to_string())?;
-        }
-        let out = Command::new("npm")
-            .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
-            .current_dir(&tmp)
-            .output()
-            .map_err(|e| format!("npm ci: cannot run npm (node and npm must be installed): {e}"))?;
-        if !out.status.success() {
-            return Err(format!(
-                "npm ci in tests/worlds failed ({}), the npm registry must be reachable:\n{}{}",
-                out.status,
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-        let _ = std::fs::remove_dir_all(&root);
-        if std::fs::rename(&tmp, &root).is_err() {
-            let _ = std::fs::remove_dir_all(&tmp);
-        }
-        if works(&bin) {
-            Ok(bin)
-        } else {
-            Err(format!(
-                "{} has no mcp-server-memory after npm ci",
-                bin.display()
-            ))
-        }
+    let root = BIN.get_or_init(|| {
+        npm_install("npm-worlds", "tests/worlds", &[], |root| {
+            root.join("node_modules/.bin/mcp-server-memory").exists()
+        })
+        .map(|root| root.join("node_modules").join(".bin"))
     });
-    match built {
+    match root {
         Ok(p) => p,
         Err(why) => panic!("cannot install the e2e world servers: {why}"),
+    }
+}
+
+/// The a2a runtime's JavaScript test agent (`tests/agents/js`, on the official A2A
+/// JavaScript SDK), installed with its locked packages into `<target>/npm-agents` once per
+/// test process when missing or out of date (`tests/run.sh` installs it first): the path of
+/// its script there.
+pub fn a2a_js_agent() -> &'static Path {
+    static SCRIPT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let script = SCRIPT.get_or_init(|| {
+        npm_install(
+            "npm-agents",
+            "tests/agents/js",
+            &["a2a_js_agent.mjs"],
+            |root| root.join("node_modules/@a2a-js/sdk/package.json").exists(),
+        )
+        .map(|root| root.join("a2a_js_agent.mjs"))
+    });
+    match script {
+        Ok(p) => p,
+        Err(why) => panic!("cannot install the e2e JavaScript A2A agent: {why}"),
+    }
+}
+
+/// `npm ci` of the `package.json` and `package-lock.json` in `source` (beside `files`,
+/// copied too) into `<target>/<name>`, unless it holds that lock file, the same `files` and
+/// `works` says it is installed. Installed aside and renamed into place, so concurrent test
+/// processes never see half an install. An install that fails says so with npm's words.
+fn npm_install(
+    name: &str,
+    source: &str,
+    files: &[&str],
+    works: impl Fn(&Path) -> bool,
+) -> Result<PathBuf, String> {
+    let root = target_dir().join(name);
+    let src = workspace().join(source);
+    let all: Vec<&str> = ["package.json", "package-lock.json"]
+        .into_iter()
+        .chain(files.iter().copied())
+        .collect();
+    let same = |f: &&str| std::fs::read(root.join(f)).ok() == std::fs::read(src.join(f)).ok();
+    if works(&root) && all.iter().all(same) {
+        return Ok(root);
+    }
+    let tmp = target_dir().join(format!("{name}.tmp-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).map_err(|e| e.to_string())?;
+    for f in &all {
+        std::fs::copy(src.join(f), tmp.join(f)).map_err(|e| format!("{source}/{f}: {e}"))?;
+    }
+    let out = Command::new("npm")
+        .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
+        .current_dir(&tmp)
+        .output()
+        .map_err(|e| format!("npm ci: cannot run npm (node and npm must be installed): {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "npm ci in {source} failed ({}), the npm registry must be reachable:\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let _ = std::fs::remove_dir_all(&root);
+    if std::fs::rename(&tmp, &root).is_err() {
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+    if works(&root) {
+        Ok(root)
+    } else {
+        Err(format!("{} is not installed after npm ci", root.display()))
     }
 }
 

@@ -76,7 +76,8 @@ fn recorder_sees_each_point_the_right_number_of_times_with_the_right_members(mod
         .arg(&dir)
         .arg("--out")
         .arg(&out)
-        .env("WT_RECORDER_LOG", &log));
+        .env("WT_RECORDER_LOG", &log)
+        .env("WT_RECORDER_SANDBOX_WRITE", log.parent().unwrap()));
     assert_eq!(r.code, 0, "{r}");
     let calls = log_lines(&log);
     let count = |p: &str| calls.iter().filter(|c| c["point"] == p).count();
@@ -208,7 +209,9 @@ fn hooks_fire_in_flag_order(mode: Mode) {
         .arg(&dir)
         .args(mode.args())
         .env("WT_TAPE_LOG", &log)
-        .env("WT_RECORDER_LOG", &log));
+        .env("WT_TAPE_SANDBOX_WRITE", log.parent().unwrap())
+        .env("WT_RECORDER_LOG", &log)
+        .env("WT_RECORDER_SANDBOX_WRITE", log.parent().unwrap()));
     assert_eq!(r.code, 0, "{r}");
     let hooks: Vec<String> = log_lines(&log)
         .iter()
@@ -258,7 +261,8 @@ fn a_run_that_fails_in_transport_still_pairs_its_calls_and_cannot_converse(mode:
         .args(["--hook", "recorder", "--plugin-dir"])
         .arg(&dir)
         .args(mode.args())
-        .env("WT_RECORDER_LOG", &log));
+        .env("WT_RECORDER_LOG", &log)
+        .env("WT_RECORDER_SANDBOX_WRITE", log.parent().unwrap()));
     assert_eq!(r.code, 3, "{r}");
     let calls = log_lines(&log);
     let points: Vec<&str> = calls.iter().map(|c| c["point"].as_str().unwrap()).collect();

@@ -118,8 +118,11 @@ fn contained(hook: &str, cause: &[&str], env: &[(&str, &str)]) -> String {
     assert_eq!(base.run.code, 1, "{}", base.run);
     let notes = tmp.path().join("notes.txt");
     let log_var = format!("WT_{}_LOG", hook.to_ascii_uppercase());
+    // An isolated hook's process writes only where its settings allow.
+    let write_var = format!("WT_{}_SANDBOX_WRITE", hook.to_ascii_uppercase());
     let mut env = env.to_vec();
     env.push((&log_var, notes.to_str().unwrap()));
+    env.push((&write_var, tmp.path().to_str().unwrap()));
     let s = sweep(tmp.path(), "fault", Some(hook), &dir, &env);
 
     // Same exit code, same scores byte for byte, same traces but for the hook's own marks.
@@ -165,8 +168,8 @@ fn contained(hook: &str, cause: &[&str], env: &[(&str, &str)]) -> String {
     );
 
     // Called once (the first run's on_run_end), never again (not even on_pack_end), and it
-    // saw no environment but its own settings, the loader's and the process tag that ends
-    // what it starts with it.
+    // saw no environment but its own settings, the loader's, its private temporary directory
+    // and the process tag that ends what it starts with it.
     let called = std::fs::read_to_string(&notes).unwrap_or_default();
     let called: Vec<&str> = called.lines().collect();
     assert_eq!(called.len(), 1, "{called:?}");
@@ -175,6 +178,7 @@ fn contained(hook: &str, cause: &[&str], env: &[(&str, &str)]) -> String {
         assert!(
             var.starts_with(&log_var[..log_var.len() - 3])
                 || var == "LD_LIBRARY_PATH"
+                || var == "TMPDIR"
                 || var == "WT_PROCESS_TAG",
             "the hook saw {var}: {env_seen}"
         );
@@ -347,7 +351,11 @@ fn a_hook_process_does_not_outlive_a_killed_wt() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = plugin_dir(tmp.path(), &["wt_test_crash"]);
     let notes = tmp.path().join("notes.txt");
+    // `wt`'s temporary directory, where the hook process's private one is made.
+    let temp = tmp.path().join("temp");
+    std::fs::create_dir(&temp).unwrap();
     let mut wt = wt(tmp.path())
+        .env("TMPDIR", &temp)
         .args([
             "run",
             "--jobs",
@@ -361,6 +369,7 @@ fn a_hook_process_does_not_outlive_a_killed_wt() {
         .arg("--out")
         .arg(tmp.path().join("out"))
         .env("WT_CRASH_LOOP_LOG", &notes)
+        .env("WT_CRASH_LOOP_SANDBOX_WRITE", tmp.path())
         .env("WT_HOOK_TIMEOUT_S", "600")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
@@ -376,9 +385,21 @@ fn a_hook_process_does_not_outlive_a_killed_wt() {
         3,
         "wt, its sweep and its hook process"
     );
+    let hook_dirs = || {
+        std::fs::read_dir(&temp)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("wt-hook-"))
+            .count()
+    };
+    assert_eq!(hook_dirs(), 1, "the hook process's own directory");
     wt.kill().unwrap();
     wt.wait().unwrap();
     assert_eq!(no_process_left(&dir), Ok(()));
+    // Its private directory goes with it (the watchdog removes it).
+    wait_for("the hook's directory to be removed", PATIENCE, || {
+        hook_dirs() == 0
+    });
 }
 
 /// A child that never says it is ready — here a script that ignores its arguments and

@@ -20,7 +20,7 @@ const JUDGE_KEY: &str = "sk-judge-90b3d2e4ff";
 /// The agent's model (`agent-m`), two simulated users (`sim-stop` ends once told the order
 /// shipped; `sim-loop` never does) and a judge (`judge-m`) whose answer the rubric's marker
 /// decides: a bare pass, a fenced fail, or prose it cannot be read from.
-const RULES: &str = r#"
+pub(crate) const RULES: &str = r#"
 rules:
   - name: judge-pass
     when: {model_matches: "judge-*", messages_contain: "RUBRIC-PASS"}
@@ -141,7 +141,7 @@ rubric = "The assistant is polite."
 }
 
 /// The `openai` agent `agent-m` on `llm`, with no retry.
-fn agent(dir: &Path, llm: &str) -> PathBuf {
+pub(crate) fn agent(dir: &Path, llm: &str) -> PathBuf {
     agent_file(
         dir,
         "agent.toml",
@@ -153,7 +153,7 @@ fn agent(dir: &Path, llm: &str) -> PathBuf {
 
 /// A pack in `dir/pack`: `manifest` as its pack.toml, and each (id, text) as
 /// `scenarios/<id>.toml`.
-fn small_pack(dir: &Path, manifest: &str, scenarios: &[(&str, &str)]) -> PathBuf {
+pub(crate) fn small_pack(dir: &Path, manifest: &str, scenarios: &[(&str, &str)]) -> PathBuf {
     let pack = dir.join("pack");
     std::fs::create_dir_all(pack.join("scenarios")).unwrap();
     std::fs::write(pack.join("pack.toml"), manifest).unwrap();
@@ -412,7 +412,7 @@ fn simulated_users_talk_until_they_stop_or_run_out_and_judges_grade_the_outcome(
 }
 
 /// A chat completion saying `content`.
-fn completion(content: &str) -> String {
+pub(crate) fn completion(content: &str) -> String {
     json!({
         "id": "c", "object": "chat.completion", "model": "m",
         "choices": [{"index": 0, "finish_reason": "stop",

@@ -1,6 +1,7 @@
 //! The end-to-end suite: builds the workspace's binaries and plugins from source and drives
 //! the real `wt` binary.
 
+mod a2a;
 mod agent_processes;
 mod bounds;
 mod config;
@@ -32,6 +33,7 @@ mod sdk_product;
 mod secrets;
 mod sides;
 mod signals;
+mod sweeps;
 mod turns;
 mod view;
 mod world_checks;

@@ -630,7 +630,7 @@ fn bad_process_agent_configs_are_usage_errors_naming_the_field() {
     assert_eq!(r.code, 2, "{r}");
     assert!(
         r.stderr.contains(
-            "line 5: `mcp` is not a setting of the `openai` runtime (it is one of the http and process runtimes)"
+            "line 5: `mcp` is not a setting of the `openai` runtime (it is one of the http, process and a2a runtimes)"
         ),
         "{}",
         r.stderr

@@ -792,6 +792,35 @@ fn rescore_applies_changed_expectations_and_reports_the_change() {
 }
 
 #[test]
+fn rescore_adds_the_pointers_an_older_score_lacks_without_calling_it_a_change() {
+    let dir = tmp();
+    let runs = crate::view::one_forbidden_call(dir.path());
+    let written = scores(&runs).remove(0);
+    assert_eq!(written["constraint"]["at"][0]["problem"], "forbidden tool");
+    // The score as a wt before pointers wrote it.
+    let path = crate::harness::trace_paths(&runs)[0].with_extension("score.json");
+    let mut old = written.clone();
+    for layer in ["outcome", "trajectory", "constraint", "integrity"] {
+        old[layer].as_object_mut().unwrap().remove("at");
+    }
+    std::fs::write(&path, serde_json::to_vec_pretty(&old).unwrap()).unwrap();
+    let re = Wt::new(dir.path()).args(["rescore", "runs"]).run();
+    assert_eq!(re.code, 0, "{re:?}");
+    assert_eq!(re.stdout, "", "no verdict or layer changed: {re:?}");
+    assert!(
+        re.stderr.contains(
+            "0 changed, 0 unchanged, 1 written again with the steps their failing layers point at"
+        ),
+        "{re:?}"
+    );
+    assert_eq!(
+        scores(&runs)[0],
+        written,
+        "the pointers are back, as a sweep writes them"
+    );
+}
+
+#[test]
 fn report_merges_directories_in_every_format() {
     let dir = tmp();
     assert_eq!(

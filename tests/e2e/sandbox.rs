@@ -154,6 +154,15 @@ fn a_hostile_agent_is_refused_by_the_kernel_and_the_trace_names_its_confinement(
     assert_eq!(sandbox["no_new_privs"], true, "{sandbox}");
     assert!(sandbox["landlock_abi"].as_u64().unwrap() >= 4, "{sandbox}");
     assert_eq!(sandbox["limits"]["processes"], 1024, "{sandbox}");
+    // As root, the process limit holds by a real user of `nobody`, and the record says what
+    // that costs (docs/sandbox.md).
+    let root =
+        std::fs::metadata("/proc/self").is_ok_and(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0);
+    assert_eq!(
+        sandbox.get("secure_execution").is_some_and(|v| v == true),
+        root,
+        "{sandbox}"
+    );
     let unreadable = sandbox["unreadable"].to_string();
     assert!(unreadable.contains(".ssh"), "{sandbox}");
     // The run's directory is gone with the run.
@@ -260,6 +269,146 @@ fn require_refuses_in_one_line_where_the_kernel_cannot_enforce_every_rule() {
     let r = Wt::new(dir.path()).args(["doctor"]).run();
     assert!(
         r.stdout.contains("sandbox") && r.stdout.contains("Landlock ABI"),
+        "{r}"
+    );
+}
+
+/// An isolated hook's process is confined as an agent is, with no port at all: it writes only
+/// its own temporary directory and what its `WT_<NAME>_SANDBOX_WRITE` names, reads no
+/// credential, connects nowhere unless `WT_<NAME>_SANDBOX_NETWORK=allow`. With `--sandbox
+/// off`, and in `wt`'s own process (not confined: docs/sandbox.md), the attempts go through.
+#[test]
+fn an_isolated_hook_is_confined_and_its_settings_open_what_it_needs() {
+    let dir = tmp();
+    let targets = Targets::plant(dir.path());
+    let plugins = plugin_dir(dir.path(), &["wt_test_hostile"]);
+    let port = targets.listener.local_addr().unwrap().port();
+    let run = |out: &str, extra: &[&str], env: &[(&str, &Path)]| {
+        let mut wt = Wt::new(dir.path())
+            .args([
+                "run",
+                "--runs",
+                "1",
+                "--filter",
+                "order-status",
+                "--out",
+                out,
+            ])
+            .args(["--hook", "trespasser", "--plugin-dir"])
+            .arg(&plugins)
+            .args(extra)
+            .env("WT_TRESPASSER_OUTSIDE", &targets.outside)
+            .env("WT_TRESPASSER_PLANTED", dir.path().join(".ssh/id_ed25519"))
+            .env("WT_TRESPASSER_BESIDE", dir.path().join("notes.txt"))
+            .env("WT_TRESPASSER_PORT", port.to_string());
+        for (k, v) in env {
+            wt = wt.env(k, v);
+        }
+        let r = wt.run();
+        let out = dir.path().join(out);
+        let artifact = std::fs::read_dir(&out)
+            .ok()
+            .into_iter()
+            .flatten()
+            .flatten()
+            .find(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .ends_with(".trespasser.attempted.json")
+            })
+            .map(|e| serde_json::from_slice::<Value>(&std::fs::read(e.path()).unwrap()).unwrap());
+        let seen: std::collections::BTreeMap<String, String> = artifact
+            .iter()
+            .flat_map(|a| a.as_object().unwrap())
+            .filter(|(k, _)| *k != "kind")
+            .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+            .collect();
+        let trace = out
+            .is_dir()
+            .then(|| traces(&out).into_iter().next())
+            .flatten();
+        (r, seen, trace)
+    };
+
+    // Isolated, confined by default.
+    let (r, seen, trace) = run("isolated", &["--isolate-hooks"], &[]);
+    assert_eq!(r.code, 0, "{r}");
+    for what in ["write_outside", "read_secret", "connect_other_port"] {
+        refused(&seen, what);
+    }
+    allowed(&seen, "write_scratch");
+    allowed(&seen, "read_beside");
+    assert!(!targets.outside.exists(), "a hook wrote outside: {seen:?}");
+    let sandbox = &trace.unwrap()["hooks"][0]["sandbox"];
+    assert_eq!(sandbox["enforced"], true, "{sandbox}");
+    assert_eq!(sandbox["user_namespace"], true, "{sandbox}");
+    assert_eq!(sandbox["network"], "none", "{sandbox}");
+    assert_eq!(sandbox["connect_ports"], serde_json::json!([]), "{sandbox}");
+    assert_eq!(
+        sandbox["limits"]["address_space_bytes"],
+        2048u64 << 20,
+        "the hook's own memory limit: {sandbox}"
+    );
+    // Its own limits, no process limit: so never the C library's secure-execution mode,
+    // which would drop `LD_LIBRARY_PATH` and `TMPDIR` (its write to its temporary
+    // directory above went there).
+    assert!(sandbox["limits"].get("processes").is_none(), "{sandbox}");
+    assert!(sandbox.get("secure_execution").is_none(), "{sandbox}");
+    assert!(
+        sandbox["unreadable"].to_string().contains(".ssh"),
+        "{sandbox}"
+    );
+    // Its temporary directory is gone with its process.
+    let scratch = sandbox["write"][0].as_str().unwrap();
+    assert!(!Path::new(scratch).exists(), "{scratch} left behind");
+
+    // Its settings open a directory to write and the network.
+    let outside_dir = targets.outside.parent().unwrap();
+    let (r, seen, trace) = run(
+        "opened",
+        &["--isolate-hooks"],
+        &[
+            ("WT_TRESPASSER_SANDBOX_WRITE", outside_dir),
+            ("WT_TRESPASSER_SANDBOX_NETWORK", Path::new("allow")),
+        ],
+    );
+    assert_eq!(r.code, 0, "{r}");
+    allowed(&seen, "write_outside");
+    allowed(&seen, "connect_other_port");
+    refused(&seen, "read_secret");
+    std::fs::remove_file(&targets.outside).unwrap();
+    let sandbox = &trace.unwrap()["hooks"][0]["sandbox"];
+    assert_eq!(sandbox["network"], "allow", "{sandbox}");
+
+    // Unconfined, and in-process, the same attempts go through.
+    for (out, extra) in [
+        ("off", &["--isolate-hooks", "--sandbox", "off"][..]),
+        ("in-process", &[][..]),
+    ] {
+        let (r, seen, trace) = run(out, extra, &[]);
+        assert_eq!(r.code, 0, "{r}");
+        for what in ["write_outside", "read_secret", "connect_other_port"] {
+            allowed(&seen, what);
+        }
+        std::fs::remove_file(&targets.outside).unwrap();
+        let hook = &trace.unwrap()["hooks"][0];
+        match out {
+            "off" => assert_eq!(hook["sandbox"]["enforced"], false, "{hook}"),
+            _ => assert!(hook.get("sandbox").is_none(), "{hook}"),
+        }
+    }
+
+    // A setting it cannot take is one line, before anything runs.
+    let (r, seen, _) = run(
+        "bad",
+        &["--isolate-hooks"],
+        &[("WT_TRESPASSER_SANDBOX_NETWORK", Path::new("open"))],
+    );
+    assert_eq!(r.code, 2, "{r}");
+    assert!(seen.is_empty(), "{seen:?}");
+    assert!(
+        r.stderr
+            .contains("`WT_TRESPASSER_SANDBOX_NETWORK` = \"open\": expected `none` or `allow`"),
         "{r}"
     );
 }

@@ -48,7 +48,9 @@ fn sweep(
         let prefix = format!("WT_{}_", h.to_ascii_uppercase());
         cmd.args(["--hook", h])
             .env(format!("{prefix}LOG"), &log)
-            .env(format!("{prefix}JOURNAL_DIR"), &out);
+            .env(format!("{prefix}JOURNAL_DIR"), &out)
+            // Isolated, its process writes only where its settings allow.
+            .env(format!("{prefix}SANDBOX_WRITE"), tmp);
     }
     for (k, v) in env {
         cmd.env(k, v);
@@ -488,7 +490,11 @@ fn turn_hooks_and_guards_report_consistently_and_denials_are_events() {
         for h in hooks {
             wt = wt
                 .args(["--hook", h])
-                .env(&format!("WT_{}_LOG", h.to_ascii_uppercase()), &log);
+                .env(&format!("WT_{}_LOG", h.to_ascii_uppercase()), &log)
+                .env(
+                    &format!("WT_{}_SANDBOX_WRITE", h.to_ascii_uppercase()),
+                    dir.path(),
+                );
         }
         for (k, v) in env {
             wt = wt.env(k, v);

@@ -351,8 +351,18 @@ fn a_runs_page_shows_its_transcript_tool_calls_model_calls_and_journal() {
     );
     assert!(dom.contains("\"order_id\": \"1234\""), "the arguments");
     assert_eq!(
-        dom.matches("<div class=\"step model\">").count(),
+        dom.matches("<div class=\"step model\" id=\"model-").count(),
         model_calls
+    );
+    for i in 0..model_calls {
+        assert!(
+            dom.contains(&format!("id=\"model-{i}\"")),
+            "model call {i}'s anchor"
+        );
+    }
+    assert!(
+        dom.contains("<div class=\"step tool\" id=\"call-0-0\">"),
+        "the tool call's anchor"
     );
     assert!(dom.contains("finish tool_calls"));
     assert!(dom.contains("11 in / 7 out tokens"));
@@ -394,11 +404,17 @@ fn hostile_text_is_shown_as_text_and_the_server_is_read_only_and_local() {
     let evil = "<script>console.error('ran')</script><img src=x onerror=\"console.error('img')\"> \u{202E}txt.exe QUOKKA";
     t["turns"][0]["reply"] = json!(evil);
     t["turns"][0]["input"] = json!("</pre><b>bold</b>");
+    t["agent"]["label"] = json!(evil);
+    t["agent"]["model"] = json!("<svg onload=\"console.error('svg')\">\u{202E}m");
     std::fs::write(trace, serde_json::to_vec(&t).unwrap()).unwrap();
     let id = t["run_id"].as_str().unwrap().to_owned();
     let view = View::start(dir.path(), &["runs"]);
 
-    for path in [format!("/runs/{id}"), "/?q=quokka".to_owned()] {
+    for path in [
+        format!("/runs/{id}"),
+        "/?q=quokka".to_owned(),
+        "/".to_owned(),
+    ] {
         let dom = view.dom(dir.path(), &path);
         assert_eq!(
             dom.matches("<script").count(),
@@ -419,10 +435,34 @@ fn hostile_text_is_shown_as_text_and_the_server_is_read_only_and_local() {
             );
             assert!(dom.contains("&lt;/pre&gt;&lt;b&gt;bold&lt;/b&gt;"));
             assert!(!dom.contains("<b>bold"));
+        } else if path == "/" {
+            // The summary's cells and the list's agent column show the label as text, in
+            // HTML, in attributes and in the charts' titles.
+            assert!(dom.contains("id=\"summary\""));
+            assert!(
+                dom.contains("&lt;script&gt;console.error('ran')"),
+                "agent shown as text"
+            );
+            assert!(dom.contains("&lt;svg onload="), "model shown as text");
+            assert!(!dom.contains("<svg onload"), "{path}");
+            assert!(
+                dom.matches("data-agent=\"").count() >= 2,
+                "a cell and a row"
+            );
         } else {
             assert_eq!(listed(&dom), vec![id.clone()]);
         }
     }
+    let raw = view.get("/api/summary").text().unwrap();
+    assert!(!raw.contains('\u{202E}') && raw.contains("\\u202e"));
+    let s: Value = serde_json::from_str(&raw).unwrap();
+    assert!(
+        s["cells"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["agent"] == evil)
+    );
     // The API keeps the data and escapes the control.
     let raw = view.get(&format!("/api/runs/{id}")).text().unwrap();
     assert!(!raw.contains('\u{202E}') && raw.contains("\\u202e"));
@@ -616,8 +656,46 @@ fn two_sweeps_side_by_side_with_the_comparison_and_turns_aligned() {
         dom.contains("issue_refund"),
         "NEW's forbidden call, beside BASE's turn"
     );
-    assert!(dom.contains("<strong>#1 "), "BASE's run #1 chosen");
-    assert!(dom.contains("<strong>#2 "), "NEW's run #2 chosen");
+    assert!(
+        dom.contains("<strong class=\"chosen\">#1 demo · "),
+        "BASE's run #1 chosen, labelled"
+    );
+    assert!(
+        dom.contains("<strong class=\"chosen\">#2 demo-forbidden-tool · "),
+        "NEW's run #2 chosen, labelled by agent and sweep"
+    );
+    assert!(
+        dom.contains("<span class=\"badge diff\">only NEW</span>"),
+        "NEW's extra call marked"
+    );
+    // Unasked, the pair is a failing NEW run against a passing BASE run.
+    let dom = view.dom(dir.path(), "/compare/escalate-human");
+    let chosen: Vec<&str> = dom.split("<strong class=\"chosen\">").skip(1).collect();
+    assert_eq!(chosen.len(), 2);
+    assert!(
+        chosen[0]
+            .split("</strong>")
+            .next()
+            .unwrap()
+            .contains("badge pass"),
+        "BASE passing"
+    );
+    assert!(
+        chosen[1]
+            .split("</strong>")
+            .next()
+            .unwrap()
+            .contains("badge fail"),
+        "NEW failing"
+    );
+    let differences: u64 = text_of(&dom, "differences")
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(differences >= 1, "the forbidden call is a difference");
+    assert!(dom.contains("only-here"));
     // Without a baseline there is nothing to compare.
     let alone = View::start(dir.path(), &["new"]);
     assert_eq!(alone.get("/compare").status(), 404);
@@ -999,5 +1077,561 @@ fn idle_connections_cost_no_thread_are_closed_after_the_header_timeout_and_a_req
     assert!(threads(pid) < 40, "{} threads", threads(pid));
     for (i, s) in idle.iter_mut().enumerate() {
         assert!(closed_by_server(s), "connection {i} still open");
+    }
+}
+
+/// The run ids of `dir`'s traces whose trace says `pick`.
+fn ids_where(dir: &Path, pick: impl Fn(&Value) -> bool) -> BTreeSet<String> {
+    traces(dir)
+        .iter()
+        .filter(|t| pick(t))
+        .map(|t| t["run_id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Every run id of an API answer, following `next` from `first` (limit 1,000).
+fn every_page(view: &View, first: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut at = Some(first.to_owned());
+    while let Some(path) = at {
+        let a = view.api(&path);
+        out.extend(
+            a["runs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r["run_id"].as_str().unwrap().to_owned()),
+        );
+        at = a["next"].as_str().map(str::to_owned);
+    }
+    out
+}
+
+#[test]
+fn the_summary_is_wt_reports_numbers_split_by_agent_and_sweep_and_its_cells_open_their_runs() {
+    let dir = tmp();
+    let a = sweep(dir.path(), "a", &["--runs", "3"]);
+    let b = sweep(
+        dir.path(),
+        "b",
+        &["--runs", "2", "--agent", "demo-forbidden-tool"],
+    );
+    let view = View::start(dir.path(), &["a", "b"]);
+    let summary = view.api("/api/summary");
+    let r = Wt::new(dir.path())
+        .args(["report", "a", "b", "--format", "json"])
+        .run();
+    let report: Value = serde_json::from_str(&r.stdout).unwrap_or_else(|e| panic!("{e}: {r}"));
+    for key in ["scenarios", "pack", "usage", "eval_usage"] {
+        assert_eq!(summary[key], report[key], "{key} as wt report says");
+    }
+
+    // Each cell is exactly the runs the traces and scores say of its scenario, agent, sweep.
+    let all: Vec<Value> = traces(&a).into_iter().chain(traces(&b)).collect();
+    let passed: BTreeSet<String> = scores(&a)
+        .into_iter()
+        .chain(scores(&b))
+        .filter(|s| s["verdict"] == "PASS")
+        .map(|s| s["run_id"].as_str().unwrap().to_owned())
+        .collect();
+    let cells = summary["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 6, "3 scenarios × 2 agents: {cells:?}");
+    for c in cells {
+        let mine: Vec<&Value> = all
+            .iter()
+            .filter(|t| {
+                t["scenario_id"] == c["scenario_id"]
+                    && t["agent"]["label"] == c["agent"]
+                    && t["sweep_id"] == c["sweep_id"]
+            })
+            .collect();
+        assert_eq!(c["runs"], mine.len(), "{c}");
+        let p = mine
+            .iter()
+            .filter(|t| passed.contains(t["run_id"].as_str().unwrap()))
+            .count();
+        assert_eq!(c["passed"], p, "{c}");
+        assert_eq!(
+            c["runs"].as_u64().unwrap(),
+            c["passed"].as_u64().unwrap()
+                + c["failed"].as_u64().unwrap()
+                + c["errored"].as_u64().unwrap()
+        );
+        assert!(c["wilson95"][0].as_f64().unwrap() <= c["pass_rate"].as_f64().unwrap() + 1e-9);
+        assert_eq!(c["duration_ms"]["count"], mine.len());
+    }
+    let forbidden = cells
+        .iter()
+        .find(|c| c["agent"] == "demo-forbidden-tool")
+        .unwrap();
+    assert_eq!(
+        (&forbidden["passed"], &forbidden["runs"]),
+        (&json!(0), &json!(2))
+    );
+
+    // Agent, model and sweep filters return exactly the runs the trace files say.
+    for agent in ["demo", "demo-forbidden-tool"] {
+        let want = ids_where(&a, |t| t["agent"]["label"] == agent)
+            .into_iter()
+            .chain(ids_where(&b, |t| t["agent"]["label"] == agent))
+            .collect::<BTreeSet<_>>();
+        let got = view.api(&format!("/api/runs?agent={agent}&limit=1000"));
+        assert_eq!(ids_of(&got), want, "{agent}");
+        assert!(
+            got["runs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|r| r["agent"] == agent)
+        );
+    }
+    let sweep_b = traces(&b)[0]["sweep_id"].as_str().unwrap().to_owned();
+    let got = view.api(&format!("/api/runs?sweep={sweep_b}&limit=1000"));
+    assert_eq!(ids_of(&got), run_ids(&b));
+    let model = all[0]["agent"]["model"].as_str().map(str::to_owned);
+    if let Some(m) = model {
+        let got = view.api(&format!("/api/runs?model={m}&limit=1000"));
+        let want: BTreeSet<String> = all
+            .iter()
+            .filter(|t| t["agent"]["model"] == m.as_str())
+            .map(|t| t["run_id"].as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(ids_of(&got), want);
+    }
+    let none = view.api("/api/runs?model=no-such-model");
+    assert_eq!(none["total"], 0);
+
+    // The landing page: a row per scenario and per cell, with its charts; a cell's link
+    // lists exactly its runs, with the agent named in every row.
+    let dom = view.dom(dir.path(), "/");
+    assert!(dom.contains("id=\"summary\""));
+    assert_eq!(dom.matches("<tr class=\"scenario\"").count(), 3);
+    assert_eq!(dom.matches("<tr class=\"cell\"").count(), 6);
+    assert!(
+        dom.matches("<svg class=\"bar\"").count() >= 9,
+        "a pass-rate bar per row"
+    );
+    assert!(
+        dom.matches("<svg class=\"spark\"").count() >= 6,
+        "duration spreads"
+    );
+    assert!(dom.contains("<th>sweep</th>"), "two sweeps: a sweep column");
+    let cell = dom
+        .split("<tr class=\"cell\"")
+        .nth(1)
+        .unwrap()
+        .split("href=\"")
+        .nth(1)
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap()
+        .replace("&amp;", "&");
+    assert!(
+        cell.starts_with("/?scenario=") && cell.contains("agent="),
+        "{cell}"
+    );
+    let c = &cells[0];
+    let listed_dom = view.dom(dir.path(), &cell);
+    assert_eq!(
+        listed(&listed_dom).len() as u64,
+        c["runs"].as_u64().unwrap()
+    );
+    assert!(
+        !listed_dom.contains("id=\"summary\""),
+        "a filtered list has no summary"
+    );
+    assert_eq!(
+        listed_dom.matches("<td class=\"agent\">").count() as u64,
+        c["runs"].as_u64().unwrap()
+    );
+
+    // The summary as a person sees it, light and dark.
+    let light = screenshot(dir.path(), &format!("{}/", view.url), &[]);
+    let dark = screenshot(
+        dir.path(),
+        &format!("{}/", view.url),
+        &[
+            "--force-dark-mode",
+            "--blink-settings=preferredColorScheme=0",
+        ],
+    );
+    let (lb, db) = (background(&light), background(&dark));
+    assert!(lb.iter().all(|&c| c > 200), "light background: {lb:?}");
+    assert!(db.iter().all(|&c| c < 60), "dark background: {db:?}");
+    let icon = view.get("/favicon.ico");
+    assert_eq!(icon.status(), 200);
+    assert_eq!(icon.headers()["content-type"], "image/svg+xml");
+}
+
+/// A 1280×1800 screenshot of `url` (no console message allowed), as RGB rows.
+fn screenshot(dir: &Path, url: &str, flags: &[&str]) -> (u32, Vec<u8>) {
+    let shot = tempfile::NamedTempFile::with_suffix_in(".png", dir).unwrap();
+    let out = crate::harness::chromium(dir)
+        .args(flags)
+        .arg(format!("--screenshot={}", shot.path().display()))
+        .arg("--window-size=1280,1800")
+        .arg(url)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(console_lines(&stderr).is_empty(), "{stderr}");
+    let decoder = png::Decoder::new(std::io::BufReader::new(
+        std::fs::File::open(shot.path()).unwrap(),
+    ));
+    let mut reader = decoder.read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    assert_eq!((info.width, info.height), (1280, 1800));
+    let channels = info.line_size / info.width as usize;
+    let rgb = buf[..info.buffer_size()]
+        .chunks(channels)
+        .flat_map(|px| px[..3].to_vec())
+        .collect();
+    (info.width, rgb)
+}
+
+/// The page's background: the colour at the left edge, near the bottom of the window.
+fn background((width, rgb): &(u32, Vec<u8>)) -> [u8; 3] {
+    let at = ((1790 * *width + 4) * 3) as usize;
+    [rgb[at], rgb[at + 1], rgb[at + 2]]
+}
+
+#[test]
+fn following_next_gives_every_run_once_while_a_sweep_adds_runs() {
+    let dir = tmp();
+    let live = sweep(dir.path(), "live", &["--runs", "12"]);
+    let before = run_ids(&live);
+    assert_eq!(before.len(), 36);
+    let view = View::start(dir.path(), &["live"]);
+    let generation = view.api("/api/status")["generation"].as_u64().unwrap();
+    let first = view.api("/api/runs?limit=4");
+    assert!(first["next"].as_str().unwrap().contains("cursor="));
+
+    // A second sweep of the same scenarios: its runs sort among those already read (run
+    // index 0, 1, … of each scenario), where offsets would shift every later page.
+    let mut adding = Wt::new(dir.path())
+        .args(["run", "--out", "live", "--runs", "150", "--jobs", "1"])
+        .command()
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut seen: Vec<String> = first["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["run_id"].as_str().unwrap().to_owned())
+        .collect();
+    let mut next = first["next"].as_str().map(str::to_owned);
+    let mut grew_while_paging = false;
+    while let Some(path) = next {
+        std::thread::sleep(Duration::from_millis(400));
+        let page = view.api(&path);
+        grew_while_paging |= page["total"].as_u64().unwrap() > 36;
+        for r in page["runs"].as_array().unwrap() {
+            seen.push(r["run_id"].as_str().unwrap().to_owned());
+        }
+        let kept = page["next"].as_str().map(str::to_owned);
+        if let Some(n) = &kept {
+            assert!(n.starts_with("/api/runs?") && n.contains("limit=4"), "{n}");
+        }
+        next = kept;
+    }
+    assert!(adding.wait().unwrap().code().is_some());
+    assert!(
+        grew_while_paging,
+        "the sweep wrote runs while the pages were read"
+    );
+    assert!(view.api("/api/status")["generation"].as_u64().unwrap() > generation);
+    let unique: BTreeSet<&String> = seen.iter().collect();
+    assert_eq!(unique.len(), seen.len(), "no run listed twice");
+    for id in &before {
+        assert_eq!(seen.iter().filter(|s| *s == id).count(), 1, "{id} once");
+    }
+
+    // The cursor keeps the filters and the sort; following it gives every match once.
+    let passes = every_page(
+        &view,
+        "/api/runs?verdict=pass&sort=duration&order=desc&limit=7",
+    );
+    let passing = view.api("/api/runs?verdict=pass&limit=1000");
+    assert_eq!(passes.len() as u64, passing["total"].as_u64().unwrap());
+    assert_eq!(
+        passes.iter().collect::<BTreeSet<_>>().len(),
+        passes.len(),
+        "each once"
+    );
+    // The HTML pager's next link is the same cursor.
+    let page = view.get("/?limit=10").text().unwrap();
+    assert!(
+        page.contains("rel=\"next\" href=\"/?limit=10&amp;cursor="),
+        "{page}"
+    );
+    // A forged cursor is a 400 naming it.
+    let r = view.get("/api/runs?cursor=Zm9yZ2Vk");
+    assert_eq!(r.status(), 400);
+    assert!(
+        r.text()
+            .unwrap()
+            .contains("cursor is not one this server wrote")
+    );
+}
+
+#[test]
+fn a_long_text_is_folded_with_its_size_and_the_page_stays_short() {
+    let dir = tmp();
+    let runs = sweep(
+        dir.path(),
+        "runs",
+        &["--filter", "order-status", "--runs", "1"],
+    );
+    let trace = &trace_paths(&runs)[0];
+    let mut t: Value = serde_json::from_slice(&std::fs::read(trace).unwrap()).unwrap();
+    let wall = format!("{}END", "w".repeat(29_997));
+    t["turns"][0]["reply"] = json!(wall);
+    std::fs::write(trace, serde_json::to_vec(&t).unwrap()).unwrap();
+    let id = t["run_id"].as_str().unwrap().to_owned();
+    let view = View::start(dir.path(), &["runs"]);
+    let dom = view.dom(dir.path(), &format!("/runs/{id}"));
+    assert!(dom.contains("<pre class=\"reply preview\">"), "a preview");
+    assert!(
+        dom.contains("<summary>show all 200") && dom.contains(" characters, 1 line(s)</summary>"),
+        "its size shown"
+    );
+    assert!(dom.contains("<details class=\"fold\">"));
+    assert!(dom.contains("[cut: 30000 characters in all]"));
+    assert!(
+        dom.contains("<link rel=\"icon\" type=\"image/svg+xml\" href=\"/static/favicon.svg\">")
+    );
+    let shot = screenshot(dir.path(), &format!("{}/runs/{id}", view.url), &[]);
+    assert_eq!(shot.1.len(), 1280 * 1800 * 3);
+    // The keys are served with the page's one script.
+    let script = view.get("/static/view.js").text().unwrap();
+    assert!(script.contains("e.key === 'j'") && script.contains("e.key === '/'"));
+}
+
+/// Pixels of a screenshot in the tint of a marked step's background (`.step.flagged`, a
+/// light red over the white card).
+fn tinted((_, rgb): &(u32, Vec<u8>)) -> usize {
+    rgb.chunks(3)
+        .filter(|px| {
+            let [r, g, b] = [px[0], px[1], px[2]];
+            r >= 248 && (232..=246).contains(&g) && (232..=246).contains(&b) && g.abs_diff(b) <= 2
+        })
+        .count()
+}
+
+/// The HTML of the element that starts at `open` in `dom`, to its closing `</div>` at the
+/// same depth.
+fn div_at<'a>(dom: &'a str, open: &str) -> &'a str {
+    let start = dom.find(open).unwrap_or_else(|| panic!("no {open}"));
+    let mut depth = 0;
+    let mut at = start;
+    loop {
+        let next_open = dom[at + 1..].find("<div").map(|i| at + 1 + i);
+        let next_close = dom[at..].find("</div>").map(|i| at + i).unwrap();
+        match next_open {
+            Some(o) if o < next_close => {
+                depth += 1;
+                at = o;
+            }
+            _ if depth == 0 => return &dom[start..next_close + "</div>".len()],
+            _ => {
+                depth -= 1;
+                at = next_close + 1;
+            }
+        }
+    }
+}
+
+/// One run of order-status by the demo agent that calls a forbidden tool, in `dir/runs`.
+pub(crate) fn one_forbidden_call(dir: &Path) -> PathBuf {
+    sweep(
+        dir,
+        "runs",
+        &[
+            "--filter",
+            "order-status",
+            "--runs",
+            "1",
+            "--agent",
+            "demo-forbidden-tool",
+        ],
+    )
+}
+
+#[test]
+fn a_failing_layer_links_to_the_step_it_points_at_and_that_step_is_marked() {
+    let dir = tmp();
+    let runs = one_forbidden_call(dir.path());
+    let t = &traces(&runs)[0];
+    let id = t["run_id"].as_str().unwrap().to_owned();
+    // The score sidecar points at the forbidden call, by its turn and step.
+    let score = &scores(&runs)[0];
+    let at = &score["constraint"]["at"];
+    assert_eq!(at.as_array().unwrap().len(), 1, "{score}");
+    assert_eq!(at[0]["kind"], "tool_call");
+    assert_eq!(at[0]["problem"], "forbidden tool");
+    let (turn, step) = (
+        at[0]["turn"].as_u64().unwrap(),
+        at[0]["step"].as_u64().unwrap(),
+    );
+    let called = t["evidence"]["tool_calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["turn"] == turn && c["step"] == step)
+        .expect("the pointed-at call is in the trace");
+    assert_eq!(called["name"], "issue_refund");
+    assert!(
+        score["integrity"].get("at").is_none(),
+        "a passing layer points nowhere"
+    );
+
+    let view = View::start(dir.path(), &["runs"]);
+    let dom = view.dom(dir.path(), &format!("/runs/{id}"));
+    let anchor = format!("call-{turn}-{step}");
+    assert!(
+        dom.contains(&format!(
+            "forbidden tool: <a class=\"at\" href=\"#{anchor}\">turn {turn}, step {step} · <code>issue_refund</code></a>"
+        )),
+        "the constraint layer links to the call: {dom}"
+    );
+    let marked = div_at(
+        &dom,
+        &format!("<div class=\"step tool flagged\" id=\"{anchor}\">"),
+    );
+    assert!(
+        marked.contains("<span class=\"badge flag\">constraint: forbidden tool</span>"),
+        "{marked}"
+    );
+    assert!(marked.contains("<code>issue_refund</code>"), "{marked}");
+    assert_eq!(
+        dom.matches("flagged").count(),
+        1,
+        "only the pointed-at step is marked"
+    );
+    // As a person sees it: the marked step's tint fills a band of the page.
+    let url = format!("{}/runs/{id}", view.url);
+    let shot = screenshot(dir.path(), &url, &[]);
+    assert!(
+        tinted(&shot) > 20_000,
+        "the marked step is tinted: {}",
+        tinted(&shot)
+    );
+
+    // A score written before pointers existed reads as before: no link, no mark.
+    let trace_path = trace_paths(&runs)[0].clone();
+    let score_path = trace_path.with_extension("score.json");
+    let mut old: Value = serde_json::from_slice(&std::fs::read(&score_path).unwrap()).unwrap();
+    for layer in ["outcome", "trajectory", "constraint", "integrity"] {
+        old[layer].as_object_mut().unwrap().remove("at");
+    }
+    let rewrite = |score: &Value| {
+        let aside = dir.path().join("score.aside");
+        std::fs::write(&aside, serde_json::to_vec(score).unwrap()).unwrap();
+        std::fs::rename(&aside, &score_path).unwrap();
+        let pointers = |s: &Value| s["constraint"]["at"].as_array().map(Vec::len);
+        assert!(
+            poll_until(Duration::from_secs(20), || {
+                pointers(&view.api(&format!("/api/runs/{id}"))["score"]) == pointers(score)
+            }),
+            "the rewritten score is read"
+        );
+    };
+    rewrite(&old);
+    let dom = view.dom(dir.path(), &format!("/runs/{id}"));
+    assert!(
+        dom.contains("forbidden tool `issue_refund` called"),
+        "the detail"
+    );
+    assert!(!dom.contains("class=\"at\""), "no pointer to link");
+    assert!(!dom.contains("flagged"), "no step marked");
+    assert!(
+        dom.contains(&format!("id=\"{anchor}\"")),
+        "the steps keep their anchors"
+    );
+    let plain = screenshot(dir.path(), &url, &[]);
+    assert!(tinted(&plain) < 2_000, "nothing tinted: {}", tinted(&plain));
+
+    // A pointer at a step the trace does not have is text, never a broken link; its words are
+    // the file's, escaped.
+    let mut odd = old.clone();
+    odd["constraint"]["at"] = json!([
+        {"kind": "tool_call", "turn": 9, "step": 9, "problem": "<b>gone</b>"},
+        {"kind": "teleport", "problem": "from a newer wt"},
+        {"kind": "tool_call", "turn": turn, "step": step, "problem": "forbidden tool"}
+    ]);
+    rewrite(&odd);
+    let dom = view.dom(dir.path(), &format!("/runs/{id}"));
+    assert!(
+        dom.contains("&lt;b&gt;gone&lt;/b&gt;: <span class=\"muted\">turn 9, step 9 (not in the trace)</span>"),
+        "{dom}"
+    );
+    assert!(!dom.contains("href=\"#call-9-9\""));
+    assert!(dom.contains("from a newer wt: <span class=\"muted\">a kind of step this wt does not know (not in the trace)</span>"));
+    assert!(
+        dom.contains(&format!("href=\"#{anchor}\"")),
+        "the good pointer still links"
+    );
+    assert_eq!(dom.matches("flagged").count(), 1);
+}
+
+#[test]
+fn a_simulated_users_turns_are_marked_with_its_model_and_scripted_turns_are_not() {
+    let dir = tmp();
+    let llm = crate::gateway::FakeLlm::start(dir.path(), crate::judging::RULES);
+    let pack = crate::judging::small_pack(
+        dir.path(),
+        &format!(
+            "name = \"sim\"\n[models.sim]\nprovider = \"openai\"\nendpoint = \"{}/v1\"\nmodel = \"sim-stop\"\n",
+            llm.base
+        ),
+        &[(
+            "greet-then-ask",
+            "id = \"greet-then-ask\"\nturns = [\"Hello\"]\n[user]\nmodel = \"sim\"\ninstruction = \"Find out where order 1234 is.\"\n",
+        )],
+    );
+    let agent = crate::judging::agent(dir.path(), &llm.base);
+    let r = Wt::new(dir.path())
+        .args(["run", "--out", "runs"])
+        .pack(&pack)
+        .agent(&agent)
+        .run();
+    assert_eq!(r.code, 0, "{r}");
+    let runs = dir.path().join("runs");
+    let t = &traces(&runs)[0];
+    // One scripted turn, then the user model's one message before it said its stop word.
+    assert_eq!(t["turns"].as_array().unwrap().len(), 2, "{t}");
+    assert_eq!(t["user"]["turns"], 1, "{}", t["user"]);
+    assert_eq!(t["user"]["ended_by"], "stop");
+    let id = t["run_id"].as_str().unwrap();
+    let view = View::start(dir.path(), &["runs"]);
+    let dom = view.dom(dir.path(), &format!("/runs/{id}"));
+    assert!(
+        dom.contains("<div class=\"step user\"><h4>user · turn 0</h4>"),
+        "the scripted turn as before: {dom}"
+    );
+    assert!(
+        dom.contains(
+            "<div class=\"step user simulated\"><h4>simulated user · <code>sim</code> · turn 1</h4>"
+        ),
+        "the user model's turn marked with its model: {dom}"
+    );
+    assert_eq!(dom.matches("step user simulated").count(), 1);
+    assert!(dom.contains("Hi, where is my order 1234?"));
+    // The user model's last call (its stop word, never sent) names a turn that has no record:
+    // it is shown after the turns, like every model call, each with its anchor.
+    assert!(
+        dom.contains("Calls of turn 2, which the run has no record of"),
+        "{dom}"
+    );
+    let calls = t["evidence"]["model_calls"].as_array().unwrap();
+    assert_eq!(calls.last().unwrap()["source"], "user");
+    assert_eq!(calls.last().unwrap()["turn"], 2);
+    for i in 0..calls.len() {
+        assert!(dom.contains(&format!("id=\"model-{i}\"")), "model call {i}");
     }
 }

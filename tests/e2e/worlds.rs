@@ -564,10 +564,10 @@ fn a_lane_keeps_its_server_and_resets_it_between_runs() {
     assert_eq!(starts.lines().count(), 2, "{starts}");
 }
 
-struct Shelf {
+pub(crate) struct Shelf {
     child: Child,
     port: u16,
-    url: String,
+    pub(crate) url: String,
 }
 
 impl Drop for Shelf {
@@ -577,7 +577,8 @@ impl Drop for Shelf {
     }
 }
 
-fn shelf() -> Shelf {
+/// The shelf server (tests/worlds/shelf_server.py) on a port of its own, up.
+pub(crate) fn shelf() -> Shelf {
     let port = crate::harness::dead_port();
     let child = Command::new(agent_python())
         .arg(workspace().join("tests/worlds/shelf_server.py"))

@@ -77,6 +77,17 @@ pub(crate) struct RunArgs {
     /// Derive every id from this seed (with WT_FIXED_CLOCK, sweeps become byte-identical).
     #[arg(long, value_name = "N", env = "WT_SEED")]
     pub seed: Option<u64>,
+    /// Continue the sweep last written into `--out`: make only its runs that have no
+    /// committed trace there (and, with `--retry-errors`, its ERROR runs again). Refused
+    /// unless pack, agent, seed, runs, shard, filter and hooks are the sweep's.
+    #[arg(long, conflicts_with = "until_decided")]
+    pub resume: bool,
+    /// Make a run that ended ERROR on the wiring or harness rung (an endpoint down, a
+    /// timeout, a 5xx, a simulated user's or judge's model that failed) again, up to N
+    /// times, waiting `WT_RETRY_BACKOFF_S` (default 1 s, doubling, at most a minute) before each; a FAIL is
+    /// never retried.
+    #[arg(long, value_name = "N", default_value_t = 0, env = "WT_RETRY_ERRORS", value_parser = clap::value_parser!(u32).range(0..=20))]
+    pub retry_errors: u32,
     /// The baseline run directory `--until-decided` compares with.
     #[arg(long, value_name = "DIR", requires = "until_decided")]
     pub baseline: Option<PathBuf>,
@@ -309,11 +320,45 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<u8> {
     } else {
         args.runs
     };
-    let planned = runner::planned_runs(&pack.scenarios, runs, args.shard, &stop);
+    let retry_backoff = retry_backoff_from_env().map_err(CodedError::usage)?;
+    let ids = args.seed.map_or_else(Ids::random, Ids::seeded);
+    let identity = runner::SweepIdentity::of(&runner::Identified {
+        pack_name: &pack.manifest.name,
+        scenarios: &pack.scenarios,
+        agent: &agent,
+        models: &models,
+        ids: &ids,
+        runs,
+        filter: args.filter.as_deref(),
+        until_decided: args.until_decided,
+    });
+    // A resumed sweep is held to the sweep it continues before anything is written.
+    let resume = if args.resume {
+        let asked = runner::Asked {
+            identity: &identity,
+            agent: &agent.label,
+            shard: args.shard,
+            hooks: &args.hooks,
+            policy_revision: args.policy_revision.as_deref(),
+            retry_errors: args.retry_errors > 0,
+        };
+        let r =
+            runner::Resume::open(&args.out, &pack.scenarios, &asked).map_err(CodedError::usage)?;
+        for note in &r.notes {
+            term::err_line(&format!("wt: resume: {note}"));
+        }
+        Some(r)
+    } else {
+        None
+    };
+    let planned = runner::planned_runs(&pack.scenarios, runs, args.shard, &stop)
+        .saturating_sub(resume.as_ref().map_or(0, |r| r.standing_runs()));
     let lanes = usize::try_from(planned).unwrap_or(usize::MAX);
     // The sweep's identity comes first: isolated hooks' logs are named by its stem.
-    let ids = args.seed.map_or_else(Ids::random, Ids::seeded);
-    let sweep = Sweep::start(&clock, &ids);
+    let sweep = match &resume {
+        Some(r) => r.sweep.clone(),
+        None => Sweep::start(&clock, &ids),
+    };
     // One redactor for the whole invocation: the agent's secrets, the harness's models',
     // the hooks'. Everything the sweep writes or prints passes through it.
     let mut secrets = runtime::redactor(&agent);
@@ -359,12 +404,20 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<u8> {
     cfg.hooks = hooks.provenance.clone();
     cfg.stop = stop.clone();
     cfg.shard = args.shard;
+    cfg.filter = args.filter.clone();
+    cfg.retry_errors = args.retry_errors;
+    cfg.retry_backoff = retry_backoff;
+    cfg.resume = resume;
     // From here until the summary, an exit that does not come through this function is an
     // aborted sweep, never a pass.
     let suspects: Vec<&str> = hooks.in_process.iter().map(String::as_str).collect();
     let guard = SweepGuard::enter(&suspects);
+    let what = match &cfg.resume {
+        Some(r) => format!("resuming sweep {}: ", r.sweep.id),
+        None => String::new(),
+    };
     term::err_line(&format!(
-        "wt: {} scenario(s), {total} run(s) of pack {} on agent `{}` → {}",
+        "wt: {what}{} scenario(s), {total} run(s) of pack {} on agent `{}` → {}",
         pack.scenarios.len(),
         pack.manifest.name,
         cfg.agent.label,
@@ -396,6 +449,11 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<u8> {
         return Ok(crate::exit::INTERRUPTED);
     }
     Ok(result.exit_code())
+}
+
+/// `WT_RETRY_BACKOFF_S`: the wait before a run's first retry (seconds, 0 to 24 h; 1 unset).
+fn retry_backoff_from_env() -> Result<Duration, String> {
+    crate::deadlines::seconds_from_env("WT_RETRY_BACKOFF_S", 1.0, true)
 }
 
 /// `--until-decided`: the baseline's passes and runs per scenario of the pack. A scenario the

@@ -638,6 +638,9 @@ impl ActiveHook {
         p.sdk_version = self.sdk_version.clone();
         p.sha256 = self.sha256.clone();
         p.settings = hook_settings(&self.name);
+        if let Instance::Isolated(child) = &self.hook {
+            p.sandbox = Some(child.sandbox().clone());
+        }
         p
     }
 }

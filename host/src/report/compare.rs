@@ -345,113 +345,29 @@ impl Comparison {
         shared: usize,
     ) -> Comparison {
         let alpha = settings.alpha;
-        let base_by: BTreeMap<&str, &ScenarioSummary> =
-            base.scenarios.iter().map(|s| (s.id(), s)).collect();
-        let new_by: BTreeMap<&str, &ScenarioSummary> =
-            new.scenarios.iter().map(|s| (s.id(), s)).collect();
-        let (base_reasons, new_reasons) = (&base.reasons, &new.reasons);
-        let empty = BTreeMap::new();
-        let pairs: Vec<(&str, &ScenarioSummary, &ScenarioSummary)> = base_by
+        let (base_by, new_by) = (by_id(base), by_id(new));
+        let pairs: Vec<Pair<'_>> = base_by
             .iter()
             .filter_map(|(id, b)| new_by.get(id).map(|n| (*id, *b, *n)))
             .collect();
-        let tallies: Vec<Tally> = pairs
-            .iter()
-            .map(|(_, b, n)| Tally {
-                base_pass: u64::from(b.aggregate.passed),
-                base_runs: u64::from(b.aggregate.runs),
-                new_pass: u64::from(n.aggregate.passed),
-                new_runs: u64::from(n.aggregate.runs),
-            })
-            .collect();
+        let tallies: Vec<Tally> = pairs.iter().map(|(_, b, n)| tally(b, n)).collect();
         let decision = gate::decide(&tallies, alpha, settings.correction);
-        let mut scenarios = Vec::new();
-        let mut counts = Counts::default();
-        for ((id, b, n), d) in pairs.iter().zip(&decision.scenarios) {
-            let c = compare_one(
-                b,
-                n,
-                base_reasons.get(*id).unwrap_or(&empty),
-                new_reasons.get(*id).unwrap_or(&empty),
-                alpha,
-                decision.scenario_alpha,
-                d,
-            );
-            match c.verdict {
-                Change::Regressed => counts.regressed += 1,
-                Change::Improved => counts.improved += 1,
-                Change::Unchanged => counts.unchanged += 1,
-                Change::NotEnoughRuns => counts.not_enough_runs += 1,
-            }
-            scenarios.push(c);
-        }
+        let (mut scenarios, mut counts) = judged(&pairs, base, new, alpha, &decision);
         if let Some(floor) = settings.fail_on_drop_to {
             for c in &mut scenarios {
                 drop_to_floor(c, floor, &mut counts);
             }
         }
-        // Within a verdict, the largest changes first: a view that shows only the first rows
-        // of a kind never hides the biggest moves behind smaller ones.
-        scenarios.sort_by(|a, b| {
-            a.verdict
-                .cmp(&b.verdict)
-                .then(b.difference.abs().total_cmp(&a.difference.abs()))
-                .then(a.scenario_id.cmp(&b.scenario_id))
-        });
-        let one_sided = |of: &BTreeMap<&str, &ScenarioSummary>,
-                         other: &BTreeMap<&str, &ScenarioSummary>| {
-            of.iter()
-                .filter(|(id, _)| !other.contains_key(*id))
-                .map(|(id, s)| OneSided {
-                    scenario_id: (*id).to_owned(),
-                    runs: s.aggregate.runs,
-                    passed: s.aggregate.passed,
-                })
-                .collect::<Vec<_>>()
-        };
+        sort_by_verdict(&mut scenarios);
         let base_info = SideInfo::new(base_dirs, base);
         let new_info = SideInfo::new(new_dirs, new);
         let (only_in_base, only_in_new) =
             (one_sided(&base_by, &new_by), one_sided(&new_by, &base_by));
-        let mut incomplete: Vec<String> = Vec::new();
-        for (side, info) in [("BASE", &base_info), ("NEW", &new_info)] {
-            for why in &info.partial_reasons {
-                incomplete.push(format!("{side}: {why}"));
-            }
-            for g in &info.gaps {
-                incomplete.push(format!("{side}: {g}"));
-            }
-        }
+        let mut incomplete = side_gaps(&base_info, &new_info);
         if !settings.allow_missing {
-            for (side, other, list) in [
-                ("BASE", "NEW", &only_in_base),
-                ("NEW", "BASE", &only_in_new),
-            ] {
-                if !list.is_empty() {
-                    let names: Vec<&str> = list.iter().map(|o| o.scenario_id.as_str()).collect();
-                    incomplete.push(format!(
-                        "{} scenario(s) only in {side}, not judged against {other}: {} (--allow-missing accepts this)",
-                        list.len(),
-                        names.join(", ")
-                    ));
-                }
-            }
+            incomplete.extend(missing(&only_in_base, &only_in_new));
         }
-        let mut warnings = dirs_on_both_sides(base_dirs, new_dirs);
-        if shared > 0 && warnings.is_empty() {
-            warnings.push(format!(
-                "{shared} run(s) are on both sides (the same run ids): the sides are not independent samples"
-            ));
-        }
-        if let Some(why) = other_pack(("BASE", &base.packs()), ("NEW", &new.packs())) {
-            warnings.push(format!("{why} (compared anyway: --allow-other-pack)"));
-        }
-        warnings.extend(edited_scenarios(
-            &base.ids.digests,
-            &new.ids.digests,
-            "BASE",
-            "NEW",
-        ));
+        let warnings = warnings((base_dirs, base), (new_dirs, new), shared);
         let gate = if !incomplete.is_empty() {
             exit::RUN_ERROR
         } else if decision.regressed() || scenarios.iter().any(|s| s.dropped_to_floor) {
@@ -658,6 +574,16 @@ impl Comparison {
 
     /// Markdown that fits a pull-request comment.
     pub(crate) fn to_markdown(&self) -> String {
+        let mut out = self.md_sides();
+        self.md_scenarios(&mut out);
+        self.md_failure_changes(&mut out);
+        self.md_one_sided(&mut out);
+        out
+    }
+
+    /// The Markdown's head: the summary in bold, then the sides, the method, the pack test,
+    /// usage, and what makes the comparison incomplete or is worth a warning.
+    fn md_sides(&self) -> String {
         let mut out = format!("**{}**\n\n", md(&self.summary));
         let _ = writeln!(out, "- BASE: {}", self.base.describe_quoting(md_code));
         let _ = writeln!(out, "- NEW: {}", self.new.describe_quoting(md_code));
@@ -676,31 +602,18 @@ impl Comparison {
             let _ = writeln!(out, "- **warning:** {}", md(w));
         }
         out.push('\n');
-        let head = "| Scenario | Base | New | Diff | p (adj.) | Verdict | p50 Δ | p95 Δ | Why |\n\
-             |---|---:|---:|---:|---:|---|---:|---:|---|\n";
-        let row = |s: &ScenarioComparison| {
-            let [b, n, d, p, v, p50, p95, why] = cells(s);
-            let mark = match s.verdict {
-                Change::Regressed => "🔴 ",
-                Change::Improved => "🟢 ",
-                _ => "",
-            };
-            format!(
-                "| `{}` | {b} | {n} | {d} | {p} | {mark}{v} | {p50} | {p95} | {} |\n",
-                s.scenario_id,
-                md(&why)
-            )
-        };
-        // Changed scenarios first, in full up to a cap; unchanged ones collapsed.
+        out
+    }
+
+    /// The Markdown's scenario tables: changed scenarios first, in full up to a cap; unchanged
+    /// ones collapsed.
+    fn md_scenarios(&self, out: &mut String) {
         let (changed, unchanged): (Vec<&ScenarioComparison>, Vec<&ScenarioComparison>) = self
             .scenarios
             .iter()
             .partition(|s| s.verdict != Change::Unchanged);
         if !changed.is_empty() {
-            out.push_str(head);
-            for s in changed.iter().take(MD_MAX_ROWS) {
-                out.push_str(&row(s));
-            }
+            md_table(out, &changed);
             if changed.len() > MD_MAX_ROWS {
                 let _ = writeln!(
                     out,
@@ -715,15 +628,16 @@ impl Comparison {
                 "\n<details><summary>{} unchanged scenario(s)</summary>\n",
                 unchanged.len()
             );
-            out.push_str(head);
-            for s in unchanged.iter().take(MD_MAX_ROWS) {
-                out.push_str(&row(s));
-            }
+            md_table(out, &unchanged);
             if unchanged.len() > MD_MAX_ROWS {
                 let _ = writeln!(out, "\n… and {} more", unchanged.len() - MD_MAX_ROWS);
             }
             out.push_str("\n</details>\n");
         }
+    }
+
+    /// The Markdown's list of failure reasons that appeared or disappeared, up to a cap.
+    fn md_failure_changes(&self, out: &mut String) {
         let changes: Vec<String> = self
             .scenarios
             .iter()
@@ -760,6 +674,10 @@ impl Comparison {
                 let _ = writeln!(out, "- … and {} more", changes.len() - MD_MAX_ROWS);
             }
         }
+    }
+
+    /// The Markdown's lines of scenarios on one side only, up to a cap each.
+    fn md_one_sided(&self, out: &mut String) {
         for (label, list) in [
             ("Only in BASE", &self.only_in_base),
             ("Only in NEW", &self.only_in_new),
@@ -776,8 +694,33 @@ impl Comparison {
                 let _ = writeln!(out, "\n{label}: {}", names.join(", "));
             }
         }
-        out
     }
+}
+
+/// A Markdown table of the first [`MD_MAX_ROWS`] of `scenarios`, with its head.
+fn md_table(out: &mut String, scenarios: &[&ScenarioComparison]) {
+    out.push_str(
+        "| Scenario | Base | New | Diff | p (adj.) | Verdict | p50 Δ | p95 Δ | Why |\n\
+         |---|---:|---:|---:|---:|---|---:|---:|---|\n",
+    );
+    for s in scenarios.iter().take(MD_MAX_ROWS) {
+        out.push_str(&md_row(s));
+    }
+}
+
+/// A scenario's row of the Markdown table, its verdict marked when it is a change.
+fn md_row(s: &ScenarioComparison) -> String {
+    let [b, n, d, p, v, p50, p95, why] = cells(s);
+    let mark = match s.verdict {
+        Change::Regressed => "🔴 ",
+        Change::Improved => "🟢 ",
+        _ => "",
+    };
+    format!(
+        "| `{}` | {b} | {n} | {d} | {p} | {mark}{v} | {p50} | {p95} | {} |\n",
+        s.scenario_id,
+        md(&why)
+    )
 }
 
 /// `0.016`, or `0.016 (0.48)` with the adjusted value when it differs.
@@ -803,35 +746,204 @@ pub(crate) fn cells(s: &ScenarioComparison) -> [String; 8] {
     ]
 }
 
+/// A report's scenarios by id.
+type ById<'a> = BTreeMap<&'a str, &'a ScenarioSummary>;
+
+/// A scenario on both sides: its id, BASE's summary and NEW's.
+type Pair<'a> = (&'a str, &'a ScenarioSummary, &'a ScenarioSummary);
+
+/// The scenarios of `r` by id.
+fn by_id(r: &Report) -> ById<'_> {
+    r.scenarios.iter().map(|s| (s.id(), s)).collect()
+}
+
+/// A scenario's passes and runs on both sides, as the gate counts them.
+fn tally(b: &ScenarioSummary, n: &ScenarioSummary) -> Tally {
+    Tally {
+        base_pass: u64::from(b.aggregate.passed),
+        base_runs: u64::from(b.aggregate.runs),
+        new_pass: u64::from(n.aggregate.passed),
+        new_runs: u64::from(n.aggregate.runs),
+    }
+}
+
+/// Each scenario on both sides compared by the gate's `decision`, in the order of `pairs`,
+/// and the counts of their verdicts.
+fn judged(
+    pairs: &[Pair<'_>],
+    base: &Report,
+    new: &Report,
+    alpha: f64,
+    decision: &gate::Decision,
+) -> (Vec<ScenarioComparison>, Counts) {
+    let empty = BTreeMap::new();
+    let mut scenarios = Vec::new();
+    let mut counts = Counts::default();
+    for ((id, b, n), d) in pairs.iter().zip(&decision.scenarios) {
+        let c = compare_one(
+            b,
+            n,
+            base.reasons.get(*id).unwrap_or(&empty),
+            new.reasons.get(*id).unwrap_or(&empty),
+            alpha,
+            decision.scenario_alpha,
+            d,
+        );
+        match c.verdict {
+            Change::Regressed => counts.regressed += 1,
+            Change::Improved => counts.improved += 1,
+            Change::Unchanged => counts.unchanged += 1,
+            Change::NotEnoughRuns => counts.not_enough_runs += 1,
+        }
+        scenarios.push(c);
+    }
+    (scenarios, counts)
+}
+
+/// Regressions first; within a verdict, the largest changes first: a view that shows only the
+/// first rows of a kind never hides the biggest moves behind smaller ones.
+fn sort_by_verdict(scenarios: &mut [ScenarioComparison]) {
+    scenarios.sort_by(|a, b| {
+        a.verdict
+            .cmp(&b.verdict)
+            .then(b.difference.abs().total_cmp(&a.difference.abs()))
+            .then(a.scenario_id.cmp(&b.scenario_id))
+    });
+}
+
+/// The scenarios of `of` that `other` does not have.
+fn one_sided(of: &ById<'_>, other: &ById<'_>) -> Vec<OneSided> {
+    of.iter()
+        .filter(|(id, _)| !other.contains_key(*id))
+        .map(|(id, s)| OneSided {
+            scenario_id: (*id).to_owned(),
+            runs: s.aggregate.runs,
+            passed: s.aggregate.passed,
+        })
+        .collect()
+}
+
+/// What each side's directories cannot vouch for (a partial sweep, a missing shard), one line
+/// each, naming the side.
+fn side_gaps(base: &SideInfo, new: &SideInfo) -> Vec<String> {
+    let mut incomplete = Vec::new();
+    for (side, info) in [("BASE", base), ("NEW", new)] {
+        for why in &info.partial_reasons {
+            incomplete.push(format!("{side}: {why}"));
+        }
+        for g in &info.gaps {
+            incomplete.push(format!("{side}: {g}"));
+        }
+    }
+    incomplete
+}
+
+/// One line per side that has scenarios the other lacks: without `--allow-missing` they make
+/// the comparison incomplete.
+fn missing(only_in_base: &[OneSided], only_in_new: &[OneSided]) -> Vec<String> {
+    let mut incomplete = Vec::new();
+    for (side, other, list) in [("BASE", "NEW", only_in_base), ("NEW", "BASE", only_in_new)] {
+        if !list.is_empty() {
+            let names: Vec<&str> = list.iter().map(|o| o.scenario_id.as_str()).collect();
+            incomplete.push(format!(
+                "{} scenario(s) only in {side}, not judged against {other}: {} (--allow-missing accepts this)",
+                list.len(),
+                names.join(", ")
+            ));
+        }
+    }
+    incomplete
+}
+
+/// What is worth knowing about the sides (each its directories and report) that decides
+/// nothing: a directory or runs on both, other packs, edited scenarios.
+fn warnings(
+    (base_dirs, base): (&[String], &Report),
+    (new_dirs, new): (&[String], &Report),
+    shared: usize,
+) -> Vec<String> {
+    let mut warnings = dirs_on_both_sides(base_dirs, new_dirs);
+    if shared > 0 && warnings.is_empty() {
+        warnings.push(format!(
+            "{shared} run(s) are on both sides (the same run ids): the sides are not independent samples"
+        ));
+    }
+    if let Some(why) = other_pack(("BASE", &base.packs()), ("NEW", &new.packs())) {
+        warnings.push(format!("{why} (compared anyway: --allow-other-pack)"));
+    }
+    warnings.extend(edited_scenarios(
+        &base.ids.digests,
+        &new.ids.digests,
+        "BASE",
+        "NEW",
+    ));
+    warnings
+}
+
+/// Failure reasons (layer and normalized detail) and how many runs of a side had each.
+type Reasons = BTreeMap<(String, String), u32>;
+
+/// One scenario on both sides compared, `d` being the gate's decision on it.
 fn compare_one(
     b: &ScenarioSummary,
     n: &ScenarioSummary,
-    base_reasons: &BTreeMap<(String, String), u32>,
-    new_reasons: &BTreeMap<(String, String), u32>,
+    base_reasons: &Reasons,
+    new_reasons: &Reasons,
     alpha: f64,
     scenario_alpha: f64,
     d: &ScenarioDecision,
 ) -> ScenarioComparison {
     let (base, new) = (SideStats::new(b, alpha), SideStats::new(n, alpha));
-    let (bn, nn) = (u64::from(base.runs), u64::from(new.runs));
     let difference = new.pass_rate.unwrap_or(0.0) - base.pass_rate.unwrap_or(0.0);
     let p_value = if difference < 0.0 {
         d.p_regression
     } else {
         d.p_improvement
     };
-    let rates = format!(
+    ScenarioComparison {
+        scenario_id: b.id().to_owned(),
+        difference,
+        p_value,
+        p_adjusted: d.p_adjusted,
+        verdict: d.change,
+        dropped_to_floor: false,
+        why: why(&base, &new, p_value, scenario_alpha, d),
+        layers: layer_changes(b, n),
+        appeared: reasons_only(new_reasons, base_reasons, true),
+        disappeared: reasons_only(base_reasons, new_reasons, false),
+        p50_delta_ms: new.p50_ms as i64 - base.p50_ms as i64,
+        p95_delta_ms: new.p95_ms as i64 - base.p95_ms as i64,
+        base,
+        new,
+    }
+}
+
+/// `90% → 40%`: the pass rates of BASE and NEW.
+fn rates(base: Option<f64>, new: Option<f64>) -> String {
+    format!(
         "{} → {}",
-        base.pass_rate.map_or("-".into(), pct),
-        new.pass_rate.map_or("-".into(), pct)
-    );
+        base.map_or("-".into(), pct),
+        new.map_or("-".into(), pct)
+    )
+}
+
+/// The verdict `d` in words: the rates, and the p-value in the verdict's direction (with its
+/// adjusted value when that differs) against the level, or why no difference could reach it.
+fn why(
+    base: &SideStats,
+    new: &SideStats,
+    p_value: f64,
+    scenario_alpha: f64,
+    d: &ScenarioDecision,
+) -> String {
+    let (bn, nn) = (u64::from(base.runs), u64::from(new.runs));
+    let rates = rates(base.pass_rate, new.pass_rate);
     let adjusted = if (d.p_adjusted - p_value).abs() > f64::EPSILON {
         format!(" (adjusted: {})", p_is(d.p_adjusted))
     } else {
         String::new()
     };
-    let verdict = d.change;
-    let why = match verdict {
+    match d.change {
         Change::NotEnoughRuns => format!(
             "{rates}; with {bn} and {nn} run(s) no difference can reach p < {scenario_alpha} \
              (needs at least {} runs per side)",
@@ -845,8 +957,12 @@ fn compare_one(
             "{rates}, {}{adjusted}, not below {scenario_alpha}: no real difference",
             p_is(p_value)
         ),
-    };
-    let layers = LAYERS
+    }
+}
+
+/// The layers some run of either side failed, with their counts on both.
+fn layer_changes(b: &ScenarioSummary, n: &ScenarioSummary) -> Vec<LayerChange> {
+    LAYERS
         .iter()
         .filter_map(|l| {
             let bf = b.aggregate.layer_failures.get(*l).copied().unwrap_or(0);
@@ -864,40 +980,24 @@ fn compare_one(
                 status,
             })
         })
-        .collect();
-    let only = |of: &BTreeMap<(String, String), u32>,
-                other: &BTreeMap<(String, String), u32>,
-                of_is_new: bool| {
-        let mut v = of
-            .iter()
-            .filter(|(k, _)| !other.contains_key(*k))
-            .map(|((layer, reason), &count)| ReasonChange {
-                layer: layer.clone(),
-                reason: reason.clone(),
-                base_runs: if of_is_new { 0 } else { count },
-                new_runs: if of_is_new { count } else { 0 },
-            })
-            .collect::<Vec<_>>();
-        // In reporting order of the layers, as everywhere else.
-        v.sort_by_key(|r| LAYERS.iter().position(|l| *l == r.layer));
-        v
-    };
-    ScenarioComparison {
-        scenario_id: b.id().to_owned(),
-        difference,
-        p_value,
-        p_adjusted: d.p_adjusted,
-        verdict,
-        dropped_to_floor: false,
-        why,
-        layers,
-        appeared: only(new_reasons, base_reasons, true),
-        disappeared: only(base_reasons, new_reasons, false),
-        p50_delta_ms: new.p50_ms as i64 - base.p50_ms as i64,
-        p95_delta_ms: new.p95_ms as i64 - base.p95_ms as i64,
-        base,
-        new,
-    }
+        .collect()
+}
+
+/// The reasons of `of` that `other` never saw, in reporting order of the layers, as
+/// everywhere else (`of_is_new`: `of` is NEW's side).
+fn reasons_only(of: &Reasons, other: &Reasons, of_is_new: bool) -> Vec<ReasonChange> {
+    let mut v = of
+        .iter()
+        .filter(|(k, _)| !other.contains_key(*k))
+        .map(|((layer, reason), &count)| ReasonChange {
+            layer: layer.clone(),
+            reason: reason.clone(),
+            base_runs: if of_is_new { 0 } else { count },
+            new_runs: if of_is_new { count } else { 0 },
+        })
+        .collect::<Vec<_>>();
+    v.sort_by_key(|r| LAYERS.iter().position(|l| *l == r.layer));
+    v
 }
 
 /// `--fail-on-drop-to FLOOR`: a scenario whose NEW pass rate fell to `floor` or below from
@@ -925,9 +1025,8 @@ fn drop_to_floor(c: &mut ScenarioComparison, floor: f64, counts: &mut Counts) {
     counts.regressed += 1;
     c.verdict = Change::Regressed;
     c.why = format!(
-        "{} → {}, at or below --fail-on-drop-to {floor} (the test alone: {})",
-        c.base.pass_rate.map_or("-".into(), pct),
-        c.new.pass_rate.map_or("-".into(), pct),
+        "{}, at or below --fail-on-drop-to {floor} (the test alone: {})",
+        rates(c.base.pass_rate, c.new.pass_rate),
         p_is(c.p_value)
     );
 }
@@ -1034,16 +1133,17 @@ mod tests {
         fail_on_drop_to: None,
     };
 
+    /// The comparison of a scenario's passes and fails on each side, `(scenario, passed,
+    /// failed)`, read from the same directory.
+    fn compared(base: (&str, u32, u32), new: (&str, u32, u32), settings: Settings) -> Comparison {
+        let dirs = ["d".to_owned()];
+        let (base, new) = (report(base.0, base.1, base.2), report(new.0, new.1, new.2));
+        Comparison::new(&dirs, &base, &dirs, &new, settings)
+    }
+
     #[test]
     fn verdicts_follow_fisher_and_the_run_floor() {
-        let dirs = ["d".to_owned()];
-        let c = Comparison::new(
-            &dirs,
-            &report("s", 10, 0),
-            &dirs,
-            &report("s", 2, 8),
-            SETTINGS,
-        );
+        let c = compared(("s", 10, 0), ("s", 2, 8), SETTINGS);
         let s = &c.scenarios[0];
         assert_eq!(s.verdict, Change::Regressed, "{}", s.why);
         // One-sided (scipy: fisher_exact([[2, 8], [10, 0]], alternative="less")).
@@ -1059,44 +1159,20 @@ mod tests {
             c.summary
         );
 
-        let c = Comparison::new(
-            &dirs,
-            &report("s", 2, 8),
-            &dirs,
-            &report("s", 10, 0),
-            SETTINGS,
-        );
+        let c = compared(("s", 2, 8), ("s", 10, 0), SETTINGS);
         assert_eq!(c.scenarios[0].verdict, Change::Improved);
         assert_eq!(c.scenarios[0].disappeared.len(), 1);
         assert_eq!(c.gate, exit::SUCCESS);
 
-        let c = Comparison::new(
-            &dirs,
-            &report("s", 9, 1),
-            &dirs,
-            &report("s", 8, 2),
-            SETTINGS,
-        );
+        let c = compared(("s", 9, 1), ("s", 8, 2), SETTINGS);
         assert_eq!(c.scenarios[0].verdict, Change::Unchanged);
         assert_eq!(c.gate, exit::SUCCESS);
 
-        let c = Comparison::new(
-            &dirs,
-            &report("s", 3, 0),
-            &dirs,
-            &report("s", 0, 3),
-            SETTINGS,
-        );
+        let c = compared(("s", 3, 0), ("s", 0, 3), SETTINGS);
         assert_eq!(c.scenarios[0].verdict, Change::NotEnoughRuns);
         assert_eq!(c.gate, exit::SUCCESS);
 
-        let c = Comparison::new(
-            &dirs,
-            &report("a", 1, 0),
-            &dirs,
-            &report("b", 1, 0),
-            SETTINGS,
-        );
+        let c = compared(("a", 1, 0), ("b", 1, 0), SETTINGS);
         assert_eq!(
             (c.only_in_base.len(), c.only_in_new.len(), c.scenarios.len()),
             (1, 1, 0)
@@ -1109,13 +1185,7 @@ mod tests {
             fail_on_drop_to: None,
             ..SETTINGS
         };
-        let c = Comparison::new(
-            &dirs,
-            &report("a", 1, 0),
-            &dirs,
-            &report("b", 1, 0),
-            allowed,
-        );
+        let c = compared(("a", 1, 0), ("b", 1, 0), allowed);
         assert_eq!(c.gate, exit::SUCCESS);
         // A directory on both sides is worth a warning.
         assert!(c.warnings[0].contains("on both sides"), "{:?}", c.warnings);

@@ -15,19 +15,14 @@ use std::path::Path;
 
 use maud::{DOCTYPE, Markup, PreEscaped, html};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
-use windtunnel_model::HookProvenance;
+use windtunnel_model::{HookProvenance, ToolCall, Trace, TurnRecord};
 
 use super::compare::{Change, Comparison, SideStats};
+use super::scan::{Details, MAX_CLUSTERS, MAX_DETAILED_RUNS, MAX_PER_CLUSTER};
 use super::table::{failing_layers, pack_line, pct, usage_line};
 use super::triage::{Head, Rung};
 use super::{LoadedRun, Report, ScenarioSummary};
 
-/// Most runs shown with full details on one page.
-pub(crate) const MAX_DETAILED_RUNS: usize = 100;
-/// Most runs shown with full details per triage cluster.
-pub(crate) const MAX_PER_CLUSTER: usize = 5;
-/// Most clusters listed; the rest are counted.
-pub(crate) const MAX_CLUSTERS: usize = 200;
 /// Longest text shown for one field (reply, input, arguments, detail), in characters.
 pub(crate) const MAX_TEXT: usize = 1000;
 /// Most turns and tool calls shown per run.
@@ -150,7 +145,7 @@ fn page(title: &str, header: Markup, body: Markup) -> String {
 }
 
 /// A pass-rate bar with its interval as a whisker.
-fn rate_bar(rate: Option<f64>, interval: Option<[f64; 2]>, label: &str) -> Markup {
+pub(crate) fn rate_bar(rate: Option<f64>, interval: Option<[f64; 2]>, label: &str) -> Markup {
     const W: f64 = 160.0;
     let Some(rate) = rate else {
         return html! { span.muted { "-" } };
@@ -234,48 +229,6 @@ fn latency_histogram(latencies: &BTreeMap<u64, u64>) -> Markup {
     }
 }
 
-/// How many runs each listed cluster shows in full, in the ladder's order, from the runs each
-/// has to show (`available`): at most [`MAX_PER_CLUSTER`], [`MAX_DETAILED_RUNS`] in all.
-pub(crate) fn budgets(available: &[usize]) -> Vec<usize> {
-    let mut left = MAX_DETAILED_RUNS;
-    available
-        .iter()
-        .map(|&n| {
-            let shown = n.min(MAX_PER_CLUSTER.min(left));
-            left -= shown;
-            shown
-        })
-        .collect()
-}
-
-/// Which of a cluster's `len` runs (their places in the report's order) it shows when it shows
-/// `budget`: evenly spaced over the cluster.
-pub(crate) fn positions(len: usize, budget: usize) -> Vec<usize> {
-    if len <= budget {
-        return (0..len).collect();
-    }
-    (0..budget).map(|i| i * len / budget).collect()
-}
-
-/// What the report page shows beyond the model's numbers, gathered by the reader ([`super::scan`]).
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Details {
-    /// The earliest start and the latest end of a run.
-    pub first: Option<String>,
-    pub last: Option<String>,
-    /// Each hook recorded, with the provenance the first run in the report's order recorded.
-    pub hooks: Vec<HookProvenance>,
-    /// Turn latencies of every run: milliseconds → turns.
-    pub latencies: BTreeMap<u64, u64>,
-    /// The clusters listed, at most [`MAX_CLUSTERS`] in the ladder's order, each with the runs
-    /// it shows in full (read whole).
-    pub listed: Vec<(Head, Vec<LoadedRun>)>,
-    /// Clusters counted but not listed.
-    pub hidden: usize,
-    /// The runs that did not pass, over every cluster.
-    pub not_passed: usize,
-}
-
 fn link(path: &Path, base: Option<&Path>) -> String {
     let target = std::path::absolute(path).unwrap_or_else(|_| path.to_owned());
     let rel = match base {
@@ -305,6 +258,8 @@ fn verdict_of(run: &LoadedRun) -> &'static str {
         .map_or("UNSCORED", |s| s.verdict.as_str())
 }
 
+/// A run's details, open when `open`: what went wrong, the scorer's evidence, the turns and
+/// tool calls, the world server, warnings, files and the debrief.
 fn run_details(run: &LoadedRun, base: Option<&Path>, open: bool) -> Markup {
     let t = &run.trace;
     let verdict = verdict_of(run);
@@ -323,96 +278,132 @@ fn run_details(run: &LoadedRun, base: Option<&Path>, open: bool) -> Markup {
                 @if let Some(d) = &t.denial {
                     p.error { "Guard " code { (d.guard) } " denied turn " (d.turn) ": " (d.code) " — " (cut(&d.message)) }
                 }
-                h3 { "Scorer evidence" }
-                @if let Some(score) = &run.score {
-                    table.layers {
-                        @for (name, layer) in score.layers() {
-                            tr {
-                                td { (name) }
-                                td class=(if layer.passed { "layer-ok" } else { "layer-bad" }) {
-                                    (if layer.passed { "pass" } else { "FAIL" })
-                                }
-                                td { pre { (cut(&layer.detail)) } }
-                            }
-                        }
-                    }
-                } @else {
-                    p.muted { "No score." }
-                }
-                h3 { "Turns (" (t.turns.len()) ")" }
-                table.turns {
-                    tr { th { "#" } th { "input" } th { "reply" } th.num { "ms" } }
-                    @for (k, turn) in shown_turns(&t.turns).into_iter().enumerate() {
-                        @if k + 1 == MAX_TURNS && t.turns.len() > MAX_TURNS {
-                            tr { td colspan="4" { p.muted { (t.turns.len() - MAX_TURNS) " more turn(s) not shown; the last turn, which the outcome is judged on, follows." } } }
-                        }
-                        tr {
-                            td { (turn.index) }
-                            td { pre { (cut(&turn.input)) } }
-                            td {
-                                @if let Some(reply) = &turn.reply { pre.reply { (cut(reply)) } }
-                                @if let Some(e) = &turn.error {
-                                    pre.error {
-                                        "error" @if let Some(k) = turn.error_kind { " (" (k) ")" } ": " (cut_keeping_end(e))
-                                    }
-                                }
-                                @if !turn.retries.is_empty() { p.muted { (turn.retries.len()) " request(s) retried" } }
-                            }
-                            td.num { (turn.latency_ms) }
-                        }
-                    }
-                }
-                @let calls = &t.evidence.tool_calls;
-                h3 { "Tool calls (" (calls.len()) ")" }
-                @if !calls.is_empty() {
-                    table.tools {
-                        tr { th { "turn.step" } th { "tool" } th { "arguments" } th { "result" } }
-                        @for c in calls.iter().take(MAX_TOOL_CALLS) {
-                            tr {
-                                td { (c.turn) "." (c.step) }
-                                td {
-                                    code { (c.name) }
-                                    @if let Some(server) = &c.server { br; span.muted { "world server " (cut(server)) } }
-                                }
-                                td { pre { (json_text(&c.arguments)) } }
-                                td {
-                                    pre { (json_text(&c.result)) }
-                                    @if let Some(e) = &c.error { pre.error { "error: " (cut_keeping_end(e)) } }
-                                }
-                            }
-                        }
-                    }
-                }
-                @if calls.len() > MAX_TOOL_CALLS {
-                    p.muted { (calls.len() - MAX_TOOL_CALLS) " more tool call(s) not shown." }
-                }
-                @if let Some(server) = t.world.as_ref().and_then(|w| w.server.as_ref()) {
-                    h3 { "World server" }
-                    p {
-                        code { (cut(&server.name)) }
-                        @if let Some(exit) = &server.exit { ": " (cut(exit)) }
-                    }
-                    @if !server.stderr_tail.trim().is_empty() {
-                        pre { (cut_keeping_end(&server.stderr_tail)) }
-                    }
-                }
+                (scorer_evidence(run))
+                (turns_table(&t.turns))
+                (tool_calls_table(&t.evidence.tool_calls))
+                (world_server(t))
                 @if !t.worker_warnings.is_empty() {
                     h3 { "Warnings" }
                     ul { @for w in t.worker_warnings.iter().take(MAX_TURNS) { li { (cut(w)) } } }
                 }
-                h3 { "Files" }
-                ul.files {
-                    li { a href=(link(&run.path, base)) { (run.path.display()) } " (trace)" }
-                    @for a in &run.artifacts {
-                        li {
-                            a href=(link(a, base)) { (a.file_name().map(|n| n.to_string_lossy()).unwrap_or_default()) }
-                            @if let Some(kind) = LoadedRun::artifact_kind(a) { " " span.muted { "(" (kind) ")" } }
-                        }
-                    }
-                }
+                (run_files(run, base))
                 @if let Some(d) = debrief {
                     h3 { "Debrief" }
                     blockquote.debrief { (d) }
+                }
+            }
+        }
+    }
+}
+
+/// A run's score, layer by layer, with each layer's detail.
+fn scorer_evidence(run: &LoadedRun) -> Markup {
+    html! {
+        h3 { "Scorer evidence" }
+        @if let Some(score) = &run.score {
+            table.layers {
+                @for (name, layer) in score.layers() {
+                    tr {
+                        td { (name) }
+                        td class=(if layer.passed { "layer-ok" } else { "layer-bad" }) {
+                            (if layer.passed { "pass" } else { "FAIL" })
+                        }
+                        td { pre { (cut(&layer.detail)) } }
+                    }
+                }
+            }
+        } @else {
+            p.muted { "No score." }
+        }
+    }
+}
+
+/// A run's turns (at most [`MAX_TURNS`], the last always among them): input, reply or
+/// error, retries and latency.
+fn turns_table(turns: &[TurnRecord]) -> Markup {
+    html! {
+        h3 { "Turns (" (turns.len()) ")" }
+        table.turns {
+            tr { th { "#" } th { "input" } th { "reply" } th.num { "ms" } }
+            @for (k, turn) in shown_turns(turns).into_iter().enumerate() {
+                @if k + 1 == MAX_TURNS && turns.len() > MAX_TURNS {
+                    tr { td colspan="4" { p.muted { (turns.len() - MAX_TURNS) " more turn(s) not shown; the last turn, which the outcome is judged on, follows." } } }
+                }
+                tr {
+                    td { (turn.index) }
+                    td { pre { (cut(&turn.input)) } }
+                    td {
+                        @if let Some(reply) = &turn.reply { pre.reply { (cut(reply)) } }
+                        @if let Some(e) = &turn.error {
+                            pre.error {
+                                "error" @if let Some(k) = turn.error_kind { " (" (k) ")" } ": " (cut_keeping_end(e))
+                            }
+                        }
+                        @if !turn.retries.is_empty() { p.muted { (turn.retries.len()) " request(s) retried" } }
+                    }
+                    td.num { (turn.latency_ms) }
+                }
+            }
+        }
+    }
+}
+
+/// A run's tool calls (at most [`MAX_TOOL_CALLS`]): where, which tool, its arguments and
+/// its result or error.
+fn tool_calls_table(calls: &[ToolCall]) -> Markup {
+    html! {
+        h3 { "Tool calls (" (calls.len()) ")" }
+        @if !calls.is_empty() {
+            table.tools {
+                tr { th { "turn.step" } th { "tool" } th { "arguments" } th { "result" } }
+                @for c in calls.iter().take(MAX_TOOL_CALLS) {
+                    tr {
+                        td { (c.turn) "." (c.step) }
+                        td {
+                            code { (c.name) }
+                            @if let Some(server) = &c.server { br; span.muted { "world server " (cut(server)) } }
+                        }
+                        td { pre { (json_text(&c.arguments)) } }
+                        td {
+                            pre { (json_text(&c.result)) }
+                            @if let Some(e) = &c.error { pre.error { "error: " (cut_keeping_end(e)) } }
+                        }
+                    }
+                }
+            }
+        }
+        @if calls.len() > MAX_TOOL_CALLS {
+            p.muted { (calls.len() - MAX_TOOL_CALLS) " more tool call(s) not shown." }
+        }
+    }
+}
+
+/// A run's world server, when it had one: its name, how it exited and its stderr's tail.
+fn world_server(t: &Trace) -> Markup {
+    html! {
+        @if let Some(server) = t.world.as_ref().and_then(|w| w.server.as_ref()) {
+            h3 { "World server" }
+            p {
+                code { (cut(&server.name)) }
+                @if let Some(exit) = &server.exit { ": " (cut(exit)) }
+            }
+            @if !server.stderr_tail.trim().is_empty() {
+                pre { (cut_keeping_end(&server.stderr_tail)) }
+            }
+        }
+    }
+}
+
+/// Links to a run's trace and hook artifacts, relative to `base`.
+fn run_files(run: &LoadedRun, base: Option<&Path>) -> Markup {
+    html! {
+        h3 { "Files" }
+        ul.files {
+            li { a href=(link(&run.path, base)) { (run.path.display()) } " (trace)" }
+            @for a in &run.artifacts {
+                li {
+                    a href=(link(a, base)) { (a.file_name().map(|n| n.to_string_lossy()).unwrap_or_default()) }
+                    @if let Some(kind) = LoadedRun::artifact_kind(a) { " " span.muted { "(" (kind) ")" } }
                 }
             }
         }
@@ -512,10 +503,27 @@ fn gate_text(code: u8) -> &'static str {
 /// `wt report --format html`. Links to trace and artifact files are relative to `base`, the
 /// directory the page is written to (the working directory when `None`).
 pub(crate) fn report_page(report: &Report, base: Option<&Path>) -> String {
-    let p = &report.pack;
     // Runs held in memory (not read from a directory) have no details to show.
     let none = Details::default();
     let details = report.details.as_ref().unwrap_or(&none);
+    let title = format!("wt report: {}", report.agents.join(", "));
+    let body = html! {
+        (summary_section(report))
+        (warnings_section(&report.warnings))
+        (scenarios_section(report))
+        section #latency {
+            h2 { "Turn latency" }
+            (latency_histogram(&details.latencies))
+        }
+        (failures_section(details, base))
+        (sweeps_section(report, &details.hooks))
+    };
+    page(&title, report_header(report, details), body)
+}
+
+/// The report page's header: agents, packs, runs and scenarios, and when the runs ran.
+fn report_header(report: &Report, details: &Details) -> Markup {
+    let p = &report.pack;
     let agents = &report.agents;
     let packs: Vec<String> = {
         let mut v: Vec<String> = report
@@ -528,9 +536,7 @@ pub(crate) fn report_page(report: &Report, base: Option<&Path>) -> String {
         v
     };
     let (first, last) = (details.first.as_deref(), details.last.as_deref());
-    let hooks = &details.hooks;
-    let title = format!("wt report: {}", agents.join(", "));
-    let header = html! {
+    html! {
         h1 { "Wind Tunnel report" }
         p {
             "agent " strong { (agents.join(", ")) }
@@ -538,8 +544,13 @@ pub(crate) fn report_page(report: &Report, base: Option<&Path>) -> String {
             " · " (p.runs) " runs in " (p.scenarios) " scenario(s)"
             @if let (Some(a), Some(b)) = (first, last) { " · " (a) " → " (b) }
         }
-    };
-    let body = html! {
+    }
+}
+
+/// The report's summary: the pack's counts and estimates as tiles, usage and the gate.
+fn summary_section(report: &Report) -> Markup {
+    let p = &report.pack;
+    html! {
         section #summary {
             h2 { "Summary" }
             div.tiles {
@@ -562,7 +573,12 @@ pub(crate) fn report_page(report: &Report, base: Option<&Path>) -> String {
                 p.muted { (report.duplicates) " trace file(s) repeat a run already read and are counted once." }
             }
         }
-        (warnings_section(&report.warnings))
+    }
+}
+
+/// The report's table of scenarios, one row each.
+fn scenarios_section(report: &Report) -> Markup {
+    html! {
         section #scenarios {
             h2 { "Scenarios" }
             table {
@@ -588,11 +604,12 @@ pub(crate) fn report_page(report: &Report, base: Option<&Path>) -> String {
                 }
             }
         }
-        section #latency {
-            h2 { "Turn latency" }
-            (latency_histogram(&details.latencies))
-        }
-        (failures_section(details, base))
+    }
+}
+
+/// The report's sweeps, one row each, and the hooks their traces recorded.
+fn sweeps_section(report: &Report, hooks: &[HookProvenance]) -> Markup {
+    html! {
         section #sweeps {
             h2 { "Sweeps" }
             table {
@@ -627,8 +644,7 @@ pub(crate) fn report_page(report: &Report, base: Option<&Path>) -> String {
                 }
             }
         }
-    };
-    page(&title, header, body)
+    }
 }
 
 fn side_cells(s: &SideStats) -> Markup {
@@ -651,6 +667,27 @@ pub(crate) fn compare_page(c: &Comparison, new: &Report) -> String {
         p { (c.summary) }
     };
     let body = html! {
+        (sides_section(c))
+        (warnings_section(&c.warnings))
+        (verdicts_section(c))
+        (layers_section(c))
+        (regressed_runs_section(c, new))
+        @if !c.only_in_base.is_empty() || !c.only_in_new.is_empty() {
+            section #one-sided {
+                h2 { "Scenarios on one side only" }
+                ul {
+                    @for o in &c.only_in_base { li { "only in BASE: " strong { (o.scenario_id) } " (" (o.passed) "/" (o.runs) " passed)" } }
+                    @for o in &c.only_in_new { li { "only in NEW: " strong { (o.scenario_id) } " (" (o.passed) "/" (o.runs) " passed)" } }
+                }
+            }
+        }
+    };
+    page("wt compare", header, body)
+}
+
+/// The comparison's sides, how it decides, the pack test, usage, and why it is incomplete.
+fn sides_section(c: &Comparison) -> Markup {
+    html! {
         section #sides {
             h2 { "Sides" }
             table {
@@ -672,7 +709,13 @@ pub(crate) fn compare_page(c: &Comparison, new: &Report) -> String {
                 p.warn { "Incomplete: " (i) }
             }
         }
-        (warnings_section(&c.warnings))
+    }
+}
+
+/// The comparison's table of scenarios on both sides: the rates, their difference, the test
+/// and the verdict.
+fn verdicts_section(c: &Comparison) -> Markup {
+    html! {
         section #scenarios {
             h2 { "Scenarios" }
             table {
@@ -695,7 +738,18 @@ pub(crate) fn compare_page(c: &Comparison, new: &Report) -> String {
                 }
             }
         }
-        @let changed: Vec<_> = c.scenarios.iter().filter(|s| !s.appeared.is_empty() || !s.disappeared.is_empty() || !s.layers.is_empty()).collect();
+    }
+}
+
+/// Per scenario whose failures changed, each layer's failures on both sides and the reasons
+/// that appeared or disappeared.
+fn layers_section(c: &Comparison) -> Markup {
+    let changed: Vec<_> = c
+        .scenarios
+        .iter()
+        .filter(|s| !s.appeared.is_empty() || !s.disappeared.is_empty() || !s.layers.is_empty())
+        .collect();
+    html! {
         @if !changed.is_empty() {
             section #layers {
                 h2 { "Failures by layer" }
@@ -714,7 +768,19 @@ pub(crate) fn compare_page(c: &Comparison, new: &Report) -> String {
                 }
             }
         }
-        @let regressed: Vec<&str> = c.scenarios.iter().filter(|s| s.verdict == Change::Regressed).map(|s| s.scenario_id.as_str()).collect();
+    }
+}
+
+/// Per regressed scenario, the first [`MAX_REGRESSED_RUNS`] of NEW's runs that did not pass
+/// (`new`, the NEW side's report), with why.
+fn regressed_runs_section(c: &Comparison, new: &Report) -> Markup {
+    let regressed: Vec<&str> = c
+        .scenarios
+        .iter()
+        .filter(|s| s.verdict == Change::Regressed)
+        .map(|s| s.scenario_id.as_str())
+        .collect();
+    html! {
         @if !regressed.is_empty() {
             section #regressed-runs {
                 h2 { "Failing runs of regressed scenarios (NEW)" }
@@ -734,17 +800,7 @@ pub(crate) fn compare_page(c: &Comparison, new: &Report) -> String {
                 }
             }
         }
-        @if !c.only_in_base.is_empty() || !c.only_in_new.is_empty() {
-            section #one-sided {
-                h2 { "Scenarios on one side only" }
-                ul {
-                    @for o in &c.only_in_base { li { "only in BASE: " strong { (o.scenario_id) } " (" (o.passed) "/" (o.runs) " passed)" } }
-                    @for o in &c.only_in_new { li { "only in NEW: " strong { (o.scenario_id) } " (" (o.passed) "/" (o.runs) " passed)" } }
-                }
-            }
-        }
-    };
-    page("wt compare", header, body)
+    }
 }
 
 #[cfg(test)]
@@ -772,6 +828,7 @@ mod tests {
 
     #[test]
     fn sampling_is_even_and_bounded() {
+        use crate::report::scan::{budgets, positions};
         assert_eq!(positions(50, 5), vec![0, 10, 20, 30, 40]);
         assert_eq!(positions(3, 5), vec![0, 1, 2]);
         assert_eq!(positions(7, 0), Vec::<usize>::new());

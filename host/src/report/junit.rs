@@ -127,7 +127,25 @@ enum Source<'a> {
     Listing(&'a Listing),
 }
 
-impl Source<'_> {
+impl<'a> Source<'a> {
+    /// The runs `report` lists: its listing when a scan made it, else its rows, written by
+    /// scenario (stably).
+    fn of(report: &'a Report) -> Source<'a> {
+        match &report.listing {
+            Some(l) => Source::Listing(l),
+            None => {
+                let runs = &report.runs;
+                let mut order: Vec<usize> = (0..runs.len()).collect();
+                order.sort_by(|&a, &b| runs[a].scenario_id.cmp(&runs[b].scenario_id));
+                let mut counts: HashMap<(&str, u32), usize> = HashMap::new();
+                for r in runs {
+                    *counts.entry((&r.scenario_id, r.run_index)).or_default() += 1;
+                }
+                Source::Rows(runs, order, counts)
+            }
+        }
+    }
+
     fn len(&self) -> usize {
         match self {
             Source::Rows(r, ..) => r.len(),
@@ -288,6 +306,16 @@ struct Names {
 }
 
 impl Names {
+    /// The names of the cases of `source`'s runs and of `scenario_errors`.
+    fn new(source: &Source<'_>, scenario_errors: &[ScenarioError]) -> Names {
+        Names {
+            used: HashSet::new(),
+            // Rows in any order: their names are all held (they are held anyway).
+            global: matches!(source, Source::Rows(..))
+                || scenario_errors.iter().any(|e| e.scenario_id.contains('#')),
+        }
+    }
+
     /// A new scenario and run index: the names of the one before cannot meet its.
     fn start(&mut self) {
         if !self.global {
@@ -338,51 +366,10 @@ impl Report {
     /// The JUnit document, streamed to `w` (with `bidi`, its bidirectional controls written
     /// as visible escapes, as `for_reader` writes a document).
     pub(crate) fn write_junit(&self, w: &mut dyn Write, bidi: bool) -> io::Result<()> {
-        let source = match &self.listing {
-            Some(l) => Source::Listing(l),
-            None => {
-                let mut order: Vec<usize> = (0..self.runs.len()).collect();
-                order.sort_by(|&a, &b| self.runs[a].scenario_id.cmp(&self.runs[b].scenario_id));
-                let mut counts: HashMap<(&str, u32), usize> = HashMap::new();
-                for r in &self.runs {
-                    *counts.entry((&r.scenario_id, r.run_index)).or_default() += 1;
-                }
-                Source::Rows(&self.runs, order, counts)
-            }
-        };
+        let source = Source::of(self);
         // The counts first: each suite's, and the whole report's.
-        let mut totals: BTreeMap<&str, Totals> = BTreeMap::new();
-        for p in 0..source.len() {
-            let (scenario, _, _, k) = source.brief(p);
-            match totals.get_mut(scenario) {
-                Some(t) => t.add(k, 1),
-                None => totals.entry(scenario).or_default().add(k, 1),
-            }
-        }
-        // Per scenario, the scenario errors' run counts (sorted), to count the cases they add
-        // to each run index.
-        let mut errors: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
-        for e in &self.scenario_errors {
-            totals
-                .entry(&e.scenario_id)
-                .or_default()
-                .add(Kind::Error, e.runs as usize);
-            errors.entry(&e.scenario_id).or_default().push(e.runs);
-        }
-        for v in errors.values_mut() {
-            v.sort_unstable();
-        }
-        let error_cases = |scenario: &str, k: u32| -> usize {
-            errors
-                .get(scenario)
-                .map_or(0, |v| v.len() - v.partition_point(|&n| n <= k))
-        };
-        let all = totals.values().fold(Totals::default(), |mut a, t| {
-            a.tests += t.tests;
-            a.failures += t.failures;
-            a.errors += t.errors;
-            a
-        });
+        let tallies = Tallies::new(&source, &self.scenario_errors);
+        let all = tallies.all();
         let mut x = Xml {
             out: w,
             depth: 0,
@@ -391,111 +378,182 @@ impl Report {
         };
         x.put("<?xml version=\"1.0\" encoding=\"UTF-8\"?>")?;
         x.line_break = true;
-        let n = |v: usize| v.to_string();
         x.open(
             "testsuites",
             &[
                 ("name", "wt"),
-                ("tests", &n(all.tests)),
-                ("failures", &n(all.failures)),
-                ("errors", &n(all.errors)),
+                ("tests", &all.tests.to_string()),
+                ("failures", &all.failures.to_string()),
+                ("errors", &all.errors.to_string()),
             ],
         )?;
-        let mut names = Names {
-            used: HashSet::new(),
-            // Rows in any order: their names are all held (they are held anyway).
-            global: matches!(source, Source::Rows(..))
-                || self
-                    .scenario_errors
-                    .iter()
-                    .any(|e| e.scenario_id.contains('#')),
+        let mut cases = Cases {
+            names: Names::new(&source, &self.scenario_errors),
+            source: &source,
+            tallies: &tallies,
+            scenario_errors: &self.scenario_errors,
+            next: 0,
+            x,
         };
-        let mut p = 0;
-        for (scenario, t) in &totals {
-            let suite = XmlString::new(scenario);
-            x.open(
-                "testsuite",
-                &[
-                    ("name", &suite),
-                    ("tests", &n(t.tests)),
-                    ("disabled", "0"),
-                    ("errors", &n(t.errors)),
-                    ("failures", &n(t.failures)),
-                ],
-            )?;
-            // Per run index of the scenario that a scenario error's cases share: its run
-            // cases, and (by index) the names they took.
-            let mut pending: HashMap<u32, (usize, HashSet<String>)> = HashMap::new();
-            let mut group: Option<(u32, usize)> = None;
-            while p < source.len() && source.brief(p).0 == *scenario {
-                let (_, k, sweep, _) = source.brief(p);
-                let rows = match group {
-                    Some((kk, rows)) if kk == k => rows,
-                    _ => {
-                        if let Some((kk, rows)) = group
-                            && error_cases(scenario, kk) > 0
-                        {
-                            pending.insert(kk, (rows, names.keep()));
-                        }
-                        names.start();
-                        let rows = source.runs_like(p);
-                        group = Some((k, rows));
-                        rows
-                    }
-                };
-                let shared = rows + error_cases(scenario, k) > 1;
-                let name = names.unique(format!("{scenario}#{k}"), shared, sweep);
-                x.run_case(&source.row(p), &name, scenario)?;
-                p += 1;
-            }
-            if let Some((kk, rows)) = group
-                && error_cases(scenario, kk) > 0
-            {
-                pending.insert(kk, (rows, names.keep()));
-            }
-            for e in self
-                .scenario_errors
-                .iter()
-                .filter(|e| e.scenario_id == *scenario)
-            {
-                for k in 0..e.runs {
-                    let (rows, used) = pending.remove(&k).unwrap_or_else(|| {
-                        let rows = match &source {
-                            Source::Rows(_, _, counts) => {
-                                counts.get(&(*scenario, k)).copied().unwrap_or(0)
-                            }
-                            Source::Listing(_) => 0,
-                        };
-                        (rows, HashSet::new())
-                    });
-                    names.resume(used);
-                    let shared = rows + error_cases(scenario, k) > 1;
-                    let name = names.unique(format!("{scenario}#{k}"), shared, &e.sweep_id);
-                    x.open(
-                        "testcase",
-                        &[
-                            ("name", &XmlString::new(name)),
-                            ("classname", &XmlString::new(scenario)),
-                        ],
-                    )?;
-                    x.status(
-                        Kind::Error,
-                        &e.error,
-                        "ERROR",
-                        &format!(
-                            "the scenario could not run: its {} run(s) in sweep {} never ran",
-                            e.runs, e.sweep_id
-                        ),
-                    )?;
-                    x.close("testcase")?;
-                    pending.insert(k, (rows, names.keep()));
-                }
-            }
-            x.close("testsuite")?;
+        for (scenario, t) in &tallies.suites {
+            cases.suite(scenario, t)?;
         }
+        let mut x = cases.x;
         x.close("testsuites")?;
         x.line_break = true;
         x.line()
+    }
+}
+
+/// Each suite's counts, and per scenario the run counts of its scenario errors.
+struct Tallies<'s> {
+    /// By scenario, the order the suites are written in.
+    suites: BTreeMap<&'s str, Totals>,
+    /// Per scenario, the scenario errors' run counts (sorted), to count the cases they add
+    /// to each run index.
+    errors: BTreeMap<&'s str, Vec<u32>>,
+}
+
+impl<'s> Tallies<'s> {
+    /// The counts of `source`'s runs and of the cases `scenario_errors` add.
+    fn new(source: &'s Source<'_>, scenario_errors: &'s [ScenarioError]) -> Tallies<'s> {
+        let mut suites: BTreeMap<&str, Totals> = BTreeMap::new();
+        for p in 0..source.len() {
+            let (scenario, _, _, k) = source.brief(p);
+            match suites.get_mut(scenario) {
+                Some(t) => t.add(k, 1),
+                None => suites.entry(scenario).or_default().add(k, 1),
+            }
+        }
+        let mut errors: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
+        for e in scenario_errors {
+            suites
+                .entry(&e.scenario_id)
+                .or_default()
+                .add(Kind::Error, e.runs as usize);
+            errors.entry(&e.scenario_id).or_default().push(e.runs);
+        }
+        for v in errors.values_mut() {
+            v.sort_unstable();
+        }
+        Tallies { suites, errors }
+    }
+
+    /// The whole document's counts.
+    fn all(&self) -> Totals {
+        self.suites.values().fold(Totals::default(), |mut a, t| {
+            a.tests += t.tests;
+            a.failures += t.failures;
+            a.errors += t.errors;
+            a
+        })
+    }
+
+    /// How many cases the scenario's scenario errors add to its run index `k`.
+    fn error_cases(&self, scenario: &str, k: u32) -> usize {
+        self.errors
+            .get(scenario)
+            .map_or(0, |v| v.len() - v.partition_point(|&n| n <= k))
+    }
+}
+
+/// Per run index of a scenario that a scenario error's cases share: its run cases, and the
+/// names they took.
+type Pending = HashMap<u32, (usize, HashSet<String>)>;
+
+/// The document's test cases, written one suite at a time: where the runs come from, the
+/// counts, the names taken, the next run to write and the XML they go to.
+struct Cases<'s, 'w> {
+    source: &'s Source<'s>,
+    tallies: &'s Tallies<'s>,
+    scenario_errors: &'s [ScenarioError],
+    names: Names,
+    /// The place in `source` of the next run written.
+    next: usize,
+    x: Xml<'w>,
+}
+
+impl Cases<'_, '_> {
+    /// A scenario's suite, `t` its counts: its runs' cases, then its scenario errors'.
+    fn suite(&mut self, scenario: &str, t: &Totals) -> io::Result<()> {
+        let suite = XmlString::new(scenario);
+        self.x.open(
+            "testsuite",
+            &[
+                ("name", &suite),
+                ("tests", &t.tests.to_string()),
+                ("disabled", "0"),
+                ("errors", &t.errors.to_string()),
+                ("failures", &t.failures.to_string()),
+            ],
+        )?;
+        let mut pending = self.run_cases(scenario)?;
+        self.error_cases(scenario, &mut pending)?;
+        self.x.close("testsuite")
+    }
+
+    /// The cases of the scenario's runs, the next ones of the source; what the scenario's
+    /// errors' cases will share of them, by run index.
+    fn run_cases(&mut self, scenario: &str) -> io::Result<Pending> {
+        let source = self.source;
+        let mut pending = Pending::new();
+        let mut group: Option<(u32, usize)> = None;
+        while self.next < source.len() && source.brief(self.next).0 == scenario {
+            let (_, k, sweep, _) = source.brief(self.next);
+            let rows = match group {
+                Some((kk, rows)) if kk == k => rows,
+                _ => {
+                    self.keep(scenario, group, &mut pending);
+                    self.names.start();
+                    let rows = source.runs_like(self.next);
+                    group = Some((k, rows));
+                    rows
+                }
+            };
+            let shared = rows + self.tallies.error_cases(scenario, k) > 1;
+            let name = self.names.unique(format!("{scenario}#{k}"), shared, sweep);
+            self.x.run_case(&source.row(self.next), &name, scenario)?;
+            self.next += 1;
+        }
+        self.keep(scenario, group, &mut pending);
+        Ok(pending)
+    }
+
+    /// Keeps the run cases and names of `group` (a run index and its runs) in `pending`, when
+    /// a scenario error's cases will share its index.
+    fn keep(&mut self, scenario: &str, group: Option<(u32, usize)>, pending: &mut Pending) {
+        if let Some((k, rows)) = group
+            && self.tallies.error_cases(scenario, k) > 0
+        {
+            pending.insert(k, (rows, self.names.keep()));
+        }
+    }
+
+    /// The cases of the scenario's errors, one per run that never ran, each named among the
+    /// cases of its run index.
+    fn error_cases(&mut self, scenario: &str, pending: &mut Pending) -> io::Result<()> {
+        let errors = self.scenario_errors;
+        for e in errors.iter().filter(|e| e.scenario_id == scenario) {
+            for k in 0..e.runs {
+                let (rows, used) = pending.remove(&k).unwrap_or_else(|| {
+                    let rows = match self.source {
+                        Source::Rows(_, _, counts) => {
+                            counts.get(&(scenario, k)).copied().unwrap_or(0)
+                        }
+                        Source::Listing(_) => 0,
+                    };
+                    (rows, HashSet::new())
+                });
+                self.names.resume(used);
+                let shared = rows + self.tallies.error_cases(scenario, k) > 1;
+                let name = self
+                    .names
+                    .unique(format!("{scenario}#{k}"), shared, &e.sweep_id);
+                self.x.error_case(&name, scenario, e)?;
+                pending.insert(k, (rows, self.names.keep()));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -526,21 +584,49 @@ impl Xml<'_> {
         self.close("properties")?;
         let kind = kind(row.verdict);
         if kind != Kind::Success {
-            let layers: Vec<&str> = row.failures.iter().map(|(l, _)| l.as_str()).collect();
-            let message = match &row.error {
-                Some(e) => e.clone(),
-                None => format!("failed layers: {}", layers.join(", ")),
-            };
-            let detail: Vec<String> = row
-                .failures
-                .iter()
-                .map(|(l, d)| format!("{l}: {d}"))
-                .collect();
+            let (message, description) = failure_text(row);
             let ty = row.verdict.map_or("UNSCORED", Verdict::as_str);
-            self.status(kind, &message, ty, &detail.join("\n"))?;
+            self.status(kind, &message, ty, &description)?;
         }
         self.close("testcase")
     }
+
+    /// The errored test case of a run that never ran: its scenario could not run (`e`).
+    fn error_case(&mut self, name: &str, scenario: &str, e: &ScenarioError) -> io::Result<()> {
+        self.open(
+            "testcase",
+            &[
+                ("name", &XmlString::new(name)),
+                ("classname", &XmlString::new(scenario)),
+            ],
+        )?;
+        self.status(Kind::Error, &e.error, "ERROR", &never_ran(e))?;
+        self.close("testcase")
+    }
+}
+
+/// A run's failure message (its error, or the layers it failed) and description (each failed
+/// layer's detail, a line each).
+fn failure_text(row: &RunRow) -> (String, String) {
+    let layers: Vec<&str> = row.failures.iter().map(|(l, _)| l.as_str()).collect();
+    let message = match &row.error {
+        Some(e) => e.clone(),
+        None => format!("failed layers: {}", layers.join(", ")),
+    };
+    let detail: Vec<String> = row
+        .failures
+        .iter()
+        .map(|(l, d)| format!("{l}: {d}"))
+        .collect();
+    (message, detail.join("\n"))
+}
+
+/// The description of a case of a scenario that could not run.
+fn never_ran(e: &ScenarioError) -> String {
+    format!(
+        "the scenario could not run: its {} run(s) in sweep {} never ran",
+        e.runs, e.sweep_id
+    )
 }
 
 #[cfg(test)]
@@ -550,54 +636,14 @@ impl Report {
     pub(crate) fn to_junit_reference(&self) -> String {
         let mut report = quick_junit::Report::new("wt");
         // (scenario, name, sweep, case) for every run, then names made unique.
-        let mut cases: Vec<(String, String, String, TestCase)> = Vec::new();
-        for r in self.all_rows() {
-            let status = match r.verdict {
-                Some(Verdict::Pass) => TestCaseStatus::success(),
-                v => {
-                    let kind = if v == Some(Verdict::Fail) {
-                        NonSuccessKind::Failure
-                    } else {
-                        NonSuccessKind::Error
-                    };
-                    let mut s = TestCaseStatus::non_success(kind);
-                    let layers: Vec<&str> = r.failures.iter().map(|(l, _)| l.as_str()).collect();
-                    let message = match &r.error {
-                        Some(e) => e.clone(),
-                        None => format!("failed layers: {}", layers.join(", ")),
-                    };
-                    s.set_message(message);
-                    s.set_type(v.map_or("UNSCORED", Verdict::as_str));
-                    let detail: Vec<String> = r
-                        .failures
-                        .iter()
-                        .map(|(l, d)| format!("{l}: {d}"))
-                        .collect();
-                    s.set_description(detail.join("\n"));
-                    s
-                }
-            };
-            let mut case = TestCase::new(String::new(), status);
-            case.set_classname(r.scenario_id.clone());
-            case.set_time(std::time::Duration::from_millis(r.latency_ms));
-            case.add_property(quick_junit::Property::new("run_id", r.run_id.clone()));
-            case.add_property(quick_junit::Property::new("trace", r.trace.clone()));
-            cases.push((
-                r.scenario_id.clone(),
-                format!("{}#{}", r.scenario_id, r.run_index),
-                r.sweep_id.clone(),
-                case,
-            ));
-        }
+        let mut cases: Vec<(String, String, String, TestCase)> =
+            self.all_rows().map(|r| reference_run_case(&r)).collect();
         for e in &self.scenario_errors {
             for k in 0..e.runs {
                 let mut s = TestCaseStatus::non_success(NonSuccessKind::Error);
                 s.set_message(e.error.clone());
                 s.set_type("ERROR");
-                s.set_description(format!(
-                    "the scenario could not run: its {} run(s) in sweep {} never ran",
-                    e.runs, e.sweep_id
-                ));
+                s.set_description(never_ran(e));
                 let mut case = TestCase::new(String::new(), s);
                 case.set_classname(e.scenario_id.clone());
                 cases.push((
@@ -636,6 +682,39 @@ impl Report {
         report.add_test_suites(suites.into_values());
         report.to_string().expect("JUnit serializes")
     }
+}
+
+/// A run's test case as quick-junit builds it, with its scenario, its name before it is made
+/// unique, and its sweep.
+#[cfg(test)]
+fn reference_run_case(r: &RunRow) -> (String, String, String, TestCase) {
+    let status = match r.verdict {
+        Some(Verdict::Pass) => TestCaseStatus::success(),
+        v => {
+            let kind = if v == Some(Verdict::Fail) {
+                NonSuccessKind::Failure
+            } else {
+                NonSuccessKind::Error
+            };
+            let mut s = TestCaseStatus::non_success(kind);
+            let (message, description) = failure_text(r);
+            s.set_message(message);
+            s.set_type(v.map_or("UNSCORED", Verdict::as_str));
+            s.set_description(description);
+            s
+        }
+    };
+    let mut case = TestCase::new(String::new(), status);
+    case.set_classname(r.scenario_id.clone());
+    case.set_time(std::time::Duration::from_millis(r.latency_ms));
+    case.add_property(quick_junit::Property::new("run_id", r.run_id.clone()));
+    case.add_property(quick_junit::Property::new("trace", r.trace.clone()));
+    (
+        r.scenario_id.clone(),
+        format!("{}#{}", r.scenario_id, r.run_index),
+        r.sweep_id.clone(),
+        case,
+    )
 }
 
 #[cfg(test)]

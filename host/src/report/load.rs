@@ -622,6 +622,55 @@ impl Chunk {
     }
 }
 
+impl Chunk {
+    /// Counts one journal line of interest into the sweep it names.
+    fn add(&mut self, line: Line<'_>, shown: &str, read: &(dyn Fn(&str) -> bool + Sync)) {
+        let seg = match self.by_sweep.get_mut(line.sweep_id.as_ref()) {
+            Some(seg) => seg,
+            None => self
+                .by_sweep
+                .entry(line.sweep_id.clone().into_owned())
+                .or_insert_with(|| Segment {
+                    journal: shown.to_owned(),
+                    ..Segment::default()
+                }),
+        };
+        match line.event.as_ref() {
+            "SweepStarted" => {
+                seg.started = Some(Started {
+                    shard: Text::owned(line.shard),
+                    ts: Text::owned(line.ts),
+                    pack: Text::owned(line.pack),
+                    agent: Text::owned(line.agent),
+                    hooks: line.hooks.unwrap_or_default(),
+                })
+            }
+            "SweepEnded" => seg.ended = Some(line.exit_code.unwrap_or_default()),
+            "RunEnded" => {
+                if let (Some(stem), Some(scenario)) = (line.stem, line.scenario_id)
+                    && !read(&stem.0)
+                {
+                    self.missing.push(UnreadRun {
+                        sweep_id: line.sweep_id.into_owned(),
+                        scenario_id: scenario.0.into_owned(),
+                        stem: stem.0.into_owned(),
+                    });
+                }
+            }
+            "ScenarioEnded" => {
+                if let (Some(error), Some(scenario)) = (line.error, line.scenario_id) {
+                    seg.errors.push((
+                        scenario.0.into_owned(),
+                        line.runs.unwrap_or(0),
+                        error.0.into_owned(),
+                    ));
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
 /// Reads the lines of a journal (or of a stretch of one that starts at a line).
 fn read_chunk(
     reader: &mut impl BufRead,
@@ -664,52 +713,9 @@ fn read_chunk(
         if !is_interesting(&buf) {
             continue;
         }
-        let Ok(line) = serde_json::from_slice::<Line<'_>>(&buf) else {
-            c.bad += 1;
-            continue;
-        };
-        let seg = match c.by_sweep.get_mut(line.sweep_id.as_ref()) {
-            Some(seg) => seg,
-            None => c
-                .by_sweep
-                .entry(line.sweep_id.clone().into_owned())
-                .or_insert_with(|| Segment {
-                    journal: shown.to_owned(),
-                    ..Segment::default()
-                }),
-        };
-        match line.event.as_ref() {
-            "SweepStarted" => {
-                seg.started = Some(Started {
-                    shard: Text::owned(line.shard),
-                    ts: Text::owned(line.ts),
-                    pack: Text::owned(line.pack),
-                    agent: Text::owned(line.agent),
-                    hooks: line.hooks.unwrap_or_default(),
-                })
-            }
-            "SweepEnded" => seg.ended = Some(line.exit_code.unwrap_or_default()),
-            "RunEnded" => {
-                if let (Some(stem), Some(scenario)) = (line.stem, line.scenario_id)
-                    && !read(&stem.0)
-                {
-                    c.missing.push(UnreadRun {
-                        sweep_id: line.sweep_id.into_owned(),
-                        scenario_id: scenario.0.into_owned(),
-                        stem: stem.0.into_owned(),
-                    });
-                }
-            }
-            "ScenarioEnded" => {
-                if let (Some(error), Some(scenario)) = (line.error, line.scenario_id) {
-                    seg.errors.push((
-                        scenario.0.into_owned(),
-                        line.runs.unwrap_or(0),
-                        error.0.into_owned(),
-                    ));
-                }
-            }
-            _ => {}
+        match serde_json::from_slice::<Line<'_>>(&buf) {
+            Ok(line) => c.add(line, shown, read),
+            Err(_) => c.bad += 1,
         }
     }
     c
@@ -1052,7 +1058,7 @@ fn skip_line(reader: &mut impl BufRead, mut digest: Option<&mut Sha256>) -> (u64
 }
 
 /// Only four events matter here; skip parsing the rest (most of a journal). The needles are
-/// searched with the standard library's vectorized substring search.
+/// searched with `memchr`'s substring search.
 fn is_interesting(line: &[u8]) -> bool {
     const NEEDLES: [&str; 4] = [
         "\"SweepStarted\"",
@@ -1060,11 +1066,92 @@ fn is_interesting(line: &[u8]) -> bool {
         "\"ScenarioEnded\"",
         "\"RunEnded\"",
     ];
-    match std::str::from_utf8(line) {
-        Ok(text) => NEEDLES.iter().any(|n| text.contains(n)),
-        Err(_) => NEEDLES
-            .iter()
-            .any(|n| line.windows(n.len()).any(|w| w == n.as_bytes())),
+    NEEDLES
+        .iter()
+        .any(|n| memchr::memmem::find(line, n.as_bytes()).is_some())
+}
+
+/// A run's trace and score, read again without its artifacts: the score only when it is the
+/// sidecar of that run (the sidecar rule).
+pub(crate) fn read_trace_and_score(path: &Path) -> Result<(Trace, Option<Score>), String> {
+    let bytes =
+        read_bounded(path, MAX_TRACE_BYTES).map_err(|why| format!("{}: {why}", path.display()))?;
+    let trace: Trace =
+        parse_json(&bytes).map_err(|e| format!("{}: not a wt trace ({e})", path.display()))?;
+    let (score, _) = read_score(path, &trace.run_id, &mut Vec::new());
+    Ok((trace, score))
+}
+
+/// Longest journal line a run's events are read from; a longer one is skipped.
+const MAX_EVENT_LINE: usize = 1 << 20;
+
+/// The events of run `run_id` in `journals` (the lines naming its id), in file order; at most
+/// `max`, each line at most [`MAX_EVENT_LINE`] bytes. A journal that cannot be opened as
+/// [`open_bounded`] opens files is passed over.
+pub(crate) fn run_events<'a>(
+    journals: impl Iterator<Item = &'a Path>,
+    run_id: &str,
+    max: usize,
+) -> Vec<serde_json::Value> {
+    let marker = format!(
+        "\"run_id\":{}",
+        serde_json::to_string(run_id).unwrap_or_default()
+    );
+    let mut out = Vec::new();
+    for journal in journals {
+        let Ok((file, _)) = open_bounded(journal, MAX_JOURNAL_BYTES) else {
+            continue;
+        };
+        let mut reader = BufReader::new(file);
+        let mut line = Vec::new();
+        while let Some(whole) = read_line_bounded(&mut reader, &mut line, MAX_EVENT_LINE) {
+            if out.len() == max {
+                return out;
+            }
+            if !whole || memchr::memmem::find(&line, marker.as_bytes()).is_none() {
+                continue;
+            }
+            if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&line)
+                && v["run_id"] == run_id
+            {
+                out.push(v);
+            }
+        }
+    }
+    out
+}
+
+/// Reads the next line into `line` (without its newline), keeping at most `max` bytes:
+/// `Some(true)` for a whole line, `Some(false)` for one that was longer (cut), `None` at the
+/// end of the file or on an error.
+pub(crate) fn read_line_bounded(
+    r: &mut impl std::io::BufRead,
+    line: &mut Vec<u8>,
+    max: usize,
+) -> Option<bool> {
+    line.clear();
+    let mut whole = true;
+    let mut any = false;
+    loop {
+        let buf = r.fill_buf().ok()?;
+        if buf.is_empty() {
+            return any.then_some(whole);
+        }
+        any = true;
+        let (part, found) = match buf.iter().position(|&b| b == b'\n') {
+            Some(i) => (&buf[..i], Some(i + 1)),
+            None => (buf, None),
+        };
+        if line.len() + part.len() <= max {
+            line.extend_from_slice(part);
+        } else {
+            whole = false;
+        }
+        let used = found.unwrap_or(buf.len());
+        r.consume(used);
+        if found.is_some() {
+            return Some(whole);
+        }
     }
 }
 
@@ -1098,6 +1185,19 @@ mod tests {
             .map(Result::unwrap)
             .collect();
         (runs, report)
+    }
+
+    #[test]
+    fn a_line_longer_than_the_bound_is_cut_and_the_next_one_read_whole() {
+        let text = format!("{}\nshort\nlast", "y".repeat(100));
+        let mut r = std::io::BufReader::with_capacity(8, text.as_bytes());
+        let mut line = Vec::new();
+        assert_eq!(read_line_bounded(&mut r, &mut line, 10), Some(false));
+        assert_eq!(read_line_bounded(&mut r, &mut line, 10), Some(true));
+        assert_eq!(line, b"short");
+        assert_eq!(read_line_bounded(&mut r, &mut line, 10), Some(true));
+        assert_eq!(line, b"last");
+        assert_eq!(read_line_bounded(&mut r, &mut line, 10), None);
     }
 
     #[test]

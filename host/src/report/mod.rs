@@ -14,6 +14,7 @@
 //! Nothing here writes into a runs directory.
 
 pub(crate) mod calibration;
+pub(crate) mod cells;
 pub(crate) mod compare;
 internal_mod!(gate);
 pub(crate) mod html;
@@ -240,7 +241,7 @@ pub(crate) struct Report {
     pub eval_usage: Option<RunUsage>,
     /// The page's details, when a scan gathered them.
     #[serde(skip)]
-    pub details: Option<html::Details>,
+    pub details: Option<scan::Details>,
     /// The agents of the runs read, sorted.
     #[serde(skip)]
     pub agents: Vec<String>,

@@ -131,76 +131,24 @@ pub(crate) fn plan(
     drop: Option<f64>,
     runs: Option<u64>,
 ) -> Plan {
-    let m = scenarios.max(1);
-    let scenario_level = alpha * SCENARIO_SHARE / m as f64;
-    let pack_level = alpha * (1.0 - SCENARIO_SHARE);
-    let pct = |x: f64| format!("{:.0}%", x * 100.0);
+    let q = Question::new(alpha, power, scenarios, base_rate);
+    let m = q.scenarios;
     let mut text = Vec::new();
-    let (mut one, mut every) = (None, None);
-    match (drop, runs) {
-        (Some(d), _) => {
-            let p1 = (base_rate - d).max(0.0);
-            let single = fewest(power, |n| power_one(n, base_rate, p1, scenario_level));
-            let broad = fewest(power, |n| power_pack(m, n, base_rate, p1, pack_level));
-            one = single.map(|n| n as f64);
-            every = broad.map(|n| n as f64);
-            let shown =
-                |n: Option<u64>| n.map_or(format!("more than {MAX_RUNS}"), |n| n.to_string());
-            text.push(format!(
-                "one scenario of {m} dropping from {} to {}: {} runs a side to catch it with {} power",
-                pct(base_rate),
-                pct(p1),
-                shown(single),
-                pct(power)
-            ));
-            if m > 1 {
-                text.push(format!(
-                    "every scenario dropping from {} to {}: {} runs a side (the pack test)",
-                    pct(base_rate),
-                    pct(p1),
-                    shown(broad)
-                ));
-            }
-        }
-        (None, Some(n)) => {
-            let smallest = |caught: &dyn Fn(f64) -> bool| {
-                (1..=100)
-                    .map(|k| f64::from(k) / 100.0)
-                    .take_while(|d| *d <= base_rate + 1e-9)
-                    .find(|d| caught(*d))
-            };
-            let single =
-                smallest(&|d| power_one(n, base_rate, base_rate - d, scenario_level) >= power);
-            let broad =
-                smallest(&|d| power_pack(m, n, base_rate, base_rate - d, pack_level) >= power);
-            one = single;
-            every = broad;
-            let shown = |d: Option<f64>| {
-                d.map_or("none, down to 0%".to_owned(), |d| {
-                    format!("{} points (to {})", (d * 100.0).round(), pct(base_rate - d))
-                })
-            };
-            text.push(format!(
-                "with {n} runs a side, the smallest drop from {} in one scenario of {m} caught with {} power: {}",
-                pct(base_rate),
-                pct(power),
-                shown(single)
-            ));
-            if m > 1 {
-                text.push(format!(
-                    "the smallest drop in every scenario at once: {}",
-                    shown(broad)
-                ));
-            }
-        }
-        (None, None) => {}
-    }
+    let (one, every) = match (drop, runs) {
+        (Some(d), _) => q.runs_for_drop(d, &mut text),
+        (None, Some(n)) => q.drop_for_runs(n, &mut text),
+        (None, None) => (None, None),
+    };
     text.push(if m > 1 {
         format!(
-            "(the gate at α = {alpha}: one scenario held to α/2 / {m} = {scenario_level:.2e} by the correction, the pack test to α/2 = {pack_level}, by its normal approximation)"
+            "(the gate at α = {alpha}: one scenario held to α/2 / {m} = {:.2e} by the correction, the pack test to α/2 = {}, by its normal approximation)",
+            q.scenario_level, q.pack_level
         )
     } else {
-        format!("(the gate at α = {alpha}: the scenario held to α/2 = {scenario_level})")
+        format!(
+            "(the gate at α = {alpha}: the scenario held to α/2 = {})",
+            q.scenario_level
+        )
     });
     Plan {
         alpha,
@@ -213,6 +161,100 @@ pub(crate) fn plan(
         every_scenario: every,
         text,
     }
+}
+
+/// What a plan is asked about: a pack of `scenarios` (at least one) passing at `base_rate`,
+/// the levels the gate holds its tests to over it (a scenario's after the correction, and the
+/// pack test's), and the power wanted.
+struct Question {
+    scenarios: u64,
+    scenario_level: f64,
+    pack_level: f64,
+    power: f64,
+    base_rate: f64,
+}
+
+impl Question {
+    /// The question over `scenarios` scenarios for the gate at `alpha`.
+    fn new(alpha: f64, power: f64, scenarios: u64, base_rate: f64) -> Question {
+        let m = scenarios.max(1);
+        Question {
+            scenarios: m,
+            scenario_level: alpha * SCENARIO_SHARE / m as f64,
+            pack_level: alpha * (1.0 - SCENARIO_SHARE),
+            power,
+            base_rate,
+        }
+    }
+
+    /// The runs a side the gate needs to catch a drop of `d`, in one scenario and in every
+    /// one at once, said in `text`.
+    fn runs_for_drop(&self, d: f64, text: &mut Vec<String>) -> (Option<f64>, Option<f64>) {
+        let (m, base_rate, power) = (self.scenarios, self.base_rate, self.power);
+        let p1 = (base_rate - d).max(0.0);
+        let single = fewest(power, |n| power_one(n, base_rate, p1, self.scenario_level));
+        let broad = fewest(power, |n| power_pack(m, n, base_rate, p1, self.pack_level));
+        let shown = |n: Option<u64>| n.map_or(format!("more than {MAX_RUNS}"), |n| n.to_string());
+        text.push(format!(
+            "one scenario of {m} dropping from {} to {}: {} runs a side to catch it with {} power",
+            whole_pct(base_rate),
+            whole_pct(p1),
+            shown(single),
+            whole_pct(power)
+        ));
+        if m > 1 {
+            text.push(format!(
+                "every scenario dropping from {} to {}: {} runs a side (the pack test)",
+                whole_pct(base_rate),
+                whole_pct(p1),
+                shown(broad)
+            ));
+        }
+        (single.map(|n| n as f64), broad.map(|n| n as f64))
+    }
+
+    /// The smallest drop, in whole points, that `n` runs a side catch, in one scenario and in
+    /// every one at once, said in `text`.
+    fn drop_for_runs(&self, n: u64, text: &mut Vec<String>) -> (Option<f64>, Option<f64>) {
+        let (m, base_rate, power) = (self.scenarios, self.base_rate, self.power);
+        let smallest = |caught: &dyn Fn(f64) -> bool| {
+            (1..=100)
+                .map(|k| f64::from(k) / 100.0)
+                .take_while(|d| *d <= base_rate + 1e-9)
+                .find(|d| caught(*d))
+        };
+        let single =
+            smallest(&|d| power_one(n, base_rate, base_rate - d, self.scenario_level) >= power);
+        let broad =
+            smallest(&|d| power_pack(m, n, base_rate, base_rate - d, self.pack_level) >= power);
+        let shown = |d: Option<f64>| {
+            d.map_or("none, down to 0%".to_owned(), |d| {
+                format!(
+                    "{} points (to {})",
+                    (d * 100.0).round(),
+                    whole_pct(base_rate - d)
+                )
+            })
+        };
+        text.push(format!(
+            "with {n} runs a side, the smallest drop from {} in one scenario of {m} caught with {} power: {}",
+            whole_pct(base_rate),
+            whole_pct(power),
+            shown(single)
+        ));
+        if m > 1 {
+            text.push(format!(
+                "the smallest drop in every scenario at once: {}",
+                shown(broad)
+            ));
+        }
+        (single, broad)
+    }
+}
+
+/// `90%`: a rate in whole percent, as a plan states it.
+fn whole_pct(x: f64) -> String {
+    format!("{:.0}%", x * 100.0)
 }
 
 #[cfg(test)]

@@ -228,29 +228,60 @@ impl Report {
                 s.id()
             );
         }
+        self.table_totals(&mut out, width);
+        self.table_not_passed(&mut out);
+        out
+    }
+
+    /// The table's figures for the whole report: its counts, the pack's estimates, retries,
+    /// and what the agent and the evaluation cost, in all and per scenario (ids `width` wide).
+    fn table_totals(&self, out: &mut String, width: usize) {
         let (runs, passed, failed, errored) = self.totals();
         let _ = writeln!(
             out,
             "\n{passed}/{runs} runs passed, {failed} failed, {errored} could not be judged (ERROR)"
         );
         let _ = writeln!(out, "{}", pack_line(&self.pack));
-        if let Some(u) = &self.usage {
-            let _ = writeln!(out, "model: {}", usage_line(u));
-            for s in &self.scenarios {
-                if let Some(u) = &s.usage {
-                    let _ = writeln!(out, "  {:<width$}  {}", s.id(), usage_line(u));
-                }
-            }
+        let retried: u32 = self.scenarios.iter().map(|s| s.aggregate.retried).sum();
+        if retried > 0 {
+            let _ = writeln!(
+                out,
+                "{retried} run(s) needed a retry (--retry-errors): each counts once, by its last attempt"
+            );
         }
+        self.table_usage(out, width, "model", self.usage.as_ref(), |s| {
+            s.usage.as_ref()
+        });
         // What the evaluation itself cost (simulated users, judges), apart from the agent.
-        if let Some(u) = &self.eval_usage {
-            let _ = writeln!(out, "evaluation: {}", usage_line(u));
-            for s in &self.scenarios {
-                if let Some(u) = &s.eval_usage {
-                    let _ = writeln!(out, "  {:<width$}  {}", s.id(), usage_line(u));
-                }
+        self.table_usage(out, width, "evaluation", self.eval_usage.as_ref(), |s| {
+            s.eval_usage.as_ref()
+        });
+    }
+
+    /// The table's lines of one kind of usage (`label`): `total`, when there is any, then
+    /// each scenario's (`of`).
+    fn table_usage(
+        &self,
+        out: &mut String,
+        width: usize,
+        label: &str,
+        total: Option<&RunUsage>,
+        of: impl Fn(&ScenarioSummary) -> Option<&RunUsage>,
+    ) {
+        let Some(u) = total else {
+            return;
+        };
+        let _ = writeln!(out, "{label}: {}", usage_line(u));
+        for s in &self.scenarios {
+            if let Some(u) = of(s) {
+                let _ = writeln!(out, "  {:<width$}  {}", s.id(), usage_line(u));
             }
         }
+    }
+
+    /// The table's list of the runs that did not pass, with their reasons, then of the
+    /// scenarios that could not run.
+    fn table_not_passed(&self, out: &mut String) {
         let bad = listed(self);
         if !bad.is_empty() {
             out.push('\n');
@@ -283,7 +314,6 @@ impl Report {
                 e.scenario_id, e.sweep_id, e.runs, e.error
             );
         }
-        out
     }
 
     /// Markdown for a pull-request comment or a CI summary.

@@ -37,7 +37,11 @@ use crate::clock::{self, Clock, Ids};
 use crate::runtime::{self, Agent, Runtime, RuntimeError};
 use crate::store::{self, StoreError};
 
+pub use crate::events::SweepIdentity;
+pub use resume::{Asked, Resume};
+
 mod lane;
+mod resume;
 mod run;
 mod scenario;
 mod session;
@@ -84,6 +88,59 @@ pub struct RunConfig {
     /// ([`crate::runtime::models::redactor`]). Each run's trace, score and artifacts pass
     /// through it before they are written, published or shown.
     pub redactor: Arc<crate::secrets::Redactor>,
+    /// The `--filter` the scenarios were chosen by, when they were: recorded on
+    /// `SweepStarted` with the rest of what the sweep is ([`SweepIdentity::of`]).
+    pub filter: Option<String>,
+    /// `--retry-errors`: a run that ends ERROR on the wiring or harness rung is made again,
+    /// in place, up to this many times.
+    pub retry_errors: u32,
+    /// The wait before a run's first retry; it doubles for each further one, up to a minute.
+    pub retry_backoff: std::time::Duration,
+    /// `--resume`: the sweep this one continues ([`Resume::open`]); only its missing runs
+    /// are made, and its journal goes on.
+    pub resume: Option<Resume>,
+}
+
+/// What decides a sweep's identity ([`SweepIdentity::of`]).
+pub struct Identified<'a> {
+    pub pack_name: &'a str,
+    pub scenarios: &'a [Scenario],
+    pub agent: &'a Agent,
+    pub models: &'a crate::runtime::models::Models,
+    pub ids: &'a Ids,
+    pub runs: Option<u32>,
+    pub filter: Option<&'a str>,
+    pub until_decided: bool,
+}
+
+impl SweepIdentity {
+    /// What a sweep is: the digest of its pack (its name, each scenario's content digest in
+    /// order, each of its models' identity) and of its whole agent config, its seed, runs,
+    /// filter and whether it stops when decided.
+    pub fn of(s: &Identified<'_>) -> SweepIdentity {
+        use sha2::{Digest, Sha256};
+        let mut h = Sha256::new();
+        for part in std::iter::once(s.pack_name.to_owned())
+            .chain(s.scenarios.iter().map(crate::pack::scenario_digest))
+            .chain(
+                s.models
+                    .iter()
+                    .map(|(name, m)| format!("{name}={}", m.identity())),
+            )
+        {
+            h.update(part.as_bytes());
+            h.update([0]);
+        }
+        let agent = format!("{:?}", s.agent);
+        SweepIdentity {
+            pack_digest: format!("sha256:{:x}", h.finalize()),
+            agent_digest: format!("sha256:{:x}", Sha256::digest(agent.as_bytes())),
+            seed: s.ids.seed(),
+            runs: s.runs,
+            filter: s.filter.map(str::to_owned),
+            until_decided: s.until_decided,
+        }
+    }
 }
 
 /// The baseline a sweep with `--until-decided` is compared with as it runs.
@@ -170,12 +227,27 @@ impl RunConfig {
             shard: None,
             sequential: None,
             models: Arc::default(),
+            filter: None,
+            retry_errors: 0,
+            retry_backoff: std::time::Duration::from_secs(1),
+            resume: None,
         }
     }
 
     /// The agent as hooks see it ([`Agent::to_sdk`]).
     pub fn agent_view(&self) -> &AgentConfig {
         self.agent_view.get_or_init(|| self.agent.to_sdk())
+    }
+
+    /// How this sweep scores its runs ([`crate::judge::score_run`]).
+    pub(crate) fn scoring(&self) -> crate::judge::Scoring<'_> {
+        crate::judge::Scoring {
+            models: &self.models,
+            redactor: &self.redactor,
+            stop: &self.stop,
+            ids: &self.ids,
+            pinned: self.clock.is_fixed(),
+        }
     }
 
     fn cancelled(&self) -> bool {
@@ -311,20 +383,30 @@ pub fn run_sweep_on(
     store::ensure_dir(&cfg.out_dir)?;
     let mut sweep = sweep.clone();
     let clock = cfg.clock;
-    let wanted = sweep.stem.clone();
-    let journal = Journal::create(
-        &cfg.out_dir,
-        &mut sweep.stem,
-        &sweep.id,
-        Box::new(move || clock.now_rfc3339()),
-    )?
+    let now = Box::new(move || clock.now_rfc3339());
+    let resumed = cfg
+        .resume
+        .as_ref()
+        .and_then(|r| Some((r, r.take_journal()?)));
+    let journal = match resumed {
+        // A resumed sweep is the sweep it resumes: its id, its stem, its journal.
+        Some((r, (path, file, seq))) => {
+            sweep = r.sweep.clone();
+            Journal::open_at(path, file, seq, &sweep.id, now)
+        }
+        None => {
+            let wanted = sweep.stem.clone();
+            let journal = Journal::create(&cfg.out_dir, &mut sweep.stem, &sweep.id, now)?;
+            sweep.claim = sweep
+                .stem
+                .strip_prefix(&wanted)
+                .and_then(|rest| rest.strip_prefix('-'))
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0);
+            journal
+        }
+    }
     .with_redactor(cfg.redactor.clone());
-    sweep.claim = sweep
-        .stem
-        .strip_prefix(&wanted)
-        .and_then(|rest| rest.strip_prefix('-'))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0);
     let stream = Stream::new(journal, cfg.sinks.clone());
     let sweep_scope = Scope::default();
     let cause = events::Cause::Scenario;
@@ -339,6 +421,17 @@ pub fn run_sweep_on(
             policy_revision: cfg.policy_revision.clone(),
             jobs: cfg.jobs,
             shard: cfg.shard.map(|s| format!("{}/{}", s.index, s.count)),
+            identity: Some(SweepIdentity::of(&Identified {
+                pack_name: &cfg.pack_name,
+                scenarios,
+                agent: &cfg.agent,
+                models: &cfg.models,
+                ids: &cfg.ids,
+                runs: cfg.runs,
+                filter: cfg.filter.as_deref(),
+                until_decided: cfg.sequential.is_some(),
+            })),
+            resumed: cfg.resume.as_ref().map(|r| r.segment),
         },
         None,
     );
@@ -419,12 +512,29 @@ fn run_scenarios(
         .max_lanes()
         .unwrap_or(usize::MAX)
         .min(cfg.jobs.max(1));
-    // A shard provisions only the scenarios it has runs of.
-    let planned: Vec<(&Scenario, sweep::Plan)> = scenarios
-        .iter()
-        .map(|s| (s, sweep::Plan::new(cfg, s)))
-        .filter(|(_, plan)| !plan.is_empty())
-        .collect();
+    // A shard provisions only the scenarios it has runs of; a resumed sweep, only those
+    // with runs left to make (the others' committed runs are counted as they stand).
+    let mut standing: Vec<(usize, ScenarioOutcome)> = Vec::new();
+    let mut planned: Vec<(&Scenario, sweep::Plan)> = Vec::new();
+    let mut order = Vec::new();
+    for (at, s) in scenarios.iter().enumerate() {
+        let plan = sweep::Plan::new(cfg, s);
+        if !plan.is_empty() {
+            planned.push((s, plan));
+            order.push(at);
+        } else if let Some(agg) = cfg.resume.as_ref().and_then(|r| r.counted(&s.id)) {
+            standing.push((
+                at,
+                ScenarioOutcome {
+                    aggregate: agg.finish(),
+                    warnings: Vec::new(),
+                    first_problem: None,
+                    sequential: None,
+                },
+            ));
+        }
+    }
+
     // Scenarios with a world server offer its tools too: listed once, before any run.
     let prepared = world::prepare(
         &planned.iter().map(|(s, _)| *s).collect::<Vec<_>>(),
@@ -477,10 +587,13 @@ fn run_scenarios(
         }
     });
     let mut out = Vec::new();
-    for state in states {
-        out.push(state.into_outcome()?);
+    for (at, state) in order.into_iter().zip(states) {
+        out.push((at, state.into_outcome()?));
     }
-    Ok((out, cfg.cancelled()))
+    // In pack order, with the scenarios a resume found whole.
+    out.extend(standing);
+    out.sort_by_key(|(at, _)| *at);
+    Ok((out.into_iter().map(|(_, o)| o).collect(), cfg.cancelled()))
 }
 
 /// With `--until-decided`, a scenario's sequential comparison: its baseline, and the levels

@@ -18,7 +18,7 @@ use super::session::SessionConverse;
 use crate::clock;
 use crate::events::{self, Scope};
 use crate::hooks::dispatch::Artifact;
-use crate::score::{self, Aggregator};
+use crate::score::Aggregator;
 use crate::store::{self, StoreError};
 use crate::world::World;
 
@@ -54,13 +54,134 @@ impl<'s, 'a> RunRunner<'s, 'a> {
         }
     }
 
+    /// Run `index`: its attempts (more than one when `--retry-errors` makes it again after an
+    /// ERROR on the wiring or harness rung), then its files, the last attempt's.
     pub(super) fn run(&self, index: u32, agg: &Mutex<Aggregator>) -> Result<Score, StoreError> {
+        let sc = self.sc;
+        let (cfg, scenario) = (sc.cfg, sc.scenario);
+        let resume = cfg.resume.as_ref();
+        // A committed run made again keeps its id and its file name; any other is new.
+        let remake = resume.and_then(|r| r.remake(&scenario.id, index));
+        let in_place = remake.is_some();
+        let (run_id, mut stem, mut earlier) = match remake {
+            Some(r) => (r.run_id, r.stem, r.earlier),
+            None => {
+                let ts = clock::compact(cfg.clock.now());
+                let (run_id, stem) = sc.claim_stem(index, &ts)?;
+                (run_id, stem, Vec::new())
+            }
+        };
+        // The gradings of the score a cut sweep wrote for this run stand again when the run
+        // comes out the same (the judges read the same material).
+        let mut previous = resume.and_then(|r| r.orphan_score(&scenario.id, index));
+        let mut retries = 0;
+        let (mut trace, score, artifacts, untouched, scope) = loop {
+            let made = self.attempt(index, &run_id, &earlier, previous.take());
+            let (trace, score) = (&made.0, &made.1);
+            if retries >= cfg.retry_errors
+                || cfg.cancelled()
+                || !super::resume::retryable(trace, score)
+            {
+                break made;
+            }
+            retries += 1;
+            let wait = backoff(cfg.retry_backoff, retries);
+            if !self.wait(wait) {
+                break made;
+            }
+            let mut a = windtunnel_model::EarlierAttempt::default();
+            a.attempt = earlier.len() as u32 + 1;
+            a.error = score.error.clone().unwrap_or_default();
+            a.started_at.clone_from(&trace.started_at);
+            a.ended_at.clone_from(&trace.ended_at);
+            a.usage.clone_from(&score.usage);
+            a.wait_ms = if cfg.clock.is_fixed() {
+                0
+            } else {
+                u64::try_from(wait.as_millis()).unwrap_or(u64::MAX)
+            };
+            sc.publish(
+                &made.4,
+                events::Event::RunRetried {
+                    attempt: a.attempt + 1,
+                    error: a.error.clone(),
+                    wait_ms: a.wait_ms,
+                },
+            );
+            earlier.push(a);
+        };
+        if in_place {
+            // The committed files go first, the trace (the commit) before the rest: cut
+            // from here on, the run is missing, and the next resume makes it.
+            store::remove_run(&cfg.out_dir, &stem)?;
+        }
+        let mut clash = 1;
+        loop {
+            match self.write(&stem, &mut trace, &score, &artifacts) {
+                Err(StoreError::Exists { .. }) => {
+                    // Another sweep writing to this directory took the file name first (its
+                    // run id shares the first 8 characters in the same second). The run
+                    // keeps its id — journal, hooks and files already carry it —; only its
+                    // file name changes.
+                    clash += 1;
+                    stem = sc.claim_suffixed(&stem, clash);
+                }
+                other => break other?,
+            }
+        }
+        sc.stream.emit(
+            &scope,
+            &events::Cause::Scenario,
+            &events::Event::RunEnded { stem },
+            Some(events::RunWritten {
+                trace: &trace,
+                score: &score,
+            }),
+        );
+        lock(agg).add(&trace, Some(&score));
+        self.lane.keep_provenance(trace.hooks.take());
+        *lock(&self.surface) = Some(std::mem::take(&mut trace.surface));
+        if scenario.world_server.is_none()
+            && let Some(seen) = trace.world.as_mut()
+        {
+            *lock(&self.start) = Some(std::mem::take(&mut seen.before));
+            if untouched {
+                *lock(&self.fresh) = Some(std::mem::take(&mut seen.after));
+            }
+        }
+        Ok(score)
+    }
+
+    /// Waits `d` before a retry; `false` when the sweep is stopping (no new attempt starts).
+    fn wait(&self, d: std::time::Duration) -> bool {
+        let stop = &self.sc.cfg.stop;
+        let until = std::time::Instant::now() + d;
+        loop {
+            if stop.requested() {
+                return false;
+            }
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return true;
+            }
+            stop.sleep(left.min(std::time::Duration::from_millis(50)));
+        }
+    }
+
+    /// One attempt of run `index`, up to its files: the trace, the score, the hooks'
+    /// artifacts, whether the built-in world was left untouched, and the run's scope.
+    fn attempt(
+        &self,
+        index: u32,
+        run_id: &str,
+        earlier: &[windtunnel_model::EarlierAttempt],
+        previous: Option<Score>,
+    ) -> Made {
         let sc = self.sc;
         let (cfg, scenario) = (sc.cfg, sc.scenario);
         let observer = &self.lane.observer;
         let started = cfg.clock.now();
-        let ts = clock::compact(started);
-        let (run_id, mut stem) = sc.claim_stem(index, &ts)?;
+        let attempt = earlier.len() as u32 + 1;
         // The built-in world (which a world server's scenario does not have) is what can be
         // lent from run to run: it starts the same for every run.
         let builtin = scenario
@@ -72,7 +193,9 @@ impl<'s, 'a> RunRunner<'s, 'a> {
             _ => World::new(scenario.world.as_ref()),
         };
         let world = Arc::new(Mutex::new(world));
-        let mut trace = Trace::new(&run_id, &scenario.id);
+        let mut trace = Trace::new(run_id, &scenario.id);
+        trace.attempts = (attempt > 1).then_some(attempt);
+        trace.earlier_attempts = earlier.to_vec();
         trace.sweep_id = sc.sweep.id.clone();
         trace.run_index = index;
         trace.agent.label = cfg.agent.label.clone();
@@ -90,7 +213,7 @@ impl<'s, 'a> RunRunner<'s, 'a> {
         trace.session_id = cfg.ids.mint("session", &[&scenario.id, &index.to_string()]);
         if trace.error.is_none() {
             let info = crate::runtime::RunInfo {
-                run_id: run_id.clone(),
+                run_id: run_id.to_owned(),
                 session_id: trace.session_id.clone(),
                 index,
             };
@@ -132,12 +255,18 @@ impl<'s, 'a> RunRunner<'s, 'a> {
         }
         let scope = Scope {
             scenario_id: Some(scenario.id.clone()),
-            run_id: Some(run_id.clone()),
+            run_id: Some(run_id.to_owned()),
             session_id: Some(trace.session_id.clone()),
             turn: None,
             step: None,
         };
-        sc.publish(&scope, events::Event::RunStarted { run_index: index });
+        sc.publish(
+            &scope,
+            events::Event::RunStarted {
+                run_index: index,
+                attempt: (attempt > 1).then_some(attempt),
+            },
+        );
         // The built-in world starts the same for every run: its starting state is lent, not
         // copied (a world server's is read from the server each run).
         let before = match scenario.world_server {
@@ -159,7 +288,7 @@ impl<'s, 'a> RunRunner<'s, 'a> {
         let start_out = observer.on_run_start(
             scenario,
             cfg.agent_view(),
-            &run_id,
+            run_id,
             &trace.session_id,
             &session,
         );
@@ -231,12 +360,9 @@ impl<'s, 'a> RunRunner<'s, 'a> {
             ));
         }
         bound_model_calls(&mut trace);
-        // What the run's tokens cost, with the agent config's prices.
-        let pricing = cfg.agent.pricing().copied();
-        let price = pricing.map(|p| move |t: &windtunnel_model::TokenUsage| p.cost(t));
-        let mut score = score::score(scenario, &trace);
-        score.usage = score::usage(&trace, price.as_ref().map(|p| p as &dyn Fn(&_) -> f64));
-        self.judge(&trace, &mut score);
+        let mut score = self.score(&trace, previous.as_ref());
+        // A run cut when wt stopped was never judged: a resume makes it again.
+        trace.interrupted = score.verdict == Verdict::Error && cfg.stop.is_cut();
         // From here on, what the run says is published, handed to hooks and written: every
         // secret of the invocation is taken out first, whoever echoed it.
         cfg.redactor.scrub_record(&mut trace);
@@ -288,6 +414,7 @@ impl<'s, 'a> RunRunner<'s, 'a> {
             let end = h.end_run();
             drop(h);
             trace.processes = end.processes;
+            trace.a2a = end.a2a;
             if !end.model_calls.is_empty() {
                 for mut call in end.model_calls {
                     crate::limits::bound_model_call(&mut call);
@@ -302,8 +429,7 @@ impl<'s, 'a> RunRunner<'s, 'a> {
             if !end.refused.is_empty() {
                 // Refused after the run was scored: they count all the same.
                 record_refused(sc, &scope, &mut trace, end.refused);
-                let mut rescored = score::score(scenario, &trace);
-                self.judge(&trace, &mut rescored);
+                let rescored = self.score(&trace, None);
                 if rescored.verdict != score.verdict {
                     trace.worker_warnings.push(format!(
                         "verdict changed from {} to {} after the hooks ran: the agent made tool calls after the run was scored, which were refused",
@@ -323,7 +449,8 @@ impl<'s, 'a> RunRunner<'s, 'a> {
                 }
                 score = rescored;
             }
-            score.usage = score::usage(&trace, price.as_ref().map(|p| p as &dyn Fn(&_) -> f64));
+            // The calls the end of the run reported (a gateway's) cost too.
+            score.usage = self.cost().of(&trace);
         }
         // The run's world server ends with the run: stopped, or kept by the lane. A turn cut
         // when wt stopped may still hold the world; the server then goes with it.
@@ -357,67 +484,23 @@ impl<'s, 'a> RunRunner<'s, 'a> {
         for a in &mut artifacts {
             cfg.redactor.scrub_value(&mut a.payload);
         }
-        let mut clash = 1;
-        loop {
-            match self.write(&stem, &mut trace, &score, &artifacts) {
-                Err(StoreError::Exists { .. }) => {
-                    // Another sweep writing to this directory took the file name first (its
-                    // run id shares the first 8 characters in the same second). The run
-                    // keeps its id — journal, hooks and files already carry it —; only its
-                    // file name changes.
-                    clash += 1;
-                    stem = sc.claim_suffixed(&stem, clash);
-                }
-                other => break other?,
-            }
-        }
-        sc.stream.emit(
-            &scope,
-            &events::Cause::Scenario,
-            &events::Event::RunEnded { stem },
-            Some(events::RunWritten {
-                trace: &trace,
-                score: &score,
-            }),
-        );
-        lock(agg).add(&trace, Some(&score));
-        self.lane.keep_provenance(trace.hooks.take());
-        *lock(&self.surface) = Some(std::mem::take(&mut trace.surface));
-        if scenario.world_server.is_none()
-            && let Some(seen) = trace.world.as_mut()
-        {
-            *lock(&self.start) = Some(std::mem::take(&mut seen.before));
-            if untouched {
-                *lock(&self.fresh) = Some(std::mem::take(&mut seen.after));
-            }
-        }
-        Ok(score)
+        (trace, score, artifacts, untouched, scope)
+    }
+
+    /// The run's score, by the one scoring path a rescore takes too
+    /// ([`crate::judge::score_run`]): the agent's cost with its config's prices, every
+    /// grading asked for (each run's gradings are its own).
+    fn score(&self, trace: &Trace, previous: Option<&Score>) -> Score {
+        let (cfg, scenario) = (self.sc.cfg, self.sc.scenario);
+        crate::judge::score_run(scenario, trace, self.cost(), previous, &cfg.scoring())
+    }
+
+    /// What the agent's own model calls cost: with its config's prices.
+    fn cost(&self) -> crate::judge::AgentCost<'static> {
+        crate::judge::AgentCost::Priced(self.sc.cfg.agent.pricing().copied())
     }
 
     /// Writes the score (created new), the artifacts, then the trace.
-    /// Grades the scenario's judge checks into `score`, and sums what the evaluation cost
-    /// (the simulated user's and the judges' calls).
-    fn judge(&self, trace: &Trace, score: &mut Score) {
-        let (cfg, scenario) = (self.sc.cfg, self.sc.scenario);
-        if !scenario.expect.judge.is_empty() {
-            let judging = crate::judge::Judging {
-                models: &cfg.models,
-                // A sweep asks for every grading: each run's gradings are its own.
-                previous: None,
-                redactor: &cfg.redactor,
-                stop: &cfg.stop,
-                ids: Some(&cfg.ids),
-            };
-            crate::judge::apply(scenario, trace, score, &judging);
-            if cfg.clock.is_fixed() {
-                for g in &mut score.judges {
-                    g.calls.iter_mut().for_each(super::turn::pin_model_call);
-                }
-            }
-        }
-        score.eval_usage = crate::judge::eval_usage(scenario, trace, score, &cfg.models);
-    }
-
     fn write(
         &self,
         stem: &str,
@@ -445,6 +528,16 @@ impl<'s, 'a> RunRunner<'s, 'a> {
         }
         store::write_json(&store::trace_path(dir, stem), trace)
     }
+}
+
+/// What an attempt of a run made: its trace, score, hook artifacts, whether the built-in
+/// world was left untouched, and the run's scope.
+type Made = (Trace, Score, Vec<Artifact>, bool, Scope);
+
+/// The wait before retry `n` (1 for the first): `base`, doubling, at most a minute.
+fn backoff(base: std::time::Duration, n: u32) -> std::time::Duration {
+    base.saturating_mul(1 << (n - 1).min(16))
+        .min(std::time::Duration::from_secs(60))
 }
 
 /// Keeps the first model calls of a run that fit, with a warning counting the rest.

@@ -162,7 +162,13 @@ impl<'a> ScenarioState<'a> {
         sequential: Option<SeqTally>,
         pulse: &'a Pulse,
     ) -> Self {
-        let agg = Aggregator::new(&runner.scenario.id);
+        // A resumed sweep's scenario counts its committed runs first.
+        let agg = runner
+            .cfg
+            .resume
+            .as_ref()
+            .and_then(|r| r.counted(&runner.scenario.id))
+            .unwrap_or_else(|| Aggregator::new(&runner.scenario.id));
         if let Some(seq) = &sequential {
             let mut seen = lock(&seq.seen);
             seen.need = seq.need(&seen, u64::from(plan.count));
@@ -519,6 +525,8 @@ pub(crate) struct Plan {
     taken: AtomicU64,
     /// No further run starts (`--until-decided` decided the scenario).
     stopped: std::sync::atomic::AtomicBool,
+    /// A resumed sweep's committed runs: not made again.
+    committed: std::collections::HashSet<u32>,
 }
 
 impl Plan {
@@ -526,13 +534,23 @@ impl Plan {
     /// candidates once (no memory kept), stopping early when the sweep is stopped.
     pub(crate) fn new(cfg: &RunConfig, scenario: &Scenario) -> Plan {
         let of = cfg.runs_of(scenario);
+        let committed: std::collections::HashSet<u32> = cfg
+            .resume
+            .as_ref()
+            .map(|r| r.committed(&scenario.id))
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|k| *k < of && cfg.shard.is_none_or(|s| s.holds(&scenario.id, *k)))
+            .collect();
+        let all = count(&scenario.id, of, cfg.shard, &cfg.stop);
         Plan {
             of,
             shard: cfg.shard,
-            count: count(&scenario.id, of, cfg.shard, &cfg.stop),
+            count: all.saturating_sub(committed.len() as u32),
             next: AtomicU64::new(0),
             taken: AtomicU64::new(0),
             stopped: std::sync::atomic::AtomicBool::new(false),
+            committed,
         }
     }
 
@@ -549,7 +567,7 @@ impl Plan {
         loop {
             let k = self.next.fetch_add(1, Ordering::AcqRel);
             let k = u32::try_from(k).ok().filter(|k| *k < self.of)?;
-            if self.shard.is_none_or(|s| s.holds(scenario_id, k)) {
+            if self.shard.is_none_or(|s| s.holds(scenario_id, k)) && !self.committed.contains(&k) {
                 self.taken.fetch_add(1, Ordering::AcqRel);
                 return Some(k);
             }

@@ -561,13 +561,7 @@ fn pin_durations(reply: &mut Reply) {
 }
 
 /// A model call's durations, pinned to 0 ms (see [`pin_durations`]).
-pub(super) fn pin_model_call(call: &mut windtunnel_model::ModelCall) {
-    call.latency_ms = 0;
-    call.ttft_ms = call.ttft_ms.map(|_| 0);
-    for r in &mut call.retries {
-        r.wait_ms = 0;
-    }
-}
+pub(super) use crate::clock::pin_model_call;
 
 /// One turn to send, owned, so that it can go to a thread of its own.
 struct Outgoing {

@@ -38,9 +38,53 @@ pub enum Settings {
     Demo(Demo),
     OpenAi(OpenAi),
     /// Anthropic's Messages API: the same settings as `openai`, another wire.
-    Anthropic(OpenAi),
+    Anthropic(Anthropic),
     Http(Http),
     Process(Process),
+    /// An agent served over A2A (docs/a2a.md).
+    A2a(A2a),
+}
+
+/// The `anthropic` runtime's settings: the `openai` runtime's, for the Messages API.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Anthropic(pub OpenAi);
+
+/// An agent served over the Agent2Agent protocol (docs/a2a.md).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct A2a {
+    /// The agent's base URL: its card is at `<url>/.well-known/agent-card.json`. With
+    /// `command`, `{port}` in it stands for the port `wt` gives the agent.
+    pub url: Option<String>,
+    /// The agent's server, started by `wt` for each run (confined as a `process` agent is);
+    /// without it the agent is remote.
+    pub command: Option<Vec<String>>,
+    /// Variables set in a started agent's environment.
+    pub env: Option<BTreeMap<String, String>>,
+    /// Variables copied from `wt`'s environment into a started agent's.
+    pub env_passthrough: Option<Vec<String>>,
+    /// The variable holding a key sent as `Authorization: Bearer`.
+    pub api_key_env: Option<String>,
+    /// Extra request headers (auth), as for the `openai` runtime.
+    pub headers: Option<BTreeMap<String, HeaderValue>>,
+    /// The protocol generation: `1.0` or `0.3` (default: the newest the card offers).
+    pub protocol: Option<String>,
+    /// Stream turns (`SendStreamingMessage`, `message/stream`); default: when the card says
+    /// the agent streams.
+    pub streaming: Option<bool>,
+    pub limits: EndpointLimits,
+    /// Contexts the agent holds at once (lanes): default 1 for a remote agent, as many as
+    /// `--jobs` for one `wt` starts (each run its own process).
+    pub max_sessions: Option<u32>,
+    /// Whether a started agent reaches the fixture world over MCP (default true).
+    pub mcp: Option<bool>,
+    /// How long a started agent may take to serve its card, in seconds (default 30).
+    pub start_timeout_s: Option<f64>,
+    /// The model gateway of a started agent.
+    pub gateway: Option<Gateway>,
+    /// The model's prices (with a gateway).
+    pub pricing: Option<Pricing>,
+    /// What a started agent's confinement allows beyond the defaults (docs/sandbox.md).
+    pub sandbox: Option<Box<windtunnel_model::SandboxSettings>>,
 }
 
 /// The embedded demo agent.
@@ -155,6 +199,29 @@ pub struct Gateway {
     pub api_key_header: Option<String>,
 }
 
+impl Settings {
+    /// The settings of a harness-run model runtime.
+    pub(crate) fn model_settings(&self) -> Result<&OpenAi, super::RuntimeError> {
+        match self {
+            Settings::OpenAi(s) | Settings::Anthropic(Anthropic(s)) => Ok(s),
+            _ => Err(super::RuntimeError(
+                "not a model runtime (openai, anthropic)".into(),
+            )),
+        }
+    }
+}
+
+impl OpenAi {
+    /// The variable holding the key: `api_key_env`, else `default` when it is set.
+    pub(crate) fn key_var<'a>(&'a self, default: &'static str) -> Option<&'a str> {
+        self.api_key_env.as_deref().or_else(|| {
+            crate::secrets::env_secret(default)
+                .is_ok()
+                .then_some(default)
+        })
+    }
+}
+
 impl Gateway {
     /// How the upstream is spoken to.
     pub fn wire(&self) -> Wire {
@@ -260,7 +327,7 @@ pub const ANTHROPIC_API_KEY: &str = "ANTHROPIC_API_KEY";
 pub const ANTHROPIC_BASE_URL: &str = "ANTHROPIC_BASE_URL";
 
 /// The runtimes an agent config may name.
-pub const RUNTIMES: [&str; 5] = ["demo", "openai", "anthropic", "http", "process"];
+pub const RUNTIMES: [&str; 6] = ["demo", "openai", "anthropic", "http", "process", "a2a"];
 
 impl Agent {
     /// An agent with this label, `settings`, and every shared setting at its default.
@@ -276,73 +343,36 @@ impl Agent {
         }
     }
 
-    /// The runtime's name: `demo`, `openai`, `anthropic`, `http` or `process`.
+    /// The runtime's name (one of [`RUNTIMES`]).
     pub fn runtime(&self) -> &'static str {
-        match self.settings {
-            Settings::Demo(_) => "demo",
-            Settings::OpenAi(_) => "openai",
-            Settings::Anthropic(_) => "anthropic",
-            Settings::Http(_) => "http",
-            Settings::Process(_) => "process",
-        }
+        self.settings.kind().name()
     }
 
     /// The variable naming the API key, for the runtimes that have one. An `openai` agent
     /// without `api_key_env` uses `OPENAI_API_KEY` when it is set, as OpenAI's clients do.
     pub fn api_key_env(&self) -> Option<&str> {
-        match &self.settings {
-            Settings::OpenAi(s) => s.api_key_env.as_deref().or_else(|| {
-                crate::secrets::env_secret(OPENAI_API_KEY)
-                    .is_ok()
-                    .then_some(OPENAI_API_KEY)
-            }),
-            Settings::Anthropic(s) => s.api_key_env.as_deref().or_else(|| {
-                crate::secrets::env_secret(ANTHROPIC_API_KEY)
-                    .is_ok()
-                    .then_some(ANTHROPIC_API_KEY)
-            }),
-            Settings::Http(s) => s.api_key_env.as_deref(),
-            Settings::Process(s) => s.api_key_env.as_deref(),
-            Settings::Demo(_) => None,
-        }
+        self.settings.kind().api_key_env()
     }
 
     /// The endpoint URL as the agent config gives it, for the runtimes that have one.
     pub fn endpoint(&self) -> Option<&str> {
-        match &self.settings {
-            Settings::OpenAi(s) | Settings::Anthropic(s) => s.endpoint.as_deref(),
-            Settings::Http(s) => s.endpoint.as_deref(),
-            Settings::Demo(_) | Settings::Process(_) => None,
-        }
+        self.settings.kind().endpoint()
     }
 
     /// The model's prices, for the runtimes that make model calls `wt` sees.
     pub fn pricing(&self) -> Option<&Pricing> {
-        match &self.settings {
-            Settings::OpenAi(s) | Settings::Anthropic(s) => s.pricing.as_ref(),
-            Settings::Http(s) => s.pricing.as_ref(),
-            Settings::Process(s) => s.pricing.as_ref(),
-            Settings::Demo(_) => None,
-        }
+        self.settings.kind().pricing()
     }
 
     /// The model gateway, for the runtimes that have one.
     pub fn gateway(&self) -> Option<&Gateway> {
-        match &self.settings {
-            Settings::Http(s) => s.gateway.as_ref(),
-            Settings::Process(s) => s.gateway.as_ref(),
-            Settings::Demo(_) | Settings::OpenAi(_) | Settings::Anthropic(_) => None,
-        }
+        self.settings.kind().gateway()
     }
 
     /// Can the agent act on the fixture world? The harness's own loops (`demo`, `openai`)
     /// always can; `http` and `process` agents can over MCP unless `mcp = false`.
     pub fn reaches_world(&self) -> bool {
-        match &self.settings {
-            Settings::Http(s) => s.mcp.unwrap_or(true),
-            Settings::Process(s) => s.mcp.unwrap_or(true),
-            Settings::Demo(_) | Settings::OpenAi(_) | Settings::Anthropic(_) => true,
-        }
+        self.settings.kind().reaches_world()
     }
 
     /// The SDK's view of this agent, as hooks read it.
@@ -353,38 +383,7 @@ impl Agent {
         a.sampling = self.sampling.clone();
         a.turn_timeout_s = self.turn_timeout_s;
         a.max_steps = self.max_steps;
-        let limits = |a: &mut AgentConfig, l: &EndpointLimits| {
-            a.retries = l.retries;
-            a.max_response_bytes = l.max_response_bytes;
-            a.max_concurrency = l.max_concurrency;
-            a.requests_per_minute = l.requests_per_minute;
-        };
-        match &self.settings {
-            Settings::Demo(s) => a.fault.clone_from(&s.fault),
-            Settings::OpenAi(s) | Settings::Anthropic(s) => {
-                a.endpoint.clone_from(&s.endpoint);
-                a.api_key_env.clone_from(&s.api_key_env);
-                limits(&mut a, &s.limits);
-            }
-            Settings::Http(s) => {
-                a.endpoint.clone_from(&s.endpoint);
-                a.api_key_env.clone_from(&s.api_key_env);
-                limits(&mut a, &s.limits);
-                a.max_sessions = s.max_sessions;
-                a.mcp = s.mcp;
-            }
-            Settings::Process(s) => {
-                a.command.clone_from(&s.command);
-                a.env.clone_from(&s.env);
-                a.env_passthrough.clone_from(&s.env_passthrough);
-                a.api_key_env.clone_from(&s.api_key_env);
-                a.reply_field.clone_from(&s.reply_field);
-                a.run_timeout_s = s.run_timeout_s;
-                a.state_dir.clone_from(&s.state_dir);
-                a.mcp = s.mcp;
-                a.max_response_bytes = s.max_response_bytes;
-            }
-        }
+        self.settings.kind().to_sdk(&mut a);
         a
     }
 
@@ -409,12 +408,13 @@ impl Agent {
             "anthropic" => {
                 let (shared, settings) = read::<OpenAiFile>(text, "anthropic")?.split();
                 match settings {
-                    Settings::OpenAi(s) => (shared, Settings::Anthropic(s)),
+                    Settings::OpenAi(s) => (shared, Settings::Anthropic(Anthropic(s))),
                     other => (shared, other),
                 }
             }
             "http" => read::<HttpFile>(text, "http")?.split(),
             "process" => read::<ProcessFile>(text, "process")?.split(),
+            "a2a" => read::<A2aFile>(text, "a2a")?.split(),
             other => {
                 return Err(plain(&format!(
                     "unknown runtime `{other}` (expected {})",
@@ -461,9 +461,14 @@ fn read<F: serde::de::DeserializeOwned>(
             e.message = if owners.is_empty() {
                 format!("unknown field `{field}`")
             } else {
+                let listed = match owners.split_last() {
+                    Some((last, rest)) if !rest.is_empty() => {
+                        format!("{} and {last}", rest.join(", "))
+                    }
+                    _ => owners.join(""),
+                };
                 format!(
-                    "`{field}` is not a setting of the `{runtime}` runtime (it is one of the {} runtime{})",
-                    owners.join(" and "),
+                    "`{field}` is not a setting of the `{runtime}` runtime (it is one of the {listed} runtime{})",
                     if owners.len() > 1 { "s" } else { "" }
                 )
             };
@@ -518,6 +523,24 @@ const OWNERS: &[(&str, &str)] = &[
     ("body", "anthropic"),
     ("pricing", "http"),
     ("pricing", "process"),
+    ("url", "a2a"),
+    ("command", "a2a"),
+    ("env", "a2a"),
+    ("env_passthrough", "a2a"),
+    ("api_key_env", "a2a"),
+    ("headers", "a2a"),
+    ("protocol", "a2a"),
+    ("streaming", "a2a"),
+    ("retries", "a2a"),
+    ("max_response_bytes", "a2a"),
+    ("max_concurrency", "a2a"),
+    ("requests_per_minute", "a2a"),
+    ("max_sessions", "a2a"),
+    ("mcp", "a2a"),
+    ("start_timeout_s", "a2a"),
+    ("gateway", "a2a"),
+    ("pricing", "a2a"),
+    ("sandbox", "a2a"),
 ];
 
 fn default_turn_timeout() -> f64 {
@@ -664,6 +687,48 @@ agent_file!(ProcessFile {
     sandbox: f.11,
 }));
 
+agent_file!(A2aFile {
+    url: Option<String>,
+    command: Option<Vec<String>>,
+    env: Option<BTreeMap<String, String>>,
+    env_passthrough: Option<Vec<String>>,
+    api_key_env: Option<String>,
+    headers: Option<BTreeMap<String, HeaderValue>>,
+    protocol: Option<String>,
+    streaming: Option<bool>,
+    retries: Option<u32>,
+    max_response_bytes: Option<u64>,
+    max_concurrency: Option<u32>,
+    requests_per_minute: Option<u32>,
+    max_sessions: Option<u32>,
+    mcp: Option<bool>,
+    start_timeout_s: Option<f64>,
+    gateway: Option<Gateway>,
+    pricing: Option<Pricing>,
+    sandbox: Option<Box<windtunnel_model::SandboxSettings>>,
+} => |f| Settings::A2a(A2a {
+    url: f.0,
+    command: f.1,
+    env: f.2,
+    env_passthrough: f.3,
+    api_key_env: f.4,
+    headers: f.5,
+    protocol: f.6,
+    streaming: f.7,
+    limits: EndpointLimits {
+        retries: f.8,
+        max_response_bytes: f.9,
+        max_concurrency: f.10,
+        requests_per_minute: f.11,
+    },
+    max_sessions: f.12,
+    mcp: f.13,
+    start_timeout_s: f.14,
+    gateway: f.15,
+    pricing: f.16,
+    sandbox: f.17,
+}));
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -677,11 +742,12 @@ mod tests {
         assert_eq!(e.at.map(|a| a.0), Some(4), "{e}");
         assert_eq!(
             e.message,
-            "`command` is not a setting of the `openai` runtime (it is one of the process runtime)"
+            "`command` is not a setting of the `openai` runtime (it is one of the process and a2a runtimes)"
         );
         let e = Agent::from_toml("label = \"x\"\nruntime = \"demo\"\nmcp = false\n").unwrap_err();
         assert!(
-            e.message.contains("one of the http and process runtimes"),
+            e.message
+                .contains("one of the http, process and a2a runtimes"),
             "{e}"
         );
         let e =

@@ -40,11 +40,10 @@ impl AnthropicRuntime {
         agent: &Agent,
         settings: &super::agent::OpenAi,
     ) -> Result<Self, RuntimeError> {
-        if agent.sampling.seed.is_some() {
-            return Err(RuntimeError(
-                "`sampling.seed` has no effect on the anthropic runtime: the Messages API takes no seed; remove it".into(),
-            ));
-        }
+        use super::provider::Provider;
+        Messages
+            .refuse(&agent.sampling, "the anthropic runtime")
+            .map_err(RuntimeError)?;
         Ok(AnthropicRuntime {
             agent: agent.clone(),
             endpoint: endpoint(agent, settings)?,
@@ -58,23 +57,100 @@ pub(super) fn endpoint(
     agent: &Agent,
     settings: &super::agent::OpenAi,
 ) -> Result<Endpoint, RuntimeError> {
-    let mut endpoint = Endpoint::new(
-        agent,
-        settings,
-        super::agent::ANTHROPIC_BASE_URL,
-        "messages",
-        Some("x-api-key"),
-    )?;
-    if !endpoint
-        .headers
-        .iter()
-        .any(|(n, _)| n.eq_ignore_ascii_case("anthropic-version"))
-    {
-        let mut headers = (*endpoint.headers).clone();
-        headers.push(("anthropic-version".into(), ANTHROPIC_VERSION.into()));
-        endpoint.headers = std::sync::Arc::new(headers);
+    Endpoint::new(agent, settings, &Messages)
+}
+
+impl super::kind::RuntimeKind for super::agent::Anthropic {
+    fn name(&self) -> &'static str {
+        "anthropic"
     }
-    Ok(endpoint)
+
+    fn build(&self, agent: &Agent) -> Result<Box<dyn Runtime>, RuntimeError> {
+        Ok(Box::new(AnthropicRuntime::new(agent, &self.0)?))
+    }
+
+    fn validate(&self, agent: &Agent) -> Result<(), String> {
+        self.0.validate(agent)
+    }
+
+    fn api_key_env(&self) -> Option<&str> {
+        self.0.key_var(super::agent::ANTHROPIC_API_KEY)
+    }
+
+    fn endpoint(&self) -> Option<&str> {
+        self.0.endpoint()
+    }
+
+    fn pricing(&self) -> Option<&super::agent::Pricing> {
+        self.0.pricing()
+    }
+
+    fn headers(&self) -> Option<&std::collections::BTreeMap<String, super::agent::HeaderValue>> {
+        self.0.headers()
+    }
+
+    fn to_sdk(&self, a: &mut windtunnel_model::AgentConfig) {
+        self.0.to_sdk(a);
+    }
+}
+
+/// Anthropic's Messages API, as a [`super::provider::Provider`].
+pub(crate) struct Messages;
+
+impl super::provider::Provider for Messages {
+    fn name(&self) -> &'static str {
+        "anthropic"
+    }
+
+    fn base_var(&self) -> &'static str {
+        super::agent::ANTHROPIC_BASE_URL
+    }
+
+    fn key_var(&self) -> &'static str {
+        super::agent::ANTHROPIC_API_KEY
+    }
+
+    fn path(&self) -> &'static str {
+        "messages"
+    }
+
+    fn key_header(&self) -> Option<&'static str> {
+        Some("x-api-key")
+    }
+
+    fn default_headers(&self) -> &'static [(&'static str, &'static str)] {
+        &[("anthropic-version", ANTHROPIC_VERSION)]
+    }
+
+    fn refuse(&self, sampling: &windtunnel_model::Sampling, what: &str) -> Result<(), String> {
+        match sampling.seed {
+            Some(_) => Err(format!(
+                "`sampling.seed` has no effect on {what}: the Messages API takes no seed; remove it"
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// The Messages API has no JSON mode (the prompt asks for JSON) and takes no seed.
+    fn chat_body(&self, c: super::provider::ChatCall<'_>) -> Value {
+        json!({
+            "model": c.model,
+            "max_tokens": c.sampling.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
+            "system": c.system,
+            "messages": c.messages,
+        })
+    }
+
+    fn record(&self, call: &mut windtunnel_model::ModelCall, reply: &Value) {
+        gateway::message_record(call, reply);
+    }
+
+    fn text(&self, reply: &Value) -> Option<String> {
+        reply
+            .get("content")
+            .filter(|c| c.is_array())
+            .map(gateway::text_of)
+    }
 }
 
 impl Runtime for AnthropicRuntime {

@@ -26,6 +26,20 @@ enum Fault {
 }
 
 /// The `demo` runtime.
+impl super::kind::RuntimeKind for super::agent::Demo {
+    fn name(&self) -> &'static str {
+        "demo"
+    }
+
+    fn build(&self, _: &super::Agent) -> Result<Box<dyn Runtime>, RuntimeError> {
+        Ok(Box::new(DemoRuntime::new(self)?))
+    }
+
+    fn to_sdk(&self, a: &mut windtunnel_model::AgentConfig) {
+        a.fault.clone_from(&self.fault);
+    }
+}
+
 pub(crate) struct DemoRuntime {
     fault: Fault,
 }

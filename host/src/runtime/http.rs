@@ -9,7 +9,6 @@
 //! reports in its inject response are recorded too, after them, as the service reported them.
 
 use std::sync::Arc;
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -19,10 +18,59 @@ use super::net::{Log, Net, Request};
 use super::{
     Agent, AgentHandle, Reply, RunEnd, RunInfo, Runtime, RuntimeError, TurnCtx, TurnError,
 };
-use crate::runtime::mcp::{self, Inbox, McpRun, ToolSet};
+use crate::runtime::mcp::{self, McpRun, ToolSet};
 
 /// The environment variable that overrides the inject endpoint.
 pub(crate) const INJECT_URL_ENV: &str = "WT_INJECT_URL";
+
+impl super::kind::RuntimeKind for super::agent::Http {
+    fn name(&self) -> &'static str {
+        "http"
+    }
+
+    fn build(&self, agent: &Agent) -> Result<Box<dyn Runtime>, RuntimeError> {
+        Ok(Box::new(HttpRuntime::new(agent, self)?))
+    }
+
+    fn validate(&self, _: &Agent) -> Result<(), String> {
+        super::check_limits(&self.limits)?;
+        super::endpoint_limit("max_sessions", self.max_sessions)
+    }
+
+    fn api_key_env(&self) -> Option<&str> {
+        self.api_key_env.as_deref()
+    }
+
+    fn endpoint(&self) -> Option<&str> {
+        self.endpoint.as_deref()
+    }
+
+    fn pricing(&self) -> Option<&super::agent::Pricing> {
+        self.pricing.as_ref()
+    }
+
+    fn gateway(&self) -> Option<&super::agent::Gateway> {
+        self.gateway.as_ref()
+    }
+
+    fn reaches_world(&self) -> bool {
+        self.mcp.unwrap_or(true)
+    }
+
+    fn add_secrets(&self, _: &Agent, r: &mut crate::secrets::Redactor) {
+        if let Ok(url) = std::env::var(INJECT_URL_ENV) {
+            r.add(&url);
+        }
+    }
+
+    fn to_sdk(&self, a: &mut windtunnel_model::AgentConfig) {
+        a.endpoint.clone_from(&self.endpoint);
+        a.api_key_env.clone_from(&self.api_key_env);
+        super::kind::sdk_limits(a, &self.limits);
+        a.max_sessions = self.max_sessions;
+        a.mcp = self.mcp;
+    }
+}
 
 /// The `http` runtime.
 pub(crate) struct HttpRuntime {
@@ -237,60 +285,25 @@ impl HttpAgent {
             let resp = self.call("POST", "/inject", Some(body), ctx.timeout, &mut log);
             return (resp, Vec::new(), Vec::new(), log);
         };
-        type Answer = (Result<Value, TurnError>, Log);
-        let (tx, rx) = mpsc::channel::<Inbox<Answer>>();
-        run.open_turn(tx.clone());
-        let mut calls = Vec::new();
-        let mut models = Vec::new();
         let timeout = ctx.timeout;
-        let answer = std::thread::scope(|s| {
-            let request = s.spawn(move || {
+        let ((resp, log), calls, models) = mcp::during_turn(
+            run,
+            ctx,
+            move || {
                 let mut log = Log::default();
                 let resp = self.call("POST", "/inject", Some(body), timeout, &mut log);
-                let _ = tx.send(Inbox::Agent((resp, log)));
-            });
-            loop {
-                match rx.recv_timeout(Duration::from_millis(25)) {
-                    Ok(Inbox::Tool(req)) => {
-                        let step = calls.len() as u32;
-                        calls.push(mcp::execute(ctx, run.tools(), step, req));
-                    }
-                    Ok(Inbox::Model(call)) => {
-                        models.push(mcp::stamp_model(*call, ctx.index, calls.len()));
-                    }
-                    Ok(Inbox::Agent(answer)) => break answer,
-                    Err(_) if request.is_finished() => {
-                        // The request thread ended without an answer (it panicked).
-                        break (
-                            Err(TurnError::new(
-                                TurnErrorKind::Transport,
-                                "the inject request ended without an answer",
-                            )),
-                            Log::default(),
-                        );
-                    }
-                    Err(_) => {}
-                }
-            }
-        });
-        if let Err(e) = &answer.0 {
-            match e.kind {
-                TurnErrorKind::Timeout => {
-                    run.cut_model_calls("timed out: the turn timeout came before the reply");
-                }
-                TurnErrorKind::Interrupted => {
-                    run.cut_model_calls("interrupted: wt was stopped before the reply came");
-                }
-                _ => {}
-            }
-        }
-        run.close_turn();
-        let late = mcp::refuse_pending(&rx, "refused: the turn ended before the call ran");
-        models.extend(
-            late.into_iter()
-                .map(|c| mcp::stamp_model(c, ctx.index, calls.len())),
+                (resp, log)
+            },
+            || {
+                let e = TurnError::new(
+                    TurnErrorKind::Transport,
+                    "the inject request ended without an answer",
+                );
+                (Err(e), Log::default())
+            },
+            |(resp, _)| resp.as_ref().err().and_then(mcp::cut_by),
         );
-        (answer.0, calls, models, answer.1)
+        (resp, calls, models, log)
     }
 }
 

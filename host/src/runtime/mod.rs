@@ -24,16 +24,19 @@ use crate::world::World;
 
 pub use agent::{Agent, RUNTIMES, Settings};
 
+pub(crate) mod a2a;
 pub mod agent;
 pub(crate) mod anthropic;
 pub(crate) mod demo;
 internal_mod!(gateway);
 pub(crate) mod http;
+pub mod kind;
 internal_mod!(mcp);
 pub mod models;
 pub(crate) mod net;
 pub(crate) mod openai;
 pub(crate) mod process;
+pub mod provider;
 
 pub(crate) use net::DEFAULT_MAX_RESPONSE_BYTES;
 pub use net::Wait;
@@ -117,23 +120,6 @@ pub(crate) fn wire_headers(
         ))),
         (None, key) => Ok((headers, key)),
     }
-}
-
-/// The environment variables an agent config's headers are read from (secrets).
-fn header_vars(agent: &Agent) -> Vec<&str> {
-    let wire = match &agent.settings {
-        Settings::OpenAi(s) | Settings::Anthropic(s) => s.wire.headers.as_ref(),
-        _ => None,
-    };
-    let gateway = agent.gateway().and_then(|g| g.headers.as_ref());
-    wire.into_iter()
-        .chain(gateway)
-        .flatten()
-        .filter_map(|(_, v)| match v {
-            agent::HeaderValue::Env { env } => Some(env.as_str()),
-            agent::HeaderValue::Text(_) => None,
-        })
-        .collect()
 }
 
 /// A provisioning, reset or teardown failure.
@@ -318,6 +304,8 @@ pub struct RunEnd {
     /// Model calls of the run that no turn took (made between turns, or outliving their
     /// turn).
     pub model_calls: Vec<ModelCall>,
+    /// The `a2a` runtime's record of the run: the card, every call.
+    pub a2a: Option<windtunnel_model::A2aRecord>,
 }
 
 /// A tool call the agent made that was refused and never ran (see [`mcp::Refused`]).
@@ -429,25 +417,8 @@ pub(crate) fn secret_var(var: Option<&str>, field: &str) -> Result<Option<String
 ///
 /// As [`crate::secrets::seal_env`]: no other thread may be reading the environment.
 pub(crate) unsafe fn seal_secrets(agent: &Agent) {
-    let passthrough = match &agent.settings {
-        Settings::Process(p) => p.env_passthrough.as_deref().unwrap_or_default(),
-        _ => &[],
-    };
-    let gateway_key = agent.gateway().and_then(|g| g.api_key_env.as_deref());
-    let headers = header_vars(agent);
-    let names = agent
-        .api_key_env()
-        .into_iter()
-        .chain(gateway_key)
-        .chain(headers)
-        .chain(
-            passthrough
-                .iter()
-                .map(String::as_str)
-                .filter(|n| crate::secrets::is_secret_name(n)),
-        );
     // SAFETY: passed on to the caller.
-    unsafe { crate::secrets::seal_env(names) };
+    unsafe { crate::secrets::seal_env(kind::secret_vars(agent)) };
 }
 
 /// The secrets of an agent config: its API key and any password in its endpoint URLs.
@@ -465,17 +436,16 @@ pub(crate) fn redactor(agent: &Agent) -> Redactor {
         }
         r.add(&g.endpoint);
     }
-    for var in header_vars(agent) {
+    for var in kind::header_vars(agent) {
         if let Ok(value) = crate::secrets::env_secret(var) {
             r.add(&value);
         }
     }
     // Literal header values under a secret-looking name are secrets too.
-    let wires = match &agent.settings {
-        Settings::OpenAi(s) | Settings::Anthropic(s) => s.wire.headers.as_ref(),
-        _ => None,
-    };
-    for (name, value) in wires
+    for (name, value) in agent
+        .settings
+        .kind()
+        .headers()
         .into_iter()
         .chain(agent.gateway().and_then(|g| g.headers.as_ref()))
         .flatten()
@@ -486,32 +456,14 @@ pub(crate) fn redactor(agent: &Agent) -> Redactor {
             r.add(t);
         }
     }
-    let base_var = match &agent.settings {
-        Settings::OpenAi(s) if s.endpoint.is_none() => Some(agent::OPENAI_BASE_URL),
-        Settings::Anthropic(s) if s.endpoint.is_none() => Some(agent::ANTHROPIC_BASE_URL),
-        _ => None,
-    };
-    if let Some(Ok(url)) = base_var.map(std::env::var) {
+    // A model runtime's endpoint from its provider's variable.
+    if let Some(p) = models::provider_of(&agent.settings)
+        && agent.endpoint().is_none()
+        && let Ok(url) = std::env::var(p.base_var())
+    {
         r.add(&url);
     }
-    if let Ok(url) = std::env::var(http::INJECT_URL_ENV) {
-        r.add(&url);
-    }
-    // The process runtime's environment: values set or passed through under a secret name.
-    if let Settings::Process(p) = &agent.settings {
-        for (name, value) in p.env.iter().flatten() {
-            if crate::secrets::is_secret_name(name) || value.contains("://") {
-                r.add(value);
-            }
-        }
-        for name in p.env_passthrough.iter().flatten() {
-            if crate::secrets::is_secret_name(name)
-                && let Ok(value) = crate::secrets::env_secret(name)
-            {
-                r.add(&value);
-            }
-        }
-    }
+    agent.settings.kind().add_secrets(agent, &mut r);
     r
 }
 
@@ -521,15 +473,7 @@ pub(crate) fn redactor(agent: &Agent) -> Redactor {
 pub fn for_agent(agent: &Agent) -> Result<Box<dyn Runtime>, RuntimeError> {
     let redactor = Arc::new(redactor(agent));
     let scrub = |e: RuntimeError| RuntimeError(redactor.scrub(&e.0).into_owned());
-    let inner: Box<dyn Runtime> = match &agent.settings {
-        Settings::Demo(s) => Box::new(demo::DemoRuntime::new(s).map_err(scrub)?),
-        Settings::OpenAi(s) => Box::new(openai::OpenAiRuntime::new(agent, s).map_err(scrub)?),
-        Settings::Anthropic(s) => {
-            Box::new(anthropic::AnthropicRuntime::new(agent, s).map_err(scrub)?)
-        }
-        Settings::Http(s) => Box::new(http::HttpRuntime::new(agent, s).map_err(scrub)?),
-        Settings::Process(s) => Box::new(process::ProcessRuntime::new(agent, s).map_err(scrub)?),
-    };
+    let inner = agent.settings.kind().build(agent).map_err(scrub)?;
     Ok(Box::new(Redacting { inner, redactor }))
 }
 
@@ -602,6 +546,9 @@ impl AgentHandle for Redacting<dyn AgentHandle> {
         }
         self.scrub_refused(&mut end.refused);
         self.scrub_models(&mut end.model_calls);
+        if let Some(a2a) = &mut end.a2a {
+            self.redactor.scrub_record(a2a);
+        }
         end
     }
 
@@ -775,29 +722,10 @@ pub fn validate_agent(agent: &Agent) -> Result<(), String> {
     if agent.max_steps == 0 {
         return Err("`max_steps` must be at least 1".into());
     }
-    let response_bytes = |n: Option<u64>| match n {
-        Some(n) if !(1024..=MAX_RESPONSE_BYTES_LIMIT).contains(&n) => Err(format!(
-            "`max_response_bytes` = {n} is out of range: at least 1024 and at most {MAX_RESPONSE_BYTES_LIMIT}"
-        )),
-        _ => Ok(()),
-    };
-    let endpoint_limit = |field: &str, value: Option<u32>| match value {
-        Some(v) if !(1..=MAX_ENDPOINT_LIMIT).contains(&v) => Err(format!(
-            "`{field}` = {v} is out of range: at least 1 and at most {MAX_ENDPOINT_LIMIT}"
-        )),
-        _ => Ok(()),
-    };
-    let limits = |l: &agent::EndpointLimits| {
-        response_bytes(l.max_response_bytes)?;
-        if l.retries.is_some_and(|r| r > MAX_RETRIES) {
-            return Err(format!("`retries` must be at most {MAX_RETRIES}"));
-        }
-        endpoint_limit("max_concurrency", l.max_concurrency)?;
-        endpoint_limit("requests_per_minute", l.requests_per_minute)
-    };
     if let Some(p) = agent.pricing() {
         p.check()?;
-        if matches!(agent.settings, Settings::Http(_) | Settings::Process(_))
+        if models::provider_of(&agent.settings).is_none()
+            && !matches!(agent.settings, Settings::Demo(_))
             && agent.gateway().is_none()
         {
             return Err(format!(
@@ -818,14 +746,7 @@ pub fn validate_agent(agent: &Agent) -> Result<(), String> {
         // Every way a variable reaches the agent, by name: none may name a sealed one.
         let mut given: Vec<(&str, &str)> = Vec::new();
         given.extend(agent.api_key_env().map(|v| ("api_key_env", v)));
-        if let Settings::Process(p) = &agent.settings {
-            given.extend(
-                p.env_passthrough
-                    .iter()
-                    .flatten()
-                    .map(|v| ("env_passthrough", v.as_str())),
-            );
-        }
+        given.extend(agent.settings.kind().handed_vars());
         for (sealed, field) in gateway::sealed_vars(g) {
             if let Some((way, _)) = given.iter().find(|(_, v)| *v == sealed) {
                 return Err(format!(
@@ -834,22 +755,37 @@ pub fn validate_agent(agent: &Agent) -> Result<(), String> {
             }
         }
     }
-    match &agent.settings {
-        Settings::Demo(_) => Ok(()),
-        Settings::OpenAi(s) | Settings::Anthropic(s) => limits(&s.limits),
-        Settings::Http(s) => {
-            limits(&s.limits)?;
-            endpoint_limit("max_sessions", s.max_sessions)
-        }
-        Settings::Process(s) => {
-            response_bytes(s.max_response_bytes)?;
-            if let Some(t) = s.run_timeout_s {
-                crate::deadlines::check_seconds(t, false)
-                    .map_err(|why| format!("`run_timeout_s` = {t} {why}"))?;
-            }
-            process::validate(s)
-        }
+    agent.settings.kind().validate(agent)
+}
+
+/// Checks `max_response_bytes`.
+pub(crate) fn response_bytes(n: Option<u64>) -> Result<(), String> {
+    match n {
+        Some(n) if !(1024..=MAX_RESPONSE_BYTES_LIMIT).contains(&n) => Err(format!(
+            "`max_response_bytes` = {n} is out of range: at least 1024 and at most {MAX_RESPONSE_BYTES_LIMIT}"
+        )),
+        _ => Ok(()),
     }
+}
+
+/// Checks a count limit (`max_sessions`, `max_concurrency`, `requests_per_minute`).
+pub(crate) fn endpoint_limit(field: &str, value: Option<u32>) -> Result<(), String> {
+    match value {
+        Some(v) if !(1..=MAX_ENDPOINT_LIMIT).contains(&v) => Err(format!(
+            "`{field}` = {v} is out of range: at least 1 and at most {MAX_ENDPOINT_LIMIT}"
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Checks an endpoint's limits.
+pub(crate) fn check_limits(l: &agent::EndpointLimits) -> Result<(), String> {
+    response_bytes(l.max_response_bytes)?;
+    if l.retries.is_some_and(|r| r > MAX_RETRIES) {
+        return Err(format!("`retries` must be at most {MAX_RETRIES}"));
+    }
+    endpoint_limit("max_concurrency", l.max_concurrency)?;
+    endpoint_limit("requests_per_minute", l.requests_per_minute)
 }
 
 /// The largest `max_response_bytes` an agent config may set (1 GiB).

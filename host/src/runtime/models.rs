@@ -15,18 +15,41 @@ use bytes::Bytes;
 use serde_json::{Value, json};
 use windtunnel_model::ModelCall;
 
-use super::agent::{Pricing, Settings};
+use super::agent::Pricing;
+use super::agent::Settings;
 use super::gateway;
 use super::net::Log;
 use super::openai::Endpoint;
+use super::provider::{ChatCall, Provider};
 use super::{Agent, RuntimeError, TurnError};
 use crate::interrupt::Interrupt;
 use crate::secrets::Redactor;
+
+/// Every model provider, by name: what a model's `provider` may name.
+pub static PROVIDERS: [&dyn Provider; 2] = [&super::openai::Chat, &super::anthropic::Messages];
+
+/// The provider called `name`.
+pub fn named(name: &str) -> Option<&'static dyn Provider> {
+    PROVIDERS.iter().copied().find(|p| p.name() == name)
+}
+
+/// The providers' names, for messages (`openai or anthropic`).
+pub fn names() -> String {
+    let names: Vec<&str> = PROVIDERS.iter().map(|p| p.name()).collect();
+    names.join(" or ")
+}
+
+/// The provider of a harness-run model runtime's settings (`openai`, `anthropic`).
+pub fn provider_of(settings: &Settings) -> Option<&'static dyn Provider> {
+    named(settings.kind().name())
+}
 
 /// A model of the harness, ready to call.
 pub struct HarnessModel {
     /// Its name in the pack (`[models.<name>]`).
     pub name: String,
+    /// The wire shape of its calls.
+    provider: &'static dyn Provider,
     agent: Agent,
     endpoint: Endpoint,
     /// `sha256:<hex>` of what decides its answers: provider, endpoint, model, sampling,
@@ -50,22 +73,13 @@ impl HarnessModel {
     /// Reads the model `name` from its settings table.
     pub fn from_table(name: &str, table: &toml::Table) -> Result<HarnessModel, RuntimeError> {
         let agent = agent_of(name, table)?;
-        let endpoint = match &agent.settings {
-            Settings::OpenAi(s) => Endpoint::new(
-                &agent,
-                s,
-                super::agent::OPENAI_BASE_URL,
-                "chat/completions",
-                None,
-            ),
-            Settings::Anthropic(_) if agent.sampling.seed.is_some() => Err(RuntimeError(
-                "`sampling.seed` has no effect on the Messages API, which takes no seed; remove it"
-                    .into(),
-            )),
-            Settings::Anthropic(s) => super::anthropic::endpoint(&agent, s),
-            _ => unreachable!("agent_of admits openai and anthropic only"),
-        }
-        .map_err(|e| RuntimeError(format!("model `{name}`: {e}")))?;
+        let provider =
+            provider_of(&agent.settings).expect("agent_of admits the providers' runtimes only");
+        let endpoint = provider
+            .refuse(&agent.sampling, "a harness model")
+            .map_err(RuntimeError)
+            .and_then(|()| Endpoint::new(&agent, agent.settings.model_settings()?, provider))
+            .map_err(|e| RuntimeError(format!("model `{name}`: {e}")))?;
         let identity = {
             use sha2::{Digest, Sha256};
             let settings = json!({
@@ -82,6 +96,7 @@ impl HarnessModel {
         };
         Ok(HarnessModel {
             name: name.to_owned(),
+            provider,
             agent,
             endpoint,
             identity,
@@ -119,41 +134,22 @@ impl HarnessModel {
         stop: &Interrupt,
         redactor: &Redactor,
     ) -> Said {
-        let anthropic = matches!(self.agent.settings, Settings::Anthropic(_));
-        let mut all = Vec::with_capacity(messages.len() + 1);
-        let body = if anthropic {
-            all.extend_from_slice(messages);
-            let body = json!({
-                "model": self.agent.model,
-                "max_tokens": self.agent.sampling.max_tokens.unwrap_or(super::anthropic::DEFAULT_MAX_TOKENS),
-                "system": system,
-                "messages": all,
-            });
-            self.endpoint.complete(body, &self.agent.sampling)
-        } else {
-            all.push(json!({"role": "system", "content": system}));
-            all.extend_from_slice(messages);
-            let mut body = json!({"model": self.agent.model, "messages": all});
-            if json && !self.endpoint.body.contains_key("response_format") {
-                body["response_format"] = json!({"type": "json_object"});
-            }
-            if let Some(seed) = seed
-                && self.agent.sampling.seed.is_none()
-                && !self.endpoint.body.contains_key("seed")
-            {
-                body["seed"] = json!(seed);
-            }
-            self.endpoint.complete(body, &self.agent.sampling)
-        };
+        let body = self.provider.chat_body(ChatCall {
+            model: self.agent.model.as_deref(),
+            system,
+            messages,
+            sampling: &self.agent.sampling,
+            extra: &self.endpoint.body,
+            json,
+            seed,
+        });
+        let body = self.endpoint.complete(body, &self.agent.sampling);
         let mut call = gateway::request_record(&body);
         call.source = source.to_owned();
         let deadline = Instant::now() + super::turn_timeout(&self.agent);
         let mut log = Log::default();
-        let fill = if anthropic {
-            gateway::message_record
-        } else {
-            gateway::completion_record
-        };
+        let provider = self.provider;
+        let fill = |call: &mut ModelCall, reply: &Value| provider.record(call, reply);
         // A JSON value always serializes.
         let bytes = Bytes::from(serde_json::to_vec(&body).unwrap_or_default());
         let sent = self
@@ -164,16 +160,7 @@ impl HarnessModel {
         crate::limits::bound_model_call(&mut call);
         let text = sent.and_then(|mut resp| {
             redactor.scrub_value(&mut resp);
-            let text = if anthropic {
-                resp.get("content")
-                    .filter(|c| c.is_array())
-                    .map(gateway::text_of)
-            } else {
-                gateway::first_choice(&resp)
-                    .and_then(|c| c.pointer("/message/content"))
-                    .and_then(Value::as_str)
-                    .map(str::to_owned)
-            };
+            let text = self.provider.text(&resp);
             text.ok_or_else(|| {
                 TurnError::new(
                     windtunnel_model::TurnErrorKind::Protocol,
@@ -203,9 +190,7 @@ impl HarnessModel {
 
     /// The environment variables its settings read secrets from (to seal).
     pub(crate) fn secret_vars(&self) -> Vec<&str> {
-        let mut vars: Vec<&str> = self.agent.api_key_env().into_iter().collect();
-        vars.extend(super::header_vars(&self.agent));
-        vars
+        super::kind::secret_vars(&self.agent)
     }
 }
 
@@ -214,14 +199,17 @@ fn agent_of(name: &str, table: &toml::Table) -> Result<Agent, RuntimeError> {
     let bad = |m: String| RuntimeError(format!("model `{name}`: {m}"));
     let mut table = table.clone();
     let provider = match table.remove("provider") {
-        Some(toml::Value::String(p)) if p == "openai" || p == "anthropic" => p,
+        Some(toml::Value::String(p)) if named(&p).is_some() => p,
         Some(toml::Value::String(p)) => {
             return Err(bad(format!(
-                "unknown provider `{p}` (expected openai or anthropic)"
+                "unknown provider `{p}` (expected {})",
+                names()
             )));
         }
         Some(_) => return Err(bad("`provider` must be a string".into())),
-        None => return Err(bad("missing field `provider` (openai or anthropic)".into())),
+        None => {
+            return Err(bad(format!("missing field `provider` ({})", names())));
+        }
     };
     if table.contains_key("runtime") {
         return Err(bad(
@@ -367,10 +355,15 @@ pub unsafe fn for_pack(
     for name in named {
         let model = HarnessModel::from_table(name, &tables[name])
             .map_err(|e| origin(name).locate(name, e))?;
-        // SAFETY: passed on to the caller.
-        unsafe { crate::secrets::seal_env(model.secret_vars()) };
         models.insert(name.to_owned(), Arc::new(model));
     }
+    let vars: Vec<String> = models
+        .values()
+        .flat_map(|m| m.secret_vars())
+        .map(str::to_owned)
+        .collect();
+    // SAFETY: passed on to the caller.
+    unsafe { crate::secrets::seal_env(vars.iter().map(String::as_str)) };
     Ok(models)
 }
 
@@ -412,6 +405,46 @@ mod tests {
 
     fn table(text: &str) -> toml::Table {
         toml::from_str(text).unwrap()
+    }
+
+    #[test]
+    fn each_provider_writes_and_reads_its_own_shape() {
+        let sampling = windtunnel_model::Sampling::default();
+        let extra = serde_json::Map::new();
+        let call = |p: &dyn Provider| {
+            p.chat_body(ChatCall {
+                model: Some("m"),
+                system: "be brief",
+                messages: &[json!({"role": "user", "content": "hi"})],
+                sampling: &sampling,
+                extra: &extra,
+                json: true,
+                seed: Some(7),
+            })
+        };
+        let openai = call(named("openai").unwrap());
+        assert_eq!(openai["messages"][0]["role"], "system");
+        assert_eq!(openai["response_format"]["type"], "json_object");
+        assert_eq!(openai["seed"], 7);
+        let anthropic = call(named("anthropic").unwrap());
+        assert_eq!(anthropic["system"], "be brief");
+        assert_eq!(anthropic["messages"][0]["role"], "user");
+        assert!(anthropic.get("seed").is_none() && anthropic["max_tokens"].is_u64());
+        let mut c = ModelCall::default();
+        let reply = json!({"content": [{"type": "text", "text": "ok"}],
+                           "usage": {"input_tokens": 3, "output_tokens": 2}});
+        let p = named("anthropic").unwrap();
+        p.record(&mut c, &reply);
+        assert_eq!(p.text(&reply).as_deref(), Some("ok"));
+        assert_eq!(c.usage.unwrap().completion_tokens, 2);
+        let price = Pricing {
+            input: 1.0,
+            output: 2.0,
+            cached: None,
+        };
+        assert!((p.cost(&price, &c.usage.unwrap()) - 7e-6).abs() < 1e-12);
+        assert_eq!(names(), "openai or anthropic");
+        assert!(named("grpc").is_none());
     }
 
     #[test]

@@ -40,16 +40,19 @@ pub(super) struct Endpoint {
 }
 
 impl Endpoint {
-    /// The endpoint of `settings`: its `endpoint`, else the variable `base_var`, with `path`
-    /// appended; `key_header` is where the key goes when `api_key_header` does not say.
+    /// The endpoint of `settings` for `provider`: its `endpoint`, else the provider's base
+    /// variable, with the provider's path appended; the key goes in the provider's key
+    /// header when `api_key_header` does not say, and the provider's default headers are
+    /// added unless the config's headers name them.
     pub(super) fn new(
         agent: &Agent,
         settings: &super::agent::OpenAi,
-        base_var: &str,
-        path: &str,
-        key_header: Option<&str>,
+        provider: &dyn super::provider::Provider,
     ) -> Result<Endpoint, RuntimeError> {
         let runtime = agent.runtime();
+        let base_var = provider.base_var();
+        let path = provider.path();
+        let key_header = provider.key_header();
         // The config's endpoint, else the variable the provider's own clients read.
         let from_env = std::env::var(base_var)
             .ok()
@@ -80,6 +83,12 @@ impl Endpoint {
         } else {
             super::wire_headers(&wire, key, "")?
         };
+        let mut headers = headers;
+        for (name, value) in provider.default_headers() {
+            if !headers.iter().any(|(n, _)| n.eq_ignore_ascii_case(name)) {
+                headers.push(((*name).to_owned(), (*value).to_owned()));
+            }
+        }
         if let Some(body) = &settings.body {
             check_body(body, agent)?;
         }
@@ -142,6 +151,91 @@ impl Endpoint {
     }
 }
 
+impl super::kind::RuntimeKind for super::agent::OpenAi {
+    fn name(&self) -> &'static str {
+        "openai"
+    }
+
+    fn build(&self, agent: &Agent) -> Result<Box<dyn Runtime>, RuntimeError> {
+        Ok(Box::new(OpenAiRuntime::new(agent, self)?))
+    }
+
+    fn validate(&self, _: &Agent) -> Result<(), String> {
+        super::check_limits(&self.limits)
+    }
+
+    fn api_key_env(&self) -> Option<&str> {
+        self.key_var(super::agent::OPENAI_API_KEY)
+    }
+
+    fn endpoint(&self) -> Option<&str> {
+        self.endpoint.as_deref()
+    }
+
+    fn pricing(&self) -> Option<&super::agent::Pricing> {
+        self.pricing.as_ref()
+    }
+
+    fn headers(&self) -> Option<&std::collections::BTreeMap<String, super::agent::HeaderValue>> {
+        self.wire.headers.as_ref()
+    }
+
+    fn to_sdk(&self, a: &mut windtunnel_model::AgentConfig) {
+        a.endpoint.clone_from(&self.endpoint);
+        a.api_key_env.clone_from(&self.api_key_env);
+        super::kind::sdk_limits(a, &self.limits);
+    }
+}
+
+/// OpenAI's chat completions, as a [`super::provider::Provider`].
+pub(crate) struct Chat;
+
+impl super::provider::Provider for Chat {
+    fn name(&self) -> &'static str {
+        "openai"
+    }
+
+    fn base_var(&self) -> &'static str {
+        super::agent::OPENAI_BASE_URL
+    }
+
+    fn key_var(&self) -> &'static str {
+        super::agent::OPENAI_API_KEY
+    }
+
+    fn path(&self) -> &'static str {
+        "chat/completions"
+    }
+
+    fn chat_body(&self, c: super::provider::ChatCall<'_>) -> Value {
+        let mut all = Vec::with_capacity(c.messages.len() + 1);
+        all.push(json!({"role": "system", "content": c.system}));
+        all.extend_from_slice(c.messages);
+        let mut body = json!({"model": c.model, "messages": all});
+        if c.json && !c.extra.contains_key("response_format") {
+            body["response_format"] = json!({"type": "json_object"});
+        }
+        if let Some(seed) = c.seed
+            && c.sampling.seed.is_none()
+            && !c.extra.contains_key("seed")
+        {
+            body["seed"] = json!(seed);
+        }
+        body
+    }
+
+    fn record(&self, call: &mut ModelCall, reply: &Value) {
+        gateway::completion_record(call, reply);
+    }
+
+    fn text(&self, reply: &Value) -> Option<String> {
+        gateway::first_choice(reply)
+            .and_then(|c| c.pointer("/message/content"))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    }
+}
+
 /// The `openai` runtime.
 pub(crate) struct OpenAiRuntime {
     agent: Agent,
@@ -155,13 +249,7 @@ impl OpenAiRuntime {
     ) -> Result<Self, RuntimeError> {
         Ok(OpenAiRuntime {
             agent: agent.clone(),
-            endpoint: Endpoint::new(
-                agent,
-                settings,
-                super::agent::OPENAI_BASE_URL,
-                "chat/completions",
-                None,
-            )?,
+            endpoint: Endpoint::new(agent, settings, &Chat)?,
         })
     }
 }

@@ -86,7 +86,13 @@ pub(crate) fn kill_all() {
 enum Mode {
     Session,
     OneShot,
+    /// The process serves the agent over the network (an `a2a` agent `wt` starts): one per
+    /// run, on a port `wt` gives it (`{port}`, `WT_A2A_PORT`), which it alone may listen on.
+    Server,
 }
+
+/// The variable that tells a served agent its port.
+pub(crate) const PORT_ENV: &str = "WT_A2A_PORT";
 
 /// The placeholders in one argument, in order (`{name}` with `name` of `a-z` and `_`).
 fn placeholders(arg: &str) -> Vec<&str> {
@@ -112,6 +118,11 @@ fn placeholders(arg: &str) -> Vec<&str> {
 
 /// Checks the `process`-only fields of an agent config; one message naming the field.
 pub(crate) fn validate(agent: &super::agent::Process) -> Result<(), String> {
+    validate_for(agent, false)
+}
+
+/// [`validate`], for a served agent when `server` (`{port}` allowed, `{input}` not).
+pub(crate) fn validate_for(agent: &super::agent::Process, server: bool) -> Result<(), String> {
     let Some(command) = &agent.command else {
         return Err("the process runtime needs `command` (the agent's command line, e.g. [\"python3\", \"agent.py\"])".into());
     };
@@ -122,7 +133,18 @@ pub(crate) fn validate(agent: &super::agent::Process) -> Result<(), String> {
         return Err("`command` must not contain a NUL character".into());
     }
     let used: Vec<&str> = command.iter().flat_map(|a| placeholders(a)).collect();
-    if let Some(bad) = used.iter().find(|p| !PLACEHOLDERS.contains(p)) {
+    if server && used.contains(&"input") {
+        return Err("`command`: {input} has no place in a served agent's command (it is started once per run and spoken to over the network)".into());
+    }
+    if !server && used.contains(&"port") {
+        return Err(
+            "`command`: {port} is an a2a agent's placeholder (the port wt gives it)".into(),
+        );
+    }
+    if let Some(bad) = used
+        .iter()
+        .find(|p| !(PLACEHOLDERS.contains(p) || (server && **p == "port")))
+    {
         return Err(format!(
             "`command` has an unknown placeholder {{{bad}}} (known: {})",
             PLACEHOLDERS.map(|p| format!("{{{p}}}")).join(", ")
@@ -226,6 +248,91 @@ struct Config {
     cwd: PathBuf,
 }
 
+impl super::kind::RuntimeKind for super::agent::Process {
+    fn name(&self) -> &'static str {
+        "process"
+    }
+
+    fn build(&self, agent: &super::Agent) -> Result<Box<dyn Runtime>, RuntimeError> {
+        Ok(Box::new(ProcessRuntime::new(agent, self)?))
+    }
+
+    fn validate(&self, _: &super::Agent) -> Result<(), String> {
+        super::response_bytes(self.max_response_bytes)?;
+        if let Some(t) = self.run_timeout_s {
+            crate::deadlines::check_seconds(t, false)
+                .map_err(|why| format!("`run_timeout_s` = {t} {why}"))?;
+        }
+        validate(self)
+    }
+
+    fn api_key_env(&self) -> Option<&str> {
+        self.api_key_env.as_deref()
+    }
+
+    fn pricing(&self) -> Option<&super::agent::Pricing> {
+        self.pricing.as_ref()
+    }
+
+    fn gateway(&self) -> Option<&super::agent::Gateway> {
+        self.gateway.as_ref()
+    }
+
+    fn reaches_world(&self) -> bool {
+        self.mcp.unwrap_or(true)
+    }
+
+    fn handed_vars(&self) -> Vec<(&'static str, &str)> {
+        handed_vars(self.env_passthrough.as_deref())
+    }
+
+    fn add_secrets(&self, _: &super::Agent, r: &mut crate::secrets::Redactor) {
+        add_env_secrets(self.env.as_ref(), self.env_passthrough.as_deref(), r);
+    }
+
+    fn to_sdk(&self, a: &mut windtunnel_model::AgentConfig) {
+        a.command.clone_from(&self.command);
+        a.env.clone_from(&self.env);
+        a.env_passthrough.clone_from(&self.env_passthrough);
+        a.api_key_env.clone_from(&self.api_key_env);
+        a.reply_field.clone_from(&self.reply_field);
+        a.run_timeout_s = self.run_timeout_s;
+        a.state_dir.clone_from(&self.state_dir);
+        a.mcp = self.mcp;
+        a.max_response_bytes = self.max_response_bytes;
+    }
+}
+
+/// The variables `env_passthrough` hands the agent, by the setting that names them.
+pub(crate) fn handed_vars(passthrough: Option<&[String]>) -> Vec<(&'static str, &str)> {
+    passthrough
+        .unwrap_or_default()
+        .iter()
+        .map(|v| ("env_passthrough", v.as_str()))
+        .collect()
+}
+
+/// The secrets of an agent's environment: values set or passed through under a secret
+/// name, and values that are URLs (which may carry a password).
+pub(crate) fn add_env_secrets(
+    env: Option<&BTreeMap<String, String>>,
+    passthrough: Option<&[String]>,
+    r: &mut crate::secrets::Redactor,
+) {
+    for (name, value) in env.into_iter().flatten() {
+        if crate::secrets::is_secret_name(name) || value.contains("://") {
+            r.add(value);
+        }
+    }
+    for name in passthrough.unwrap_or_default() {
+        if crate::secrets::is_secret_name(name)
+            && let Ok(value) = crate::secrets::env_secret(name)
+        {
+            r.add(&value);
+        }
+    }
+}
+
 /// The `process` runtime.
 pub(crate) struct ProcessRuntime {
     config: Arc<Config>,
@@ -236,13 +343,32 @@ impl ProcessRuntime {
         whole: &super::Agent,
         agent: &super::agent::Process,
     ) -> Result<Self, RuntimeError> {
-        validate(agent).map_err(RuntimeError)?;
+        Self::with_mode(whole, agent, false)
+    }
+
+    /// The runtime of an agent `wt` starts to serve it over the network (`a2a`): one process
+    /// per run, confined as a session process is, listening on its own port.
+    pub(crate) fn server(
+        whole: &super::Agent,
+        agent: &super::agent::Process,
+    ) -> Result<Self, RuntimeError> {
+        Self::with_mode(whole, agent, true)
+    }
+
+    fn with_mode(
+        whole: &super::Agent,
+        agent: &super::agent::Process,
+        server: bool,
+    ) -> Result<Self, RuntimeError> {
+        validate_for(agent, server).map_err(RuntimeError)?;
         let gateway = match &agent.gateway {
             Some(g) => Some(Arc::new(super::gateway::Upstream::new(whole, g)?)),
             None => None,
         };
         let command = agent.command.clone().unwrap_or_default();
-        let mode = if command.iter().any(|a| placeholders(a).contains(&"input")) {
+        let mode = if server {
+            Mode::Server
+        } else if command.iter().any(|a| placeholders(a).contains(&"input")) {
             Mode::OneShot
         } else {
             Mode::Session
@@ -321,6 +447,28 @@ impl Runtime for ProcessRuntime {
         scenario: &Scenario,
         lane: usize,
     ) -> Result<Box<dyn AgentHandle>, RuntimeError> {
+        Ok(Box::new(self.agent(scenario, lane)?))
+    }
+
+    /// Every run is a fresh process with its own MCP endpoint: runs are independent, so a
+    /// scenario may use as many lanes as `--jobs`.
+    fn max_lanes(&self) -> Option<usize> {
+        None
+    }
+
+    /// Starting an agent process costs CPU (an interpreter, its imports): one lane per CPU.
+    fn default_jobs(&self) -> usize {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    }
+}
+
+impl ProcessRuntime {
+    /// The handle of lane `lane`, as its concrete type (a served agent's runtime drives it).
+    pub(crate) fn agent(
+        &self,
+        scenario: &Scenario,
+        lane: usize,
+    ) -> Result<ProcessAgent, RuntimeError> {
         // Each lane its own MCP listener: nothing one lane's agent does reaches another.
         let tools = match self.config.mcp {
             true => Some(ToolSet::new(&scenario.tools).map_err(|e| RuntimeError(e.to_string()))?),
@@ -336,11 +484,9 @@ impl Runtime for ProcessRuntime {
             ),
             false => None,
         };
-        let dir = tempfile::Builder::new()
-            .prefix("wt-agent-")
-            .tempdir()
+        let dir = crate::procs::scratch_dir("agent")
             .map_err(|e| RuntimeError(format!("create a directory for the agent's files: {e}")))?;
-        Ok(Box::new(ProcessAgent {
+        Ok(ProcessAgent {
             config: self.config.clone(),
             lane,
             tools,
@@ -351,18 +497,7 @@ impl Runtime for ProcessRuntime {
             turn_models: Vec::new(),
             outside_models: Vec::new(),
             scenario_id: scenario.id.clone(),
-        }))
-    }
-
-    /// Every run is a fresh process with its own MCP endpoint: runs are independent, so a
-    /// scenario may use as many lanes as `--jobs`.
-    fn max_lanes(&self) -> Option<usize> {
-        None
-    }
-
-    /// Starting an agent process costs CPU (an interpreter, its imports): one lane per CPU.
-    fn default_jobs(&self) -> usize {
-        std::thread::available_parallelism().map_or(1, |n| n.get())
+        })
     }
 }
 
@@ -397,6 +532,8 @@ struct Proc {
 enum StdoutMode {
     Lines(usize),
     Whole(usize),
+    /// Read and dropped (a served agent's logs go nowhere but its stderr tail).
+    Drain,
 }
 
 impl Proc {
@@ -606,6 +743,7 @@ fn read_stdout(out: std::process::ChildStdout, mode: StdoutMode, tx: &Sender<Inb
                 }
             }
         }
+        StdoutMode::Drain => drain(&mut std::io::BufReader::new(out)),
         StdoutMode::Whole(max) => {
             let mut all = Vec::new();
             let limit = u64::try_from(max).unwrap_or(u64::MAX).saturating_add(1);
@@ -638,6 +776,8 @@ struct LiveRun {
     /// The run's own directory (`WT_RUN_DIR`, its `TMPDIR` beneath): where a confined agent
     /// may write; removed when the run ends.
     scratch: tempfile::TempDir,
+    /// The port a served agent listens on.
+    port: Option<u16>,
 }
 
 struct Session {
@@ -649,7 +789,7 @@ struct Session {
     gone: Option<String>,
 }
 
-struct ProcessAgent {
+pub(crate) struct ProcessAgent {
     config: Arc<Config>,
     lane: Option<mcp::Lane>,
     tools: Option<Arc<ToolSet>>,
@@ -731,6 +871,9 @@ impl ProcessAgent {
             env.retain(|(k, _)| k != var);
             env.push((var.into(), tmp.clone()));
         }
+        if let Some(port) = run.port {
+            env.push((PORT_ENV.into(), port.to_string()));
+        }
         env.push(("WT_RUN_ID".into(), run.info.run_id.clone()));
         env.push(("WT_SESSION_ID".into(), run.info.session_id.clone()));
         if let Some(t) = turn {
@@ -768,6 +911,7 @@ impl ProcessAgent {
             .flatten()
             .filter_map(crate::sandbox::port_of)
             .collect();
+        let bind: Vec<u16> = run.port.into_iter().collect();
         crate::sandbox::confine(&crate::sandbox::Request {
             role: crate::sandbox::Role::Agent,
             argv,
@@ -775,6 +919,7 @@ impl ProcessAgent {
             read: &read,
             write: &write,
             ports: &ports,
+            bind: &bind,
             settings: &self.config.sandbox,
         })
         .map_err(RuntimeError)
@@ -809,6 +954,10 @@ impl ProcessAgent {
             .tempdir_in(self.dir.path())
             .and_then(|d| std::fs::create_dir(d.path().join("tmp")).map(|()| d))
             .map_err(|e| RuntimeError(format!("create the run's directory: {e}")))?;
+        let port = match self.config.mode {
+            Mode::Server => Some(free_port()?),
+            _ => None,
+        };
         let mut run = LiveRun {
             info: info.clone(),
             mcp,
@@ -816,7 +965,25 @@ impl ProcessAgent {
             deadline: self.config.run_timeout.map(|d| Instant::now() + d),
             session: None,
             scratch,
+            port,
         };
+        if self.config.mode == Mode::Server {
+            let (tx, rx) = mpsc::channel();
+            let argv = self.substitute(&run, None);
+            let env = self.env(&run, None);
+            let sandbox = self.confinement(&run, &argv, &env)?;
+            let (proc, _) = Proc::spawn(&argv, &env, false, StdoutMode::Drain, None, &tx, sandbox)
+                .map_err(|e| {
+                    RuntimeError(format!("cannot start the agent command `{}`: {e}", argv[0]))
+                })?;
+            run.session = Some(Session {
+                proc: Some(proc),
+                lines: None,
+                tx,
+                rx,
+                gone: None,
+            });
+        }
         if self.config.mode == Mode::Session {
             let (tx, rx) = mpsc::channel();
             let argv = self.substitute(&run, None);
@@ -874,7 +1041,12 @@ impl ProcessAgent {
         if let Some(mut s) = run.session.take() {
             drop(s.lines.take());
             if let Some(mut proc) = s.proc.take() {
-                let until = Instant::now() + EXIT_GRACE;
+                // A served agent never ends by itself: it is stopped at once.
+                let grace = match self.config.mode {
+                    Mode::Server => Duration::ZERO,
+                    _ => EXIT_GRACE,
+                };
+                let until = Instant::now() + grace;
                 while !proc.exited() && Instant::now() < until {
                     std::thread::sleep(Duration::from_millis(10));
                 }
@@ -1264,6 +1436,7 @@ fn replace_placeholders(arg: &str, run: &LiveRun, input: Option<&str>) -> String
             Some("input") => input.map(str::to_owned),
             Some("mcp_config") => run.mcp_config.as_ref().map(|p| p.display().to_string()),
             Some("session_id") => Some(run.info.session_id.clone()),
+            Some("port") => run.port.map(|p| p.to_string()),
             Some("run_id") => Some(run.info.run_id.clone()),
             Some("model_url") => run
                 .mcp
@@ -1338,6 +1511,51 @@ fn stderr_excerpt(p: &AgentProcess) -> String {
     }
 }
 
+/// A free loopback port, for a served agent to listen on: bound and released, so the agent
+/// can take it (another process taking it first makes the agent fail to start, plainly).
+fn free_port() -> Result<u16, RuntimeError> {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| RuntimeError(format!("cannot find a free port for the agent: {e}")))
+}
+
+/// What a served agent's runtime asks of its run.
+impl ProcessAgent {
+    /// The port the run's agent listens on.
+    pub(crate) fn port(&self) -> Option<u16> {
+        self.run.as_ref().and_then(|r| r.port)
+    }
+
+    /// The run's MCP endpoint.
+    pub(crate) fn mcp_run(&self) -> Option<&McpRun> {
+        self.run.as_ref().and_then(|r| r.mcp.as_ref())
+    }
+
+    /// Why the run's served agent can answer no more, if it cannot: it exited (how, and its
+    /// stderr's last line).
+    pub(crate) fn server_gone(&mut self) -> Option<String> {
+        let s = self.run.as_mut()?.session.as_mut()?;
+        if let Some(gone) = &s.gone {
+            return Some(gone.clone());
+        }
+        let exited = s.proc.as_ref().is_some_and(Proc::exited);
+        if !exited {
+            return None;
+        }
+        let proc = s.proc.take()?;
+        let record = proc.finish();
+        let why = format!(
+            "the agent process {}{}",
+            record.exit,
+            stderr_excerpt(&record)
+        );
+        self.processes.push(record);
+        s.gone = Some(why.clone());
+        Some(why)
+    }
+}
+
 impl AgentHandle for ProcessAgent {
     fn reset_state(&mut self) -> Result<(), RuntimeError> {
         // Every run gets a fresh process; nothing of an earlier one may survive.
@@ -1370,6 +1588,11 @@ impl AgentHandle for ProcessAgent {
         let mut reply = match self.config.mode {
             Mode::Session => self.send_session(text, ctx),
             Mode::OneShot => self.send_one_shot(text, ctx),
+            Mode::Server => Reply::failed(
+                TurnErrorKind::Agent,
+                "a served agent is spoken to over the network, not its stdin",
+                Vec::new(),
+            ),
         };
         reply.model_calls = std::mem::take(&mut self.turn_models);
         reply
@@ -1381,6 +1604,7 @@ impl AgentHandle for ProcessAgent {
             processes: std::mem::take(&mut self.processes),
             refused: std::mem::take(&mut self.refused),
             model_calls: std::mem::take(&mut self.outside_models),
+            a2a: None,
         }
     }
 
@@ -1503,6 +1727,16 @@ mod tests {
         let mut a = agent(&["a"]);
         a.reply_field = Some("x".into());
         assert!(validate(&a).unwrap_err().contains("one-shot"));
+        // {port} is a served agent's; {input} is not.
+        let a = agent(&["srv", "--port={port}"]);
+        assert!(
+            validate(&a)
+                .unwrap_err()
+                .contains("a2a agent's placeholder")
+        );
+        assert!(validate_for(&a, true).is_ok());
+        let a = agent(&["srv", "{input}"]);
+        assert!(validate_for(&a, true).unwrap_err().contains("no place"));
     }
 
     #[test]
@@ -1518,6 +1752,7 @@ mod tests {
             deadline: None,
             session: None,
             scratch: tempfile::tempdir().unwrap(),
+            port: Some(4242),
         };
         assert_eq!(
             replace_placeholders("-p={input}/{session_id}", &run, Some("say {session_id}")),
@@ -1526,6 +1761,10 @@ mod tests {
         assert_eq!(
             replace_placeholders("{mcp_config}{x", &run, None),
             "/tmp/c.json{x"
+        );
+        assert_eq!(
+            replace_placeholders("--port={port}", &run, None),
+            "--port=4242"
         );
     }
 

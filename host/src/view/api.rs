@@ -1,9 +1,12 @@
 //! The JSON API (documented in docs/reports.md): the list's questions and a run whole, as
 //! data, for the page's script and for people who script against `wt view`.
 //!
-//! - `GET /api/runs?scenario=&verdict=&layer=&rung=&hook_warning=&q=&sort=&order=&offset=&limit=`
-//!   answers `{"total": N, "offset", "limit", "runs": [...], "unreadable": n}`: `total`
-//!   counts every run that matches, not the page.
+//! - `GET /api/runs?scenario=&agent=&model=&sweep=&verdict=&layer=&rung=&hook_warning=&q=&sort=&order=&offset=&limit=&cursor=`
+//!   answers `{"total": N, "offset", "limit", "runs": [...], "unreadable": n, "next"}`:
+//!   `total` counts every run that matches, not the page; `next` is the path of the next
+//!   page (a cursor in it), absent on the last.
+//! - `GET /api/summary`: the report's scenarios and pack as `wt report --format json` gives
+//!   them, and the cells of the summary page (per scenario, agent, model and sweep).
 //! - `GET /api/runs/<run_id>[?sweep=<sweep_id>]`: the run whole (trace, score, files,
 //!   journal events).
 //! - `GET /api/status`: how many runs, how many in each verdict filter's answer, and a
@@ -30,7 +33,8 @@ pub(crate) fn verdict_str(v: Option<Verdict>) -> &'static str {
 /// in `unreadable`.
 fn summary(index: &Index, row: u32) -> Value {
     let r = &index.rows[row as usize];
-    let (run_index, sweep) = index.run_index_and_sweep(row);
+    let b = index.brief(row);
+    let (run_index, sweep) = (b.run_index, b.sweep);
     let (run_id, unreadable) = match index.run_id(row) {
         Ok(id) => (Some(id), None),
         Err(why) => (None, Some(why)),
@@ -41,6 +45,8 @@ fn summary(index: &Index, row: u32) -> Value {
         "scenario": index.scenario(row),
         "run_index": run_index,
         "sweep_id": sweep,
+        "agent": b.agent,
+        "model": (!b.model.is_empty()).then_some(b.model),
         "verdict": verdict_str(r.verdict),
         "failed_layers": r.failed_layers().collect::<Vec<_>>(),
         "rung": r.facts.rung.map(|r| r.as_str()),
@@ -49,6 +55,8 @@ fn summary(index: &Index, row: u32) -> Value {
         "model_calls": r.facts.model_calls,
         "tokens": r.facts.tokens,
         "cost_usd": r.facts.cost_usd,
+        "eval_tokens": r.facts.eval_tokens,
+        "eval_cost_usd": r.facts.eval_cost_usd,
         "duration_ms": r.duration_ms,
         "hook_warnings": r.facts.hook_warnings,
         "trace": index.path(row).display().to_string(),
@@ -67,14 +75,42 @@ pub(crate) fn runs(state: &State, query: &str) -> Reply {
     let index = state.runs.now();
     let answer = index.answer(&q);
     let runs: Vec<Value> = answer.page.iter().map(|&r| summary(&index, r)).collect();
+    let mut out = json!({
+        "total": answer.total,
+        "offset": answer.start,
+        "limit": q.limit,
+        "unreadable": answer.unreadable,
+        "generation": state.runs.generation(),
+        "runs": runs,
+    });
+    if let Some(c) = &answer.next {
+        out["next"] = json!(format!("/api/runs?{}", q.to_cursor_string(c)));
+    }
+    Reply::json(200, &out)
+}
+
+/// `GET /api/summary`: what the summary page shows, as data. `scenarios`, `pack`, `usage`
+/// and `eval_usage` are the report's own (as `wt report --format json` writes them for the
+/// same directories); `cells` split each scenario's runs by agent, model and sweep.
+pub(crate) fn summary_of(state: &State, query: &str) -> Reply {
+    if let Err(why) = params(query, &[]) {
+        return bad_request(&why);
+    }
+    let index = state.runs.now();
+    let report = &index.report;
     Reply::json(
         200,
         &json!({
-            "total": answer.total,
-            "offset": q.offset,
-            "limit": q.limit,
-            "unreadable": answer.unreadable,
-            "runs": runs,
+            "schema_version": report.schema_version,
+            "scenarios": report.scenarios,
+            "pack": report.pack,
+            "usage": report.usage,
+            "eval_usage": report.eval_usage,
+            "cells": index.cells,
+            "agents": index.distinct(|c| Some(&c.agent)),
+            "models": index.distinct(|c| c.model.as_deref()),
+            "sweeps": index.distinct(|c| Some(&c.sweep_id)),
+            "generation": state.runs.generation(),
         }),
     )
 }

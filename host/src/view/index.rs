@@ -7,20 +7,18 @@
 //! on the rows in memory; free text reads the traces of the runs the other filters leave,
 //! in parallel, and its answer is kept for the next page.
 
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use windtunnel_model::{Score, Trace, Verdict};
 
+use crate::report::cells::{self, Cell, CellRun};
 use crate::report::html::cut_to;
-use crate::report::scan::{self, Facts, Listing};
+use crate::report::scan::{self, Brief, Facts, LAYERS, Listing};
 use crate::report::triage::Rung;
 use crate::report::{LoadedRun, Report, load};
 use crate::score::Bucket;
-
-/// The layers a run is judged on, in the order of [`Score::layers`] (bit `i` of
-/// [`Facts::layers`] is the `i`-th).
-pub(crate) const LAYERS: [&str; 4] = ["outcome", "trajectory", "constraint", "integrity"];
 
 /// The rungs of the triage ladder, in its order.
 pub(crate) const RUNGS: [Rung; 4] = [Rung::Wiring, Rung::Harness, Rung::Steering, Rung::Model];
@@ -141,6 +139,11 @@ impl Column {
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Query {
     pub scenario: Option<String>,
+    /// Runs of this agent (its label).
+    pub agent: Option<String>,
+    /// Runs whose agent has this model.
+    pub model: Option<String>,
+    pub sweep: Option<String>,
     pub verdict: Option<VerdictWanted>,
     /// Runs that failed this layer (an index into [`LAYERS`]).
     pub layer: Option<usize>,
@@ -153,12 +156,18 @@ pub(crate) struct Query {
     pub desc: bool,
     pub offset: usize,
     pub limit: usize,
+    /// Where the page starts: after the run this cursor names (see [`Cursor`]).
+    pub cursor: Option<Cursor>,
 }
 
 impl Default for Query {
     fn default() -> Query {
         Query {
             scenario: None,
+            agent: None,
+            model: None,
+            sweep: None,
+            cursor: None,
             verdict: None,
             layer: None,
             rung: None,
@@ -174,8 +183,12 @@ impl Default for Query {
 
 impl Query {
     /// The parameters a list page and `GET /api/runs` take.
-    pub(crate) const PARAMS: [&'static str; 10] = [
+    pub(crate) const PARAMS: [&'static str; 14] = [
         "scenario",
+        "agent",
+        "model",
+        "sweep",
+        "cursor",
         "verdict",
         "layer",
         "rung",
@@ -192,88 +205,127 @@ impl Query {
     pub(crate) fn parse(query: &str) -> Result<Query, String> {
         let mut out = Query::default();
         for (k, v) in params(query, &Query::PARAMS)? {
-            let v = v.trim();
-            let shown = cut_to(v, 100);
-            match &*k {
-                "scenario" if !v.is_empty() => out.scenario = Some(v.to_owned()),
-                "verdict" if !v.is_empty() => {
-                    out.verdict = Some(
-                        VerdictWanted::ALL
-                            .into_iter()
-                            .find(|w| w.as_str() == v.to_ascii_lowercase())
-                            .ok_or_else(|| {
-                                format!(
-                                    "verdict must be pass, fail, error or unscored, not {shown:?}"
-                                )
-                            })?,
-                    );
-                }
-                "layer" if !v.is_empty() => {
-                    out.layer = Some(LAYERS.iter().position(|l| *l == v).ok_or_else(|| {
-                        format!(
-                            "layer must be outcome, trajectory, constraint or integrity, not {shown:?}"
-                        )
-                    })?);
-                }
-                "rung" if !v.is_empty() => {
-                    out.rung =
-                        Some(RUNGS.into_iter().find(|r| r.as_str() == v).ok_or_else(|| {
-                            format!(
-                                "rung must be wiring, harness, steering or model, not {shown:?}"
-                            )
-                        })?);
-                }
-                "hook_warning" => {
-                    out.hook_warning = match v {
-                        "1" | "true" | "on" | "yes" => true,
-                        "" | "0" | "false" | "off" | "no" => false,
-                        _ => return Err(format!("hook_warning must be 1 or 0, not {shown:?}")),
-                    }
-                }
-                "q" => {
-                    if v.chars().count() > MAX_QUERY {
-                        return Err(format!("q is longer than {MAX_QUERY} characters"));
-                    }
-                    out.q = v.to_owned();
-                }
-                "sort" if !v.is_empty() => {
-                    out.sort = Column::ALL
-                        .into_iter()
-                        .find(|c| c.as_str() == v)
-                        .ok_or_else(|| format!("cannot sort by {shown:?}"))?;
-                }
-                "order" => {
-                    out.desc = match v {
-                        "" | "asc" => false,
-                        "desc" => true,
-                        _ => return Err(format!("order must be asc or desc, not {shown:?}")),
-                    }
-                }
-                "offset" if !v.is_empty() => {
-                    out.offset = v
-                        .parse()
-                        .map_err(|_| format!("offset must be a whole number, not {shown:?}"))?;
-                }
-                "limit" if !v.is_empty() => {
-                    let n: usize = v
-                        .parse()
-                        .map_err(|_| format!("limit must be a whole number, not {shown:?}"))?;
-                    if n == 0 || n > MAX_LIMIT {
-                        return Err(format!("limit must be from 1 to {MAX_LIMIT}, not {n}"));
-                    }
-                    out.limit = n;
-                }
-                _ => {}
+            out.set(&k, v.trim())?;
+        }
+        if let Some(c) = &out.cursor {
+            if out.offset > 0 {
+                return Err("cursor and offset cannot be given together".to_owned());
+            }
+            if (c.sort.as_str(), c.desc) != (out.sort.as_str(), out.desc) {
+                return Err(
+                    "this cursor belongs to another sort: follow the list's own next link"
+                        .to_owned(),
+                );
             }
         }
         Ok(out)
     }
 
-    /// The query string of this query (what a link to it carries), with `offset` set.
+    /// Sets parameter `k` to `v` (an empty value leaves most parameters as they are).
+    fn set(&mut self, k: &str, v: &str) -> Result<(), String> {
+        let shown = cut_to(v, 100);
+        let owned = || Some(v.to_owned());
+        match k {
+            _ if v.is_empty() && !matches!(k, "hook_warning" | "q" | "order") => {}
+            "scenario" => self.scenario = owned(),
+            "agent" => self.agent = owned(),
+            "model" => self.model = owned(),
+            "sweep" => self.sweep = owned(),
+            "cursor" => self.cursor = Some(Cursor::parse(v)?),
+            "verdict" => {
+                let v = v.to_ascii_lowercase();
+                self.verdict = Some(one_of(
+                    VerdictWanted::ALL,
+                    |w| w.as_str() == v,
+                    || format!("verdict must be pass, fail, error or unscored, not {shown:?}"),
+                )?);
+            }
+            "layer" => {
+                self.layer = Some(one_of(
+                    0..LAYERS.len(),
+                    |&l| LAYERS[l] == v,
+                    || {
+                        format!(
+                            "layer must be outcome, trajectory, constraint or integrity, not {shown:?}"
+                        )
+                    },
+                )?);
+            }
+            "rung" => {
+                self.rung = Some(one_of(
+                    RUNGS,
+                    |r| r.as_str() == v,
+                    || format!("rung must be wiring, harness, steering or model, not {shown:?}"),
+                )?);
+            }
+            "hook_warning" => {
+                self.hook_warning = match v {
+                    "1" | "true" | "on" | "yes" => true,
+                    "" | "0" | "false" | "off" | "no" => false,
+                    _ => return Err(format!("hook_warning must be 1 or 0, not {shown:?}")),
+                }
+            }
+            "q" if v.chars().count() > MAX_QUERY => {
+                return Err(format!("q is longer than {MAX_QUERY} characters"));
+            }
+            "q" => self.q = v.to_owned(),
+            "sort" => {
+                self.sort = one_of(
+                    Column::ALL,
+                    |c| c.as_str() == v,
+                    || format!("cannot sort by {shown:?}"),
+                )?;
+            }
+            "order" => {
+                self.desc = match v {
+                    "" | "asc" => false,
+                    "desc" => true,
+                    _ => return Err(format!("order must be asc or desc, not {shown:?}")),
+                }
+            }
+            "offset" => {
+                self.offset = v
+                    .parse()
+                    .map_err(|_| format!("offset must be a whole number, not {shown:?}"))?;
+            }
+            "limit" => {
+                let n: usize = v
+                    .parse()
+                    .map_err(|_| format!("limit must be a whole number, not {shown:?}"))?;
+                if n == 0 || n > MAX_LIMIT {
+                    return Err(format!("limit must be from 1 to {MAX_LIMIT}, not {n}"));
+                }
+                self.limit = n;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The query string of this query (what a link to it carries), with `offset` set and
+    /// without a cursor.
     pub(crate) fn to_query_string(&self, offset: usize) -> String {
+        self.query_string(offset, None)
+    }
+
+    /// The query string of the page that starts after `cursor`.
+    pub(crate) fn to_cursor_string(&self, cursor: &Cursor) -> String {
+        self.query_string(0, Some(cursor))
+    }
+
+    fn query_string(&self, offset: usize, cursor: Option<&Cursor>) -> String {
         let mut s = form_urlencoded::Serializer::new(String::new());
         if let Some(v) = &self.scenario {
             s.append_pair("scenario", v);
+        }
+        for (k, v) in [
+            ("agent", &self.agent),
+            ("model", &self.model),
+            ("sweep", &self.sweep),
+        ] {
+            if let Some(v) = v {
+                s.append_pair(k, v);
+            }
         }
         if let Some(v) = self.verdict {
             s.append_pair("verdict", v.as_str());
@@ -302,6 +354,9 @@ impl Query {
         if self.limit != DEFAULT_LIMIT {
             s.append_pair("limit", &self.limit.to_string());
         }
+        if let Some(c) = cursor {
+            s.append_pair("cursor", &c.encode());
+        }
         s.finish()
     }
 
@@ -310,12 +365,16 @@ impl Query {
         Query {
             offset: 0,
             limit: 0,
+            cursor: None,
             ..self.clone()
         }
     }
 
-    fn admits(&self, row: &Row, scenario: &str) -> bool {
-        self.scenario.as_deref().is_none_or(|s| s == scenario)
+    fn admits(&self, row: &Row, b: &Brief<'_>) -> bool {
+        self.scenario.as_deref().is_none_or(|s| s == b.scenario)
+            && self.agent.as_deref().is_none_or(|s| s == b.agent)
+            && self.model.as_deref().is_none_or(|s| s == b.model)
+            && self.sweep.as_deref().is_none_or(|s| s == b.sweep)
             && self.verdict.is_none_or(|v| v.admits(row.verdict))
             && self.layer.is_none_or(|l| row.facts.layers & 1 << l != 0)
             && self.rung.is_none_or(|r| row.facts.rung == Some(r))
@@ -327,11 +386,84 @@ impl Query {
 pub(crate) struct Answer {
     /// Every run that matches.
     pub total: usize,
+    /// Where the page starts in the answer: the query's offset, or the place after its
+    /// cursor.
+    pub start: usize,
+    /// The cursor of the page after this one; `None` on the last page.
+    pub next: Option<Cursor>,
     /// The rows of the page asked for, by their index in [`Index::rows`].
     pub page: Vec<u32>,
     /// Runs whose trace could not be read again for the free text (counted as not
     /// matching).
     pub unreadable: usize,
+}
+
+/// Where a run sorts in a query's answer (see [`Index::sort_key`]).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct SortKey<'a> {
+    desc: bool,
+    value: (u64, f64),
+    scenario: Cow<'a, str>,
+    run_index: u32,
+    sweep: Cow<'a, str>,
+    agent: Cow<'a, str>,
+    identity: u64,
+}
+
+impl SortKey<'_> {
+    fn owned(self) -> SortKey<'static> {
+        SortKey {
+            scenario: Cow::Owned(self.scenario.into_owned()),
+            sweep: Cow::Owned(self.sweep.into_owned()),
+            agent: Cow::Owned(self.agent.into_owned()),
+            ..self
+        }
+    }
+}
+
+/// Where a page of a list starts: after the run whose sort key it holds, in the list's sort.
+/// Written into a `next` link as opaque text (URL-safe base64 of JSON); following it gives
+/// the runs after that one as the directories are read now, so a run is never listed twice
+/// and a run read before the first page is never skipped, whatever a sweep adds meanwhile.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Cursor {
+    pub sort: Column,
+    pub desc: bool,
+    key: SortKey<'static>,
+}
+
+/// Longest cursor read, in characters.
+const MAX_CURSOR: usize = 4096;
+
+impl Cursor {
+    pub(crate) fn encode(&self) -> String {
+        use base64::Engine as _;
+        let text = serde_json::to_vec(&(self.sort.as_str(), &self.key)).unwrap_or_default();
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(text)
+    }
+
+    fn parse(text: &str) -> Result<Cursor, String> {
+        use base64::Engine as _;
+        let bad =
+            || "cursor is not one this server wrote: follow the list's own next link".to_owned();
+        if text.len() > MAX_CURSOR {
+            return Err(bad());
+        }
+        let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(text)
+            .map_err(|_| bad())?;
+        let (sort, key): (String, SortKey<'static>) =
+            serde_json::from_slice(&bytes).map_err(|_| bad())?;
+        let sort = Column::ALL
+            .into_iter()
+            .find(|c| c.as_str() == sort)
+            .ok_or_else(bad)?;
+        Ok(Cursor {
+            sort,
+            desc: key.desc,
+            key,
+        })
+    }
 }
 
 /// An answer kept: the query (without its page), every matching row, and how many runs
@@ -350,8 +482,25 @@ pub(crate) struct Index {
     pub scenarios: Vec<String>,
     /// The rows in each verdict filter's answer, in [`VerdictWanted::ALL`]'s order.
     pub counts: [usize; 4],
+    /// What the runs of each scenario add up to per agent, model and sweep.
+    pub cells: Vec<Cell>,
+    /// The same, per scenario (every agent, model and sweep together).
+    pub scenario_cells: Vec<Cell>,
     /// Answers kept, most recent last.
     answers: Mutex<Vec<Kept>>,
+    /// Free-text answers kept (in row order, by filters and text without the sort), most
+    /// recent last.
+    texts: Mutex<Vec<Kept>>,
+}
+
+/// Keeps an answer, the oldest dropped past [`KEPT_ANSWERS`].
+fn keep(kept: &Mutex<Vec<Kept>>, key: Query, rows: Arc<Vec<u32>>, unreadable: usize) {
+    let mut kept = kept.lock().unwrap_or_else(|e| e.into_inner());
+    kept.retain(|(k, _, _)| *k != key);
+    if kept.len() == KEPT_ANSWERS {
+        kept.remove(0);
+    }
+    kept.push((key, rows, unreadable));
 }
 
 impl Index {
@@ -394,13 +543,36 @@ impl Index {
         let scenarios = report.scenarios.iter().map(|s| s.id().to_owned()).collect();
         let counts =
             VerdictWanted::ALL.map(|w| rows.iter().filter(|r| w.admits(r.verdict)).count());
+        let cell_runs = |whole: bool| {
+            rows.iter().map(move |r| {
+                let b = listing.brief(r.listed as usize);
+                let part = |v| if whole { "" } else { v };
+                CellRun {
+                    scenario: b.scenario,
+                    agent: part(b.agent),
+                    model: part(b.model),
+                    sweep: part(b.sweep),
+                    verdict: r.verdict,
+                    duration_ms: r.duration_ms,
+                    tokens: r.facts.tokens,
+                    cost_usd: r.facts.cost_usd,
+                    eval_tokens: r.facts.eval_tokens,
+                    eval_cost_usd: r.facts.eval_cost_usd,
+                }
+            })
+        };
+        let cells = cells::cells(cell_runs(false));
+        let scenario_cells = cells::cells(cell_runs(true));
         Ok(Index {
             report,
             rows,
             by_run_id,
             scenarios,
             counts,
+            cells,
+            scenario_cells,
             answers: Mutex::new(Vec::new()),
+            texts: Mutex::new(Vec::new()),
         })
     }
 
@@ -413,9 +585,25 @@ impl Index {
 
     /// The scenario of a row.
     pub(crate) fn scenario(&self, row: u32) -> &str {
+        self.brief(row).scenario
+    }
+
+    /// What the listing holds of a row: scenario, run index, sweep, agent, model, verdict.
+    pub(crate) fn brief(&self, row: u32) -> Brief<'_> {
         self.listing()
             .brief(self.rows[row as usize].listed as usize)
-            .scenario
+    }
+
+    /// The distinct values of a field of the cells (agents, models, sweeps), sorted; empty
+    /// ones left out.
+    pub(crate) fn distinct(&self, field: fn(&Cell) -> Option<&str>) -> Vec<&str> {
+        let set: std::collections::BTreeSet<&str> = self
+            .cells
+            .iter()
+            .filter_map(field)
+            .filter(|v| !v.is_empty())
+            .collect();
+        set.into_iter().collect()
     }
 
     /// The run index and sweep of a row.
@@ -475,74 +663,139 @@ impl Index {
             None => {
                 let (rows, unreadable) = self.matching(query);
                 let rows = Arc::new(rows);
-                let mut answers = self.answers.lock().unwrap_or_else(|e| e.into_inner());
-                answers.retain(|(k, _, _)| *k != key);
-                if answers.len() == KEPT_ANSWERS {
-                    answers.remove(0);
-                }
-                answers.push((key, rows.clone(), unreadable));
+                keep(&self.answers, key, rows.clone(), unreadable);
                 (rows, unreadable)
             }
         };
-        let page = all
-            .iter()
-            .skip(query.offset)
-            .take(query.limit)
-            .copied()
-            .collect();
+        let start = match &query.cursor {
+            Some(c) => {
+                all.partition_point(|&r| self.order(&self.sort_key(query, r), &c.key).is_le())
+            }
+            None => query.offset.min(all.len()),
+        };
+        let page: Vec<u32> = all.iter().skip(start).take(query.limit).copied().collect();
+        let next = match page.last() {
+            Some(&last) if start + page.len() < all.len() => Some(Cursor {
+                sort: query.sort,
+                desc: query.desc,
+                key: self.sort_key(query, last).owned(),
+            }),
+            _ => None,
+        };
         Answer {
             total: all.len(),
+            start,
+            next,
             page,
             unreadable,
         }
     }
 
+    /// Where a row sorts in a query's answer, by a key that does not depend on the other
+    /// runs read: the column's value, then the report's order (scenario, run index, sweep),
+    /// agent and the run's identity. A run keeps its key from one reading to the next, so a
+    /// cursor finds its place again however many runs were added since.
+    fn sort_key(&self, query: &Query, row: u32) -> SortKey<'_> {
+        let r = &self.rows[row as usize];
+        let f = &r.facts;
+        let b = self.brief(row);
+        let value = match query.sort {
+            Column::Scenario => (0, 0.0),
+            Column::Verdict => (
+                match r.verdict {
+                    Some(Verdict::Pass) => 0,
+                    Some(Verdict::Fail) => 1,
+                    Some(_) => 2,
+                    None => 3,
+                },
+                0.0,
+            ),
+            Column::Rung => (
+                f.rung
+                    .and_then(|r| RUNGS.iter().position(|x| *x == r))
+                    .map_or(0, |p| p as u64 + 1),
+                0.0,
+            ),
+            Column::Turns => (u64::from(f.turns), 0.0),
+            Column::ToolCalls => (u64::from(f.tool_calls), 0.0),
+            Column::ModelCalls => (u64::from(f.model_calls), 0.0),
+            Column::Tokens => (f.tokens, 0.0),
+            Column::Cost => (u64::from(f.cost_usd.is_some()), f.cost_usd.unwrap_or(0.0)),
+            Column::Duration => (r.duration_ms, 0.0),
+        };
+        SortKey {
+            desc: query.desc,
+            value,
+            scenario: Cow::Borrowed(b.scenario),
+            run_index: b.run_index,
+            sweep: Cow::Borrowed(b.sweep),
+            agent: Cow::Borrowed(b.agent),
+            identity: f.identity,
+        }
+    }
+
+    /// The order of two keys of one query: the column's value as the query runs it, ties
+    /// in the report's order whichever way the column runs.
+    fn order(&self, a: &SortKey, b: &SortKey) -> std::cmp::Ordering {
+        let by_value = a
+            .value
+            .0
+            .cmp(&b.value.0)
+            .then(a.value.1.total_cmp(&b.value.1));
+        let by_value = if a.desc { by_value.reverse() } else { by_value };
+        by_value
+            .then_with(|| a.scenario.cmp(&b.scenario))
+            .then(a.run_index.cmp(&b.run_index))
+            .then_with(|| a.sweep.cmp(&b.sweep))
+            .then_with(|| a.agent.cmp(&b.agent))
+            .then(a.identity.cmp(&b.identity))
+    }
+
     /// Every row matching `query`, in its order, and how many traces could not be read for
     /// its free text.
     fn matching(&self, query: &Query) -> (Vec<u32>, usize) {
-        let mut rows: Vec<u32> = (0..self.rows.len() as u32)
-            .filter(|&i| query.admits(&self.rows[i as usize], self.scenario(i)))
-            .collect();
-        let mut unreadable = 0;
-        if !query.q.is_empty() {
-            let (kept, unread) = self.with_text(&rows, &query.q);
-            rows = kept;
-            unreadable = unread;
-        }
-        let key = |i: &u32| -> (u64, f64) {
-            let r = &self.rows[*i as usize];
-            let f = &r.facts;
-            match query.sort {
-                Column::Scenario => (0, 0.0),
-                Column::Verdict => (
-                    match r.verdict {
-                        Some(Verdict::Pass) => 0,
-                        Some(Verdict::Fail) => 1,
-                        Some(_) => 2,
-                        None => 3,
-                    },
-                    0.0,
-                ),
-                Column::Rung => (
-                    f.rung
-                        .and_then(|r| RUNGS.iter().position(|x| *x == r))
-                        .map_or(0, |p| p as u64 + 1),
-                    0.0,
-                ),
-                Column::Turns => (u64::from(f.turns), 0.0),
-                Column::ToolCalls => (u64::from(f.tool_calls), 0.0),
-                Column::ModelCalls => (u64::from(f.model_calls), 0.0),
-                Column::Tokens => (f.tokens, 0.0),
-                Column::Cost => (u64::from(f.cost_usd.is_some()), f.cost_usd.unwrap_or(0.0)),
-                Column::Duration => (r.duration_ms, 0.0),
-            }
+        let (rows, unreadable) = if query.q.is_empty() {
+            (self.filtered(query), 0)
+        } else {
+            let (rows, unreadable) = self.text_answer(query);
+            (rows.to_vec(), unreadable)
         };
-        // Stable: equal keys keep the report's order, whichever way the column runs.
-        rows.sort_by(|a, b| {
-            let (ka, kb) = (key(a), key(b));
-            let o = ka.0.cmp(&kb.0).then(ka.1.total_cmp(&kb.1));
-            if query.desc { o.reverse() } else { o }
-        });
+        let keys: Vec<SortKey> = rows.iter().map(|&r| self.sort_key(query, r)).collect();
+        let mut order: Vec<usize> = (0..rows.len()).collect();
+        order.sort_unstable_by(|&a, &b| self.order(&keys[a], &keys[b]));
+        let rows = order.into_iter().map(|i| rows[i]).collect();
+        (rows, unreadable)
+    }
+
+    /// The rows the filters other than free text admit, in row order.
+    fn filtered(&self, query: &Query) -> Vec<u32> {
+        (0..self.rows.len() as u32)
+            .filter(|&i| query.admits(&self.rows[i as usize], &self.brief(i)))
+            .collect()
+    }
+
+    /// The rows matching a query with free text, in row order, and how many traces could not
+    /// be read: kept by the filters and text alone, so that another sort of the same query
+    /// reads no trace again.
+    fn text_answer(&self, query: &Query) -> (Arc<Vec<u32>>, usize) {
+        let key = Query {
+            sort: Column::Scenario,
+            desc: false,
+            ..query.answer_key()
+        };
+        let kept = {
+            let texts = self.texts.lock().unwrap_or_else(|e| e.into_inner());
+            texts
+                .iter()
+                .find(|(k, _, _)| *k == key)
+                .map(|(_, rows, unreadable)| (rows.clone(), *unreadable))
+        };
+        if let Some(kept) = kept {
+            return kept;
+        }
+        let (rows, unreadable) = self.with_text(&self.filtered(query), &query.q);
+        let rows = Arc::new(rows);
+        keep(&self.texts, key, rows.clone(), unreadable);
         (rows, unreadable)
     }
 
@@ -613,37 +866,16 @@ impl Index {
     }
 
     /// The journal events of a run (of its sweep's journals, the lines naming its id), in
-    /// file order; at most [`MAX_EVENTS`], each line at most [`MAX_EVENT_LINE`] bytes.
+    /// file order, as [`load::run_events`] reads them.
     pub(crate) fn events(&self, row: u32, run_id: &str) -> Vec<serde_json::Value> {
         let (_, sweep) = self.run_index_and_sweep(row);
-        let marker = format!(
-            "\"run_id\":{}",
-            serde_json::to_string(run_id).unwrap_or_default()
-        );
-        let mut out = Vec::new();
-        for s in self.report.sweeps.iter().filter(|s| s.sweep_id == sweep) {
-            for journal in &s.journals {
-                let Ok(file) = open_plain(Path::new(journal)) else {
-                    continue;
-                };
-                let mut reader = std::io::BufReader::new(file);
-                let mut line = Vec::new();
-                while let Some(whole) = read_line_bounded(&mut reader, &mut line, MAX_EVENT_LINE) {
-                    if out.len() == MAX_EVENTS {
-                        return out;
-                    }
-                    if !whole || !contains(&line, marker.as_bytes()) {
-                        continue;
-                    }
-                    if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&line)
-                        && v["run_id"] == run_id
-                    {
-                        out.push(v);
-                    }
-                }
-            }
-        }
-        out
+        let journals = self
+            .report
+            .sweeps
+            .iter()
+            .filter(|s| s.sweep_id == sweep)
+            .flat_map(|s| s.journals.iter().map(Path::new));
+        load::run_events(journals, run_id, MAX_EVENTS)
     }
 
     /// A row's run id, read again from its score (small), else its trace; `Err` says why
@@ -673,16 +905,7 @@ impl Index {
 
     /// A row's trace and score, read again (without its artifacts).
     pub(crate) fn read_run(&self, row: u32) -> Result<(Trace, Option<Score>), String> {
-        let path = self.path(row);
-        let bytes = load::read_bounded(&path, load::MAX_TRACE_BYTES)
-            .map_err(|why| format!("{}: {why}", path.display()))?;
-        let trace: Trace = load::parse_json(&bytes)
-            .map_err(|e| format!("{}: not a wt trace ({e})", path.display()))?;
-        let score = load::read_bounded(&path.with_extension("score.json"), load::MAX_SIDECAR_BYTES)
-            .ok()
-            .and_then(|b| load::parse_json::<Score>(&b).ok())
-            .filter(|s| s.run_id == trace.run_id);
-        Ok((trace, score))
+        load::read_trace_and_score(&self.path(row))
     }
 }
 
@@ -696,60 +919,6 @@ fn unreadable(path: &Path, why: &str) -> String {
 
 /// Most journal events a run's page shows.
 pub(crate) const MAX_EVENTS: usize = 2000;
-/// Longest journal line read; a longer one is skipped.
-const MAX_EVENT_LINE: usize = 1 << 20;
-
-/// Opens a file that is a regular file, never through a symbolic link.
-fn open_plain(path: &Path) -> std::io::Result<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)?;
-    if !file.metadata()?.is_file() {
-        return Err(std::io::Error::other("not a regular file"));
-    }
-    Ok(file)
-}
-
-/// Reads the next line into `line` (without its newline), keeping at most `max` bytes:
-/// `Some(true)` for a whole line, `Some(false)` for one that was longer (cut), `None` at the
-/// end of the file or on an error.
-fn read_line_bounded(
-    r: &mut impl std::io::BufRead,
-    line: &mut Vec<u8>,
-    max: usize,
-) -> Option<bool> {
-    line.clear();
-    let mut whole = true;
-    let mut any = false;
-    loop {
-        let buf = r.fill_buf().ok()?;
-        if buf.is_empty() {
-            return any.then_some(whole);
-        }
-        any = true;
-        let (part, found) = match buf.iter().position(|&b| b == b'\n') {
-            Some(i) => (&buf[..i], Some(i + 1)),
-            None => (buf, None),
-        };
-        if line.len() + part.len() <= max {
-            line.extend_from_slice(part);
-        } else {
-            whole = false;
-        }
-        let used = found.unwrap_or(buf.len());
-        r.consume(used);
-        if found.is_some() {
-            return Some(whole);
-        }
-    }
-}
-
-fn contains(hay: &[u8], needle: &[u8]) -> bool {
-    hay.windows(needle.len()).any(|w| w == needle)
-}
-
 /// Whether `needle` (lower case) is in what a person reads of a run.
 fn holds(t: &Trace, score: Option<&Score>, needle: &str) -> bool {
     let has = |s: &str| s.to_lowercase().contains(needle);
@@ -778,6 +947,15 @@ fn holds(t: &Trace, score: Option<&Score>, needle: &str) -> bool {
                     g.reasoning.iter().any(|r| has(r)) || g.error.as_deref().is_some_and(has)
                 })
         })
+}
+
+/// The one of `options` that `is` picks, else the error `why` says.
+fn one_of<T>(
+    options: impl IntoIterator<Item = T>,
+    is: impl Fn(&T) -> bool,
+    why: impl FnOnce() -> String,
+) -> Result<T, String> {
+    options.into_iter().find(is).ok_or_else(why)
 }
 
 /// What tells whether the runs directories changed since they were read: each directory's
@@ -825,6 +1003,48 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_text_answer_is_kept_for_another_sort_and_read_again_with_other_filters() {
+        use crate::runner::{RunConfig, Sweep, run_sweep};
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = RunConfig::new(crate::runtime::builtin_agent("demo").unwrap(), dir.path());
+        cfg.runs = Some(2);
+        let sweep = Sweep::new(&cfg);
+        run_sweep(&crate::pack::Pack::demo().scenarios, &cfg, &sweep).unwrap();
+        let mut traces: Vec<PathBuf> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| crate::store::is_trace(p))
+            .collect();
+        traces.sort();
+        let planted = &traces[1];
+        let edit = |reply: &str| {
+            let mut t: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(planted).unwrap()).unwrap();
+            t["turns"][0]["reply"] = serde_json::json!(reply);
+            // In place: the directory does not change, so nothing tells the view to read
+            // the runs again.
+            std::fs::write(planted, serde_json::to_vec(&t).unwrap()).unwrap();
+        };
+        edit("Shipped: OKAPI-31 is on its way.");
+        let index = Index::read(&[dir.path().to_owned()]).unwrap();
+        let total = |query: &str| index.answer(&Query::parse(query).unwrap()).total;
+        assert_eq!(total("q=okapi-31"), 1);
+        edit("Shipped.");
+        // Another sort and order of the same query: the answer kept, no trace read again.
+        assert_eq!(total("q=okapi-31&sort=cost&order=desc"), 1);
+        assert_eq!(total("q=okapi-31&sort=duration&limit=5"), 1);
+        // Other filters are another question: the traces are read for it.
+        assert_eq!(total("q=okapi-31&sort=cost&hook_warning=0&verdict=pass"), 0);
+        assert_eq!(
+            Index::read(&[dir.path().to_owned()])
+                .unwrap()
+                .answer(&Query::parse("q=okapi-31").unwrap())
+                .total,
+            0
+        );
+    }
+
+    #[test]
     fn a_query_survives_its_own_link() {
         let q = Query::parse(
             "scenario=order%20status&verdict=FAIL&layer=constraint&rung=steering&hook_warning=1&q=a%26b+c&sort=cost&order=desc&offset=150&limit=75",
@@ -859,7 +1079,7 @@ mod tests {
             ("hook_warning=maybe", "hook_warning must be 1 or 0"),
             (
                 "bogus=1",
-                "unknown parameter \"bogus\": this address takes scenario, verdict",
+                "unknown parameter \"bogus\": this address takes scenario, agent, model, sweep, cursor, verdict",
             ),
             (
                 "verdict=pass&verdict=fail",
@@ -874,16 +1094,57 @@ mod tests {
     }
 
     #[test]
-    fn a_line_longer_than_the_bound_is_cut_and_the_next_one_read_whole() {
-        let text = format!("{}\nshort\nlast", "y".repeat(100));
-        let mut r = std::io::BufReader::with_capacity(8, text.as_bytes());
-        let mut line = Vec::new();
-        assert_eq!(read_line_bounded(&mut r, &mut line, 10), Some(false));
-        assert_eq!(read_line_bounded(&mut r, &mut line, 10), Some(true));
-        assert_eq!(line, b"short");
-        assert_eq!(read_line_bounded(&mut r, &mut line, 10), Some(true));
-        assert_eq!(line, b"last");
-        assert_eq!(read_line_bounded(&mut r, &mut line, 10), None);
+    fn a_cursor_survives_its_link_and_a_forged_or_foreign_one_is_refused() {
+        let c = Cursor {
+            sort: Column::Cost,
+            desc: true,
+            key: SortKey {
+                desc: true,
+                value: (1, 0.125),
+                scenario: Cow::Borrowed("order <status>"),
+                run_index: 7,
+                sweep: Cow::Borrowed("w&1"),
+                agent: Cow::Borrowed("a\u{202e}b"),
+                identity: u64::MAX,
+            },
+        };
+        let q = Query {
+            agent: Some("demo".into()),
+            sort: Column::Cost,
+            desc: true,
+            ..Query::default()
+        };
+        let back = Query::parse(&q.to_cursor_string(&c)).unwrap();
+        assert_eq!(back.cursor.as_ref(), Some(&c));
+        assert_eq!(back.agent.as_deref(), Some("demo"));
+        assert_eq!(
+            Query {
+                cursor: None,
+                ..back
+            },
+            q
+        );
+        let link = q.to_cursor_string(&c);
+        let cursor = link.rsplit("cursor=").next().unwrap();
+        for (query, said) in [
+            (
+                "cursor=bm90IGEgY3Vyc29y".to_owned(),
+                "not one this server wrote",
+            ),
+            ("cursor=%%%".to_owned(), "not one this server wrote"),
+            (
+                format!("cursor={}", "A".repeat(5000)),
+                "not one this server wrote",
+            ),
+            (format!("cursor={cursor}"), "belongs to another sort"),
+            (
+                format!("sort=cost&order=desc&offset=5&cursor={cursor}"),
+                "cannot be given together",
+            ),
+        ] {
+            let e = Query::parse(&query).unwrap_err();
+            assert!(e.contains(said), "{query}: {e}");
+        }
     }
 
     #[test]

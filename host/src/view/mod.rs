@@ -2,8 +2,9 @@
 //!
 //! A local, read-only HTTP server (hyper on a small tokio runtime) over the runs
 //! directories, read by the one reader of stored runs ([`index`]). It answers HTML pages
-//! rendered on the server ([`pages`]: they work with scripts off; a small script only
-//! submits the filter form on change and says when new runs arrived) and a JSON API
+//! rendered on the server ([`pages`], and the [`summary`] it opens on: they work with scripts
+//! off; a small script only submits the filter form on change, says when new runs arrived
+//! and reads the `j`/`k`/`/` keys) and a JSON API
 //! ([`api`]) the same questions answered as data. It reads the directories again when they
 //! change (a run written, a journal grown), so a sweep in progress shows up as it runs.
 //!
@@ -21,6 +22,8 @@ mod api;
 mod index;
 mod pages;
 mod state;
+mod summary;
+mod transcript;
 
 use std::convert::Infallible;
 use std::net::{IpAddr, SocketAddr};
@@ -92,6 +95,15 @@ pub(crate) fn serve(opts: Options) -> anyhow::Result<u8> {
         names,
     });
     stop_on_signals()?;
+    announce(&opts, bound, &state);
+    watch(state.clone())?;
+    runtime.block_on(accept(listener, state, connections, opts.header_timeout));
+    Ok(exit::INTERRUPTED)
+}
+
+/// Says where the server listens (warning first when anyone beyond this machine can reach it)
+/// and what it read.
+fn announce(opts: &Options, bound: SocketAddr, state: &State) {
     let url = match bound.ip() {
         IpAddr::V6(ip) => format!("http://[{ip}]:{}/", bound.port()),
         IpAddr::V4(ip) => format!("http://{ip}:{}/", bound.port()),
@@ -123,8 +135,10 @@ pub(crate) fn serve(opts: Options) -> anyhow::Result<u8> {
             .unwrap_or_default()
     ));
     drop(index);
+}
 
-    let watcher = state.clone();
+/// Reads the directories again whenever they change, on a thread of its own.
+fn watch(watcher: Arc<State>) -> anyhow::Result<()> {
     std::thread::Builder::new()
         .name("wt-view-watch".into())
         .spawn(move || {
@@ -142,9 +156,7 @@ pub(crate) fn serve(opts: Options) -> anyhow::Result<u8> {
                 }
             }
         })?;
-
-    runtime.block_on(accept(listener, state, connections, opts.header_timeout));
-    Ok(exit::INTERRUPTED)
+    Ok(())
 }
 
 /// A name `--allow-host` gave, as requests are compared with it.
@@ -334,10 +346,16 @@ fn route(state: &State, request: &Asked) -> Reply {
         ["api", "runs"] => api::runs(state, query),
         ["api", "runs", run_id] => api::run(state, run_id, query),
         ["api", "status"] => api::status(state, query),
+        ["api", "summary"] => api::summary_of(state, query),
         ["static", "view.css"] => Reply {
             status: 200,
             content_type: "text/css; charset=utf-8",
             body: pages::CSS.as_bytes().to_vec(),
+        },
+        ["static", "favicon.svg"] | ["favicon.ico"] => Reply {
+            status: 200,
+            content_type: "image/svg+xml",
+            body: pages::FAVICON.as_bytes().to_vec(),
         },
         ["static", "view.js"] => Reply {
             status: 200,

@@ -767,6 +767,7 @@ impl ServerProc {
             read: &[],
             write: &[dir.to_path_buf()],
             ports: &[],
+            bind: &[],
             settings,
         })?;
         let record = sandbox.record();
@@ -1034,9 +1035,7 @@ pub fn copy_files(from: &Path, to: &Path) -> Result<(), String> {
 
 /// A scratch directory with the spec's `files` in it.
 pub fn scratch(spec: &WorldServer) -> Result<tempfile::TempDir, String> {
-    let dir = tempfile::Builder::new()
-        .prefix("wt-world-")
-        .tempdir()
+    let dir = crate::procs::scratch_dir("world")
         .map_err(|e| format!("cannot create a scratch directory: {e}"))?;
     if let Some(files) = &spec.files {
         copy_files(Path::new(files), dir.path())?;

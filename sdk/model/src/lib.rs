@@ -892,6 +892,125 @@ pub struct AgentProcess {
     pub sandbox: Option<SandboxRecord>,
 }
 
+/// An `a2a` run's record: the agent's card as `wt` read it, the protocol it spoke, the
+/// contexts of the run, every A2A call, what the replies carried besides text, and the tasks
+/// a cut turn left behind.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct A2aRecord {
+    pub card: A2aCard,
+    /// The protocol generation spoken: `1.0` or `0.3`.
+    pub protocol: String,
+    /// Whether turns were streamed.
+    pub streaming: bool,
+    /// The JSON-RPC endpoint the calls went to.
+    pub endpoint: String,
+    /// The run's contexts, in order: one, and one more after each reset.
+    pub context_ids: Vec<String>,
+    /// Every A2A call of the run, in order.
+    pub calls: Vec<A2aCall>,
+    /// Data parts and file parts of the replies (files by reference: never fetched).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<A2aPart>,
+    /// Tasks a cut turn left behind (the deadline came, or `wt` stopped): what became of them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub orphans: Vec<A2aOrphan>,
+}
+
+/// An agent card, as recorded.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct A2aCard {
+    /// Where it was read.
+    pub url: String,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Its `capabilities` object (streaming, push notifications, extensions).
+    #[serde(default)]
+    pub capabilities: serde_json::Value,
+    /// The interfaces it offers.
+    pub interfaces: Vec<A2aInterface>,
+    /// SHA-256 of its bytes, `sha256:<hex>`.
+    pub digest: String,
+}
+
+/// One interface an agent card offers.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct A2aInterface {
+    pub url: String,
+    /// `JSONRPC`, `HTTP+JSON`, `GRPC`.
+    pub binding: String,
+    /// `1.0`, `0.3`, …
+    pub protocol_version: String,
+}
+
+/// One A2A call.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct A2aCall {
+    /// The turn it served; absent for a call between turns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn: Option<u32>,
+    /// `SendMessage`, `message/stream`, `CancelTask`, …
+    pub method: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<String>,
+    /// The task's last state, as the agent said it (`completed`, `input-required`, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+    /// Stream events read (streamed calls).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub events: Option<u32>,
+    pub latency_ms: u64,
+    /// What went wrong, when something did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// A non-text part of a reply.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct A2aPart {
+    pub turn: u32,
+    /// `data` or `file`.
+    pub kind: String,
+    /// A data part's value (bounded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<serde_json::Value>,
+    /// A file part's URL, as given (never fetched).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uri: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub media_type: Option<String>,
+    /// The size of a file part's inline bytes (base64-decoded length estimate); its bytes
+    /// are not kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inline_bytes: Option<u64>,
+}
+
+/// A task a cut turn left behind.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct A2aOrphan {
+    pub turn: u32,
+    /// Absent when the agent never said which task it was (a send that did not answer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<String>,
+    /// Its state when the turn was cut.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+    /// Whether `CancelTask` was sent and accepted.
+    pub canceled: bool,
+    /// What happened: as the converse caveat says, an abandoned task may still be worked on.
+    pub note: String,
+}
+
 /// `[sandbox]` of a `process` agent or a world server: what its confined process may do
 /// beyond the defaults (docs/sandbox.md).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -953,6 +1072,11 @@ pub struct SandboxRecord {
     /// Whether `no_new_privs` was set (no setuid, no file capabilities).
     #[serde(default)]
     pub no_new_privs: bool,
+    /// Whether the program ran in the C library's secure-execution mode: `wt` runs as root
+    /// and the process's real user is `nobody`, so that its process limit holds; the dynamic
+    /// loader then ignores `LD_LIBRARY_PATH`, `LD_PRELOAD` and `TMPDIR` (docs/sandbox.md).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub secure_execution: bool,
     /// The paths it may read (and run), beneath each.
     #[serde(default)]
     pub read: Vec<String>,
@@ -962,12 +1086,16 @@ pub struct SandboxRecord {
     /// The paths it may write, beneath each.
     #[serde(default)]
     pub write: Vec<String>,
-    /// `run` (only the run's own ports) or `allow` (the network was opened by `[sandbox]`).
+    /// `run` (only the run's own ports), `none` (an isolated hook's process: no port at all)
+    /// or `allow` (the network was opened by its sandbox settings).
     #[serde(default)]
     pub network: String,
     /// The TCP ports it may connect to (on loopback: its run's doors).
     #[serde(default)]
     pub connect_ports: Vec<u16>,
+    /// The TCP ports it may listen on (an `a2a` agent `wt` starts: its own).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bind_ports: Vec<u16>,
     /// Its limits: `processes`, `address_space_bytes`, `file_size_bytes`, `open_files`.
     #[serde(default)]
     pub limits: std::collections::BTreeMap<String, u64>,
@@ -1205,6 +1333,10 @@ pub struct HookProvenance {
     /// The resolved `WT_<HOOK>_*` settings.
     #[serde(default)]
     pub settings: BTreeMap<String, String>,
+    /// What confined the hook's process, when it runs isolated (`--isolate-hooks`); absent
+    /// in-process and in older traces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<SandboxRecord>,
 }
 
 /// A turn a guard denied.
@@ -1280,9 +1412,14 @@ pub struct Trace {
     /// Provenance of the active hooks; absent when none was active.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hooks: Option<Vec<HookProvenance>>,
-    /// The agent processes of the run and how each ended (`process` runtime only).
+    /// The agent processes of the run and how each ended (`process` runtime, and an `a2a`
+    /// agent `wt` started).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub processes: Vec<AgentProcess>,
+    /// What an `a2a` agent's card said and every A2A call of the run; absent for other
+    /// runtimes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub a2a: Option<A2aRecord>,
     /// The name of the pack the scenario came from; absent in traces of older `wt`s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pack: Option<String>,
@@ -1299,6 +1436,38 @@ pub struct Trace {
     /// Optional: older plugins skip it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<UserRecord>,
+    /// How many times the run was made, when more than once: `wt run --retry-errors` made
+    /// it again after it ended ERROR on the wiring or harness rung. The trace is its last
+    /// attempt's. Optional: older plugins skip it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempts: Option<u32>,
+    /// The attempts before the last one, in order, each with why it was ERROR. Optional:
+    /// older plugins skip it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub earlier_attempts: Vec<EarlierAttempt>,
+    /// The run was cut when `wt` stopped (Ctrl-C, SIGTERM, SIGHUP) and could not be judged:
+    /// `wt run --resume` makes it again. Optional: older plugins skip it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub interrupted: bool,
+}
+
+/// An attempt of a run that ended ERROR and was made again (`--retry-errors`). Optional:
+/// older plugins skip it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct EarlierAttempt {
+    /// 1 for the first attempt.
+    pub attempt: u32,
+    /// Why it was ERROR.
+    pub error: String,
+    pub started_at: String,
+    pub ended_at: String,
+    /// What the agent's model calls of that attempt added up to (the score's `usage` is the
+    /// last attempt's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<RunUsage>,
+    /// How long `wt` waited before the next attempt (0 under `WT_FIXED_CLOCK`).
+    pub wait_ms: u64,
 }
 
 /// Why a simulated user's conversation ended.
@@ -1451,6 +1620,11 @@ pub struct LayerResult {
     pub passed: bool,
     /// What a person can act on: why it failed, or what was checked.
     pub detail: String,
+    /// The steps of the transcript its problems happened at (a forbidden tool call, a turn
+    /// without a reply, a truncated model call), in the order `detail` names them; a problem
+    /// of the run as a whole points nowhere. Optional: older plugins skip it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub at: Vec<StepRef>,
 }
 
 impl LayerResult {
@@ -1459,6 +1633,7 @@ impl LayerResult {
         LayerResult {
             passed: true,
             detail: detail.into(),
+            at: Vec::new(),
         }
     }
 
@@ -1467,8 +1642,71 @@ impl LayerResult {
         LayerResult {
             passed: false,
             detail: detail.into(),
+            at: Vec::new(),
         }
     }
+}
+
+/// A step of a run's transcript that a layer's result points at, and what is wrong there.
+/// Optional: older plugins skip it.
+///
+/// Serialized flat, the step's `kind` beside its fields:
+/// `{"kind": "tool_call", "turn": 1, "step": 2, "problem": "forbidden tool"}`.
+///
+/// ```
+/// use windtunnel_model::{Step, StepRef};
+///
+/// let at = StepRef::new(Step::ToolCall { turn: 1, step: 2 }, "forbidden tool");
+/// let json = serde_json::to_value(&at).unwrap();
+/// assert_eq!(json["kind"], "tool_call");
+/// assert_eq!(serde_json::from_value::<StepRef>(json).unwrap(), at);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct StepRef {
+    /// The step.
+    #[serde(flatten)]
+    pub step: Step,
+    /// What is wrong there, in a few words (`forbidden tool`, `empty reply`).
+    #[serde(default)]
+    pub problem: String,
+}
+
+impl StepRef {
+    /// A pointer at `step`, saying what is wrong there.
+    pub fn new(step: Step, problem: impl Into<String>) -> Self {
+        StepRef {
+            step,
+            problem: problem.into(),
+        }
+    }
+}
+
+/// A step of a run's transcript, named as the trace names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Step {
+    /// A tool call, by its [`ToolCall::turn`] and [`ToolCall::step`].
+    ToolCall {
+        /// The call's turn.
+        turn: u32,
+        /// The call's step in its turn.
+        step: u32,
+    },
+    /// A model call, by its place in `evidence.model_calls` (the first is 0).
+    ModelCall {
+        /// The call's index.
+        index: u32,
+    },
+    /// A turn (its agent's reply or error), by its [`TurnRecord::index`].
+    Turn {
+        /// The turn's index.
+        turn: u32,
+    },
+    /// A kind of step this version of the model does not know (from a newer `wt`).
+    #[serde(other)]
+    Unknown,
 }
 
 /// The four layers, in reporting order.
@@ -1652,6 +1890,14 @@ pub struct AggregateResult {
     /// Why the scenario could not run at all (provisioning failed, precondition broken).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Runs that took more than one attempt (`wt run --retry-errors`), each counted once
+    /// above, by its last attempt. Optional: older plugins skip it.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub retried: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl AggregateResult {
@@ -1722,6 +1968,44 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(score.verdict, Verdict::Unknown);
+        assert!(
+            score.outcome.at.is_empty(),
+            "a score without pointers reads"
+        );
+        let layer: LayerResult = serde_json::from_value(json!({
+            "passed": false, "detail": "d",
+            "at": [
+                {"kind": "turn", "turn": 3, "problem": "no reply"},
+                {"kind": "wormhole", "depth": 9, "problem": "far"},
+                {"kind": "model_call", "index": 0, "note": "extra"}
+            ]
+        }))
+        .unwrap();
+        assert_eq!(
+            layer.at,
+            [
+                StepRef::new(Step::Turn { turn: 3 }, "no reply"),
+                StepRef::new(Step::Unknown, "far"),
+                StepRef::new(Step::ModelCall { index: 0 }, ""),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_layer_without_pointers_is_written_as_before() {
+        let mut layer = LayerResult::fail("forbidden tool `x` called");
+        assert_eq!(
+            serde_json::to_value(&layer).unwrap(),
+            json!({"passed": false, "detail": "forbidden tool `x` called"})
+        );
+        layer.at.push(StepRef::new(
+            Step::ToolCall { turn: 0, step: 1 },
+            "forbidden tool",
+        ));
+        assert_eq!(
+            serde_json::to_value(&layer).unwrap()["at"],
+            json!([{"kind": "tool_call", "turn": 0, "step": 1, "problem": "forbidden tool"}])
+        );
     }
 
     #[test]

@@ -20,6 +20,8 @@ pub mod protocol;
 
 use std::{path::PathBuf, time::Duration};
 
+use crate::hooks::registry::env_prefix;
+
 pub use parent::Isolated;
 
 /// Default address-space limit of a hook process, in MiB.
@@ -83,4 +85,46 @@ impl Default for SpawnOptions {
             start_timeout: Duration::from_secs(60),
         }
     }
+}
+
+/// The settings of a hook's confinement, from its own `WT_<NAME>_SANDBOX_*` settings:
+/// `_READ` and `_WRITE`, absolute paths separated by `:`, and `_NETWORK`, `none` (the
+/// default) or `allow`. Errors name the setting.
+pub fn sandbox_settings(hook: &str) -> Result<crate::sandbox::Settings, String> {
+    let prefix = env_prefix(hook);
+    let var = |suffix: &str| {
+        let name = format!("{prefix}SANDBOX_{suffix}");
+        let value = std::env::var_os(&name);
+        (name, value)
+    };
+    let mut settings = crate::sandbox::Settings::default();
+    for (suffix, paths) in [("READ", &mut settings.read), ("WRITE", &mut settings.write)] {
+        let (name, value) = var(suffix);
+        for p in value.iter().flat_map(std::env::split_paths) {
+            if p.as_os_str().is_empty() {
+                continue;
+            }
+            if !p.is_absolute() {
+                return Err(format!(
+                    "`{name}`: {} is not an absolute path",
+                    crate::term::sanitize(&p.display().to_string())
+                ));
+            }
+            paths.push(p);
+        }
+    }
+    let (name, value) = var("NETWORK");
+    let value = value.map(|v| v.to_string_lossy().into_owned());
+    settings.network = match value.as_deref() {
+        None | Some("") | Some("none") => crate::sandbox::Network::Run,
+        Some("allow") => crate::sandbox::Network::Allow,
+        Some(other) => {
+            return Err(format!(
+                "`{name}` = \"{}\": expected `none` or `allow`",
+                crate::term::sanitize(other)
+            ));
+        }
+    };
+    crate::sandbox::check(&settings)?;
+    Ok(settings)
 }

@@ -66,6 +66,9 @@ pub enum SpawnError {
     Refused(String),
     #[error("its isolated process {0} before it was ready")]
     Died(String),
+    /// Its confinement could not be built, or its sandbox settings are wrong.
+    #[error("cannot confine its isolated process: {0}")]
+    Sandbox(String),
 }
 
 /// A hook instance living in a child process.
@@ -77,6 +80,11 @@ pub struct Isolated {
     memory_limit_mib: u64,
     /// The hook's name, for the warning when its process ends on its own.
     hook: String,
+    /// What confines the child.
+    sandbox: windtunnel_model::SandboxRecord,
+    /// The child's private temporary directory (its `TMPDIR`, the one place it may write
+    /// unless its settings name more): removed once the child is reaped.
+    _scratch: tempfile::TempDir,
 }
 
 struct State {
@@ -118,6 +126,57 @@ pub fn child_env(hook: &str) -> Vec<(OsString, OsString)> {
         .collect()
 }
 
+/// The private temporary directories of hook processes, removed when each is dropped and
+/// at `wt`'s end whatever happens (the end of the sweep, a stop, an exit), when a child may
+/// still be holding its own.
+static SCRATCH: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+/// A new private temporary directory for a hook process, on the list [`SCRATCH`].
+fn scratch_dir() -> std::io::Result<tempfile::TempDir> {
+    static AT_STOP: std::sync::Once = std::sync::Once::new();
+    AT_STOP.call_once(|| crate::interrupt::at_stop(remove_scratch));
+    let dir = crate::procs::scratch_dir("hook")?;
+    lock(&SCRATCH).push(dir.path().to_owned());
+    Ok(dir)
+}
+
+fn remove_scratch() {
+    for dir in lock(&SCRATCH).drain(..) {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+/// The confinement of a hook's child: it reads the system, `wt`'s own binary, the plugin's
+/// directory, the directories of `LD_LIBRARY_PATH` (the plugin's own libraries) and `wt`'s
+/// working directory, and writes only its private `scratch`; it connects nowhere; its
+/// address space is the hook's memory limit. `WT_<NAME>_SANDBOX_*` adds to that.
+fn confinement(
+    opts: &SpawnOptions,
+    plugin: &Path,
+    hook: &str,
+    scratch: &Path,
+) -> Result<crate::sandbox::Confinement, SpawnError> {
+    let mut settings = super::sandbox_settings(hook).map_err(SpawnError::Sandbox)?;
+    settings.max_memory_bytes = Some(opts.memory_limit_mib.saturating_mul(1 << 20));
+    let mut read: Vec<PathBuf> = plugin.parent().map(Path::to_path_buf).into_iter().collect();
+    if let Some(dirs) = std::env::var_os("LD_LIBRARY_PATH") {
+        read.extend(std::env::split_paths(&dirs).filter(|d| d.is_absolute()));
+    }
+    read.extend(std::env::current_dir().ok());
+    let argv = [opts.program.display().to_string()];
+    crate::sandbox::confine(&crate::sandbox::Request {
+        role: crate::sandbox::Role::Hook,
+        argv: &argv,
+        path_var: None,
+        read: &read,
+        write: &[scratch.to_path_buf()],
+        ports: &[],
+        bind: &[],
+        settings: &settings,
+    })
+    .map_err(SpawnError::Sandbox)
+}
+
 impl Isolated {
     /// Starts a child that vets and loads `plugin` and builds the hook `hook`, and waits
     /// (at most `opts.start_timeout`) until it is ready. `instance` numbers the hook's
@@ -129,6 +188,9 @@ impl Isolated {
         instance: usize,
     ) -> Result<(Isolated, Ready), SpawnError> {
         let (tag_env, tag) = crate::procs::new_tag();
+        let scratch = scratch_dir().map_err(SpawnError::Spawn)?;
+        let confinement = confinement(opts, plugin, hook, scratch.path())?;
+        let sandbox = confinement.record();
         let mut cmd = Command::new(&opts.program);
         cmd.arg(CHILD_SUBCOMMAND)
             .arg("--plugin")
@@ -142,12 +204,14 @@ impl Isolated {
             .env_clear()
             .envs(child_env(hook))
             .env(tag_env, &tag)
+            .env("TMPDIR", scratch.path())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             // Its own process group: a kill reaches whatever the plugin started, and a
             // terminal's Ctrl-C reaches only `wt`, which finishes the run and then ends it.
             .process_group(0);
+        confinement.install(&mut cmd);
         let mut child = cmd.spawn().map_err(SpawnError::Spawn)?;
         let pid = child.id() as i32;
         let (Some(to_child), Some(from_child), Some(stderr)) =
@@ -187,6 +251,8 @@ impl Isolated {
             output,
             memory_limit_mib: opts.memory_limit_mib,
             hook: hook.to_owned(),
+            sandbox,
+            _scratch: scratch,
         };
 
         // A plugin constructor that hangs, or a child that writes half a frame and stops,
@@ -241,6 +307,11 @@ impl Isolated {
                 Err(SpawnError::Died(format!("{what}{detail}")))
             }
         }
+    }
+
+    /// What confines the child, for the trace.
+    pub fn sandbox(&self) -> &windtunnel_model::SandboxRecord {
+        &self.sandbox
     }
 
     /// Calls the hook at `point` in the child, serving its requests from `host`.

@@ -479,6 +479,69 @@ pub fn refuse_pending<T>(rx: &std::sync::mpsc::Receiver<Inbox<T>>, why: &str) ->
     models
 }
 
+/// Runs `request` (an agent's turn over the network) on a thread of its own while the tool
+/// calls that come through `run` are executed and its model calls recorded here, on the
+/// thread that holds the turn's world. `cut` says, from the answer, why the model calls
+/// still in flight were cut off, if they were; `lost` stands for an answer when the request
+/// thread ended without one. The turn's MCP side closes before this returns: a call that
+/// comes later is refused. Returns the answer, the tool calls and the model calls.
+pub fn during_turn<T: Send + 'static>(
+    run: &McpRun,
+    ctx: &mut crate::runtime::TurnCtx<'_>,
+    request: impl FnOnce() -> T + Send,
+    lost: impl FnOnce() -> T,
+    cut: impl FnOnce(&T) -> Option<&'static str>,
+) -> (T, Vec<windtunnel_model::ToolCall>, Vec<ModelCall>) {
+    let (tx, rx) = std::sync::mpsc::channel::<Inbox<T>>();
+    run.open_turn(tx.clone());
+    let mut calls = Vec::new();
+    let mut models = Vec::new();
+    let answer = std::thread::scope(|s| {
+        let thread = s.spawn(move || {
+            let _ = tx.send(Inbox::Agent(request()));
+        });
+        loop {
+            match rx.recv_timeout(Duration::from_millis(25)) {
+                Ok(Inbox::Tool(req)) => {
+                    let step = calls.len() as u32;
+                    calls.push(execute(ctx, run.tools(), step, req));
+                }
+                Ok(Inbox::Model(call)) => {
+                    models.push(stamp_model(*call, ctx.index, calls.len()));
+                }
+                Ok(Inbox::Agent(answer)) => break answer,
+                // The request thread ended without an answer (it panicked).
+                Err(_) if thread.is_finished() => break lost(),
+                Err(_) => {}
+            }
+        }
+    });
+    if let Some(why) = cut(&answer) {
+        run.cut_model_calls(why);
+    }
+    run.close_turn();
+    let late = refuse_pending(&rx, "refused: the turn ended before the call ran");
+    models.extend(
+        late.into_iter()
+            .map(|c| stamp_model(c, ctx.index, calls.len())),
+    );
+    (answer, calls, models)
+}
+
+/// Why the model calls in flight at a failed turn's end were cut off: the turn's deadline,
+/// or `wt`'s stop; `None` for any other failure.
+pub fn cut_by(e: &crate::runtime::TurnError) -> Option<&'static str> {
+    match e.kind {
+        windtunnel_model::TurnErrorKind::Timeout => {
+            Some("timed out: the turn timeout came before the reply")
+        }
+        windtunnel_model::TurnErrorKind::Interrupted => {
+            Some("interrupted: wt was stopped before the reply came")
+        }
+        _ => None,
+    }
+}
+
 /// Executes a delivered call on the turn's thread, through the one tool-execution path,
 /// records it (marked `mcp`) and answers the client.
 pub fn execute(
@@ -605,7 +668,7 @@ fn refused() -> Response {
 }
 
 /// 128 random bits as hex, from the OS.
-fn random_token() -> Result<String, McpError> {
+pub(crate) fn random_token() -> Result<String, McpError> {
     use std::io::Read;
     let mut bytes = [0u8; 16];
     std::fs::File::open("/dev/urandom")

@@ -21,6 +21,11 @@
 //! - `spawner` starts, at `on_run_start`, a process that leaves its group and session
 //!   (`setsid`) and runs until killed, its command line naming `WT_SPAWNER_MARKER`.
 //! - `chatter` writes `WT_CHATTER_BYTES` bytes (default 0) to its stderr at `on_run_start`.
+//! - `trespasser` tries, at `on_run_start`, what a confined process must not do — write
+//!   `WT_TRESPASSER_OUTSIDE`, read the credential `WT_TRESPASSER_PLANTED`, connect to the
+//!   loopback port `WT_TRESPASSER_PORT` — and what it may — write its own temporary
+//!   directory, read `WT_TRESPASSER_BESIDE` — and emits what each came to as its artifact
+//!   `attempted` (`ok`, or `refused: <error>`).
 //! - `score` is a hook whose name is reserved: `wt` must refuse it.
 
 use windtunnel_sdk::{Context, Hook, Result, export_hooks, hook};
@@ -283,6 +288,47 @@ impl Hook for Chatter {
 }
 
 #[derive(Default)]
+pub struct Trespasser;
+
+#[hook]
+impl Hook for Trespasser {
+    const NAME: &'static str = "trespasser";
+
+    fn on_run_start(&mut self, ctx: &Context<'_>) -> Result {
+        let var = |name: &str| std::env::var(format!("WT_TRESPASSER_{name}")).ok();
+        let said = |r: std::io::Result<()>| match r {
+            Ok(()) => "ok".to_owned(),
+            Err(e) => format!("refused: {e}"),
+        };
+        let mut attempted = serde_json::Map::new();
+        let mut note = |what: &str, r| {
+            attempted.insert(what.to_owned(), said(r).into());
+        };
+        if let Some(path) = var("OUTSIDE") {
+            note("write_outside", std::fs::write(path, "escaped"));
+        }
+        note(
+            "write_scratch",
+            std::fs::write(std::env::temp_dir().join("mine.txt"), "mine"),
+        );
+        if let Some(path) = var("PLANTED") {
+            note("read_secret", std::fs::read(path).map(drop));
+        }
+        if let Some(path) = var("BESIDE") {
+            note("read_beside", std::fs::read(path).map(drop));
+        }
+        if let Some(port) = var("PORT") {
+            let port: u16 = port.parse().unwrap_or(0);
+            note(
+                "connect_other_port",
+                std::net::TcpStream::connect(("127.0.0.1", port)).map(drop),
+            );
+        }
+        ctx.emit_artifact(&serde_json::Value::Object(attempted), Some("attempted"))
+    }
+}
+
+#[derive(Default)]
 pub struct Score;
 
 #[hook]
@@ -294,4 +340,4 @@ impl Hook for Score {
     }
 }
 
-export_hooks!(Exiter, Clasher, Forger, Spawner, Chatter, Score);
+export_hooks!(Exiter, Clasher, Forger, Spawner, Chatter, Trespasser, Score);
