@@ -326,6 +326,9 @@ pub struct Emitted<'a> {
     pub event: &'a Event,
     /// The journal line, newline included (`None` for live-only events).
     pub line: Option<&'a [u8]>,
+    /// Where the line begins in the journal file (`None` for live-only events, or when the
+    /// line could not be written).
+    pub offset: Option<u64>,
     /// With `RunEnded`: the run's trace and score as written.
     pub run: Option<RunWritten<'a>>,
 }
@@ -364,6 +367,9 @@ struct Inner {
     failed: Option<String>,
     /// The line being written, its allocation kept from line to line.
     line: Vec<u8>,
+    /// Where the next line begins in the file (`None` once a write failed: the file's end is
+    /// then not known).
+    end: Option<u64>,
 }
 
 /// The sweep's journal: the durable first stage of its [`Stream`].
@@ -426,6 +432,7 @@ impl Journal {
         sweep_id: &str,
         now: Box<dyn Fn() -> String + Send + Sync>,
     ) -> Journal {
+        let end = file.metadata().ok().map(|m| m.len());
         Journal {
             path,
             sweep_id: sweep_id.to_owned(),
@@ -436,6 +443,7 @@ impl Journal {
                 seq,
                 failed: None,
                 line: Vec::with_capacity(512),
+                end,
             }),
         }
     }
@@ -453,25 +461,26 @@ impl Journal {
     /// Writes one event durably and returns its sequence number.
     #[cfg(test)]
     pub(crate) fn publish(&self, scope: &Scope, cause: &Cause, event: &Event) -> u64 {
-        self.publish_then(scope, cause, event, |_| ())
+        self.publish_then(scope, cause, event, |_, _| ())
     }
 
     /// Writes a durable event's line to the file (a live-only event gets none), then calls
-    /// `then` with the line while still holding the journal: whoever publishes a terminal
-    /// event can rely on it being in the file, and what `then` delivers follows `seq` order.
+    /// `then` with the line and where it begins while still holding the journal: whoever
+    /// publishes a terminal event can rely on it being in the file, and what `then` delivers
+    /// follows `seq` order.
     fn publish_then(
         &self,
         scope: &Scope,
         cause: &Cause,
         event: &Event,
-        then: impl FnOnce(Option<&[u8]>),
+        then: impl FnOnce(Option<&[u8]>, Option<u64>),
     ) -> u64 {
         let durable = event.durable();
         let ts = if durable { (self.now)() } else { String::new() };
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let seq = inner.seq;
         if !durable {
-            then(None);
+            then(None, None);
             return seq;
         }
         let Inner {
@@ -479,6 +488,7 @@ impl Journal {
             seq: next,
             failed,
             line,
+            end,
         } = &mut *inner;
         line.clear();
         let written = Line {
@@ -500,7 +510,7 @@ impl Journal {
             Ok(()) => {}
             Err(e) => {
                 failed.get_or_insert(format!("event {}: {e}", event.name()));
-                then(None);
+                then(None, None);
                 return seq;
             }
         };
@@ -508,10 +518,15 @@ impl Journal {
         *next += 1;
         // One write of the whole line: O_APPEND makes it atomic with respect to the file's
         // end, and a killed process leaves either the whole line or none of it.
-        if let Err(e) = file.write_all(line) {
-            failed.get_or_insert(format!("{}: {e}", self.path.display()));
+        let at = *end;
+        match file.write_all(line) {
+            Ok(()) => *end = at.map(|at| at + line.len() as u64),
+            Err(e) => {
+                failed.get_or_insert(format!("{}: {e}", self.path.display()));
+                *end = None;
+            }
         }
-        then(Some(line));
+        then(Some(line), at.filter(|_| end.is_some()));
         if line.capacity() > 1 << 16 {
             // Do not keep an outsized buffer after a huge event.
             *line = Vec::with_capacity(512);
@@ -554,19 +569,21 @@ impl Stream {
         run: Option<RunWritten<'_>>,
     ) {
         let sweep_id = self.journal.sweep_id.as_str();
-        self.journal.publish_then(scope, cause, event, |line| {
-            let e = Emitted {
-                sweep_id,
-                scope,
-                cause,
-                event,
-                line,
-                run,
-            };
-            for sink in &self.sinks {
-                sink.event(&e);
-            }
-        });
+        self.journal
+            .publish_then(scope, cause, event, |line, offset| {
+                let e = Emitted {
+                    sweep_id,
+                    scope,
+                    cause,
+                    event,
+                    line,
+                    offset,
+                    run,
+                };
+                for sink in &self.sinks {
+                    sink.event(&e);
+                }
+            });
     }
 }
 

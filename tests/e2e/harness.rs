@@ -397,12 +397,16 @@ pub fn set_mode(path: &Path, mode: u32) {
 }
 
 /// Files in `dir` by name, and those in its directories (the judges' cache) by their path
-/// under it.
+/// under it; not the sweeps' indexes (`*.index.jsonl`: their lines name the files' inodes and
+/// times, never the same twice; [`index_lines`] reads them).
 pub fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     let mut out = BTreeMap::new();
     for e in std::fs::read_dir(dir).expect("read dir") {
         let p = e.unwrap().path();
         let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        if name.ends_with(".index.jsonl") {
+            continue;
+        }
         if p.is_dir() {
             for (inner, bytes) in files(&p) {
                 out.insert(format!("{name}/{inner}"), bytes);
@@ -412,6 +416,26 @@ pub fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
         }
     }
     out
+}
+
+/// The lines of every index (`*.index.jsonl`) in `dir`, each parsed, by file name then line.
+pub fn index_lines(dir: &Path) -> Vec<Value> {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+        .expect("read dir")
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(".index.jsonl"))
+        .collect();
+    paths.sort();
+    paths
+        .iter()
+        .flat_map(|p| {
+            std::fs::read_to_string(p)
+                .unwrap()
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
+                .collect::<Vec<Value>>()
+        })
+        .collect()
 }
 
 /// Trace files (`*.json` whose stem has no dot) in `dir`.

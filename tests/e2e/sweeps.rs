@@ -14,8 +14,8 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::harness::{
-    CLOCK, PATIENCE, TestServer, Wt, agent_file, events, files, journal, no_process_left, tmp,
-    traces,
+    CLOCK, PATIENCE, TestServer, Wt, agent_file, events, files, index_lines, journal,
+    no_process_left, tmp, traces,
 };
 use crate::judging::completion;
 
@@ -32,12 +32,68 @@ fn committed(dir: &Path) -> usize {
     })
 }
 
-/// Every file of a runs directory but its journal, by name.
+/// Every file of a runs directory but its journal (and its index, which `files` leaves out),
+/// by name.
 fn run_files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     files(dir)
         .into_iter()
         .filter(|(name, _)| !name.ends_with(".events.jsonl"))
         .collect()
+}
+
+/// The inode of the score beside trace `name` in `dir`.
+fn score_ino(dir: &Path, name: &Value) -> u64 {
+    let trace = dir.join(name.as_str().unwrap());
+    std::os::unix::fs::MetadataExt::ino(
+        &std::fs::metadata(trace.with_extension("score.json")).unwrap(),
+    )
+}
+
+/// Checks the index of runs directory `out` against its files: every line names a trace that
+/// is there, `lanes` runs at most are committed without a line (a sweep killed between a
+/// run's commit and its line), and `wt report --format json` says the same with the index as
+/// without it.
+fn assert_index_holds(dir: &Path, out: &Path, lanes: usize) {
+    let indexes: Vec<_> = std::fs::read_dir(out)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.to_string_lossy().ends_with(".index.jsonl"))
+        .collect();
+    assert!(!indexes.is_empty(), "{} has no index", out.display());
+    let mut named = BTreeSet::new();
+    for e in index_lines(out) {
+        let trace = e["trace"].as_str().unwrap().to_owned();
+        assert!(
+            out.join(&trace).is_file(),
+            "the index names {trace}, which is missing"
+        );
+        named.insert(trace);
+    }
+    let runs = committed(out);
+    assert!(
+        named.len() <= runs && runs <= named.len() + lanes,
+        "{} lines for {runs} runs",
+        named.len()
+    );
+    let report = || {
+        Wt::new(dir)
+            .args(["report", "--format", "json"])
+            .arg(out)
+            .run()
+            .stdout
+    };
+    let with = report();
+    let away = out.with_extension("away");
+    std::fs::create_dir_all(&away).unwrap();
+    for index in &indexes {
+        std::fs::rename(index, away.join(index.file_name().unwrap())).unwrap();
+    }
+    assert_eq!(with, report(), "the index answers as the files do");
+    for index in &indexes {
+        std::fs::rename(away.join(index.file_name().unwrap()), index).unwrap();
+    }
+    std::fs::remove_dir(&away).unwrap();
 }
 
 /// Starts `sweep`, SIGKILLs `wt` once `at` traces are committed in `out` (or once it ended
@@ -216,8 +272,10 @@ fn a_killed_judged_sweep_resumes_to_the_same_bytes_and_pays_for_no_grading_twice
     let out = dir.path().join("cut");
     kill_at(sweep("cut"), &out, 75);
     assert!(committed(&out) < 150, "killed after the sweep ended");
+    assert_index_holds(dir.path(), &out, 4);
     let r = sweep("cut").arg("--resume").run();
     assert_eq!(r.code, 0, "{r}");
+    assert_index_holds(dir.path(), &out, 4);
     let (got, want) = (run_files(&out), run_files(&dir.path().join("whole")));
     assert_eq!(
         got.keys().collect::<Vec<_>>(),
@@ -519,6 +577,15 @@ fn rescore_at_jobs_8_writes_and_prints_what_jobs_1_does() {
         files(&dir.path().join("runs")),
         "the new gradings are written"
     );
+    // The rescore indexes the scores it wrote: a line for each, naming the file now there
+    // (the sweep's lines, copied with the directory, name other inodes).
+    let rescored: Vec<Value> = index_lines(&one)
+        .into_iter()
+        .filter(|e| e["stamps"][1]["ino"] == score_ino(&one, &e["trace"]))
+        .collect();
+    assert_eq!(rescored.len(), 24);
+    assert_index_holds(dir.path(), &one, 0);
+    assert_index_holds(dir.path(), &eight, 0);
     let scores: Vec<_> = a
         .iter()
         .filter(|(n, _)| n.ends_with(".score.json"))

@@ -1635,3 +1635,47 @@ fn a_simulated_users_turns_are_marked_with_its_model_and_scripted_turns_are_not(
         assert!(dom.contains(&format!("id=\"model-{i}\"")), "model call {i}");
     }
 }
+
+#[test]
+fn a_runs_events_are_read_where_the_index_says_and_are_the_journals_lines_for_it() {
+    let dir = tmp();
+    let out = sweep(dir.path(), "runs", &["--runs", "4", "--jobs", "3"]);
+    let lines = crate::harness::journal(&out);
+    let events_of = |view: &View| {
+        traces(&out)
+            .iter()
+            .map(|t| {
+                let id = t["run_id"].as_str().unwrap();
+                let got = view.api(&format!("/api/runs/{id}"))["events"].clone();
+                let want: Vec<&Value> = lines.iter().filter(|e| e["run_id"] == id).collect();
+                assert_eq!(
+                    got.as_array().unwrap().iter().collect::<Vec<_>>(),
+                    want,
+                    "{id}"
+                );
+                got
+            })
+            .collect::<Vec<_>>()
+    };
+    let view = View::start(dir.path(), &["runs"]);
+    let status = view.api("/api/status");
+    assert_eq!(
+        status["indexed"], status["runs"],
+        "every run from the index"
+    );
+    let indexed = events_of(&view);
+    drop(view);
+    for e in std::fs::read_dir(&out).unwrap() {
+        let p = e.unwrap().path();
+        if p.to_string_lossy().ends_with(".index.jsonl") {
+            std::fs::remove_file(p).unwrap();
+        }
+    }
+    let view = View::start(dir.path(), &["runs"]);
+    assert_eq!(view.api("/api/status")["indexed"], 0);
+    assert_eq!(
+        events_of(&view),
+        indexed,
+        "the same events from the journal whole"
+    );
+}

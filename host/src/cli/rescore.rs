@@ -102,7 +102,10 @@ pub(crate) fn run(args: RescoreArgs) -> anyhow::Result<u8> {
     // Runs are taken in windows of a few per lane: a rescore holds no more than those, and
     // prints and writes them in the runs' order, whatever order their gradings came back in.
     let window = jobs * 4;
-    let mut tally = Tally::default();
+    let mut tally = Tally {
+        index: Some(index_for(&args.dir, &clock)),
+        ..Tally::default()
+    };
     let mut runs = read.listing.iter().flat_map(|l| l.whole_runs());
     loop {
         let mut batch = Vec::with_capacity(window);
@@ -129,6 +132,13 @@ pub(crate) fn run(args: RescoreArgs) -> anyhow::Result<u8> {
     bar.finish_and_clear();
     tally.summary(&pack);
     Ok(exit::SUCCESS)
+}
+
+/// The index of this rescore's rewritten scores, `<now>_rescore.index.jsonl` in `dir` (the
+/// sweeps' lines for those runs no longer hold), made at its first line.
+fn index_for(dir: &std::path::Path, clock: &Clock) -> scan::index::Writer {
+    let stem = format!("{}_rescore", crate::clock::compact(clock.now()));
+    scan::index::Writer::new(dir, &stem)
 }
 
 /// A progress bar on a terminal, nothing otherwise.
@@ -245,6 +255,8 @@ struct Tally {
     pointed: usize,
     unchanged: usize,
     skipped: Vec<String>,
+    /// The index of the scores it rewrote, beside them.
+    index: Option<scan::index::Writer>,
 }
 
 impl Tally {
@@ -263,6 +275,9 @@ impl Tally {
             Rescored::New { score, judged } => (score, judged),
         };
         store::write_json(&run.path.with_extension("score.json"), &*new)?;
+        if let Some(index) = &self.index {
+            index.append(&run.stem(), &new);
+        }
         if !judged {
             if pointers_only(run.score.as_ref(), &new) {
                 self.pointed += 1;

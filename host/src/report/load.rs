@@ -403,6 +403,12 @@ impl DirFd {
             .map(DirFd)
     }
 
+    /// The status of `name` (a file name, no separator) in this directory, not following a
+    /// symbolic link.
+    pub(crate) fn stat(&self, name: &str) -> Option<nix::sys::stat::FileStat> {
+        nix::sys::stat::fstatat(&self.0, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW).ok()
+    }
+
     /// Opens `name` (a file name, no separator) in this directory, as [`open_bounded`] opens a
     /// path.
     fn open_bounded(&self, name: &str, limit: u64) -> Result<(File, u64), ReadProblem> {
@@ -1093,32 +1099,64 @@ pub(crate) fn run_events<'a>(
     run_id: &str,
     max: usize,
 ) -> Vec<serde_json::Value> {
-    let marker = format!(
-        "\"run_id\":{}",
-        serde_json::to_string(run_id).unwrap_or_default()
-    );
     let mut out = Vec::new();
     for journal in journals {
         let Ok((file, _)) = open_bounded(journal, MAX_JOURNAL_BYTES) else {
             continue;
         };
-        let mut reader = BufReader::new(file);
-        let mut line = Vec::new();
-        while let Some(whole) = read_line_bounded(&mut reader, &mut line, MAX_EVENT_LINE) {
-            if out.len() == max {
-                return out;
-            }
-            if !whole || memchr::memmem::find(&line, marker.as_bytes()).is_none() {
-                continue;
-            }
-            if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&line)
-                && v["run_id"] == run_id
-            {
-                out.push(v);
-            }
+        events_of(BufReader::new(file), run_id, max, &mut out);
+        if out.len() == max {
+            break;
         }
     }
     out
+}
+
+/// Like [`run_events`], from the `len` bytes of `journal` at `start` where an index says the
+/// run's lines are; `None` when they hold none of them (the journal is not the one the index
+/// was written beside), and the caller reads the journals whole.
+pub(crate) fn run_events_at(
+    journal: &Path,
+    (start, len): (u64, u64),
+    run_id: &str,
+    max: usize,
+) -> Option<Vec<serde_json::Value>> {
+    use std::io::{Seek, SeekFrom};
+    let (mut file, size) = open_bounded(journal, MAX_JOURNAL_BYTES).ok()?;
+    if start.checked_add(len)? > size {
+        return None;
+    }
+    file.seek(SeekFrom::Start(start)).ok()?;
+    let mut out = Vec::new();
+    events_of(BufReader::new(file.take(len)), run_id, max, &mut out);
+    (!out.is_empty()).then_some(out)
+}
+
+/// Adds the lines of `reader` naming run `run_id` to `out`, up to `max` in all.
+fn events_of(
+    mut reader: impl std::io::BufRead,
+    run_id: &str,
+    max: usize,
+    out: &mut Vec<serde_json::Value>,
+) {
+    let marker = format!(
+        "\"run_id\":{}",
+        serde_json::to_string(run_id).unwrap_or_default()
+    );
+    let mut line = Vec::new();
+    while let Some(whole) = read_line_bounded(&mut reader, &mut line, MAX_EVENT_LINE) {
+        if out.len() == max {
+            return;
+        }
+        if !whole || memchr::memmem::find(&line, marker.as_bytes()).is_none() {
+            continue;
+        }
+        if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&line)
+            && v["run_id"] == run_id
+        {
+            out.push(v);
+        }
+    }
 }
 
 /// Reads the next line into `line` (without its newline), keeping at most `max` bytes:

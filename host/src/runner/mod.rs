@@ -407,7 +407,10 @@ pub fn run_sweep_on(
         }
     }
     .with_redactor(cfg.redactor.clone());
-    let stream = Stream::new(journal, cfg.sinks.clone());
+    let mut sinks = cfg.sinks.clone();
+    let index = crate::report::scan::index::Writer::new(&cfg.out_dir, &sweep.stem);
+    sinks.insert(0, Arc::new(index));
+    let stream = Stream::new(journal, sinks);
     let sweep_scope = Scope::default();
     let cause = events::Cause::Scenario;
     stream.emit(

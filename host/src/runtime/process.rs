@@ -1512,8 +1512,29 @@ fn stderr_excerpt(p: &AgentProcess) -> String {
 }
 
 /// A free loopback port, for a served agent to listen on: bound and released, so the agent
-/// can take it (another process taking it first makes the agent fail to start, plainly).
+/// can take it (another process taking it first makes the agent fail to start, plainly). It
+/// is drawn at random below the kernel's range for the ports of outgoing connections, so a
+/// client connecting anywhere on the machine in the meantime cannot be given it; when that
+/// range leaves no room below it, the kernel picks one.
 fn free_port() -> Result<u16, RuntimeError> {
+    use std::hash::{BuildHasher, Hasher};
+    const FLOOR: u16 = 10_000;
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32_768);
+    if low > FLOOR + 1_000 {
+        let span = u64::from(low - FLOOR);
+        let seed = std::collections::hash_map::RandomState::new()
+            .build_hasher()
+            .finish();
+        for i in 0..32u64 {
+            let port = FLOOR + (seed.wrapping_add(i.wrapping_mul(7_919)) % span) as u16;
+            if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                return Ok(port);
+            }
+        }
+    }
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())

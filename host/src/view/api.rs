@@ -194,6 +194,7 @@ pub(crate) fn status(state: &State, query: &str) -> Reply {
         200,
         &json!({
             "runs": index.rows.len(),
+            "indexed": index.indexed,
             "counts": counts,
             "generation": state.runs.generation(),
             "baseline_runs": state.baseline.as_ref().map(|b| b.now().rows.len()),

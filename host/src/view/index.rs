@@ -491,6 +491,10 @@ pub(crate) struct Index {
     /// Free-text answers kept (in row order, by filters and text without the sort), most
     /// recent last.
     texts: Mutex<Vec<Kept>>,
+    /// The journals the runs read from an index name ([`Facts::journal`]).
+    journals: Vec<PathBuf>,
+    /// How many runs were read from the directories' indexes rather than their files.
+    pub indexed: usize,
 }
 
 /// Keeps an answer, the oldest dropped past [`KEPT_ANSWERS`].
@@ -516,6 +520,7 @@ impl Index {
             },
         )?;
         let mut facts = std::mem::take(&mut found.facts);
+        let (journals, indexed) = (std::mem::take(&mut found.journals), found.indexed);
         facts.sort_unstable_by_key(|f| f.identity);
         let report = Report::from_scan(found);
         let listing = report.listing.as_ref().expect("the scan kept its listing");
@@ -573,6 +578,8 @@ impl Index {
             scenario_cells,
             answers: Mutex::new(Vec::new()),
             texts: Mutex::new(Vec::new()),
+            journals,
+            indexed,
         })
     }
 
@@ -866,8 +873,16 @@ impl Index {
     }
 
     /// The journal events of a run (of its sweep's journals, the lines naming its id), in
-    /// file order, as [`load::run_events`] reads them.
+    /// file order, as [`load::run_events`] reads them: from where the index says they are
+    /// when it does (and they are there), else from its sweep's journals whole.
     pub(crate) fn events(&self, row: u32, run_id: &str) -> Vec<serde_json::Value> {
+        if let Some(p) = self.rows[row as usize].facts.journal
+            && let Some(journal) = self.journals.get(p.journal as usize)
+            && let Some(events) =
+                load::run_events_at(journal, (p.start, u64::from(p.len)), run_id, MAX_EVENTS)
+        {
+            return events;
+        }
         let (_, sweep) = self.run_index_and_sweep(row);
         let journals = self
             .report

@@ -23,6 +23,7 @@
 //! bounded by the number of scenarios, sweeps, distinct failure reasons and distinct
 //! latencies. Views that do not list every run drop the keys once read.
 
+pub(crate) mod index;
 mod key;
 mod page;
 mod part;
@@ -40,8 +41,8 @@ pub(crate) use page::{Details, MAX_CLUSTERS, MAX_DETAILED_RUNS, MAX_PER_CLUSTER}
 pub(crate) use page::{budgets, positions};
 pub(crate) use part::Identities;
 use part::{At, Clusters, Extras, FileWarning, Part, Shared, add_reasons};
+use projection::{Digest, Projection, counted_latencies, hash64};
 pub(crate) use projection::{Facts, LAYERS, hash_run_id};
-use projection::{Projection, counted_latencies, hash64};
 
 use super::load::{self, DirFd, Journals, MAX_TRACE_BYTES, read_score};
 use super::{Found, Reasons, RunRow, SHOWN_PER_SCENARIO, UsageSum};
@@ -100,6 +101,10 @@ pub(crate) struct Scan {
     pub duplicate_paths: Vec<PathBuf>,
     /// With [`Want::facts`]: one per trace read, copies of a run included, in no order.
     pub facts: Vec<Facts>,
+    /// The runs counted from the directories' indexes rather than their files.
+    pub indexed: usize,
+    /// The journals the indexes were written beside ([`Facts::journal`] names them).
+    pub journals: Vec<PathBuf>,
     pub found: Found,
 }
 
@@ -132,7 +137,10 @@ pub(crate) fn scan<P: AsRef<Path>>(dirs: &[P], want: Want<'_>) -> Result<Scan, S
     };
     let mut gaps = Vec::new();
     let mut journal_paths: Vec<(u16, String)> = Vec::new();
-    let parts = read_all(&shared, &mut journal_paths, &mut gaps)?;
+    let mut from_index = (0, Vec::new());
+    let parts = read_all(&shared, &mut journal_paths, &mut gaps, &mut from_index)?;
+    let (indexed, index_journals) = from_index;
+    tracing::debug!(indexed, "runs counted from the index");
     let mut m = Merged::of(parts, &mut gaps);
     let Shared {
         dirs, groups, odd, ..
@@ -189,6 +197,8 @@ pub(crate) fn scan<P: AsRef<Path>>(dirs: &[P], want: Want<'_>) -> Result<Scan, S
         shared: m.shared_runs,
         duplicate_paths: duplicate_paths.collect(),
         facts: m.facts,
+        indexed,
+        journals: index_journals,
         found: Found {
             sweeps: read.sweeps,
             scenario_errors: read.scenario_errors,
@@ -224,24 +234,28 @@ fn unique_dirs<P: AsRef<Path>>(dirs: &[P]) -> Result<Vec<PathBuf>, StoreError> {
     Ok(unique)
 }
 
-/// Reads the traces of every directory with a reader thread per CPU (at most 8) while the
-/// directories are listed: what each reader counted, and the journals found.
+/// Counts the runs the directories' indexes hold, then reads the traces of every other run
+/// with a reader thread per CPU (at most 8) while the directories are listed: what each
+/// reader counted, and the journals found.
 fn read_all(
     shared: &Shared<'_>,
     journal_paths: &mut Vec<(u16, String)>,
     gaps: &mut Vec<String>,
+    from_index: &mut (usize, Vec<PathBuf>),
 ) -> Result<Vec<Part>, StoreError> {
     let readers = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1)
         .clamp(1, 8);
+    let (mut indexed, covered, journals) = index::read(shared, readers);
+    *from_index = (covered.len(), journals);
     let (tx, rx) = mpsc::sync_channel::<(u16, Vec<String>)>(readers * 4);
     let rx = Mutex::new(rx);
     let (parts, listed) = std::thread::scope(|s| {
         let workers: Vec<_> = (0..readers)
             .map(|_| s.spawn(|| read_batches(&rx, shared)))
             .collect();
-        let listed = list_all(shared.dirs, &tx, journal_paths, gaps);
+        let listed = list_all(shared.dirs, &covered, &tx, journal_paths, gaps);
         drop(tx);
         let parts: Vec<Part> = workers
             .into_iter()
@@ -249,7 +263,8 @@ fn read_all(
             .collect();
         (parts, listed)
     });
-    listed.map(|()| parts)
+    indexed.extend(parts);
+    listed.map(|()| indexed)
 }
 
 /// One reader thread: the batches of file names it is handed, read until the listing ends.
@@ -521,6 +536,7 @@ impl Shown {
 /// kept for later, other files ignored. A directory with neither is a gap.
 fn list_all(
     dirs: &[PathBuf],
+    covered: &index::Covered,
     tx: &mpsc::SyncSender<(u16, Vec<String>)>,
     journals: &mut Vec<(u16, String)>,
     gaps: &mut Vec<String>,
@@ -546,6 +562,9 @@ fn list_all(
                 journals.push((i, name));
             } else if store::is_trace(Path::new(&name)) {
                 any = true;
+                if !covered.is_empty() && covered.has(i, &name) {
+                    continue;
+                }
                 batch.push(name);
                 if batch.len() == BATCH {
                     let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
@@ -619,10 +638,11 @@ fn mark_duplicates(listing: &mut Listing, counts: &mut Counts<'_>) -> Dedup {
                 let Ok(t) = serde_json::from_slice::<Projection>(&bytes) else {
                     continue;
                 };
+                let t = Digest::from(t);
                 let id = (
                     t.run_id.clone(),
                     t.sweep_id.clone(),
-                    t.agent.label.clone(),
+                    t.agent.clone(),
                     t.started_at.clone(),
                 );
                 let Some((_, first)) = firsts.iter().find(|(f, _)| *f == id) else {
@@ -762,22 +782,29 @@ mod tests {
         let mut call = windtunnel_model::ToolCall::default();
         call.arguments = serde_json::json!({"deep": [1, {"a": null}]});
         t.evidence.tool_calls.push(call);
-        let p: Projection = load::parse_json(&serde_json::to_vec(&t).unwrap()).unwrap();
+        let digest = |t: &Trace| {
+            Digest::from(load::parse_json::<Projection>(&serde_json::to_vec(t).unwrap()).unwrap())
+        };
+        let p = digest(&t);
         assert_eq!(
             (&*p.run_id, &*p.sweep_id, &*p.scenario_id, p.run_index),
             ("r-1", "s-1", "order-status", 3)
         );
         assert_eq!(
-            (&*p.agent.label, &*p.started_at),
+            (&*p.agent, &*p.started_at),
             ("demo", "2026-12-01T00:00:00Z")
         );
         assert_eq!(latency(&p), 42);
         assert_eq!(counted_latencies(&p).collect::<Vec<_>>(), [12]);
-        assert!(!p.tool_errors() && p.denial.is_none() && p.hooks.is_none());
+        assert!(!p.tool_errors && !p.denied && p.hooks.is_none());
+        assert_eq!((p.tool_calls, p.model_calls, p.turns.len()), (1, 0, 2));
         t.evidence.tool_calls[0].error = Some("boom".into());
         t.denial = Some(windtunnel_model::Denial::default());
-        let p: Projection = load::parse_json(&serde_json::to_vec(&t).unwrap()).unwrap();
-        assert!(p.tool_errors() && p.denial.is_some());
+        let p = digest(&t);
+        assert!(p.tool_errors && p.denied);
+        // What the index holds of it reads back as the same digest.
+        let line = serde_json::to_vec(&p).unwrap();
+        assert_eq!(serde_json::from_slice::<Digest>(&line).unwrap(), p);
         // Not a trace: foreign JSON, or a trace without a field every trace has.
         let mut v = serde_json::to_value(&t).unwrap();
         v.as_object_mut().unwrap().remove("surface");
@@ -1213,6 +1240,130 @@ mod rules {
             assert!(junit.contains(&format!("name=\"{name}")), "{name}: {junit}");
         }
         assert_eq!(junit.matches("<testcase ").count(), 9 + 6);
+    }
+
+    /// The index files of `dir`.
+    fn index_files(dir: &Path) -> Vec<PathBuf> {
+        let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.to_string_lossy().ends_with(index::SUFFIX))
+            .collect();
+        found.sort();
+        found
+    }
+
+    /// What every view of `dir` says (JSON, table, page, JUnit), with how many of its runs
+    /// were counted from the index.
+    fn views(dir: &Path) -> ([String; 4], usize) {
+        let dirs = [dir.to_owned()];
+        let report = agree(&dirs);
+        let indexed = scan(&dirs, Want::default()).unwrap().indexed;
+        let page = html::report_page(&report, None);
+        let views = [report.to_json(), report.to_table(), page, report.to_junit()];
+        (views, indexed)
+    }
+
+    /// The views of `dir` with its index files moved away (and back).
+    fn views_without_index(dir: &Path) -> [String; 4] {
+        let away = dir.with_extension("away");
+        std::fs::create_dir_all(&away).unwrap();
+        let files = index_files(dir);
+        for f in &files {
+            std::fs::rename(f, away.join(f.file_name().unwrap())).unwrap();
+        }
+        let (views, indexed) = views(dir);
+        assert_eq!(indexed, 0);
+        for f in &files {
+            std::fs::rename(away.join(f.file_name().unwrap()), f).unwrap();
+        }
+        views
+    }
+
+    #[test]
+    fn the_index_answers_as_the_files_do_and_only_for_the_files_it_was_written_for() {
+        let tmp = tempfile::tempdir().unwrap();
+        let a = tmp.path().join("a");
+        sweep(&a, "demo-forbidden-tool", 4, |cfg| cfg.jobs = 2);
+        sweep(&a, "demo", 3, |_| {});
+        let indexes = index_files(&a);
+        assert_eq!(indexes.len(), 2, "one index per sweep");
+        let lines = index::entries(&indexes[0]);
+        assert_eq!(lines.len(), 12);
+        assert!(lines.iter().all(|e| e.journal.is_some_and(|(a, b)| a < b)));
+        let (with, indexed) = views(&a);
+        assert_eq!(indexed, 21, "every run counted from the index");
+        assert_eq!(
+            with,
+            views_without_index(&a),
+            "the same answer as the files"
+        );
+
+        // A score rewritten after its line was written: that run is read from its files.
+        let failing = &lines[0].trace;
+        let score = a.join(failing).with_extension("score.json");
+        edit(&score, |s| {
+            s["verdict"] = "PASS".into();
+            for layer in ["outcome", "trajectory", "constraint", "integrity"] {
+                s[layer]["passed"] = true.into();
+            }
+        });
+        let (edited, indexed) = views(&a);
+        assert_eq!(indexed, 20);
+        assert_ne!(edited[0], with[0], "the edit is seen");
+        assert_eq!(edited, views_without_index(&a));
+
+        // A copy of an index beside it, a line cut short, foreign and hostile lines: the
+        // same answer.
+        let copy = a.join(format!("copy{}", index::SUFFIX));
+        std::fs::copy(&indexes[1], &copy).unwrap();
+        let mut odd = std::fs::read(&indexes[1]).unwrap();
+        let whole = odd.len();
+        odd.extend_from_slice(b"not json\n{\"v\": 1}\n[]\n");
+        let mut line: Value = serde_json::from_slice(
+            std::fs::read(&indexes[0])
+                .unwrap()
+                .split(|&b| b == b'\n')
+                .nth(1)
+                .unwrap(),
+        )
+        .unwrap();
+        for (field, value) in [
+            ("trace", Value::from("../a/x.json")),
+            ("trace", "20261201T000000Z_00000000.json".into()),
+            ("v", 2.into()),
+        ] {
+            let mut bad = line.clone();
+            bad[field] = value;
+            odd.extend(serde_json::to_vec(&bad).unwrap());
+            odd.push(b'\n');
+        }
+        odd.extend_from_slice(&std::fs::read(&indexes[1]).unwrap()[..whole / 2]);
+        std::fs::write(&indexes[1], &odd).unwrap();
+        let (hostile, indexed) = views(&a);
+        assert_eq!(indexed, 20);
+        assert_eq!(hostile, edited);
+
+        // A line that differs from another for the same files (a forged verdict): nothing
+        // is counted from the index, and a warning says why.
+        line["score"]["verdict"] = "PASS".into();
+        let mut forged = serde_json::to_vec(&line).unwrap();
+        forged.push(b'\n');
+        std::fs::write(&copy, forged).unwrap();
+        let dirs = [a.clone()];
+        let read = scan(&dirs, Want::default()).unwrap();
+        assert_eq!(read.indexed, 0);
+        let warnings = &read.found.warnings;
+        assert!(
+            warnings.iter().any(|w| w.contains("two different lines")),
+            "{warnings:?}"
+        );
+        let strip = |json: &str| {
+            let mut v: Value = serde_json::from_str(json).unwrap();
+            v.as_object_mut().unwrap().remove("warnings");
+            v
+        };
+        assert_eq!(strip(&views(&a).0[0]), strip(&edited[0]));
     }
 
     #[test]

@@ -10,7 +10,9 @@ use windtunnel_model::{HookProvenance, Score, is_slug};
 use super::key::{
     Group, Key, NO_CLUSTER, ODD, RUNG_SHIFT, SATURATED, pack_stem, rung_code, verdict_code,
 };
-use super::projection::{Facts, Projection, counted_latencies, facts, hash64, identity, latency};
+use super::projection::{
+    Digest, Facts, JournalPlace, Projection, counted_latencies, facts, hash64, identity, latency,
+};
 use super::{CHUNK, MAX_WARNINGS, Want};
 use crate::report::load::{self, DirFd, MAX_TRACE_BYTES, read_bounded_into_at, read_score_at};
 use crate::report::triage::{self, Rung};
@@ -67,7 +69,7 @@ pub(super) struct Extras {
 }
 
 impl Extras {
-    pub(super) fn add(&mut self, t: &Projection) {
+    pub(super) fn add(&mut self, t: &Digest) {
         if self
             .first
             .as_deref()
@@ -157,7 +159,7 @@ pub(crate) struct Identities {
 }
 
 impl Identities {
-    pub(super) fn add(&mut self, t: &Projection) {
+    pub(super) fn add(&mut self, t: &Digest) {
         if let Some(p) = &t.pack
             && !self.packs.contains(p)
         {
@@ -223,14 +225,14 @@ pub(super) struct Shared<'a> {
 }
 
 impl Shared<'_> {
-    pub(super) fn group(&self, t: &Projection) -> u32 {
+    pub(super) fn group(&self, t: &Digest) -> u32 {
         let mut guard = self.groups.lock().unwrap_or_else(PoisonError::into_inner);
         let (index, all) = &mut *guard;
         let g = Group {
             scenario: t.scenario_id.clone(),
             sweep: t.sweep_id.clone(),
-            agent: t.agent.label.clone(),
-            model: t.agent.model.clone().unwrap_or_default(),
+            agent: t.agent.clone(),
+            model: t.model.clone().unwrap_or_default(),
         };
         if let Some(&i) = index.get(&g) {
             return i;
@@ -312,10 +314,23 @@ impl Part {
         for p in problems {
             self.warn(at.index, name, p);
         }
-        let score = score.as_ref();
-        self.count(shared.want, &t, score);
-        let (cluster, rung) = self.cluster(shared.want, &t, score, problem.as_deref());
-        let run_id_hash = self.note(shared.want, &t, score);
+        let (score, problem) = (score.as_ref(), problem.as_deref());
+        self.add_run(shared, at.index, name, (&t, score, problem), None);
+    }
+
+    /// Counts the run of trace `name` in directory `dir` (its digest, score and the score's
+    /// problem), as read from its files or from the index (with where its journal lines are).
+    pub(super) fn add_run(
+        &mut self,
+        shared: &Shared<'_>,
+        dir: u16,
+        name: &str,
+        (t, score, problem): (&Digest, Option<&Score>, Option<&str>),
+        journal: Option<JournalPlace>,
+    ) {
+        self.count(shared.want, t, score);
+        let (cluster, rung) = self.cluster(shared.want, t, score, problem);
+        let run_id_hash = self.note(shared.want, t, score, journal);
         let stem = &name[..name.len() - ".json".len()];
         let (stem_hi, stem_lo, odd) = match pack_stem(stem) {
             Some((hi, lo)) => (hi, lo, 0),
@@ -325,17 +340,17 @@ impl Part {
                 ((odd.len() - 1) as u64, 0, ODD)
             }
         };
-        let sum = latency(&t);
+        let sum = latency(t);
         let saturated = if sum >= u64::from(u32::MAX) {
             SATURATED
         } else {
             0
         };
         self.push(Key {
-            identity: identity(&t),
-            loc: stem_hi << 16 | u64::from(at.index),
+            identity: identity(t),
+            loc: stem_hi << 16 | u64::from(dir),
             stem_lo,
-            group: shared.group(&t),
+            group: shared.group(t),
             run_index: t.run_index,
             latency_ms: u32::try_from(sum).unwrap_or(u32::MAX),
             cluster,
@@ -352,7 +367,7 @@ impl Part {
         name: &str,
         path: &Path,
         buf: &mut Vec<u8>,
-    ) -> Option<Projection> {
+    ) -> Option<Digest> {
         let (dir, shown) = (at.index, path.display());
         if let Err(why) = read_bounded_into_at(at.fd, path, MAX_TRACE_BYTES, buf) {
             self.warn(dir, name, format!("skipping {shown}: {why}"));
@@ -383,11 +398,11 @@ impl Part {
             );
             return None;
         }
-        Some(t)
+        Some(Digest::from(t))
     }
 
     /// Counts the run into its scenario's aggregate, usage and (when wanted) failure reasons.
-    fn count(&mut self, want: Want<'_>, t: &Projection, score: Option<&Score>) {
+    fn count(&mut self, want: Want<'_>, t: &Digest, score: Option<&Score>) {
         let c = Contribution::from_parts(score, counted_latencies(t), t.attempts);
         self.aggs
             .entry(t.scenario_id.clone())
@@ -411,14 +426,14 @@ impl Part {
     fn cluster(
         &mut self,
         want: Want<'_>,
-        t: &Projection,
+        t: &Digest,
         score: Option<&Score>,
         problem: Option<&str>,
     ) -> (u32, u8) {
         match triage::cluster_key(score, problem) {
             Some((_, layers, reason)) if want.page => {
                 let rung = match score {
-                    Some(s) => triage::rung(s, t.denial.is_some(), t.tool_errors()),
+                    Some(s) => triage::rung(s, t.denied, t.tool_errors),
                     None => Rung::Harness,
                 };
                 let key = ClusterKey {
@@ -434,7 +449,13 @@ impl Part {
 
     /// Notes what the run says of where it comes from, and what the caller wants of it beyond
     /// the counts (facts, run ids, runs shared with another side): the run id's hash.
-    fn note(&mut self, want: Want<'_>, t: &Projection, score: Option<&Score>) -> u64 {
+    fn note(
+        &mut self,
+        want: Want<'_>,
+        t: &Digest,
+        score: Option<&Score>,
+        journal: Option<JournalPlace>,
+    ) -> u64 {
         if want.page {
             self.extras.add(t);
         }
@@ -444,7 +465,7 @@ impl Part {
         }
         let run_id_hash = hash64(&t.run_id);
         if want.facts {
-            self.facts.push(facts(t, score, run_id_hash));
+            self.facts.push(facts(t, score, run_id_hash, journal));
         }
         if want.run_ids {
             self.run_ids.push(run_id_hash);

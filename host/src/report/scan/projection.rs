@@ -1,11 +1,12 @@
-//! What the reader reads of each run: the trace's [`Projection`], and the [`Facts`] `wt view`
-//! lists of it.
+//! What the reader reads of each run: the trace's [`Projection`], the [`Digest`] it keeps of
+//! it (what the index holds of the trace, docs/reports.md "The index"), and the [`Facts`]
+//! `wt view` lists of it.
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::Path;
 
-use serde::Deserialize;
 use serde::de::IgnoredAny;
+use serde::{Deserialize, Serialize};
 use windtunnel_model::{HookProvenance, Score, Verdict};
 
 use crate::report::load::{self, MAX_TRACE_BYTES};
@@ -37,6 +38,17 @@ pub(crate) struct Facts {
     /// What evaluating the run cost (simulated user, judges): tokens and dollars.
     pub eval_tokens: u64,
     pub eval_cost_usd: Option<f64>,
+    /// Where its lines are in its sweep's journal, when the run was read from an index.
+    pub journal: Option<JournalPlace>,
+}
+
+/// Where a run's lines are in a journal: the journal (its place in [`super::Scan::journals`]),
+/// and the bytes from `start` that hold them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct JournalPlace {
+    pub journal: u32,
+    pub len: u32,
+    pub start: u64,
 }
 
 /// What a report reads of a trace: the fields of [`windtunnel_model::Trace`] it counts,
@@ -101,10 +113,77 @@ pub(super) struct ToolError {
     pub(super) error: Option<IgnoredAny>,
 }
 
-impl Projection {
-    /// Whether a tool call of the run came back with an error (the harness rung of triage).
-    pub(super) fn tool_errors(&self) -> bool {
-        self.evidence.tool_calls.iter().any(|c| c.error.is_some())
+/// What the reader keeps of a trace to count, order and list its run: the [`Projection`]
+/// with its lists reduced to what is counted of them. The index holds one per run, beside its
+/// score, so a run read from the index is counted exactly as one read from its files.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Digest {
+    pub schema_version: u32,
+    pub run_id: String,
+    pub sweep_id: String,
+    pub scenario_id: String,
+    pub run_index: u32,
+    pub agent: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    pub started_at: String,
+    pub ended_at: String,
+    /// Each turn's latency, and whether the turn ended with an error.
+    pub turns: Vec<(u64, bool)>,
+    pub tool_calls: u32,
+    /// Whether a tool call came back with an error (the harness rung of triage).
+    pub tool_errors: bool,
+    pub model_calls: u32,
+    /// Whether a guard denied a turn.
+    pub denied: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hooks: Option<Vec<HookProvenance>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pack: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scenario_digest: Option<String>,
+    /// Warnings the run's hooks gave (`hook:<name>: …` among its worker warnings).
+    pub hook_warnings: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempts: Option<u32>,
+}
+
+impl From<Projection> for Digest {
+    fn from(t: Projection) -> Self {
+        let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        Digest {
+            schema_version: t.schema_version,
+            tool_calls: count(t.evidence.tool_calls.len()),
+            tool_errors: t.evidence.tool_calls.iter().any(|c| c.error.is_some()),
+            model_calls: count(t.evidence.model_calls.len()),
+            denied: t.denial.is_some(),
+            hook_warnings: count(
+                t.worker_warnings
+                    .iter()
+                    .filter(|w| w.starts_with("hook:"))
+                    .count(),
+            ),
+            turns: t
+                .turns
+                .iter()
+                .map(|turn| (turn.latency_ms, turn.error.is_some()))
+                .collect(),
+            run_id: t.run_id,
+            sweep_id: t.sweep_id,
+            scenario_id: t.scenario_id,
+            run_index: t.run_index,
+            agent: t.agent.label,
+            model: t.agent.model,
+            started_at: t.started_at,
+            ended_at: t.ended_at,
+            hooks: t.hooks,
+            pack: t.pack,
+            shard: t.shard,
+            scenario_digest: t.scenario_digest,
+            attempts: t.attempts,
+        }
     }
 }
 
@@ -122,13 +201,17 @@ pub(super) fn hash64(x: &impl Hash) -> u64 {
 
 /// The hash of what makes a trace the run it is: its run id, qualified by sweep, agent and
 /// start time (pinned sweeps of different agents reuse run ids).
-pub(super) fn identity(t: &Projection) -> u64 {
-    hash64(&(&t.run_id, &t.sweep_id, &t.agent.label, &t.started_at))
+pub(super) fn identity(t: &Digest) -> u64 {
+    hash64(&(&t.run_id, &t.sweep_id, &t.agent, &t.started_at))
 }
 
 /// What `wt view` lists of a run (its trace `t` and its score).
-pub(super) fn facts(t: &Projection, score: Option<&Score>, run_id_hash: u64) -> Facts {
-    let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+pub(super) fn facts(
+    t: &Digest,
+    score: Option<&Score>,
+    run_id_hash: u64,
+    journal: Option<JournalPlace>,
+) -> Facts {
     let usage = score.and_then(|s| s.usage.as_ref());
     let eval = score.and_then(|s| s.eval_usage.as_ref());
     let tokens = |u: &windtunnel_model::RunUsage| {
@@ -148,41 +231,39 @@ pub(super) fn facts(t: &Projection, score: Option<&Score>, run_id_hash: u64) -> 
         }),
         rung: match score {
             Some(s) if s.verdict == Verdict::Pass => None,
-            Some(s) => Some(triage::rung(s, t.denial.is_some(), t.tool_errors())),
+            Some(s) => Some(triage::rung(s, t.denied, t.tool_errors)),
             None => Some(Rung::Harness),
         },
-        turns: count(t.turns.len()),
-        tool_calls: count(t.evidence.tool_calls.len()),
-        model_calls: count(t.evidence.model_calls.len()),
-        hook_warnings: count(
-            t.worker_warnings
-                .iter()
-                .filter(|w| w.starts_with("hook:"))
-                .count(),
-        ),
+        turns: u32::try_from(t.turns.len()).unwrap_or(u32::MAX),
+        tool_calls: t.tool_calls,
+        model_calls: t.model_calls,
+        hook_warnings: t.hook_warnings,
         tokens: usage.map_or(0, tokens),
         cost_usd: usage.and_then(|u| u.cost_usd),
         eval_tokens: eval.map_or(0, tokens),
         eval_cost_usd: eval.and_then(|u| u.cost_usd),
+        journal,
     }
 }
 
-pub(super) fn read_projection(path: &Path) -> Result<Projection, String> {
+pub(super) fn read_projection(path: &Path) -> Result<Digest, String> {
     let bytes = load::read_bounded(path, MAX_TRACE_BYTES).map_err(|e| e.to_string())?;
-    serde_json::from_slice(&bytes).map_err(|e| format!("not a wt trace ({e})"))
+    serde_json::from_slice::<Projection>(&bytes)
+        .map(Digest::from)
+        .map_err(|e| format!("not a wt trace ({e})"))
 }
 
 /// A run's turn latencies summed (as its row shows them).
-pub(super) fn latency(t: &Projection) -> u64 {
+pub(super) fn latency(t: &Digest) -> u64 {
     t.turns
         .iter()
-        .fold(0u64, |n, turn| n.saturating_add(turn.latency_ms))
+        .fold(0u64, |n, &(latency, _)| n.saturating_add(latency))
 }
 
 /// The turn latencies a scenario's aggregate counts (turns that ended without an error).
-pub(super) fn counted_latencies(t: &Projection) -> impl Iterator<Item = u64> + '_ {
+pub(super) fn counted_latencies(t: &Digest) -> impl Iterator<Item = u64> + '_ {
     t.turns
         .iter()
-        .filter(|turn| turn.error.is_none())
-        .map(|turn| turn.latency_ms)
+        .filter(|&&(_, error)| !error)
+        .map(|&(latency, _)| latency)
 }
