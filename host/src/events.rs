@@ -316,6 +316,8 @@ pub enum JournalError {
 pub struct RunWritten<'a> {
     pub trace: &'a Trace,
     pub score: &'a Score,
+    /// The file names of the hook artifacts written beside it, sorted.
+    pub artifacts: &'a [String],
 }
 
 /// One event as every sink sees it.

@@ -1637,23 +1637,42 @@ fn a_simulated_users_turns_are_marked_with_its_model_and_scripted_turns_are_not(
 }
 
 #[test]
-fn a_runs_events_are_read_where_the_index_says_and_are_the_journals_lines_for_it() {
+fn a_runs_events_and_artifacts_are_read_where_the_index_says_and_are_the_runs_own() {
     let dir = tmp();
-    let out = sweep(dir.path(), "runs", &["--runs", "4", "--jobs", "3"]);
+    let args = ["--runs", "4", "--jobs", "3", "--hook", "debrief"];
+    let out = sweep(
+        dir.path(),
+        "runs",
+        &[&args[..], &["--agent", "demo-forbidden-tool"]].concat(),
+    );
     let lines = crate::harness::journal(&out);
+    let names: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
     let events_of = |view: &View| {
-        traces(&out)
+        trace_paths(&out)
             .iter()
-            .map(|t| {
+            .map(|path| {
+                let t: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
                 let id = t["run_id"].as_str().unwrap();
-                let got = view.api(&format!("/api/runs/{id}"))["events"].clone();
+                let got = view.api(&format!("/api/runs/{id}"));
                 let want: Vec<&Value> = lines.iter().filter(|e| e["run_id"] == id).collect();
-                assert_eq!(
-                    got.as_array().unwrap().iter().collect::<Vec<_>>(),
-                    want,
-                    "{id}"
-                );
-                got
+                let events = got["events"].as_array().unwrap();
+                assert_eq!(events.iter().collect::<Vec<_>>(), want, "{id}");
+                // Its artifacts: the sidecars beside it but its score (as `wt view runs`
+                // names them).
+                let stem = path.file_stem().unwrap().to_string_lossy().into_owned();
+                let mut beside: Vec<String> = names
+                    .iter()
+                    .filter(|n| n.starts_with(&format!("{stem}.")))
+                    .filter(|n| **n != format!("{stem}.json") && !n.ends_with(".score.json"))
+                    .map(|n| format!("runs/{n}"))
+                    .collect();
+                beside.sort();
+                assert!(!beside.is_empty(), "debrief wrote beside {stem}");
+                assert_eq!(got["artifacts"], json!(beside), "{id}");
+                (got["events"].clone(), got["artifacts"].clone())
             })
             .collect::<Vec<_>>()
     };
@@ -1676,6 +1695,6 @@ fn a_runs_events_are_read_where_the_index_says_and_are_the_journals_lines_for_it
     assert_eq!(
         events_of(&view),
         indexed,
-        "the same events from the journal whole"
+        "the same events and artifacts from the journal whole and the directory listed"
     );
 }

@@ -276,7 +276,12 @@ impl Tally {
         };
         store::write_json(&run.path.with_extension("score.json"), &*new)?;
         if let Some(index) = &self.index {
-            index.append(&run.stem(), &new);
+            let artifacts: Vec<String> = run
+                .artifacts
+                .iter()
+                .filter_map(|p| p.file_name()?.to_str().map(str::to_owned))
+                .collect();
+            index.append(&run.stem(), &new, &artifacts);
         }
         if !judged {
             if pointers_only(run.score.as_ref(), &new) {

@@ -116,7 +116,7 @@ impl<'s, 'a> RunRunner<'s, 'a> {
             store::remove_run(&cfg.out_dir, &stem)?;
         }
         let mut clash = 1;
-        loop {
+        let written = loop {
             match self.write(&stem, &mut trace, &score, &artifacts) {
                 Err(StoreError::Exists { .. }) => {
                     // Another sweep writing to this directory took the file name first (its
@@ -128,7 +128,7 @@ impl<'s, 'a> RunRunner<'s, 'a> {
                 }
                 other => break other?,
             }
-        }
+        };
         sc.stream.emit(
             &scope,
             &events::Cause::Scenario,
@@ -136,6 +136,7 @@ impl<'s, 'a> RunRunner<'s, 'a> {
             Some(events::RunWritten {
                 trace: &trace,
                 score: &score,
+                artifacts: &written,
             }),
         );
         lock(agg).add(&trace, Some(&score));
@@ -500,14 +501,15 @@ impl<'s, 'a> RunRunner<'s, 'a> {
         crate::judge::AgentCost::Priced(self.sc.cfg.agent.pricing().copied())
     }
 
-    /// Writes the score (created new), the artifacts, then the trace.
+    /// Writes the score (created new), the artifacts, then the trace: the artifacts' file
+    /// names, sorted.
     fn write(
         &self,
         stem: &str,
         trace: &mut Trace,
         score: &Score,
         artifacts: &[Artifact],
-    ) -> Result<(), StoreError> {
+    ) -> Result<Vec<String>, StoreError> {
         let dir = &self.sc.cfg.out_dir;
         store::write_json_new(&store::score_path(dir, stem), score)?;
         let mut written = HashSet::new();
@@ -526,7 +528,13 @@ impl<'s, 'a> RunRunner<'s, 'a> {
                     .push(format!("hook:{}: artifact not written: {e}", a.hook)),
             }
         }
-        store::write_json(&store::trace_path(dir, stem), trace)
+        store::write_json(&store::trace_path(dir, stem), trace)?;
+        let mut names: Vec<String> = written
+            .iter()
+            .filter_map(|p| p.file_name()?.to_str().map(str::to_owned))
+            .collect();
+        names.sort();
+        Ok(names)
     }
 }
 

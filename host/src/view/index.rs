@@ -491,8 +491,8 @@ pub(crate) struct Index {
     /// Free-text answers kept (in row order, by filters and text without the sort), most
     /// recent last.
     texts: Mutex<Vec<Kept>>,
-    /// The journals the runs read from an index name ([`Facts::journal`]).
-    journals: Vec<PathBuf>,
+    /// The index files the runs counted from a line name ([`Facts::line`]).
+    indexes: Vec<PathBuf>,
     /// How many runs were read from the directories' indexes rather than their files.
     pub indexed: usize,
 }
@@ -520,7 +520,7 @@ impl Index {
             },
         )?;
         let mut facts = std::mem::take(&mut found.facts);
-        let (journals, indexed) = (std::mem::take(&mut found.journals), found.indexed);
+        let (indexes, indexed) = (std::mem::take(&mut found.indexes), found.indexed);
         facts.sort_unstable_by_key(|f| f.identity);
         let report = Report::from_scan(found);
         let listing = report.listing.as_ref().expect("the scan kept its listing");
@@ -578,7 +578,7 @@ impl Index {
             scenario_cells,
             answers: Mutex::new(Vec::new()),
             texts: Mutex::new(Vec::new()),
-            journals,
+            indexes,
             indexed,
         })
     }
@@ -627,12 +627,26 @@ impl Index {
             .path_at(self.rows[row as usize].listed as usize)
     }
 
-    /// A row's run whole, with its hook artifacts; `Err` says why it cannot be read now.
+    /// A row's index line, read again (with the index's path), when the run was counted from
+    /// one and the line is still there.
+    fn line(&self, row: u32) -> Option<(&Path, scan::index::Entry)> {
+        let place = self.rows[row as usize].facts.line?;
+        let index = self.indexes.get(place.index as usize)?;
+        let path = self.path(row);
+        let trace = path.file_name()?.to_str()?;
+        let e = scan::index::entry_at(index, place.offset, trace)?;
+        Some((index.as_path(), e))
+    }
+
+    /// A row's run whole, with its hook artifacts (those its index line names, when it was
+    /// counted from one; else those found beside it); `Err` says why it cannot be read now.
     pub(crate) fn load(&self, row: u32) -> Result<LoadedRun, String> {
-        let run = self
-            .listing()
-            .load_at(self.rows[row as usize].listed as usize)
-            .map_err(|why| cut_to(&why, MAX_REASON))?;
+        let listed = self.rows[row as usize].listed as usize;
+        let run = match self.line(row) {
+            Some((_, e)) => self.listing().load_at_with(listed, &e.artifacts),
+            None => self.listing().load_at(listed),
+        }
+        .map_err(|why| cut_to(&why, MAX_REASON))?;
         if scan::hash_run_id(&run.trace.run_id) != self.rows[row as usize].facts.run_id_hash {
             return Err(unreadable(&run.path, "it now holds another run"));
         }
@@ -876,10 +890,14 @@ impl Index {
     /// file order, as [`load::run_events`] reads them: from where the index says they are
     /// when it does (and they are there), else from its sweep's journals whole.
     pub(crate) fn events(&self, row: u32, run_id: &str) -> Vec<serde_json::Value> {
-        if let Some(p) = self.rows[row as usize].facts.journal
-            && let Some(journal) = self.journals.get(p.journal as usize)
-            && let Some(events) =
-                load::run_events_at(journal, (p.start, u64::from(p.len)), run_id, MAX_EVENTS)
+        if let Some((index, e)) = self.line(row)
+            && let Some((start, end)) = e.journal
+            && let Some(events) = load::run_events_at(
+                &scan::index::journal_of(index),
+                (start, end.saturating_sub(start)),
+                run_id,
+                MAX_EVENTS,
+            )
         {
             return events;
         }

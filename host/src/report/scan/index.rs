@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError, mpsc};
@@ -20,9 +20,9 @@ use std::sync::{Mutex, PoisonError, mpsc};
 use serde::{Deserialize, Serialize};
 use windtunnel_model::{Score, Trace, is_slug};
 
-use super::key::pack_stem;
+use super::key::{pack_stem, unpack_stem};
 use super::part::{Part, Shared};
-use super::projection::{Digest, JournalPlace, Projection};
+use super::projection::{Digest, LinePlace, Projection};
 use crate::events::{Emitted, Event, Sink};
 use crate::report::load::{self, DirFd};
 use crate::store;
@@ -89,37 +89,45 @@ pub(crate) struct Entry {
     /// its `RunEnded` line.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub journal: Option<(u64, u64)>,
+    /// The file names of its hook artifacts, sorted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub artifacts: Vec<String>,
     pub run: Digest,
     pub score: Score,
 }
 
-/// What the index phase leaves for the directories' listing: the traces counted from a line
-/// (with a hash of the line), which the listing skips.
+/// The traces counted from a line, which the directories' listing skips: by directory and
+/// stem (packed as [`pack_stem`] packs it, else whole), sorted once every line is read.
 #[derive(Default)]
 pub(super) struct Covered {
-    packed: HashMap<(u16, u64, u32), u64>,
-    odd: HashMap<(u16, Box<str>), u64>,
-    /// A trace two valid lines that differ stand for: the index is not used.
-    conflict: Option<(u16, String)>,
+    packed: Vec<(u16, u64, u32)>,
+    odd: Vec<(u16, Box<str>)>,
 }
 
 impl Covered {
-    /// Claims trace `name` of directory `dir` for the line hashed `line`: false when a line
-    /// already counted it (a copy of this one, or one that differs, which is noted).
-    fn claim(&mut self, dir: u16, name: &str, line: u64) -> bool {
+    fn add(&mut self, dir: u16, name: &str) {
         let stem = &name[..name.len() - ".json".len()];
-        let earlier = match pack_stem(stem) {
-            Some((hi, lo)) => self.packed.insert((dir, hi, lo), line),
-            None => self.odd.insert((dir, stem.into()), line),
-        };
-        match earlier {
-            None => true,
-            Some(h) => {
-                if h != line && self.conflict.is_none() {
-                    self.conflict = Some((dir, name.to_owned()));
-                }
-                false
-            }
+        match pack_stem(stem) {
+            Some((hi, lo)) => self.packed.push((dir, hi, lo)),
+            None => self.odd.push((dir, stem.into())),
+        }
+    }
+
+    fn merge(&mut self, other: Covered) {
+        self.packed.extend(other.packed);
+        self.odd.extend(other.odd);
+    }
+
+    /// Sorts what was added; the first trace added twice (by two valid lines), if any.
+    fn sort(&mut self) -> Option<(u16, String)> {
+        self.packed.sort_unstable();
+        self.odd.sort_unstable();
+        let packed = self.packed.windows(2).find(|w| w[0] == w[1]);
+        let odd = self.odd.windows(2).find(|w| w[0] == w[1]);
+        match (packed, odd) {
+            (Some(w), _) => Some((w[0].0, format!("{}.json", unpack_stem(w[0].1, w[0].2)))),
+            (None, Some(w)) => Some((w[0].0, format!("{}.json", w[0].1))),
+            (None, None) => None,
         }
     }
 
@@ -128,8 +136,11 @@ impl Covered {
             return false;
         };
         match pack_stem(stem) {
-            Some((hi, lo)) => self.packed.contains_key(&(dir, hi, lo)),
-            None => self.odd.contains_key(&(dir, Box::from(stem))),
+            Some((hi, lo)) => self.packed.binary_search(&(dir, hi, lo)).is_ok(),
+            None => self
+                .odd
+                .binary_search_by(|(d, s)| (*d, &**s).cmp(&(dir, stem)))
+                .is_ok(),
         }
     }
 
@@ -144,25 +155,26 @@ impl Covered {
 }
 
 /// Counts every run the directories' index files hold a valid line for, with a reader thread
-/// per CPU (`readers`): what each counted, and the traces they counted. When two valid lines
-/// that differ stand for one trace (an index edited by hand), nothing is counted from the
-/// index, and a warning says so: every run is then read from its files.
+/// per CPU (`readers`): what each counted, the traces they counted, and the index files read.
+/// When two valid lines stand for one trace (a copy of an index beside it, or one edited by
+/// hand), nothing is counted from the indexes, and a warning says so: every run is then read
+/// from its files.
 pub(super) fn read(shared: &Shared<'_>, readers: usize) -> (Vec<Part>, Covered, Vec<PathBuf>) {
+    // (The index files read come back last: a run's `LinePlace` names one by its place.)
     let files: Vec<(u16, PathBuf)> = shared
         .dirs
         .iter()
         .enumerate()
         .flat_map(|(i, dir)| index_files(dir).into_iter().map(move |p| (i as u16, p)))
         .collect();
-    let covered = Mutex::new(Covered::default());
     if files.is_empty() {
         return (Vec::new(), Covered::default(), Vec::new());
     }
     let (tx, rx) = mpsc::sync_channel::<Block>(readers * 4);
     let rx = Mutex::new(rx);
-    let parts = std::thread::scope(|s| {
+    let counted: Vec<(Part, Covered)> = std::thread::scope(|s| {
         let workers: Vec<_> = (0..readers)
-            .map(|_| s.spawn(|| count_lines(&rx, shared, &covered)))
+            .map(|_| s.spawn(|| count_lines(&rx, shared)))
             .collect();
         for (i, (dir, path)) in files.iter().enumerate() {
             if !send_lines((*dir, i as u32), path, &tx) {
@@ -175,10 +187,15 @@ pub(super) fn read(shared: &Shared<'_>, readers: usize) -> (Vec<Part>, Covered, 
             .map(|w| w.join().expect("an index reader panicked"))
             .collect()
     });
-    let covered = covered.into_inner().unwrap_or_else(PoisonError::into_inner);
-    let journals = files.iter().map(|(_, p)| journal_of(p)).collect();
-    match covered.conflict {
-        None => (parts, covered, journals),
+    let mut covered = Covered::default();
+    let mut parts = Vec::with_capacity(counted.len());
+    for (part, c) in counted {
+        parts.push(part);
+        covered.merge(c);
+    }
+    let indexes = files.into_iter().map(|(_, p)| p).collect();
+    match covered.sort() {
+        None => (parts, covered, indexes),
         Some((dir, name)) => {
             let mut part = Part::default();
             let path = shared.dirs[usize::from(dir)].join(&name);
@@ -186,7 +203,7 @@ pub(super) fn read(shared: &Shared<'_>, readers: usize) -> (Vec<Part>, Covered, 
                 dir,
                 &name,
                 format!(
-                    "the index holds two different lines for {}; every run is read from its files",
+                    "the indexes hold two lines for {}; every run is read from its files",
                     path.display()
                 ),
             );
@@ -196,7 +213,7 @@ pub(super) fn read(shared: &Shared<'_>, readers: usize) -> (Vec<Part>, Covered, 
 }
 
 /// The journal an index file was written beside.
-fn journal_of(index: &Path) -> PathBuf {
+pub(crate) fn journal_of(index: &Path) -> PathBuf {
     let name = index
         .file_name()
         .and_then(|n| n.to_str())
@@ -224,41 +241,67 @@ fn index_files(dir: &Path) -> Vec<PathBuf> {
 }
 
 /// Lines of an index file for a reader: its directory, the file's place in the list of index
-/// files read, and the lines.
-type Block = ((u16, u32), Vec<Vec<u8>>);
+/// files read, and the lines with where each begins.
+type Block = ((u16, u32), Vec<(u64, Vec<u8>)>);
 
-/// Hands the lines of index file `path` (of directory and place `at`) to the readers, a
+/// A buffered reader that counts the bytes consumed: where the next line begins.
+struct Counted<R> {
+    inner: R,
+    at: u64,
+}
+
+impl<R: BufRead> Read for Counted<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.at += n as u64;
+        Ok(n)
+    }
+}
+
+impl<R: BufRead> BufRead for Counted<R> {
+    fn fill_buf(&mut self) -> std::io::Result<&[u8]> {
+        self.inner.fill_buf()
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.at += n as u64;
+        self.inner.consume(n);
+    }
+}
+
+/// Hands the lines of index file `path` (of directory and place `file`) to the readers, a
 /// block at a time; false when they are gone.
-fn send_lines(at: (u16, u32), path: &Path, tx: &mpsc::SyncSender<Block>) -> bool {
+fn send_lines(file_at: (u16, u32), path: &Path, tx: &mpsc::SyncSender<Block>) -> bool {
     let Ok((file, _)) = load::open_bounded(path, MAX_INDEX_BYTES) else {
         return true;
     };
-    let mut reader = BufReader::with_capacity(1 << 18, file.take(MAX_INDEX_BYTES));
+    let mut reader = Counted {
+        inner: BufReader::with_capacity(1 << 18, file.take(MAX_INDEX_BYTES)),
+        at: 0,
+    };
     let mut block = Vec::with_capacity(BLOCK_LINES);
     loop {
         let mut line = Vec::new();
+        let at = reader.at;
         match load::read_line_bounded(&mut reader, &mut line, MAX_LINE) {
-            Some(true) => block.push(line),
+            Some(true) => block.push((at, line)),
             Some(false) => {}
             None => break,
         }
         if block.len() == BLOCK_LINES {
             let full = std::mem::replace(&mut block, Vec::with_capacity(BLOCK_LINES));
-            if tx.send((at, full)).is_err() {
+            if tx.send((file_at, full)).is_err() {
                 return false;
             }
         }
     }
-    block.is_empty() || tx.send((at, block)).is_ok()
+    block.is_empty() || tx.send((file_at, block)).is_ok()
 }
 
 /// One reader thread: counts the runs of the lines it is handed whose files are as written.
-fn count_lines(
-    rx: &Mutex<mpsc::Receiver<Block>>,
-    shared: &Shared<'_>,
-    covered: &Mutex<Covered>,
-) -> Part {
+fn count_lines(rx: &Mutex<mpsc::Receiver<Block>>, shared: &Shared<'_>) -> (Part, Covered) {
     let mut part = Part::default();
+    let mut covered = Covered::default();
     let mut open: Option<(u16, Option<DirFd>)> = None;
     loop {
         let job = rx.lock().unwrap_or_else(PoisonError::into_inner).recv();
@@ -267,30 +310,20 @@ fn count_lines(
             open = Some((dir, DirFd::open(&shared.dirs[usize::from(dir)])));
         }
         let fd = open.as_ref().and_then(|(_, fd)| fd.as_ref());
-        for line in lines {
+        for (offset, line) in lines {
             let Some(e) = valid(shared, dir, fd, &line) else {
                 continue;
             };
-            let hash = super::projection::hash64(&line);
-            let claimed = covered
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .claim(dir, &e.trace, hash);
-            if claimed {
-                let journal = e.journal.and_then(|(start, end)| {
-                    let len = u32::try_from(end.checked_sub(start)?).ok()?;
-                    Some(JournalPlace {
-                        journal: file,
-                        len,
-                        start,
-                    })
-                });
-                let run = (&e.run, Some(&e.score), None);
-                part.add_run(shared, dir, &e.trace, run, journal);
-            }
+            covered.add(dir, &e.trace);
+            let place = LinePlace {
+                index: file,
+                offset,
+            };
+            let run = (&e.run, Some(&e.score), None);
+            part.add_run(shared, dir, &e.trace, run, Some(place));
         }
     }
-    part
+    (part, covered)
 }
 
 /// The line's entry when it holds for the files in `dir` now: a run this `wt` reads whole,
@@ -361,23 +394,23 @@ impl Writer {
 
     /// Appends the line of run `stem` for the score just written: `wt rescore`'s, for a
     /// score it rewrote, in an index of its own. The digest is made of the trace file's bytes.
-    pub(crate) fn append(&self, stem: &str, score: &Score) {
+    pub(crate) fn append(&self, stem: &str, score: &Score, artifacts: &[String]) {
         let mut guard = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        self.write(&mut guard, (stem, None, score), None);
+        self.write(&mut guard, (stem, None, score, artifacts), None);
     }
 
     /// Writes the line of run `stem` (its digest made of `trace`, else of its file).
     fn write(
         &self,
         state: &mut WriterState,
-        (stem, trace, score): (&str, Option<&Trace>, &Score),
+        run: (&str, Option<&Trace>, &Score, &[String]),
         journal: Option<(u64, u64)>,
     ) {
         if state.failed {
             return;
         }
         let line = &mut state.line;
-        let written = entry_line(&self.dir, stem, trace, score, journal, line).and_then(|()| {
+        let written = entry_line(&self.dir, run, journal, line).and_then(|()| {
             let file = match &mut state.file {
                 Some(f) => f,
                 empty => empty.insert(self.open()?),
@@ -422,17 +455,16 @@ impl Sink for Writer {
             .offset
             .zip(e.line)
             .map(|(at, line)| at + line.len() as u64);
-        self.write(state, (stem, Some(run.trace), run.score), first.zip(end));
+        let written = (stem.as_str(), Some(run.trace), run.score, run.artifacts);
+        self.write(state, written, first.zip(end));
     }
 }
 
 /// The index line of run `stem` of `dir` as written (`trace` when given, else read from its
-/// file; `score`), its journal lines at `journal`, into `out`.
+/// file; `score`; its artifacts' file names), its journal lines at `journal`, into `out`.
 fn entry_line(
     dir: &Path,
-    stem: &str,
-    trace: Option<&Trace>,
-    score: &Score,
+    (stem, trace, score, artifacts): (&str, Option<&Trace>, &Score, &[String]),
     journal: Option<(u64, u64)>,
     out: &mut Vec<u8>,
 ) -> Result<(), String> {
@@ -453,6 +485,7 @@ fn entry_line(
         trace: format!("{stem}.json"),
         stamps,
         journal,
+        artifacts: artifacts.to_vec(),
         run,
         score: score.clone(),
     };
@@ -460,6 +493,21 @@ fn entry_line(
     serde_json::to_writer(&mut *out, &entry).map_err(|e| e.to_string())?;
     out.push(b'\n');
     Ok(())
+}
+
+/// The line at `offset` of index file `path`, when it is whole and parses, and is the line of
+/// trace `trace` (the run's page reads it again: where its journal lines are, its artifacts).
+pub(crate) fn entry_at(path: &Path, offset: u64, trace: &str) -> Option<Entry> {
+    use std::io::{Seek, SeekFrom};
+    let (mut file, _) = load::open_bounded(path, MAX_INDEX_BYTES).ok()?;
+    file.seek(SeekFrom::Start(offset)).ok()?;
+    let mut reader = BufReader::new(file.take(MAX_LINE as u64 + 1));
+    let mut line = Vec::new();
+    if load::read_line_bounded(&mut reader, &mut line, MAX_LINE) != Some(true) {
+        return None;
+    }
+    let e: Entry = load::parse_json(&line).ok()?;
+    (e.v == INDEX_VERSION && e.trace == trace).then_some(e)
 }
 
 /// An index file's entries: every line that parses, in order.

@@ -292,6 +292,30 @@ impl Listing {
         self.load(&self.keys[i], &artifacts)
     }
 
+    /// Like [`Listing::load_at`], its hook artifacts those of `names` (file names, as its
+    /// index line gives them) that are there beside it, not the directory listed again. A
+    /// name that is not one of its sidecars (another run's, a path, its score) is passed over.
+    pub(crate) fn load_at_with(&self, i: usize, names: &[String]) -> Result<LoadedRun, String> {
+        let k = &self.keys[i];
+        let stem = self.stem(k).into_owned();
+        let dir = &self.dirs[usize::from(k.dir())];
+        let mut paths: Vec<PathBuf> = names
+            .iter()
+            .filter(|n| {
+                n.strip_prefix(stem.as_str())
+                    .is_some_and(|rest| rest.starts_with('.') && !rest.contains('/'))
+                    && store::is_sidecar(Path::new(n.as_str()))
+                    && !n.ends_with(".score.json")
+            })
+            .map(|n| dir.join(n))
+            .filter(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file()))
+            .collect();
+        paths.sort();
+        paths.dedup();
+        let artifacts = HashMap::from([((k.dir(), stem), paths)]);
+        self.load(k, &artifacts)
+    }
+
     /// The directories read, in the order given.
     pub(crate) fn dirs(&self) -> &[PathBuf] {
         &self.dirs

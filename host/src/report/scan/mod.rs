@@ -103,8 +103,8 @@ pub(crate) struct Scan {
     pub facts: Vec<Facts>,
     /// The runs counted from the directories' indexes rather than their files.
     pub indexed: usize,
-    /// The journals the indexes were written beside ([`Facts::journal`] names them).
-    pub journals: Vec<PathBuf>,
+    /// The index files read ([`Facts::line`] names them by place).
+    pub indexes: Vec<PathBuf>,
     pub found: Found,
 }
 
@@ -139,7 +139,7 @@ pub(crate) fn scan<P: AsRef<Path>>(dirs: &[P], want: Want<'_>) -> Result<Scan, S
     let mut journal_paths: Vec<(u16, String)> = Vec::new();
     let mut from_index = (0, Vec::new());
     let parts = read_all(&shared, &mut journal_paths, &mut gaps, &mut from_index)?;
-    let (indexed, index_journals) = from_index;
+    let (indexed, indexes) = from_index;
     tracing::debug!(indexed, "runs counted from the index");
     let mut m = Merged::of(parts, &mut gaps);
     let Shared {
@@ -198,7 +198,7 @@ pub(crate) fn scan<P: AsRef<Path>>(dirs: &[P], want: Want<'_>) -> Result<Scan, S
         duplicate_paths: duplicate_paths.collect(),
         facts: m.facts,
         indexed,
-        journals: index_journals,
+        indexes,
         found: Found {
             sweeps: read.sweeps,
             scenario_errors: read.scenario_errors,
@@ -247,8 +247,8 @@ fn read_all(
         .map(|n| n.get())
         .unwrap_or(1)
         .clamp(1, 8);
-    let (mut indexed, covered, journals) = index::read(shared, readers);
-    *from_index = (covered.len(), journals);
+    let (mut indexed, covered, indexes) = index::read(shared, readers);
+    *from_index = (covered.len(), indexes);
     let (tx, rx) = mpsc::sync_channel::<(u16, Vec<String>)>(readers * 4);
     let rx = Mutex::new(rx);
     let (parts, listed) = std::thread::scope(|s| {
@@ -1286,11 +1286,36 @@ mod rules {
         let a = tmp.path().join("a");
         sweep(&a, "demo-forbidden-tool", 4, |cfg| cfg.jobs = 2);
         sweep(&a, "demo", 3, |_| {});
-        let indexes = index_files(&a);
+        let mut indexes = index_files(&a);
         assert_eq!(indexes.len(), 2, "one index per sweep");
+        // The failing sweep's first (their names may sort either way within a second).
+        indexes.sort_by_key(|p| std::cmp::Reverse(index::entries(p).len()));
         let lines = index::entries(&indexes[0]);
         assert_eq!(lines.len(), 12);
         assert!(lines.iter().all(|e| e.journal.is_some_and(|(a, b)| a < b)));
+        // Each run's line is found again where the reader says it is.
+        let read = scan(
+            std::slice::from_ref(&a),
+            Want {
+                facts: true,
+                ..Want::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(read.indexes, index_files(&a));
+        let all: Vec<index::Entry> = indexes.iter().flat_map(|p| index::entries(p)).collect();
+        assert_eq!(read.facts.len(), 21);
+        for f in &read.facts {
+            let place = f.line.expect("counted from its line");
+            let e = all
+                .iter()
+                .find(|e| hash_run_id(&e.run.run_id) == f.run_id_hash)
+                .unwrap();
+            let path = &read.indexes[place.index as usize];
+            let again = index::entry_at(path, place.offset, &e.trace).expect("its line is there");
+            assert_eq!(again.run, e.run);
+            assert!(index::entry_at(path, place.offset, "other.json").is_none());
+        }
         let (with, indexed) = views(&a);
         assert_eq!(indexed, 21, "every run counted from the index");
         assert_eq!(
@@ -1313,21 +1338,12 @@ mod rules {
         assert_ne!(edited[0], with[0], "the edit is seen");
         assert_eq!(edited, views_without_index(&a));
 
-        // A copy of an index beside it, a line cut short, foreign and hostile lines: the
-        // same answer.
-        let copy = a.join(format!("copy{}", index::SUFFIX));
-        std::fs::copy(&indexes[1], &copy).unwrap();
+        // A line cut short, foreign and hostile lines: the same answer.
         let mut odd = std::fs::read(&indexes[1]).unwrap();
-        let whole = odd.len();
         odd.extend_from_slice(b"not json\n{\"v\": 1}\n[]\n");
-        let mut line: Value = serde_json::from_slice(
-            std::fs::read(&indexes[0])
-                .unwrap()
-                .split(|&b| b == b'\n')
-                .nth(1)
-                .unwrap(),
-        )
-        .unwrap();
+        let second = std::fs::read(&indexes[0]).unwrap();
+        let mut line: Value =
+            serde_json::from_slice(second.split(|&b| b == b'\n').nth(1).unwrap()).unwrap();
         for (field, value) in [
             ("trace", Value::from("../a/x.json")),
             ("trace", "20261201T000000Z_00000000.json".into()),
@@ -1338,32 +1354,38 @@ mod rules {
             odd.extend(serde_json::to_vec(&bad).unwrap());
             odd.push(b'\n');
         }
-        odd.extend_from_slice(&std::fs::read(&indexes[1]).unwrap()[..whole / 2]);
+        // The last line cut short, as a kill in the middle of a write would (were a line
+        // not one write).
+        let first = &odd[..odd.iter().position(|&b| b == b'\n').unwrap()];
+        let cut = first[..first.len() / 2].to_vec();
+        odd.extend_from_slice(&cut);
         std::fs::write(&indexes[1], &odd).unwrap();
         let (hostile, indexed) = views(&a);
         assert_eq!(indexed, 20);
         assert_eq!(hostile, edited);
 
-        // A line that differs from another for the same files (a forged verdict): nothing
-        // is counted from the index, and a warning says why.
-        line["score"]["verdict"] = "PASS".into();
-        let mut forged = serde_json::to_vec(&line).unwrap();
-        forged.push(b'\n');
-        std::fs::write(&copy, forged).unwrap();
-        let dirs = [a.clone()];
-        let read = scan(&dirs, Want::default()).unwrap();
-        assert_eq!(read.indexed, 0);
-        let warnings = &read.found.warnings;
-        assert!(
-            warnings.iter().any(|w| w.contains("two different lines")),
-            "{warnings:?}"
-        );
+        // Two valid lines for one run — a copy of an index beside it, or a line that differs
+        // (a forged verdict): nothing is counted from the indexes, and a warning says why.
         let strip = |json: &str| {
             let mut v: Value = serde_json::from_str(json).unwrap();
             v.as_object_mut().unwrap().remove("warnings");
             v
         };
-        assert_eq!(strip(&views(&a).0[0]), strip(&edited[0]));
+        let copy = a.join(format!("copy{}", index::SUFFIX));
+        line["score"]["verdict"] = "PASS".into();
+        let mut forged = serde_json::to_vec(&line).unwrap();
+        forged.push(b'\n');
+        for twice in [std::fs::read(&indexes[0]).unwrap(), forged] {
+            std::fs::write(&copy, twice).unwrap();
+            let read = scan(std::slice::from_ref(&a), Want::default()).unwrap();
+            assert_eq!(read.indexed, 0);
+            let warnings = &read.found.warnings;
+            assert!(
+                warnings.iter().any(|w| w.contains("hold two lines for")),
+                "{warnings:?}"
+            );
+            assert_eq!(strip(&views(&a).0[0]), strip(&edited[0]));
+        }
     }
 
     #[test]

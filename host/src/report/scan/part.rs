@@ -11,7 +11,7 @@ use super::key::{
     Group, Key, NO_CLUSTER, ODD, RUNG_SHIFT, SATURATED, pack_stem, rung_code, verdict_code,
 };
 use super::projection::{
-    Digest, Facts, JournalPlace, Projection, counted_latencies, facts, hash64, identity, latency,
+    Digest, Facts, LinePlace, Projection, counted_latencies, facts, hash64, identity, latency,
 };
 use super::{CHUNK, MAX_WARNINGS, Want};
 use crate::report::load::{self, DirFd, MAX_TRACE_BYTES, read_bounded_into_at, read_score_at};
@@ -319,18 +319,18 @@ impl Part {
     }
 
     /// Counts the run of trace `name` in directory `dir` (its digest, score and the score's
-    /// problem), as read from its files or from the index (with where its journal lines are).
+    /// problem), as read from its files or from the index (with where its line is).
     pub(super) fn add_run(
         &mut self,
         shared: &Shared<'_>,
         dir: u16,
         name: &str,
         (t, score, problem): (&Digest, Option<&Score>, Option<&str>),
-        journal: Option<JournalPlace>,
+        line: Option<LinePlace>,
     ) {
         self.count(shared.want, t, score);
         let (cluster, rung) = self.cluster(shared.want, t, score, problem);
-        let run_id_hash = self.note(shared.want, t, score, journal);
+        let run_id_hash = self.note(shared.want, t, score, line);
         let stem = &name[..name.len() - ".json".len()];
         let (stem_hi, stem_lo, odd) = match pack_stem(stem) {
             Some((hi, lo)) => (hi, lo, 0),
@@ -454,7 +454,7 @@ impl Part {
         want: Want<'_>,
         t: &Digest,
         score: Option<&Score>,
-        journal: Option<JournalPlace>,
+        line: Option<LinePlace>,
     ) -> u64 {
         if want.page {
             self.extras.add(t);
@@ -465,7 +465,7 @@ impl Part {
         }
         let run_id_hash = hash64(&t.run_id);
         if want.facts {
-            self.facts.push(facts(t, score, run_id_hash, journal));
+            self.facts.push(facts(t, score, run_id_hash, line));
         }
         if want.run_ids {
             self.run_ids.push(run_id_hash);

@@ -38,17 +38,16 @@ pub(crate) struct Facts {
     /// What evaluating the run cost (simulated user, judges): tokens and dollars.
     pub eval_tokens: u64,
     pub eval_cost_usd: Option<f64>,
-    /// Where its lines are in its sweep's journal, when the run was read from an index.
-    pub journal: Option<JournalPlace>,
+    /// Where its index line is, when the run was counted from one.
+    pub line: Option<LinePlace>,
 }
 
-/// Where a run's lines are in a journal: the journal (its place in [`super::Scan::journals`]),
-/// and the bytes from `start` that hold them.
+/// Where a run's index line is: the index (its place in [`super::Scan::indexes`]) and the
+/// line's first byte in it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct JournalPlace {
-    pub journal: u32,
-    pub len: u32,
-    pub start: u64,
+pub(crate) struct LinePlace {
+    pub index: u32,
+    pub offset: u64,
 }
 
 /// What a report reads of a trace: the fields of [`windtunnel_model::Trace`] it counts,
@@ -210,7 +209,7 @@ pub(super) fn facts(
     t: &Digest,
     score: Option<&Score>,
     run_id_hash: u64,
-    journal: Option<JournalPlace>,
+    line: Option<LinePlace>,
 ) -> Facts {
     let usage = score.and_then(|s| s.usage.as_ref());
     let eval = score.and_then(|s| s.eval_usage.as_ref());
@@ -242,7 +241,7 @@ pub(super) fn facts(
         cost_usd: usage.and_then(|u| u.cost_usd),
         eval_tokens: eval.map_or(0, tokens),
         eval_cost_usd: eval.and_then(|u| u.cost_usd),
-        journal,
+        line,
     }
 }
 
