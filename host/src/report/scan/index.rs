@@ -382,14 +382,24 @@ impl Writer {
         }
     }
 
+    /// Opens the index for appending: a regular file, never through a symbolic link, and
+    /// never a FIFO someone put at its name (opened without waiting for a reader, then
+    /// refused).
     fn open(&self) -> Result<File, String> {
         use std::os::unix::fs::OpenOptionsExt;
-        std::fs::OpenOptions::new()
+        let refused =
+            |why: String| format!("the index {} cannot be written: {why}", self.path.display());
+        let file = std::fs::OpenOptions::new()
             .append(true)
             .create(true)
-            .custom_flags(libc::O_NOFOLLOW)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
             .open(&self.path)
-            .map_err(|e| format!("the index {} cannot be written: {e}", self.path.display()))
+            .map_err(|e| refused(e.to_string()))?;
+        match file.metadata() {
+            Ok(m) if m.is_file() => Ok(file),
+            Ok(_) => Err(refused("it is not a regular file".into())),
+            Err(e) => Err(refused(e.to_string())),
+        }
     }
 
     /// Appends the line of run `stem` for the score just written: `wt rescore`'s, for a
@@ -421,9 +431,9 @@ impl Writer {
         if let Err(why) = written {
             // The rest goes unindexed; what was written stays whole (a line is one write,
             // and a cut line is never read).
-            eprintln!(
+            crate::term::err_line(&format!(
                 "warning: {why}; the runs from here on are read from their files, not the index"
-            );
+            ));
             (state.failed, state.file) = (true, None);
         }
         if line.capacity() > 1 << 16 {

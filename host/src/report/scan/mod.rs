@@ -1389,6 +1389,32 @@ mod rules {
     }
 
     #[test]
+    fn an_index_is_never_written_through_a_link_or_into_a_fifo() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path().join("runs");
+        sweep(&d, "demo", 1, |_| {});
+        let trace = &traces(&d)[0];
+        let stem = trace.file_stem().unwrap().to_str().unwrap();
+        let score: windtunnel_model::Score =
+            store::read_json(&trace.with_extension("score.json")).unwrap();
+        let target = tmp.path().join("elsewhere");
+        std::fs::write(&target, "untouched").unwrap();
+        std::os::unix::fs::symlink(&target, d.join(format!("link{}", index::SUFFIX))).unwrap();
+        let fifo = d.join(format!("fifo{}", index::SUFFIX));
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        for name in ["link", "fifo"] {
+            // Returns at once (a FIFO with no reader is not waited on) and writes nothing.
+            index::Writer::new(&d, name).append(stem, &score, &[]);
+        }
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "untouched");
+        let plain = index::Writer::new(&d, "plain");
+        plain.append(stem, &score, &[]);
+        let lines = index::entries(&d.join(format!("plain{}", index::SUFFIX)));
+        assert_eq!(lines.len(), 1);
+        assert_eq!(lines[0].trace, format!("{stem}.json"));
+    }
+
+    #[test]
     fn warnings_past_the_bound_are_counted() {
         let tmp = tempfile::tempdir().unwrap();
         let d = tmp.path().join("runs");
