@@ -28,21 +28,15 @@ use windtunnel_model::{Score, Trace, TurnErrorKind};
 /// `Ok(false)` when another open file holds a lock that conflicts. Released when the file is
 /// closed, however the process ends.
 pub(crate) fn try_lock_file(file: &std::fs::File, exclusive: bool) -> std::io::Result<bool> {
-    use std::os::fd::AsRawFd;
-    let mode = if exclusive {
-        libc::LOCK_EX
+    let locked = if exclusive {
+        file.try_lock()
     } else {
-        libc::LOCK_SH
+        file.try_lock_shared()
     };
-    // SAFETY: `flock` on a descriptor `file` owns and keeps open for the call.
-    if unsafe { libc::flock(file.as_raw_fd(), mode | libc::LOCK_NB) } == 0 {
-        return Ok(true);
-    }
-    let e = std::io::Error::last_os_error();
-    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-        Ok(false)
-    } else {
-        Err(e)
+    match locked {
+        Ok(()) => Ok(true),
+        Err(std::fs::TryLockError::WouldBlock) => Ok(false),
+        Err(std::fs::TryLockError::Error(e)) => Err(e),
     }
 }
 
@@ -316,6 +310,8 @@ pub enum JournalError {
 pub struct RunWritten<'a> {
     pub trace: &'a Trace,
     pub score: &'a Score,
+    /// The trace file's bytes.
+    pub trace_bytes: &'a [u8],
     /// The file names of the hook artifacts written beside it, sorted.
     pub artifacts: &'a [String],
 }

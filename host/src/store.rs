@@ -407,9 +407,19 @@ fn write_json_to<T: Serialize + ?Sized>(
     value: &T,
     new: bool,
 ) -> Result<(), StoreError> {
+    write_file(path, &json_bytes(value), new)
+}
+
+/// The bytes [`write_json`] writes of `value`.
+pub(crate) fn json_bytes<T: Serialize + ?Sized>(value: &T) -> Vec<u8> {
     let mut bytes = serde_json::to_vec_pretty(value).expect("model types serialize");
     bytes.push(b'\n');
-    write_file(path, &bytes, new)
+    bytes
+}
+
+/// Writes `bytes` (made by [`json_bytes`]) to `path` as [`write_json`] does.
+pub(crate) fn write_json_bytes(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
+    write_file(path, bytes, false)
 }
 
 /// Creates the runs directory if needed.

@@ -116,7 +116,7 @@ impl<'s, 'a> RunRunner<'s, 'a> {
             store::remove_run(&cfg.out_dir, &stem)?;
         }
         let mut clash = 1;
-        let written = loop {
+        let (artifact_names, trace_bytes) = loop {
             match self.write(&stem, &mut trace, &score, &artifacts) {
                 Err(StoreError::Exists { .. }) => {
                     // Another sweep writing to this directory took the file name first (its
@@ -136,7 +136,8 @@ impl<'s, 'a> RunRunner<'s, 'a> {
             Some(events::RunWritten {
                 trace: &trace,
                 score: &score,
-                artifacts: &written,
+                trace_bytes: &trace_bytes,
+                artifacts: &artifact_names,
             }),
         );
         lock(agg).add(&trace, Some(&score));
@@ -502,14 +503,14 @@ impl<'s, 'a> RunRunner<'s, 'a> {
     }
 
     /// Writes the score (created new), the artifacts, then the trace: the artifacts' file
-    /// names, sorted.
+    /// names, sorted, and the trace's bytes.
     fn write(
         &self,
         stem: &str,
         trace: &mut Trace,
         score: &Score,
         artifacts: &[Artifact],
-    ) -> Result<Vec<String>, StoreError> {
+    ) -> Result<(Vec<String>, Vec<u8>), StoreError> {
         let dir = &self.sc.cfg.out_dir;
         store::write_json_new(&store::score_path(dir, stem), score)?;
         let mut written = HashSet::new();
@@ -528,13 +529,14 @@ impl<'s, 'a> RunRunner<'s, 'a> {
                     .push(format!("hook:{}: artifact not written: {e}", a.hook)),
             }
         }
-        store::write_json(&store::trace_path(dir, stem), trace)?;
+        let bytes = store::json_bytes(trace);
+        store::write_json_bytes(&store::trace_path(dir, stem), &bytes)?;
         let mut names: Vec<String> = written
             .iter()
             .filter_map(|p| p.file_name()?.to_str().map(str::to_owned))
             .collect();
         names.sort();
-        Ok(names)
+        Ok((names, bytes))
     }
 }
 

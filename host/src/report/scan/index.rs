@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError, mpsc};
 
 use serde::{Deserialize, Serialize};
-use windtunnel_model::{Score, Trace, is_slug};
+use windtunnel_model::{Score, is_slug};
 
 use super::key::{pack_stem, unpack_stem};
 use super::part::{Part, Shared};
@@ -409,11 +409,12 @@ impl Writer {
         self.write(&mut guard, (stem, None, score, artifacts), None);
     }
 
-    /// Writes the line of run `stem` (its digest made of `trace`, else of its file).
+    /// Writes the line of run `stem` (its digest made of the trace's bytes when given, else
+    /// of its file).
     fn write(
         &self,
         state: &mut WriterState,
-        run: (&str, Option<&Trace>, &Score, &[String]),
+        run: (&str, Option<&[u8]>, &Score, &[String]),
         journal: Option<(u64, u64)>,
     ) {
         if state.failed {
@@ -465,16 +466,22 @@ impl Sink for Writer {
             .offset
             .zip(e.line)
             .map(|(at, line)| at + line.len() as u64);
-        let written = (stem.as_str(), Some(run.trace), run.score, run.artifacts);
+        let written = (
+            stem.as_str(),
+            Some(run.trace_bytes),
+            run.score,
+            run.artifacts,
+        );
         self.write(state, written, first.zip(end));
     }
 }
 
-/// The index line of run `stem` of `dir` as written (`trace` when given, else read from its
-/// file; `score`; its artifacts' file names), its journal lines at `journal`, into `out`.
+/// The index line of run `stem` of `dir` as written (the trace's bytes when given, else read
+/// from its file; `score`; its artifacts' file names), its journal lines at `journal`, into
+/// `out`.
 fn entry_line(
     dir: &Path,
-    (stem, trace, score, artifacts): (&str, Option<&Trace>, &Score, &[String]),
+    (stem, trace, score, artifacts): (&str, Option<&[u8]>, &Score, &[String]),
     journal: Option<(u64, u64)>,
     out: &mut Vec<u8>,
 ) -> Result<(), String> {
@@ -484,12 +491,16 @@ fn entry_line(
         |p: &Path| Stamp::at(None, p).ok_or_else(|| format!("{} is not a file", p.display()));
     let stamps = [stamp(&trace_path)?, stamp(&score_path)?];
     // The digest as the reader makes it of the trace's bytes.
+    let read;
     let bytes = match trace {
-        Some(t) => serde_json::to_vec(t).map_err(|e| e.to_string())?,
-        None => load::read_bounded(&trace_path, load::MAX_TRACE_BYTES)
-            .map_err(|e| format!("{}: {e}", trace_path.display()))?,
+        Some(bytes) => bytes,
+        None => {
+            read = load::read_bounded(&trace_path, load::MAX_TRACE_BYTES)
+                .map_err(|e| format!("{}: {e}", trace_path.display()))?;
+            &read[..]
+        }
     };
-    let run = Digest::from(load::parse_json::<Projection>(&bytes).map_err(|e| e.to_string())?);
+    let run = Digest::from(load::parse_json::<Projection>(bytes).map_err(|e| e.to_string())?);
     let entry = Entry {
         v: INDEX_VERSION,
         trace: format!("{stem}.json"),

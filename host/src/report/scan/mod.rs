@@ -1409,9 +1409,29 @@ mod rules {
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "untouched");
         let plain = index::Writer::new(&d, "plain");
         plain.append(stem, &score, &[]);
-        let lines = index::entries(&d.join(format!("plain{}", index::SUFFIX)));
+        let plain = d.join(format!("plain{}", index::SUFFIX));
+        let lines = index::entries(&plain);
         assert_eq!(lines.len(), 1);
         assert_eq!(lines[0].trace, format!("{stem}.json"));
+        // Nor read through a link or from a FIFO: with the sweep's own index and this one moved
+        // out of the directory and a link to each left in its place, no run is counted from an
+        // index, and the FIFO beside them is not waited on.
+        for index in index_files(&d) {
+            if index == fifo || std::fs::symlink_metadata(&index).unwrap().is_symlink() {
+                continue;
+            }
+            let moved = tmp.path().join(index.file_name().unwrap());
+            std::fs::rename(&index, &moved).unwrap();
+            std::os::unix::fs::symlink(&moved, &index).unwrap();
+        }
+        let read = scan(std::slice::from_ref(&d), Want::default()).unwrap();
+        assert_eq!(
+            (
+                read.indexed,
+                read.aggs.values().map(|a| a.runs()).sum::<u32>()
+            ),
+            (0, 3)
+        );
     }
 
     #[test]
